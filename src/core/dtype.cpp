@@ -1,0 +1,98 @@
+// dtype names, sizes and the IEEE half-precision conversions.
+#include "core/dtype.h"
+
+#include <cctype>
+#include <string>
+
+namespace sluice {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+    case DType::i8: return "i8";
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "f32") return DType::f32;
+  if (lower == "f16") return DType::f16;
+  if (lower == "bf16") return DType::bf16;
+  if (lower == "i32") return DType::i32;
+  if (lower == "i64") return DType::i64;
+  if (lower == "u8") return DType::u8;
+  if (lower == "i8") return DType::i8;
+  return std::nullopt;
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: case DType::i32: return 4;
+    case DType::f16: case DType::bf16: return 2;
+    case DType::i64: return 8;
+    case DType::u8: case DType::i8: return 1;
+  }
+  return 0;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do {
+        mant <<= 1;
+        ++e;
+      } while ((mant & 0x400u) == 0);
+      mant &= 0x3ffu;
+      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // subnormal or zero in f16
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    // value = mant * 2^(exp - 150); one f16 subnormal step is 2^-24: shift by 126 - exp,
+    // rounding to nearest even (a carry into bit 10 correctly gives the smallest normal).
+    uint32_t s = 126 - exp;
+    uint32_t result = mant >> s;
+    uint32_t rem = mant & ((1u << s) - 1);
+    uint32_t halfway = 1u << (s - 1);
+    if (rem > halfway || (rem == halfway && (result & 1u))) ++result;
+    return static_cast<uint16_t>(sign | result);
+  }
+  uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);  // round mantissa to 10 bits, nearest even
+  uint32_t exp = (rounded >> 23) - 127 + 15;
+  if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
+  return static_cast<uint16_t>(sign | (exp << 10) | ((rounded >> 13) & 0x3ffu));
+}
+
+}  // namespace sluice

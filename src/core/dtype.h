@@ -1,0 +1,36 @@
+// Element types of tensors and the scalar conversions between them. Conversions are exact
+// where the target can hold the value and round to nearest even otherwise (as torch does).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace sluice {
+
+enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, i8 };
+
+std::string_view dtype_name(DType t);          // "f32", "bf16", ...
+std::optional<DType> dtype_from_name(std::string_view name);  // accepts "F32" and "f32"
+size_t dtype_size(DType t);                    // bytes per element
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+}  // namespace sluice
