@@ -62,6 +62,8 @@ class Backend {
   virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   // x += y, elementwise.
   virtual void add(const Tensor& x, const Tensor& y) = 0;
+  // x = min(max(x, lo), hi), elementwise, in place (f32).
+  virtual void clamp(const Tensor& x, float lo, float hi) = 0;
   // out[i, :] = table[ids[i], :] converted to f32; table is f32/bf16/f16 [n_rows, cols].
   virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) = 0;
   // out[i, :] = src[idx[i], :] (f32).

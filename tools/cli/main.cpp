@@ -1,7 +1,39 @@
-// sluice command-line tool: a thin front end over the library.
+// sluice: command-line front end. Each subcommand lives in its own cmd_*.cpp; this file
+// dispatches and turns every failure into one line on stderr and a non-zero exit status.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "core/error.h"
+#include "core/log.h"
+
+namespace sluice::cli {
+void register_run(CLI::App& app);
+void register_logits(CLI::App& app);
+}  // namespace sluice::cli
+
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "sluice: not built yet\n");
-  return 1;
+  CLI::App app{"sluice: Mixture-of-Experts inference that streams experts from SSD"};
+  app.require_subcommand(1);
+  app.add_flag_function(
+      "-v,--verbose",
+      [](int64_t count) { sluice::log_set_level(count >= 2 ? sluice::LogLevel::debug : sluice::LogLevel::info); },
+      "more log output (-v info, -vv debug)");
+  app.set_version_flag("--version", "sluice 0.1.0");
+  sluice::cli::register_run(app);
+  sluice::cli::register_logits(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const sluice::Error& e) {
+    std::fprintf(stderr, "sluice: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "sluice: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
 }

@@ -1,0 +1,45 @@
+// Generator: prompt in, tokens out, for one sequence. Prefill runs the prompt in chunks
+// through the model's forward pass; decode then runs one token per step, sampling each next
+// token from the last logits row.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "models/model.h"
+
+namespace sluice {
+
+struct GenerateOptions {
+  int64_t n_predict = 32;           // tokens to generate at most
+  SamplingParams sampling;
+  std::optional<int32_t> eos_id;    // stop when sampled (not emitted); none: never stop early
+  int64_t n_ctx = 0;                // 0: prompt + n_predict
+  int64_t prefill_chunk = 256;      // prompt tokens per forward pass
+};
+
+struct GenerateStats {
+  int64_t n_prompt = 0;
+  int64_t n_generated = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // from the first decode step to the last sampled token
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? n_prompt / prefill_seconds : 0; }
+  double decode_tokens_per_second() const;
+};
+
+class Generator {
+ public:
+  explicit Generator(Model& model) : model_(model) {}
+  // on_token(id) is called for every generated token; returning false stops generation.
+  GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                         const std::function<bool(int32_t)>& on_token);
+
+ private:
+  Model& model_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,62 @@
+// Sampling: greedy, temperature, top-k, top-p.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sluice {
+
+int32_t argmax(std::span<const float> logits) {
+  SLUICE_ASSERT(!logits.empty());
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  SLUICE_CHECK(params.temperature >= 0 && std::isfinite(params.temperature), Status::invalid_argument,
+               "temperature must be >= 0 (got ", params.temperature, ")");
+  SLUICE_CHECK(params.top_p > 0 && params.top_p <= 1, Status::invalid_argument, "top-p must be in (0, 1] (got ",
+               params.top_p, ")");
+  SLUICE_CHECK(params.top_k >= 0, Status::invalid_argument, "top-k must be >= 0 (got ", params.top_k, ")");
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (params_.temperature == 0) return argmax(logits);
+  const size_t V = logits.size();
+  candidates_.resize(V);
+  for (size_t i = 0; i < V; ++i) candidates_[i] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+  auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = V;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < V) keep = params_.top_k;
+  std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_value);
+  candidates_.resize(keep);
+  // softmax over the kept candidates
+  float mx = candidates_[0].first;
+  double sum = 0;
+  for (auto& c : candidates_) sum += c.first = std::exp(c.first - mx);
+  for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
+  if (params_.top_p < 1.0f) {
+    if (keep == V) std::sort(candidates_.begin(), candidates_.end(), by_value);
+    double cum = 0;
+    size_t n = 0;
+    while (n < candidates_.size()) {
+      cum += candidates_[n++].first;
+      if (cum >= params_.top_p) break;
+    }
+    candidates_.resize(n);
+  }
+  double total = 0;
+  for (const auto& c : candidates_) total += c.first;
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (const auto& c : candidates_) {
+    r -= c.first;
+    if (r < 0) return c.second;
+  }
+  return candidates_.back().second;
+}
+
+}  // namespace sluice

@@ -1,0 +1,80 @@
+// Shared building blocks of the decoder families: grouped-query attention (optional q/k
+// norm, biases, partial rotary, sliding window, qkv clipping), the softmax top-k router, the
+// routed SwiGLU experts and the dense SwiGLU MLP. Families compose these; none of them
+// switches on the family.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backends/backend.h"
+#include "models/rope.h"
+
+namespace sluice {
+
+// ---- attention ----
+enum class QkNorm { none, per_head, whole };  // per_head: RMSNorm over head_dim (Qwen3);
+                                              // whole: over all heads at once (OLMoE)
+struct AttentionSpec {
+  int64_t n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  QkNorm qk_norm = QkNorm::none;
+  float norm_eps = 1e-6f;
+  float scale = 0;              // q.k scale, 1/sqrt(head_dim) unless a family says otherwise
+  int64_t sliding_window = 0;   // 0: full causal
+  std::optional<float> clip_qkv;
+};
+
+struct AttentionWeights {
+  Tensor q, k, v, o;                  // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
+  Tensor q_bias, k_bias, v_bias, o_bias;  // optional
+  Tensor q_norm, k_norm;              // [hd] (per_head) or [n_head*hd] / [n_kv*hd] (whole)
+};
+
+struct KvLayer {
+  Tensor k, v;  // [n_ctx, n_head_kv, head_dim] f32
+};
+
+// out[n, n_embd] = attention(h[n, n_embd]) for tokens at positions n_past.., appending their
+// keys and values to kv. cos/sin: [n, rot_dim/2] for these positions.
+void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
+                     const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
+                     const Tensor& out);
+
+// ---- routing ----
+enum class RouterScoring { softmax };  // probabilities from a softmax over all experts
+struct RouterSpec {
+  int64_t n_expert = 0, n_expert_used = 0;
+  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1
+};
+
+// Chosen experts of n rows, strongest first: ids/weights[row * k + rank].
+struct Routing {
+  int64_t n_rows = 0, k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
+// lower expert id first).
+Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
+
+// ---- experts ----
+struct ExpertWeights {
+  Tensor gate, up;  // [n_ff, n_embd]
+  Tensor down;      // [n_embd, n_ff]
+};
+
+// out[n, n_embd] = silu(h W_gate^T) * (h W_up^T) W_down^T.
+void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tensor& out);
+
+// Routed experts for n rows of h: every (row, rank) pair is computed by its expert, grouped
+// by expert in first-seen order, then combined per row in rank order (so the result does not
+// depend on grouping or order). expert(e) returns the weights of expert e.
+template <typename ExpertLookup>
+void routed_experts(Backend& be, const Routing& routing, const Tensor& h, const Tensor& out, ExpertLookup&& expert);
+
+}  // namespace sluice
+
+#include "models/blocks_inl.h"

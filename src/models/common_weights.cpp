@@ -1,0 +1,61 @@
+// Shared weight declarations for attention, experts and dense MLPs.
+#include "models/common_weights.h"
+
+namespace sluice {
+
+AttentionWeights load_attention(WeightLoader& wl, const std::string& p, const AttentionSpec& s, bool bias,
+                                const std::string& q_norm, const std::string& k_norm) {
+  AttentionWeights w;
+  const int64_t q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  w.q = wl.take(p + "q_proj.weight", {q_dim, s.n_embd});
+  w.k = wl.take(p + "k_proj.weight", {kv_dim, s.n_embd});
+  w.v = wl.take(p + "v_proj.weight", {kv_dim, s.n_embd});
+  w.o = wl.take(p + "o_proj.weight", {s.n_embd, q_dim});
+  if (bias) {
+    w.q_bias = wl.take(p + "q_proj.bias", {q_dim});
+    w.k_bias = wl.take(p + "k_proj.bias", {kv_dim});
+    w.v_bias = wl.take(p + "v_proj.bias", {kv_dim});
+    if (auto ob = wl.take_optional(p + "o_proj.bias", {s.n_embd})) w.o_bias = *ob;
+  }
+  if (s.qk_norm == QkNorm::per_head) {
+    w.q_norm = wl.take(p + q_norm + ".weight", {s.head_dim});
+    w.k_norm = wl.take(p + k_norm + ".weight", {s.head_dim});
+  } else if (s.qk_norm == QkNorm::whole) {
+    w.q_norm = wl.take(p + q_norm + ".weight", {q_dim});
+    w.k_norm = wl.take(p + k_norm + ".weight", {kv_dim});
+  }
+  return w;
+}
+
+std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, int64_t n_expert, int64_t n_embd,
+                                        int64_t n_ff, const ExpertNames& names) {
+  std::vector<ExpertWeights> experts(n_expert);
+  if (wl.has(p + "gate_up_proj")) {
+    // Fused layout: gate rows [0, n_ff) then up rows [n_ff, 2 n_ff) of each expert.
+    Tensor gate_up = wl.take(p + "gate_up_proj", {n_expert, 2 * n_ff, n_embd}).reshape({n_expert * 2 * n_ff, n_embd});
+    Tensor down = wl.take(p + "down_proj", {n_expert, n_embd, n_ff}).reshape({n_expert * n_embd, n_ff});
+    for (int64_t e = 0; e < n_expert; ++e) {
+      experts[e].gate = gate_up.slice_rows(e * 2 * n_ff, n_ff);
+      experts[e].up = gate_up.slice_rows(e * 2 * n_ff + n_ff, n_ff);
+      experts[e].down = down.slice_rows(e * n_embd, n_embd);
+    }
+    return experts;
+  }
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const std::string ep = p + std::to_string(e) + ".";
+    experts[e].gate = wl.take(ep + names.gate + ".weight", {n_ff, n_embd});
+    experts[e].up = wl.take(ep + names.up + ".weight", {n_ff, n_embd});
+    experts[e].down = wl.take(ep + names.down + ".weight", {n_embd, n_ff});
+  }
+  return experts;
+}
+
+ExpertWeights load_mlp(WeightLoader& wl, const std::string& p, int64_t n_embd, int64_t n_ff, const ExpertNames& names) {
+  ExpertWeights w;
+  w.gate = wl.take(p + names.gate + ".weight", {n_ff, n_embd});
+  w.up = wl.take(p + names.up + ".weight", {n_ff, n_embd});
+  w.down = wl.take(p + names.down + ".weight", {n_embd, n_ff});
+  return w;
+}
+
+}  // namespace sluice

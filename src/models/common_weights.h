@@ -1,0 +1,31 @@
+// Weight declarations shared by the decoder families: attention projections and norms, and
+// routed experts in either checkpoint layout (one tensor per expert and projection, as real
+// checkpoints store them, or the fused [n_expert, 2 n_ff, n_embd] / [n_expert, n_embd, n_ff]
+// tensors of transformers 5's in-memory layout).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/blocks.h"
+#include "models/weight_loader.h"
+
+namespace sluice {
+
+struct ExpertNames {
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+// prefix ends with '.', e.g. "model.layers.3.self_attn.".
+AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, const AttentionSpec& spec,
+                                bool bias, const std::string& q_norm = "q_norm", const std::string& k_norm = "k_norm");
+
+// prefix ends with '.', e.g. "model.layers.3.mlp.experts.".
+std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& prefix, int64_t n_expert,
+                                        int64_t n_embd, int64_t n_ff, const ExpertNames& names = {});
+
+// A dense SwiGLU MLP: prefix + gate/up/down + ".weight".
+ExpertWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff,
+                       const ExpertNames& names = {});
+
+}  // namespace sluice

@@ -1,0 +1,90 @@
+// DecoderModel forward pass and its KV-cache state.
+#include "models/decoder.h"
+
+#include <numeric>
+
+namespace sluice {
+namespace {
+
+struct DecoderState : SequenceState {
+  std::vector<KvLayer> kv;
+};
+
+}  // namespace
+
+DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights)
+    : be_(backend), spec_(std::move(spec)), w_(std::move(weights)) {
+  info_ = spec_.info;
+}
+
+std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
+  SLUICE_CHECK(n_ctx > 0, Status::invalid_argument, "context size must be positive");
+  auto st = std::make_unique<DecoderState>();
+  st->n_ctx = n_ctx;
+  const auto& a = spec_.attn;
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    KvLayer kv{be_.alloc(DType::f32, {n_ctx, a.n_head_kv, a.head_dim}),
+               be_.alloc(DType::f32, {n_ctx, a.n_head_kv, a.head_dim})};
+    st->kv.push_back(std::move(kv));
+  }
+  return st;
+}
+
+void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
+                           bool all_logits) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  SLUICE_CHECK(n > 0, Status::invalid_argument, "forward needs at least one token");
+  SLUICE_CHECK(state.n_past + n <= state.n_ctx, Status::invalid_argument, "context full: ", state.n_past + n,
+               " tokens exceed the context size ", state.n_ctx);
+  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
+               "logits buffer too small");
+  for (int32_t t : tokens)
+    SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+
+  // Rotary tables for these positions.
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), state.n_past);
+  std::vector<float> cos_h, sin_h;
+  rope_tables(spec_.rope, pos, cos_h, sin_h);
+  const int64_t half = spec_.rope.rot_dim / 2;
+  Tensor cos = be_.alloc(DType::f32, {n, half}), sin = be_.alloc(DType::f32, {n, half});
+  be_.from_host(cos, cos_h.data());
+  be_.from_host(sin, sin_h.data());
+
+  Tensor x = be_.alloc(DType::f32, {n, d});  // [n, n_embd] residual stream
+  be_.get_rows(w_.tok_embd, tokens, x);
+  Tensor h = be_.alloc(DType::f32, {n, d});
+  Tensor y = be_.alloc(DType::f32, {n, d});
+  std::vector<float> router_logits;
+
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    const DecoderLayerWeights& lw = w_.layers[l];
+    be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
+    attention_block(be_, spec_.attn, spec_.rope, lw.attn, h, state.kv[l], state.n_past, cos, sin, y);
+    be_.add(x, y);
+    be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
+    if (spec_.layers[l].moe) {
+      const int64_t E = spec_.router.n_expert;
+      Tensor rl = be_.alloc(DType::f32, {n, E});
+      be_.matmul(h, lw.router, rl);
+      router_logits.resize(n * E);
+      be_.to_host(rl, router_logits.data());
+      Routing routing = route_topk(spec_.router, router_logits, n);
+      routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+    } else {
+      swiglu_mlp(be_, lw.mlp, h, y);
+    }
+    be_.add(x, y);
+  }
+  state.n_past += n;
+
+  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
+  Tensor xn = be_.alloc(DType::f32, {xs.rows(), d});
+  be_.rms_norm(xs, w_.output_norm, spec_.norm_eps, xn);
+  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+  be_.matmul(xn, w_.output, out);
+  be_.to_host(out, logits.data());
+}
+
+}  // namespace sluice

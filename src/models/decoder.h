@@ -1,0 +1,59 @@
+// DecoderModel: the pre-norm decoder shared by the attention + MoE families (qwen3_moe,
+// mixtral, olmoe): per layer RMSNorm -> attention -> residual -> RMSNorm -> routed experts
+// (or a dense MLP) -> residual; final RMSNorm and the output head. A family file fills a
+// DecoderSpec and DecoderWeights; the forward pass is the same for all of them.
+#pragma once
+
+#include <vector>
+
+#include "models/blocks.h"
+#include "models/model.h"
+
+namespace sluice {
+
+struct DecoderLayerSpec {
+  bool moe = false;    // routed experts; otherwise a dense SwiGLU MLP
+  int64_t n_ff = 0;    // expert width (moe) or MLP width (dense)
+};
+
+struct DecoderSpec {
+  ModelInfo info;
+  AttentionSpec attn;
+  RopeConfig rope;
+  RouterSpec router;
+  float norm_eps = 1e-6f;
+  std::vector<DecoderLayerSpec> layers;
+};
+
+struct DecoderLayerWeights {
+  Tensor attn_norm;                    // [n_embd]
+  AttentionWeights attn;
+  Tensor ffn_norm;                     // [n_embd]
+  Tensor router;                       // [n_expert, n_embd] (moe layers)
+  std::vector<ExpertWeights> experts;  // [n_expert] (moe layers)
+  ExpertWeights mlp;                   // dense layers
+};
+
+struct DecoderWeights {
+  Tensor tok_embd;     // [n_vocab, n_embd]
+  Tensor output_norm;  // [n_embd]
+  Tensor output;       // [n_vocab, n_embd] (the embedding when tied)
+  std::vector<DecoderLayerWeights> layers;
+};
+
+class DecoderModel : public Model {
+ public:
+  DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights);
+  std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
+  void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
+               bool all_logits) override;
+
+  const DecoderSpec& spec() const { return spec_; }
+
+ private:
+  Backend& be_;
+  DecoderSpec spec_;
+  DecoderWeights w_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,34 @@
+// load_model: config, registry, checkpoint, tokenizer.
+#include "models/load.h"
+
+#include "core/log.h"
+#include "format/checkpoint.h"
+#include "format/json_file.h"
+#include "models/registry.h"
+
+namespace sluice {
+
+std::optional<int32_t> LoadedModel::eos_id() const {
+  if (tokenizer && tokenizer->eos_id()) return tokenizer->eos_id();
+  return model->info().eos_id;
+}
+
+LoadedModel load_model(const std::filesystem::path& dir, Backend& backend) {
+  std::error_code ec;
+  SLUICE_CHECK(std::filesystem::is_directory(dir, ec), Status::not_found, "model directory ", dir.string(),
+               " does not exist (expected a directory with config.json and *.safetensors)");
+  LoadedModel out;
+  out.dir = dir;
+  out.config = read_json_file(dir / "config.json");
+  const Family& family = find_family(out.config);
+  Checkpoint checkpoint = Checkpoint::open(dir);
+  out.model = family.load(out.config, checkpoint, backend);
+  if (std::filesystem::exists(dir / "tokenizer.json", ec)) out.tokenizer = Tokenizer::load(dir);
+  else LOG_INFO("no tokenizer.json in ", dir.string(), ": token ids only");
+  if (out.tokenizer && out.tokenizer->vocab_size() > out.model->info().n_vocab)
+    fail(Status::corrupt, "tokenizer has ", out.tokenizer->vocab_size(), " tokens but the model's vocabulary is ",
+         out.model->info().n_vocab);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,56 @@
+// Model: the interface the engine drives. A model owns its weights on a backend and runs a
+// forward pass over a chunk of consecutive tokens of one sequence, reading and extending that
+// sequence's state (KV cache; recurrent state for hybrid families).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace sluice {
+
+struct ModelInfo {
+  std::string family;            // registry name, e.g. "qwen3_moe"
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ctx_train = 0;       // max_position_embeddings
+  std::optional<int32_t> bos_id;  // from config.json (the tokenizer's files take precedence)
+  std::optional<int32_t> eos_id;
+  int64_t n_params = 0;          // total parameters, routed experts included
+  int64_t n_params_active = 0;   // parameters one token uses
+};
+
+// Per-sequence state. n_past tokens have been processed.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  int64_t n_past = 0;
+  int64_t n_ctx = 0;  // capacity in tokens
+  virtual void reset() { n_past = 0; }
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelInfo& info() const { return info_; }
+
+  // A fresh state for a sequence of at most n_ctx tokens.
+  virtual std::unique_ptr<SequenceState> new_state(int64_t n_ctx) = 0;
+
+  // Runs tokens at positions state.n_past, state.n_past + 1, ... and advances n_past.
+  // logits receives [n_vocab] f32 for the last token, or [tokens.size(), n_vocab] when
+  // all_logits is true.
+  virtual void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
+                       bool all_logits) = 0;
+
+ protected:
+  ModelInfo info_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,41 @@
+// One row per family. Adding a family: its file, one row here, one fixture.
+#include "models/registry.h"
+
+#include "core/error.h"
+
+namespace sluice {
+
+std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json&, Checkpoint&, Backend&);
+std::unique_ptr<Model> load_mixtral(const nlohmann::json&, Checkpoint&, Backend&);
+std::unique_ptr<Model> load_olmoe(const nlohmann::json&, Checkpoint&, Backend&);
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"qwen3_moe", {"Qwen3MoeForCausalLM"}, load_qwen3_moe},
+      {"mixtral", {"MixtralForCausalLM"}, load_mixtral},
+      {"olmoe", {"OlmoeForCausalLM"}, load_olmoe},
+  };
+  return table;
+}
+
+const Family& find_family(const nlohmann::json& config) {
+  SLUICE_CHECK(config.is_object(), Status::corrupt, "config.json is not a JSON object");
+  std::string model_type;
+  if (auto it = config.find("model_type"); it != config.end() && it->is_string()) model_type = *it;
+  for (const auto& f : families())
+    if (f.model_type == model_type) return f;
+  if (auto it = config.find("architectures"); it != config.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (!a.is_string()) continue;
+      for (const auto& f : families())
+        for (auto arch : f.architectures)
+          if (arch == a.get<std::string>()) return f;
+    }
+  }
+  std::string supported;
+  for (const auto& f : families()) supported += (supported.empty() ? "" : ", ") + std::string(f.model_type);
+  fail(Status::unsupported, "unknown model family '", model_type.empty() ? "(no model_type)" : model_type,
+       "'; supported: ", supported);
+}
+
+}  // namespace sluice

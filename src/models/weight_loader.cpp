@@ -1,0 +1,57 @@
+// WeightLoader: name lookup, shape and dtype checks, and the all-consumed assertion.
+#include "models/weight_loader.h"
+
+#include "core/log.h"
+
+namespace sluice {
+
+WeightLoader::WeightLoader(Checkpoint& checkpoint, Backend& backend, std::string family, std::string prefix)
+    : checkpoint_(checkpoint), backend_(backend), family_(std::move(family)), prefix_(std::move(prefix)) {}
+
+bool WeightLoader::has(const std::string& name) const { return checkpoint_.has(prefix_ + name); }
+
+Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
+  Tensor want(DType::f32, shape, nullptr);
+  bool same = t.ndim == want.ndim;
+  for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == want.shape[i];
+  SLUICE_CHECK(same, Status::corrupt, family_, ": tensor ", full_name, " has shape ", t.shape_str(),
+               ", expected ", want.shape_str(), " from config.json");
+  SLUICE_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, Status::unsupported,
+               family_, ": tensor ", full_name, " has dtype ", dtype_name(t.dtype),
+               "; weights must be f32, bf16 or f16");
+  n_params_ += t.numel();
+  return backend_.upload(t);
+}
+
+Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t> shape) {
+  const std::string full = prefix_ + name;
+  SLUICE_CHECK(checkpoint_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
+  return check(full, checkpoint_.get(full), shape);
+}
+
+std::optional<Tensor> WeightLoader::take_optional(const std::string& name, std::initializer_list<int64_t> shape) {
+  if (!has(name)) return std::nullopt;
+  return take(name, shape);
+}
+
+void WeightLoader::skip_matching(const std::string& name_prefix) {
+  int skipped = 0;
+  for (const auto& n : checkpoint_.names()) {
+    if (n.rfind(name_prefix, 0) == 0) {
+      checkpoint_.consume(n);
+      ++skipped;
+    }
+  }
+  if (skipped) LOG_INFO(family_, ": skipped ", skipped, " tensors under ", name_prefix);
+}
+
+void WeightLoader::finish() {
+  auto left = checkpoint_.unconsumed();
+  if (left.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < left.size() && i < 5; ++i) list += (i ? ", " : "") + left[i];
+  if (left.size() > 5) list += str(", ... (", left.size(), " in all)");
+  fail(Status::corrupt, family_, ": checkpoint holds tensors this family does not use: ", list);
+}
+
+}  // namespace sluice

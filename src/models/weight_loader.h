@@ -1,0 +1,44 @@
+// WeightLoader: takes a model's tensors out of a checkpoint by name, checks each one's shape
+// and dtype against what the family declares, uploads it to the backend, and at the end
+// asserts that every tensor in the checkpoint was used (a leftover means the family table
+// and the checkpoint disagree, which must not pass silently).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "format/checkpoint.h"
+
+namespace sluice {
+
+class WeightLoader {
+ public:
+  WeightLoader(Checkpoint& checkpoint, Backend& backend, std::string family, std::string prefix = "");
+
+  // The tensor `prefix + name` with exactly this shape, in a float dtype (f32/bf16/f16).
+  Tensor take(const std::string& name, std::initializer_list<int64_t> shape);
+  std::optional<Tensor> take_optional(const std::string& name, std::initializer_list<int64_t> shape);
+  // Whether `prefix + name` exists.
+  bool has(const std::string& name) const;
+  // Marks tensors deliberately not used (for example a vision tower).
+  void skip_matching(const std::string& name_prefix);
+  // Throws if a checkpoint tensor was neither taken nor skipped.
+  void finish();
+
+  int64_t n_params() const { return n_params_; }
+
+ private:
+  Tensor check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
+
+  Checkpoint& checkpoint_;
+  Backend& backend_;
+  std::string family_;
+  std::string prefix_;
+  int64_t n_params_ = 0;
+};
+
+}  // namespace sluice

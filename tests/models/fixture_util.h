@@ -1,0 +1,31 @@
+// Helpers for tests that use the reference fixtures in tests/fixtures/<name>/.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::test {
+
+inline std::filesystem::path fixture_dir(const std::string& name) {
+  return std::filesystem::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / name;
+}
+
+// Every model fixture (directories with a reference.json).
+inline std::vector<std::string> model_fixtures() {
+  return {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"};
+}
+
+struct FixtureReference {
+  std::vector<int32_t> prompt_ids, continuation_ids;
+  double min_router_margin = 0;
+};
+
+FixtureReference read_reference(const std::string& name);
+
+// max |a - b| over all elements.
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace sluice::test

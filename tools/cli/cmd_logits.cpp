@@ -1,0 +1,34 @@
+// sluice logits: one teacher-forced forward pass; writes float32 logits [n_tokens, vocab] as .npy.
+#include <string>
+
+#include "cli_common.h"
+#include "format/npy.h"
+
+namespace sluice::cli {
+
+void register_logits(CLI::App& app) {
+  struct Options {
+    ModelOptions model;
+    std::string tokens, prompt, out;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("logits", "write the logits of one forward pass as .npy");
+  add_model_options(*cmd, opt->model);
+  auto* t = cmd->add_option("--tokens", opt->tokens, "token ids, e.g. 3,17,42");
+  auto* p = cmd->add_option("--prompt", opt->prompt, "text instead of --tokens");
+  t->excludes(p);
+  cmd->add_option("--out", opt->out, "output file (.npy, float32 [n_tokens, vocab])")->required();
+  cmd->callback([opt] {
+    if (opt->prompt.empty() && opt->tokens.empty()) fail(Status::invalid_argument, "logits needs --tokens or --prompt");
+    Session s = open_session(opt->model);
+    std::vector<int32_t> ids = prompt_tokens(s.model, opt->prompt, opt->tokens);
+    const int64_t n = static_cast<int64_t>(ids.size()), V = s.model.model->info().n_vocab;
+    auto state = s.model.model->new_state(n);
+    std::vector<float> logits(n * V);
+    s.model.model->forward(ids, *state, logits, true);
+    std::vector<int64_t> shape{n, V};
+    write_npy(opt->out, logits.data(), shape);
+  });
+}
+
+}  // namespace sluice::cli

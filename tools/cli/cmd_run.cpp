@@ -1,0 +1,77 @@
+// sluice run: generate text from a prompt, streaming it to stdout; a summary line on stderr.
+#include <cstdio>
+#include <string>
+
+#include "cli_common.h"
+#include "engine/generator.h"
+
+namespace sluice::cli {
+
+void register_run(CLI::App& app) {
+  struct Options {
+    ModelOptions model;
+    std::string prompt, tokens;
+    int64_t n_predict = 32;
+    float temperature = 0.8f, top_p = 1.0f;
+    int32_t top_k = 0;
+    uint64_t seed = 0;
+    int64_t n_ctx = 0;
+    bool print_ids = false, ignore_eos = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
+  add_model_options(*cmd, opt->model);
+  auto* p = cmd->add_option("--prompt", opt->prompt, "prompt text");
+  auto* t = cmd->add_option("--tokens", opt->tokens, "prompt as token ids, e.g. 3,17,42");
+  p->excludes(t);
+  cmd->add_option("-n,--n-predict", opt->n_predict, "tokens to generate (default 32)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", opt->temperature, "sampling temperature; 0 is greedy (default 0.8)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", opt->top_p, "nucleus sampling mass in (0, 1] (default 1)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", opt->top_k, "keep the k most likely tokens; 0 keeps all (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", opt->seed, "random seed (default 0)");
+  cmd->add_option("--ctx", opt->n_ctx, "context size in tokens (default: prompt + n)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--print-ids", opt->print_ids, "end stdout with the generated token ids, comma-separated");
+  cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
+  cmd->callback([opt] {
+    if (opt->prompt.empty() && opt->tokens.empty()) fail(Status::invalid_argument, "run needs --prompt or --tokens");
+    Session s = open_session(opt->model);
+    std::vector<int32_t> prompt = prompt_tokens(s.model, opt->prompt, opt->tokens);
+    GenerateOptions g;
+    g.n_predict = opt->n_predict;
+    g.sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
+    if (!opt->ignore_eos) g.eos_id = s.model.eos_id();
+    g.n_ctx = opt->n_ctx;
+    std::vector<int32_t> generated;
+    std::optional<StreamDecoder> text;
+    if (s.model.tokenizer) text.emplace(*s.model.tokenizer);
+    Generator gen(*s.model.model);
+    GenerateStats st = gen.generate(prompt, g, [&](int32_t id) {
+      generated.push_back(id);
+      if (text) {
+        std::string piece = text->push(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    });
+    if (text) {
+      std::string rest = text->flush();
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+    }
+    std::printf("\n");
+    if (opt->print_ids) {
+      for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "sluice: %s (%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s\n",
+                 s.model.dir.filename().string().c_str(), s.model.model->info().family.c_str(),
+                 s.model.model->info().n_params / 1e6, static_cast<long long>(st.n_prompt),
+                 st.prefill_tokens_per_second(), static_cast<long long>(st.n_generated),
+                 st.decode_tokens_per_second());
+  });
+}
+
+}  // namespace sluice::cli
