@@ -1,0 +1,55 @@
+// CpuBackend: the reference implementation of Backend, and the fast path on machines
+// without a GPU. Memory is host memory (64-byte aligned allocations); ops run synchronously
+// on a ThreadPool. The op bodies live one family per file (matmul.cpp, norm.cpp, rope.cpp,
+// attention.cpp, elementwise.cpp, rows.cpp).
+//
+// Reproducibility contract (other backends are checked against it): every output element
+// of every op is computed in one fixed order that depends only on the op's sizes along the
+// reduced dimension, never on the number of rows, the thread count or the code path, so a
+// batched prefill and a token-by-token decode produce identical bits. See simd.h.
+#pragma once
+
+#include <string>
+
+#include "backends/backend.h"
+#include "core/thread_pool.h"
+
+namespace sluice {
+
+class CpuBackend final : public Backend {
+ public:
+  // pool: the threads the ops run on; null means ThreadPool::global(), looked up on use.
+  explicit CpuBackend(ThreadPool* pool = nullptr) : pool_(pool) {}
+
+  std::string name() const override { return "cpu"; }
+
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  Tensor upload(const Tensor& host) override;
+  void to_host(const Tensor& src, void* dst) override;
+  void from_host(const Tensor& dst, const void* src) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+  void synchronize() override {}
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
+  void add_bias(const Tensor& y, const Tensor& b) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
+            bool interleaved) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const AttentionParams& params) override;
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void add(const Tensor& x, const Tensor& y) override;
+  void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
+  void gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) override;
+  void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;
+  void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
+                   const Tensor& out) override;
+
+  ThreadPool& pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
+
+ private:
+  ThreadPool* pool_;
+};
+
+}  // namespace sluice
