@@ -120,9 +120,11 @@ int main(int argc, char** argv) {
       prefill.push_back(st.prefill_tokens_per_second());
       decode.push_back(st.decode_tokens_per_second());
     }
-    // Bytes one decode step reads: all dense weights + top-4 of 16 experts per layer (bf16).
+    // Bytes one decode step reads (bf16): every non-expert weight except the embedding table
+    // (one row of it), plus the top-4 of 16 experts in each of the 8 layers.
     const double expert_bytes = 3.0 * 768 * 256 * 2, layers = 8;
-    const double dense_bytes = (info.n_params - 16 * layers * 3.0 * 768 * 256) * 2;
+    const double embedding_params = static_cast<double>(info.n_vocab) * info.n_embd;
+    const double dense_bytes = (info.n_params - 16 * layers * 3.0 * 768 * 256 - embedding_params) * 2;
     const double step_bytes = dense_bytes + layers * 4 * expert_bytes;
     Spread p = spread(prefill), d = spread(decode);
     std::printf("| model | params | threads | prefill tok/s | decode tok/s | weight GB/s in decode |\n");

@@ -5,6 +5,8 @@
 // teacher-forced logits of prompt + continuation.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "engine/generator.h"
 #include "fixture_util.h"
 #include "format/npy.h"
@@ -34,7 +36,9 @@ TEST_P(Parity, TeacherForcedLogitsMatchTransformers) {
     auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
     std::vector<float> got(ids.size() * V);
     m.model->forward(ids, *state, got, true);
-    EXPECT_LE(max_abs_diff(got, want.data), kLogitTolerance) << GetParam() << " " << file;
+    float diff = max_abs_diff(got, want.data);
+    std::printf("%s %s: max |logit - reference| = %.3g\n", GetParam().c_str(), file, diff);
+    EXPECT_LE(diff, kLogitTolerance) << GetParam() << " " << file;
   }
 }
 

@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
                  const AttentionParams& params) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add(const Tensor& x, const Tensor& y) override;
+  void clamp(const Tensor& x, float lo, float hi) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
   void gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) override;
   void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;

@@ -54,6 +54,14 @@ void CpuBackend::add(const Tensor& x, const Tensor& y) {
   });
 }
 
+void CpuBackend::clamp(const Tensor& x, float lo, float hi) {
+  SLUICE_CHECK(x.dtype == DType::f32, Status::internal, "cpu clamp: x ", dtype_name(x.dtype), " (want f32)");
+  float* xp = x.ptr<float>();
+  pool().parallel_for(x.numel(), kMinChunkElems, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) xp[i] = std::min(std::max(xp[i], lo), hi);
+  });
+}
+
 void CpuBackend::add_bias(const Tensor& y, const Tensor& b) {
   SLUICE_CHECK(y.dtype == DType::f32 && cpu::is_weight_dtype(b.dtype) && b.numel() == y.cols(),
                Status::internal, "cpu add_bias: y ", dtype_name(y.dtype), " ", y.shape_str(), ", b ",
