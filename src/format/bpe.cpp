@@ -68,7 +68,8 @@ std::optional<int32_t> BpeModel::find(std::string_view bytes) const {
 }
 
 std::optional<int32_t> BpeModel::find_spelling(std::string_view spelling) const {
-  if (std::optional<std::string> bytes = byte_level_decode(spelling)) return find(*bytes);
+  thread_local std::string bytes;  // find_spelling runs 3 times per merge at load: no allocations
+  if (byte_level_decode_to(spelling, bytes)) return find(bytes);
   auto it = by_spelling_.find(spelling);
   if (it == by_spelling_.end()) return std::nullopt;
   return it->second;

@@ -3,9 +3,7 @@
 #include "format/tokenizer.h"
 
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -70,8 +68,13 @@ bool bool_field(const nlohmann::json& j, const char* key, bool fallback) {
 nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   SLUICE_CHECK(in, Status::io, "cannot open ", path.string());
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SLUICE_CHECK(!in.bad(), Status::io, "cannot read ", path.string());
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  SLUICE_CHECK(!ec, Status::io, "cannot stat ", path.string(), ": ", ec.message());
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  SLUICE_CHECK(static_cast<uintmax_t>(in.gcount()) == size, Status::io, "cannot read ", path.string(), " (",
+               in.gcount(), " of ", size, " bytes)");
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

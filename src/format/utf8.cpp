@@ -174,17 +174,29 @@ const ByteLevelAlphabet& byte_level_alphabet() {
   return alphabet;
 }
 
-std::optional<std::string> byte_level_decode(std::string_view spelled) {
+bool byte_level_decode_to(std::string_view spelled, std::string& out) {
   const ByteLevelAlphabet& a = byte_level_alphabet();
-  std::string out;
-  out.reserve(spelled.size());
+  out.clear();
   for (size_t i = 0; i < spelled.size();) {
+    const auto b = static_cast<uint8_t>(spelled[i]);
+    if (b < 0x80) {  // printable ASCII stands for itself; controls and space are not in the alphabet
+      if (a.cp_to_byte[b] < 0) return false;
+      out += static_cast<char>(b);
+      ++i;
+      continue;
+    }
     size_t len = 0;
     const uint32_t cp = utf8_decode(spelled, i, &len);
-    if (cp >= a.cp_to_byte.size() || a.cp_to_byte[cp] < 0) return std::nullopt;
+    if (cp >= a.cp_to_byte.size() || a.cp_to_byte[cp] < 0) return false;
     out += static_cast<char>(a.cp_to_byte[cp]);
     i += len;
   }
+  return true;
+}
+
+std::optional<std::string> byte_level_decode(std::string_view spelled) {
+  std::string out;
+  if (!byte_level_decode_to(spelled, out)) return std::nullopt;
   return out;
 }
 

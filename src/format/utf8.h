@@ -57,6 +57,8 @@ const ByteLevelAlphabet& byte_level_alphabet();
 // character is outside the alphabet (added tokens, foreign vocabularies). Input must be valid
 // UTF-8.
 std::optional<std::string> byte_level_decode(std::string_view spelled);
+// The same into a caller's buffer (replaced, not appended to); false when outside the alphabet.
+bool byte_level_decode_to(std::string_view spelled, std::string& out);
 
 // Spells raw bytes in the byte-level alphabet (the inverse of byte_level_decode).
 std::string byte_level_encode(std::string_view bytes);
