@@ -223,11 +223,9 @@ std::vector<SafetensorsEntry> parse_safetensors_header(std::span<const uint8_t> 
   try {
     root = json::parse(header, header + header_len,
                        [&](int depth, json::parse_event_t event, json& parsed) { return scanner.on_event(depth, event, parsed); });
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     std::string_view text(reinterpret_cast<const char*>(header), header_len);
     fail(Status::corrupt, file_name, ": header is not valid JSON (", describe_json_error(e, text), ")");
-  } catch (const json::exception& e) {
-    fail(Status::corrupt, file_name, ": header is not valid JSON (", e.what(), ")");
   }
   SLUICE_CHECK(root.is_object(), Status::corrupt, file_name, ": header is JSON ", root.type_name(), ", not an object");
 

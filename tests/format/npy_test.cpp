@@ -167,6 +167,13 @@ TEST_P(NpyCorrupt, RejectedWithNamedFile) {
 INSTANTIATE_TEST_SUITE_P(Table, NpyCorrupt, ::testing::ValuesIn(npy_cases()),
                          [](const ::testing::TestParamInfo<NpyCase>& info) { return std::string(info.param.label); });
 
+TEST(Npy, FuzzSeedCorpusParses) {
+  const std::filesystem::path dir = std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/fuzz/corpus_npy";
+  EXPECT_EQ(read_npy(dir / "f4_2x3.npy").data, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(read_npy(dir / "f2_1d.npy").data, (std::vector<float>{1.0f, -1.0f}));
+  EXPECT_EQ(read_npy(dir / "f8_scalar.npy").data, (std::vector<float>{0.1f}));
+}
+
 TEST(Npy, MissingFile) {
   ScratchDir dir;
   expect_error([&] { read_npy(dir / "absent.npy"); }, Status::not_found, {"absent.npy"});
@@ -192,9 +199,11 @@ TEST(JsonFile, SyntaxErrorWithLineAndColumn) {
   ScratchDir dir;
   write_bytes(dir / "config.json", "{\n  \"a\": 1,\n  \"b\": tru\n}\n");
   expect_error([&] { read_json_file(dir / "config.json"); }, Status::corrupt,
-               {"config.json", "invalid JSON at line 3, column 11", "invalid literal"});
+               {"config.json", "invalid JSON: line 3, column 11", "invalid literal"});
   write_bytes(dir / "config.json", "{\"a\": 1");
   expect_error([&] { read_json_file(dir / "config.json"); }, Status::corrupt, {"config.json", "line 1", "end of input"});
+  write_bytes(dir / "config.json", "{\"x\": 1e400}");
+  expect_error([&] { read_json_file(dir / "config.json"); }, Status::corrupt, {"config.json", "number overflow"});
   write_bytes(dir / "config.json", "");
   expect_error([&] { read_json_file(dir / "config.json"); }, Status::corrupt, {"config.json", "line 1, column 1"});
   write_bytes(dir / "config.json", "{\"\xc3\x28\": 1}");

@@ -1,0 +1,368 @@
+// Tokenizer (see tokenizer.h): loading tokenizer.json and tokenizer_config.json, the encode
+// pipeline, decode and streaming decode.
+#include "format/tokenizer.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "format/added_tokens.h"
+#include "format/bpe.h"
+#include "format/pretokenizer.h"
+#include "format/utf8.h"
+
+namespace sluice {
+
+// Texts are addressed with 32-bit offsets (pieces) and prefix spaces may grow the arena; 1 GiB
+// leaves room for both.
+constexpr size_t max_text_bytes = size_t(1) << 30;
+
+struct Tokenizer::Impl {
+  BpeModel model;
+  Normalizer normalizer;
+  PreTokenizer pre_tokenizer;
+  std::vector<AddedToken> added;  // stable: the matchers and maps point into it
+  AddedTokenMatcher raw_matcher;         // normalized == false: matched in the raw text
+  AddedTokenMatcher normalized_matcher;  // normalized == true: matched after normalization
+  TokenMap added_by_content;
+
+  // Per id, [0, vocab_size): bytes the decoder yields, and what the id is.
+  enum class Kind : uint8_t { none, model, added, special };
+  std::string token_blob;
+  std::vector<uint32_t> token_offset;  // [vocab_size + 1] into token_blob
+  std::vector<Kind> token_kind;        // [vocab_size]
+
+  std::optional<int32_t> bos, eos;
+  bool add_bos = false;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(token_kind.size()); }
+  void check_id(int32_t id) const {
+    SLUICE_CHECK(id >= 0 && id < vocab_size(), Status::invalid_argument, "tokenizer: token id ", id,
+                 " is outside [0, ", vocab_size(), ")");
+    SLUICE_CHECK(token_kind[id] != Kind::none, Status::invalid_argument, "tokenizer: token id ", id,
+                 " is not in the vocabulary (a gap between ids)");
+  }
+  std::string_view bytes(int32_t id) const {
+    return std::string_view(token_blob).substr(token_offset[id], token_offset[id + 1] - token_offset[id]);
+  }
+  std::optional<int32_t> find(std::string_view content) const {
+    if (auto it = added_by_content.find(content); it != added_by_content.end()) return it->second;
+    return model.find(content);
+  }
+};
+
+namespace {
+
+const nlohmann::json* field(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool bool_field(const nlohmann::json& j, const char* key, bool fallback) {
+  const nlohmann::json* v = field(j, key);
+  return v && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  SLUICE_CHECK(in, Status::io, "cannot open ", path.string());
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  SLUICE_CHECK(!ec, Status::io, "cannot stat ", path.string(), ": ", ec.message());
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  SLUICE_CHECK(static_cast<uintmax_t>(in.gcount()) == size, Status::io, "cannot read ", path.string(), " (",
+               in.gcount(), " of ", size, " bytes)");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(Status::corrupt, path.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+// The decoder must map byte-level spellings back to bytes; tokenizers' ByteLevel decoder does
+// that per token, and a token with a character outside the alphabet passes through as is.
+void check_decoder(const nlohmann::json& j) {
+  if (j.is_null()) return;  // no decoder: sluice decodes byte-level anyway
+  const nlohmann::json* type = field(j, "type");
+  SLUICE_CHECK(type && type->is_string(), Status::corrupt, "tokenizer.json: decoder has no \"type\"");
+  if (*type == "ByteLevel") return;
+  if (*type == "Sequence") {
+    const nlohmann::json* list = field(j, "decoders");
+    SLUICE_CHECK(list && list->is_array(), Status::corrupt, "tokenizer.json: decoder Sequence has no list");
+    for (const auto& d : *list) check_decoder(d);
+    return;
+  }
+  fail(Status::unsupported, "tokenizer.json: decoder type \"", type->get<std::string>(),
+       "\" is not supported (sluice decodes byte-level BPE: ByteLevel)");
+}
+
+AddedToken parse_added_token(const nlohmann::json& j, size_t index) {
+  SLUICE_CHECK(j.is_object(), Status::corrupt, "tokenizer.json: added_tokens[", index, "] is not an object");
+  const nlohmann::json* id = field(j, "id");
+  const nlohmann::json* content = field(j, "content");
+  SLUICE_CHECK(id && id->is_number_integer() && content && content->is_string(), Status::corrupt,
+               "tokenizer.json: added_tokens[", index, "] lacks an integer id or a string content");
+  AddedToken t;
+  const int64_t v = id->get<int64_t>();
+  SLUICE_CHECK(v >= 0 && v < (int64_t(1) << 24), Status::corrupt, "tokenizer.json: added_tokens[", index, "] id ", v,
+               " is out of range");
+  t.id = static_cast<int32_t>(v);
+  t.content = content->get<std::string>();
+  t.special = bool_field(j, "special", false);
+  t.single_word = bool_field(j, "single_word", false);
+  t.lstrip = bool_field(j, "lstrip", false);
+  t.rstrip = bool_field(j, "rstrip", false);
+  t.normalized = bool_field(j, "normalized", !t.special);  // tokenizers' AddedToken default
+  return t;
+}
+
+// tokenizer_config.json names bos/eos as a string or as {"content": ...}.
+std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
+  const nlohmann::json* v = field(config, key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (const nlohmann::json* c = field(*v, "content"); c && c->is_string()) return c->get<std::string>();
+  fail(Status::corrupt, "tokenizer_config.json: ", key, " is neither a string nor {\"content\": ...}");
+}
+
+// Whether the post_processor's single-sequence template starts with the special token named
+// bos (TemplateProcessing, possibly inside a Sequence: Llama 3 adds bos this way).
+bool template_adds(const nlohmann::json& pp, const std::string& bos) {
+  const nlohmann::json* type = field(pp, "type");
+  if (!type || !type->is_string()) return false;
+  if (*type == "Sequence") {
+    if (const nlohmann::json* list = field(pp, "processors"); list && list->is_array())
+      for (const auto& p : *list)
+        if (template_adds(p, bos)) return true;
+    return false;
+  }
+  if (*type != "TemplateProcessing") return false;
+  const nlohmann::json* single = field(pp, "single");
+  if (!single || !single->is_array() || single->empty()) return false;
+  const nlohmann::json* special = field((*single)[0], "SpecialToken");
+  const nlohmann::json* name = special ? field(*special, "id") : nullptr;
+  return name && name->is_string() && *name == bos;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+  std::error_code ec;
+  // A path to tokenizer.json itself is accepted too.
+  const bool is_file = std::filesystem::is_regular_file(dir, ec);
+  const std::filesystem::path json_path = is_file ? dir : dir / "tokenizer.json";
+  SLUICE_CHECK(std::filesystem::is_regular_file(json_path, ec), Status::not_found, "tokenizer.json not found: ",
+               json_path.string());
+  const nlohmann::json tokenizer_json = read_json(json_path);
+  const std::filesystem::path config_path = json_path.parent_path() / "tokenizer_config.json";
+  if (std::filesystem::is_regular_file(config_path, ec)) {
+    const nlohmann::json config = read_json(config_path);
+    return from_json(tokenizer_json, &config);
+  }
+  return from_json(tokenizer_json, nullptr);
+}
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* config) {
+  SLUICE_CHECK(tj.is_object(), Status::corrupt, "tokenizer.json: top level is not an object");
+  const nlohmann::json* model_json = field(tj, "model");
+  SLUICE_CHECK(model_json, Status::corrupt, "tokenizer.json: no \"model\"");
+
+  auto impl = std::make_shared<Impl>();
+  std::vector<std::pair<int32_t, std::string>> vocab;
+  impl->model = BpeModel::from_json(*model_json, vocab);
+  static const nlohmann::json null_json;
+  const nlohmann::json* normalizer = field(tj, "normalizer");
+  const nlohmann::json* pre_tokenizer = field(tj, "pre_tokenizer");
+  const nlohmann::json* decoder = field(tj, "decoder");
+  impl->normalizer = Normalizer::from_json(normalizer ? *normalizer : null_json);
+  impl->pre_tokenizer = PreTokenizer::from_json(pre_tokenizer ? *pre_tokenizer : null_json);
+  check_decoder(decoder ? *decoder : null_json);
+
+  if (const nlohmann::json* list = field(tj, "added_tokens")) {
+    SLUICE_CHECK(list->is_array(), Status::corrupt, "tokenizer.json: added_tokens is not a list");
+    impl->added.reserve(list->size());
+    for (size_t i = 0; i < list->size(); ++i) {
+      AddedToken t = parse_added_token((*list)[i], i);
+      // tokenizers gives an added token whose content is already a vocabulary entry (by its
+      // spelling) that entry's id, whatever the file says.
+      if (std::optional<int32_t> id = impl->model.find_spelling(t.content)) t.id = *id;
+      impl->added.push_back(std::move(t));
+    }
+  }
+  for (const AddedToken& t : impl->added) {
+    impl->added_by_content.emplace(t.content, t.id);
+    if (!t.normalized) {
+      impl->raw_matcher.add(t.content, &t);
+    } else {
+      // Normalized tokens are looked for in normalized text, so their content is normalized too.
+      std::string normalized;
+      impl->normalized_matcher.add(impl->normalizer.apply(t.content, normalized) ? normalized : t.content, &t);
+    }
+  }
+
+  // Id tables: the bytes the ByteLevel decoder yields for each id. Added tokens win over a
+  // vocabulary entry with the same id, as in tokenizers' id_to_token.
+  int32_t n = 0;
+  for (const auto& [id, bytes] : vocab) n = std::max(n, id + 1);
+  for (const AddedToken& t : impl->added) n = std::max(n, t.id + 1);
+  std::vector<const std::string*> text_of(n, nullptr);
+  std::vector<std::string> added_bytes(impl->added.size());
+  impl->token_kind.assign(n, Impl::Kind::none);
+  for (const auto& [id, bytes] : vocab) {
+    text_of[id] = &bytes;
+    impl->token_kind[id] = Impl::Kind::model;
+  }
+  for (size_t i = 0; i < impl->added.size(); ++i) {
+    const AddedToken& t = impl->added[i];
+    std::optional<std::string> bytes = byte_level_decode(t.content);
+    added_bytes[i] = bytes ? std::move(*bytes) : t.content;
+    text_of[t.id] = &added_bytes[i];
+    impl->token_kind[t.id] = t.special ? Impl::Kind::special : Impl::Kind::added;
+  }
+  impl->token_offset.resize(size_t(n) + 1);
+  size_t total = 0;
+  for (int32_t id = 0; id < n; ++id) total += text_of[id] ? text_of[id]->size() : 0;
+  SLUICE_CHECK(total < (size_t(1) << 32), Status::corrupt, "tokenizer.json: token texts exceed 4 GiB");
+  impl->token_blob.reserve(total);
+  for (int32_t id = 0; id < n; ++id) {
+    impl->token_offset[id] = static_cast<uint32_t>(impl->token_blob.size());
+    if (text_of[id]) impl->token_blob += *text_of[id];
+  }
+  impl->token_offset[n] = static_cast<uint32_t>(impl->token_blob.size());
+
+  if (config) {
+    SLUICE_CHECK(config->is_object(), Status::corrupt, "tokenizer_config.json: top level is not an object");
+    for (const char* key : {"bos_token", "eos_token"}) {
+      const std::optional<std::string> content = config_token(*config, key);
+      if (!content) continue;
+      const std::optional<int32_t> id = impl->find(*content);
+      SLUICE_CHECK(id.has_value(), Status::corrupt, "tokenizer_config.json: ", key, " \"", *content,
+                   "\" is not a token of tokenizer.json");
+      (key == std::string_view("bos_token") ? impl->bos : impl->eos) = id;
+    }
+    if (const nlohmann::json* v = field(*config, "add_bos_token"); v && v->is_boolean()) {
+      impl->add_bos = v->get<bool>();
+    } else if (impl->bos) {
+      const nlohmann::json* pp = field(tj, "post_processor");
+      impl->add_bos = pp && template_adds(*pp, std::string(impl->bytes(*impl->bos)));
+    }
+  }
+  return Tokenizer(std::move(impl));
+}
+
+namespace {
+
+// Buffers of one encode call. The word cache maps a piece's bytes to its ids: natural text
+// repeats words, and BPE of a word is far dearer than a hash lookup.
+struct EncodeState {
+  RegexScratch regex;
+  BpeScratch bpe;
+  std::string arena;
+  std::vector<Piece> pieces;
+  std::string normalized;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> cache;
+  std::vector<int32_t> cache_ids;  // ids of cached words, [offset, offset + count) per entry
+};
+
+// Pieces longer than this are not cached (tokenizers' limit is 256 bytes too).
+constexpr size_t max_cached_piece = 256;
+
+void encode_plain(const Tokenizer::Impl& t, std::string_view text, EncodeState& st, std::vector<int32_t>& ids) {
+  st.arena.assign(text);
+  t.pre_tokenizer.run(st.arena, st.pieces, st.regex);
+  for (const Piece& p : st.pieces) {
+    const std::string_view word(st.arena.data() + p.begin, p.end - p.begin);
+    if (word.size() > max_cached_piece) {
+      t.model.encode_word(word, st.bpe, ids);
+      continue;
+    }
+    if (auto it = st.cache.find(word); it != st.cache.end()) {
+      ids.insert(ids.end(), st.cache_ids.begin() + it->second.first,
+                 st.cache_ids.begin() + it->second.first + it->second.second);
+      continue;
+    }
+    const size_t before = ids.size();
+    t.model.encode_word(word, st.bpe, ids);
+    const auto offset = static_cast<uint32_t>(st.cache_ids.size());
+    st.cache_ids.insert(st.cache_ids.end(), ids.begin() + before, ids.end());
+    st.cache.emplace(std::string(word), std::make_pair(offset, static_cast<uint32_t>(ids.size() - before)));
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+  if (std::optional<Utf8Error> err = utf8_find_invalid(text))
+    fail(Status::invalid_argument, "tokenizer: invalid UTF-8 at byte offset ", err->offset, ": ", err->reason);
+  SLUICE_CHECK(text.size() <= max_text_bytes, Status::invalid_argument, "tokenizer: text of ", text.size(),
+               " bytes exceeds the limit of ", max_text_bytes);
+  const Impl& t = *impl_;
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 8);  // ~4 bytes per token in English; a guess, not a bound
+  if (add_bos && t.add_bos && t.bos) ids.push_back(*t.bos);
+
+  EncodeState st;
+  auto on_token = [&](const AddedToken& tok) { ids.push_back(tok.id); };
+  t.raw_matcher.split(
+      text,
+      [&](std::string_view plain) {
+        // Normalize each stretch between raw-text added tokens separately, as tokenizers does.
+        std::string normalized;
+        const std::string_view norm = t.normalizer.apply(plain, normalized) ? std::string_view(normalized) : plain;
+        t.normalized_matcher.split(norm, [&](std::string_view piece) { encode_plain(t, piece, st, ids); }, on_token);
+      },
+      on_token);
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  const Impl& t = *impl_;
+  std::string out;
+  for (int32_t id : ids) {
+    t.check_id(id);
+    if (skip_special && t.token_kind[id] == Impl::Kind::special) continue;
+    out += t.bytes(id);
+  }
+  return out;
+}
+
+std::string Tokenizer::token_text(int32_t id) const {
+  impl_->check_id(id);
+  return std::string(impl_->bytes(id));
+}
+
+int32_t Tokenizer::vocab_size() const { return impl_->vocab_size(); }
+std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < impl_->vocab_size() && impl_->token_kind[id] == Impl::Kind::special;
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view content) const { return impl_->find(content); }
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+std::string StreamDecoder::push(int32_t id) {
+  const Tokenizer::Impl& t = *tokenizer_.impl_;
+  t.check_id(id);
+  if (skip_special_ && t.token_kind[id] == Tokenizer::Impl::Kind::special) return {};
+  pending_ += t.bytes(id);
+  std::string out;
+  pending_.erase(0, utf8_repair(pending_, false, out));
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  utf8_repair(pending_, true, out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace sluice
