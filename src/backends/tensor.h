@@ -19,6 +19,7 @@ struct Tensor {
   std::array<int64_t, 4> shape{0, 0, 0, 0};
   int ndim = 0;
   void* data = nullptr;
+  void* scales = nullptr;         // quantized dtypes only (core/quant.h): per-row/group scales
   std::shared_ptr<void> storage;  // owner of the memory `data` points into (may be null for borrowed)
 
   Tensor() = default;
@@ -28,7 +29,8 @@ struct Tensor {
   int64_t numel() const;
   int64_t cols() const { return ndim ? shape[ndim - 1] : 0; }  // innermost dimension
   int64_t rows() const { return cols() ? numel() / cols() : 0; }  // product of the others
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const;          // bytes of `data` (packed values for quantized dtypes)
+  size_t scale_nbytes() const;    // bytes of `scales` (0 unless quantized)
   std::string shape_str() const;  // "[4, 64]"
 
   // Same memory, new shape with the same number of elements.

@@ -15,6 +15,9 @@ std::string_view dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::u8: return "u8";
     case DType::i8: return "i8";
+    case DType::q8: return "q8";
+    case DType::q4: return "q4";
+    case DType::q2: return "q2";
   }
   return "?";
 }
@@ -29,6 +32,9 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   if (lower == "i64") return DType::i64;
   if (lower == "u8") return DType::u8;
   if (lower == "i8") return DType::i8;
+  if (lower == "q8") return DType::q8;
+  if (lower == "q4") return DType::q4;
+  if (lower == "q2") return DType::q2;
   return std::nullopt;
 }
 
@@ -38,6 +44,7 @@ size_t dtype_size(DType t) {
     case DType::f16: case DType::bf16: return 2;
     case DType::i64: return 8;
     case DType::u8: case DType::i8: return 1;
+    case DType::q8: case DType::q4: case DType::q2: return 0;
   }
   return 0;
 }

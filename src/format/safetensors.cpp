@@ -360,6 +360,7 @@ std::string_view safetensors_dtype_name(DType t) {
     case DType::i64: return "I64";
     case DType::u8: return "U8";
     case DType::i8: return "I8";
+    case DType::q8: case DType::q4: case DType::q2: break;  // pack-only kinds: no safetensors name
   }
   return "?";
 }
@@ -376,6 +377,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
     for (int i = 0; i < t.ndim; ++i)
       SLUICE_CHECK(t.shape[i] >= 0, Status::invalid_argument, file, ": tensor ", quoted(name), " shape ", t.shape_str());
     SLUICE_CHECK(t.data || t.numel() == 0, Status::invalid_argument, file, ": tensor ", quoted(name), " has no data");
+    SLUICE_CHECK(!dtype_is_quantized(t.dtype), Status::invalid_argument, file, ": tensor ", quoted(name),
+                 " has the pack-only dtype ", dtype_name(t.dtype));
   }
 
   // Larger elements first keeps every tensor aligned to its element size (the data section

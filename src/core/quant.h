@@ -1,0 +1,48 @@
+// Quantized weight layouts (the pack format's expert kinds). All quantize along the input
+// dimension (a weight row [cols] is one output feature). Row r's packed values start at
+// r * quant_row_bytes(t, cols) in `data`, its scales at r * quant_scale_row_bytes(t, cols)
+// in `scales`. A row's last group may be partial: its missing elements are stored as zero.
+//
+//   q8: int8 values [cols], scale f32 [1] per row:         w = q * scale
+//   q4: groups of 32; per group 16 bytes of 4-bit values (byte j: element 2j in the low
+//       nibble, 2j+1 in the high nibble) and an f16 scale:   w = (q - 8) * scale
+//   q2: groups of 16; per group 4 bytes of 2-bit values (byte j: elements 4j..4j+3 in bits
+//       0-1, 2-3, 4-5, 6-7) and two f16 values (scale, min): w = q * scale + min
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+constexpr int64_t kQ4Group = 32;
+constexpr int64_t kQ2Group = 16;
+
+inline int64_t quant_groups(DType t, int64_t cols) {
+  if (t == DType::q4) return (cols + kQ4Group - 1) / kQ4Group;
+  if (t == DType::q2) return (cols + kQ2Group - 1) / kQ2Group;
+  return 1;  // q8: one scale per row
+}
+
+// Bytes of packed values per row.
+inline int64_t quant_row_bytes(DType t, int64_t cols) {
+  switch (t) {
+    case DType::q8: return cols;
+    case DType::q4: return quant_groups(t, cols) * (kQ4Group / 2);
+    case DType::q2: return quant_groups(t, cols) * (kQ2Group / 4);
+    default: return cols * static_cast<int64_t>(dtype_size(t));
+  }
+}
+
+// Bytes of scales per row.
+inline int64_t quant_scale_row_bytes(DType t, int64_t cols) {
+  switch (t) {
+    case DType::q8: return 4;
+    case DType::q4: return quant_groups(t, cols) * 2;
+    case DType::q2: return quant_groups(t, cols) * 4;
+    default: return 0;
+  }
+}
+
+}  // namespace sluice
