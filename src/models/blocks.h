@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/expert_weights.h"
 #include "models/rope.h"
 
 namespace sluice {
@@ -61,10 +62,6 @@ struct Routing {
 Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
 
 // ---- experts ----
-struct ExpertWeights {
-  Tensor gate, up;  // [n_ff, n_embd]
-  Tensor down;      // [n_embd, n_ff]
-};
 
 // out[n, n_embd] = silu(h W_gate^T) * (h W_up^T) W_down^T.
 void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tensor& out);
