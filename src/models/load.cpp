@@ -21,8 +21,8 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend) {
   out.dir = dir;
   out.config = read_json_file(dir / "config.json");
   const Family& family = find_family(out.config);
-  Checkpoint checkpoint = Checkpoint::open(dir);
-  out.model = family.load(out.config, checkpoint, backend);
+  CheckpointSource source(Checkpoint::open(dir));
+  out.model = family.load(out.config, source, backend);
   if (std::filesystem::exists(dir / "tokenizer.json", ec)) out.tokenizer = Tokenizer::load(dir);
   else LOG_INFO("no tokenizer.json in ", dir.string(), ": token ids only");
   if (out.tokenizer && out.tokenizer->vocab_size() > out.model->info().n_vocab)

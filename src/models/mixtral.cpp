@@ -58,9 +58,9 @@ DecoderWeights declare_weights(const MixtralConfig& cfg, WeightLoader& wl) {
 }  // namespace
 
 // ---- 3. forward: the shared decoder ----
-std::unique_ptr<Model> load_mixtral(const nlohmann::json& j, Checkpoint& checkpoint, Backend& backend) {
+std::unique_ptr<Model> load_mixtral(const nlohmann::json& j, WeightSource& source, Backend& backend) {
   MixtralConfig cfg = parse_config(j);
-  WeightLoader wl(checkpoint, backend, "mixtral");
+  WeightLoader wl(source, backend, "mixtral");
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}};

@@ -60,9 +60,9 @@ DecoderWeights declare_weights(const OlmoeConfig& cfg, WeightLoader& wl) {
 }  // namespace
 
 // ---- 3. forward: the shared decoder ----
-std::unique_ptr<Model> load_olmoe(const nlohmann::json& j, Checkpoint& checkpoint, Backend& backend) {
+std::unique_ptr<Model> load_olmoe(const nlohmann::json& j, WeightSource& source, Backend& backend) {
   OlmoeConfig cfg = parse_config(j);
-  WeightLoader wl(checkpoint, backend, "olmoe");
+  WeightLoader wl(source, backend, "olmoe");
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}};

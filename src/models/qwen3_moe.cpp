@@ -75,9 +75,9 @@ DecoderWeights declare_weights(const Qwen3MoeConfig& cfg, WeightLoader& wl) {
 }  // namespace
 
 // ---- 3. forward: the shared decoder ----
-std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json& j, Checkpoint& checkpoint, Backend& backend) {
+std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json& j, WeightSource& source, Backend& backend) {
   Qwen3MoeConfig cfg = parse_config(j);
-  WeightLoader wl(checkpoint, backend, "qwen3_moe");
+  WeightLoader wl(source, backend, "qwen3_moe");
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}};

@@ -5,9 +5,9 @@
 
 namespace sluice {
 
-std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json&, Checkpoint&, Backend&);
-std::unique_ptr<Model> load_mixtral(const nlohmann::json&, Checkpoint&, Backend&);
-std::unique_ptr<Model> load_olmoe(const nlohmann::json&, Checkpoint&, Backend&);
+std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_mixtral(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_olmoe(const nlohmann::json&, WeightSource&, Backend&);
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {

@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
-#include "format/checkpoint.h"
+#include "models/weight_source.h"
 #include "models/model.h"
 
 namespace sluice {
 
-using FamilyLoader = std::unique_ptr<Model> (*)(const nlohmann::json& config, Checkpoint& checkpoint,
+using FamilyLoader = std::unique_ptr<Model> (*)(const nlohmann::json& config, WeightSource& source,
                                                 Backend& backend);
 
 struct Family {

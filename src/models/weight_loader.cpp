@@ -5,10 +5,10 @@
 
 namespace sluice {
 
-WeightLoader::WeightLoader(Checkpoint& checkpoint, Backend& backend, std::string family, std::string prefix)
-    : checkpoint_(checkpoint), backend_(backend), family_(std::move(family)), prefix_(std::move(prefix)) {}
+WeightLoader::WeightLoader(WeightSource& source, Backend& backend, std::string family, std::string prefix)
+    : source_(source), backend_(backend), family_(std::move(family)), prefix_(std::move(prefix)) {}
 
-bool WeightLoader::has(const std::string& name) const { return checkpoint_.has(prefix_ + name); }
+bool WeightLoader::has(const std::string& name) const { return source_.has(prefix_ + name); }
 
 Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
   Tensor want(DType::f32, shape, nullptr);
@@ -25,8 +25,8 @@ Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initiali
 
 Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t> shape) {
   const std::string full = prefix_ + name;
-  SLUICE_CHECK(checkpoint_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
-  return check(full, checkpoint_.get(full), shape);
+  SLUICE_CHECK(source_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
+  return check(full, source_.get(full), shape);
 }
 
 std::optional<Tensor> WeightLoader::take_optional(const std::string& name, std::initializer_list<int64_t> shape) {
@@ -36,9 +36,9 @@ std::optional<Tensor> WeightLoader::take_optional(const std::string& name, std::
 
 void WeightLoader::skip_matching(const std::string& name_prefix) {
   int skipped = 0;
-  for (const auto& n : checkpoint_.names()) {
+  for (const auto& n : source_.names()) {
     if (n.rfind(name_prefix, 0) == 0) {
-      checkpoint_.consume(n);
+      source_.consume(n);
       ++skipped;
     }
   }
@@ -46,7 +46,7 @@ void WeightLoader::skip_matching(const std::string& name_prefix) {
 }
 
 void WeightLoader::finish() {
-  auto left = checkpoint_.unconsumed();
+  auto left = source_.unconsumed();
   if (left.empty()) return;
   std::string list;
   for (size_t i = 0; i < left.size() && i < 5; ++i) list += (i ? ", " : "") + left[i];

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "format/checkpoint.h"
+#include "models/weight_source.h"
 
 namespace sluice {
 
 class WeightLoader {
  public:
-  WeightLoader(Checkpoint& checkpoint, Backend& backend, std::string family, std::string prefix = "");
+  WeightLoader(WeightSource& source, Backend& backend, std::string family, std::string prefix = "");
 
   // The tensor `prefix + name` with exactly this shape, in a float dtype (f32/bf16/f16).
   Tensor take(const std::string& name, std::initializer_list<int64_t> shape);
@@ -30,11 +30,14 @@ class WeightLoader {
   void finish();
 
   int64_t n_params() const { return n_params_; }
+  WeightSource& source() { return source_; }
+  Backend& backend() { return backend_; }
+  const std::string& family() const { return family_; }
 
  private:
   Tensor check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
 
-  Checkpoint& checkpoint_;
+  WeightSource& source_;
   Backend& backend_;
   std::string family_;
   std::string prefix_;

@@ -1,0 +1,45 @@
+// WeightSource: where a model's tensors come from, by checkpoint name: an HF checkpoint
+// directory (safetensors) or a pack (dense.bin + expert records). Family code sees only this
+// and the WeightLoader on top of it, so the same family file loads from both.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/tensor.h"
+#include "format/checkpoint.h"
+
+namespace sluice {
+
+class Pack;
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  virtual Tensor get(const std::string& name) = 0;  // host view; marks the tensor used
+  virtual void consume(const std::string& name) = 0;
+  virtual std::vector<std::string> names() const = 0;       // sorted
+  virtual std::vector<std::string> unconsumed() const = 0;  // sorted
+  virtual std::string describe() const = 0;                 // for messages: the directory
+  // The pack whose records hold the routed experts; null for a checkpoint.
+  virtual const Pack* pack() const { return nullptr; }
+};
+
+class CheckpointSource final : public WeightSource {
+ public:
+  explicit CheckpointSource(Checkpoint checkpoint) : ck_(std::move(checkpoint)) {}
+  bool has(const std::string& name) const override { return ck_.has(name); }
+  Tensor get(const std::string& name) override { return ck_.get(name); }
+  void consume(const std::string& name) override { ck_.consume(name); }
+  std::vector<std::string> names() const override { return ck_.names(); }
+  std::vector<std::string> unconsumed() const override { return ck_.unconsumed(); }
+  std::string describe() const override { return ck_.dir().string(); }
+  Checkpoint& checkpoint() { return ck_; }
+
+ private:
+  Checkpoint ck_;
+};
+
+}  // namespace sluice
