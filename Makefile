@@ -6,9 +6,10 @@ DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf
                 libcli11-dev libxxhash-dev libgtest-dev liburing-dev
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
-DEFAULT_MODEL ?= tests/fixtures/qwen3_moe
-DEFAULT_PROMPT ?= The river carries the boat
-RUN_TOKENS   ?= 32
+DEFAULT_MODEL ?= models/demo
+DEFAULT_PROMPT ?= The old man walked slowly
+RUN_TOKENS   ?= 64
+RUN_FLAGS    ?= --temperature 0.7 --top-p 0.9 --seed 3
 
 .PHONY: all deps build run test clean
 
@@ -35,7 +36,8 @@ build: deps
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	$(BUILD_DIR)/bin/sluice run --model $(DEFAULT_MODEL) --prompt "$(DEFAULT_PROMPT)" -n $(RUN_TOKENS)
+	@printf '%s' "$(DEFAULT_PROMPT)"
+	@$(BUILD_DIR)/bin/sluice run --model $(DEFAULT_MODEL) --prompt "$(DEFAULT_PROMPT)" -n $(RUN_TOKENS) $(RUN_FLAGS)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu

@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "backends/expert_weights.h"
 #include "models/rope.h"
+#include "models/routing.h"
 
 namespace sluice {
 
@@ -50,12 +51,6 @@ struct RouterSpec {
   bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1
 };
 
-// Chosen experts of n rows, strongest first: ids/weights[row * k + rank].
-struct Routing {
-  int64_t n_rows = 0, k = 0;
-  std::vector<int32_t> ids;
-  std::vector<float> weights;
-};
 
 // Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
 // lower expert id first).

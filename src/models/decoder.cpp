@@ -71,6 +71,7 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
       router_logits.resize(n * E);
       be_.to_host(rl, router_logits.data());
       Routing routing = route_topk(spec_.router, router_logits, n);
+      if (routing_observer_) routing_observer_({static_cast<int64_t>(l), state.n_past, &routing});
       routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "models/routing.h"
 
 namespace sluice {
 
@@ -40,6 +41,10 @@ class Model {
   virtual ~Model() = default;
   const ModelInfo& info() const { return info_; }
 
+  // Called with every routing decision of every MoE layer (null: none). For tools, not the
+  // hot path: it runs synchronously inside forward().
+  void set_routing_observer(RoutingObserver observer) { routing_observer_ = std::move(observer); }
+
   // A fresh state for a sequence of at most n_ctx tokens.
   virtual std::unique_ptr<SequenceState> new_state(int64_t n_ctx) = 0;
 
@@ -51,6 +56,7 @@ class Model {
 
  protected:
   ModelInfo info_;
+  RoutingObserver routing_observer_;
 };
 
 }  // namespace sluice

@@ -4,13 +4,14 @@
 
 #include "cli_common.h"
 #include "engine/generator.h"
+#include "engine/routing_trace.h"
 
 namespace sluice::cli {
 
 void register_run(CLI::App& app) {
   struct Options {
     ModelOptions model;
-    std::string prompt, tokens;
+    std::string prompt, tokens, trace;
     int64_t n_predict = 32;
     float temperature = 0.8f, top_p = 1.0f;
     int32_t top_k = 0;
@@ -33,6 +34,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "random seed (default 0)");
   cmd->add_option("--ctx", opt->n_ctx, "context size in tokens (default: prompt + n)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--print-ids", opt->print_ids, "end stdout with the generated token ids, comma-separated");
+  cmd->add_option("--trace-routing", opt->trace, "write every routing decision as JSON lines (shared/traces format)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([opt] {
     if (opt->prompt.empty() && opt->tokens.empty()) fail(Status::invalid_argument, "run needs --prompt or --tokens");
@@ -46,6 +48,11 @@ void register_run(CLI::App& app) {
     std::vector<int32_t> generated;
     std::optional<StreamDecoder> text;
     if (s.model.tokenizer) text.emplace(*s.model.tokenizer);
+    std::unique_ptr<RoutingTraceWriter> trace;
+    if (!opt->trace.empty()) {
+      trace = std::make_unique<RoutingTraceWriter>(opt->trace);
+      s.model.model->set_routing_observer(trace->observer());
+    }
     Generator gen(*s.model.model);
     GenerateStats st = gen.generate(prompt, g, [&](int32_t id) {
       generated.push_back(id);
