@@ -77,7 +77,12 @@ class Backend {
                            const Tensor& out) = 0;
 };
 
-// The default backend for this machine (CPU unless a GPU backend is built and usable).
 std::unique_ptr<Backend> make_cpu_backend();
+// Only in builds with SLUICE_CUDA (cuda_built() says whether this one is).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+bool cuda_built();
+// By name: "cpu", "cuda" or "cuda:N", or "auto" (CUDA when built and a device answers, else
+// the CPU). An unknown name or an unusable GPU is a clear error.
+std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace sluice

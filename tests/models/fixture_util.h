@@ -1,6 +1,7 @@
 // Helpers for tests that use the reference fixtures in tests/fixtures/<name>/.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -9,9 +10,14 @@
 
 namespace sluice::test {
 
-inline std::filesystem::path fixture_dir(const std::string& name) {
-  return std::filesystem::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / name;
+// The source tree: SLUICE_SOURCE_DIR from the environment when set (a build carried to
+// another machine), else the one this binary was configured from.
+inline std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("SLUICE_SOURCE_DIR")) return env;
+  return SLUICE_SOURCE_DIR;
 }
+
+inline std::filesystem::path fixture_dir(const std::string& name) { return source_dir() / "tests" / "fixtures" / name; }
 
 // Every model fixture (directories with a reference.json).
 inline std::vector<std::string> model_fixtures() {

@@ -10,6 +10,7 @@ namespace sluice::cli {
 void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--model", opt.model, "model directory (HF checkpoint)")->required();
   cmd.add_option("--threads", opt.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {
@@ -43,7 +44,7 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prom
 Session open_session(const ModelOptions& opt) {
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
   Session s;
-  s.backend = make_cpu_backend();
+  s.backend = make_backend(opt.backend);
   s.model = load_model(opt.model, *s.backend);
   return s;
 }

@@ -15,6 +15,7 @@ namespace sluice::cli {
 struct ModelOptions {
   std::string model;     // --model DIR
   int threads = 0;       // --threads N (0: all cores)
+  std::string backend = "auto";  // --backend cpu|cuda|cuda:N|auto
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);

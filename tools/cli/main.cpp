@@ -15,6 +15,7 @@ void register_perplexity(CLI::App& app);
 int main(int argc, char** argv) {
   CLI::App app{"sluice: Mixture-of-Experts inference that streams experts from SSD"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (-v) may also follow the subcommand
   app.add_flag_function(
       "-v,--verbose",
       [](int64_t count) { sluice::log_set_level(count >= 2 ? sluice::LogLevel::debug : sluice::LogLevel::info); },

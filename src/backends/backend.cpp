@@ -1,0 +1,47 @@
+// Backend selection by name.
+#include "backends/backend.h"
+
+#include <cstdlib>
+
+#include "core/log.h"
+
+namespace sluice {
+
+bool cuda_built() {
+#ifdef SLUICE_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+#ifndef SLUICE_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  fail(Status::unsupported, "this sluice was built without CUDA (configure with -DSLUICE_CUDA=ON on a machine with nvcc)");
+}
+#endif
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "cuda") return make_cuda_backend(0);
+  if (name.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    long device = std::strtol(name.c_str() + 5, &end, 10);
+    SLUICE_CHECK(end && *end == 0 && name.size() > 5 && device >= 0, Status::invalid_argument, "--backend ", name,
+                 ": expected cuda:N");
+    return make_cuda_backend(static_cast<int>(device));
+  }
+  if (name == "auto") {
+    if (cuda_built()) {
+      try {
+        return make_cuda_backend(0);
+      } catch (const Error& e) {
+        LOG_INFO("no GPU backend (", e.what(), "); using the CPU");
+      }
+    }
+    return make_cpu_backend();
+  }
+  fail(Status::invalid_argument, "unknown backend '", name, "' (cpu, cuda, cuda:N, auto)");
+}
+
+}  // namespace sluice

@@ -1,0 +1,213 @@
+// CudaBackend: memory, transfers and the op entry points (shape checks, then a launcher).
+#include "backends/cuda/cuda_backend.h"
+
+#include "backends/cuda/kernels.h"
+#include "core/log.h"
+
+#define CUDA_CHECK(call)                                                                          \
+  do {                                                                                            \
+    cudaError_t err_ = (call);                                                                    \
+    if (err_ != cudaSuccess)                                                                      \
+      ::sluice::fail(::sluice::Status::internal, "CUDA error ", cudaGetErrorString(err_), " in ", \
+                     #call, " at ", __FILE__, ":", __LINE__);                                     \
+  } while (0)
+
+namespace sluice {
+namespace {
+
+int wtype_of(const Tensor& t, const char* op) {
+  switch (t.dtype) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    default: fail(Status::unsupported, "cuda ", op, ": weight dtype ", dtype_name(t.dtype), " is not supported yet");
+  }
+}
+
+void check_f32(const Tensor& t, const char* op, const char* what) {
+  SLUICE_CHECK(t.dtype == DType::f32, Status::internal, "cuda ", op, ": ", what, " must be f32, is ",
+               dtype_name(t.dtype));
+}
+
+std::shared_ptr<void> device_alloc(size_t bytes, int device) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+  SLUICE_CHECK(err == cudaSuccess, Status::out_of_memory, "cuda: cannot allocate ", bytes, " bytes on device ",
+               device, ": ", cudaGetErrorString(err));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  SLUICE_CHECK(err == cudaSuccess && count > 0, Status::unsupported, "no usable CUDA device (",
+               err == cudaSuccess ? "none found" : cudaGetErrorString(err), ")");
+  SLUICE_CHECK(device >= 0 && device < count, Status::invalid_argument, "CUDA device ", device, " does not exist (",
+               count, " found)");
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  name_ = str("cuda:", device, " (", prop.name, ")");
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor t(dtype, shape, nullptr);
+  auto mem = device_alloc(t.nbytes(), device_);
+  t.data = mem.get();
+  t.storage = std::move(mem);
+  return t;
+}
+
+Tensor CudaBackend::upload(const Tensor& host) {
+  Tensor t = host;
+  const size_t data_bytes = host.nbytes(), scale_bytes = host.scale_nbytes();
+  auto mem = device_alloc(data_bytes + scale_bytes, device_);
+  t.data = mem.get();
+  CUDA_CHECK(cudaMemcpy(t.data, host.data, data_bytes, cudaMemcpyHostToDevice));
+  if (scale_bytes) {
+    t.scales = static_cast<char*>(t.data) + data_bytes;
+    CUDA_CHECK(cudaMemcpy(t.scales, host.scales, scale_bytes, cudaMemcpyHostToDevice));
+  }
+  t.storage = std::move(mem);
+  return t;
+}
+
+void CudaBackend::to_host(const Tensor& src, void* dst) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::from_host(const Tensor& dst, const void* src) {
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src at once
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  SLUICE_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), Status::internal, "cuda copy: ",
+               src.shape_str(), " to ", dst.shape_str());
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill(const Tensor& dst, float value) {
+  check_f32(dst, "fill", "dst");
+  cuda::launch_fill(dst.ptr<float>(), value, dst.numel(), stream_);
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::stage(const void* host, size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+    scratch_bytes_ = std::max<size_t>(bytes, 1 << 16);
+    CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+  }
+  // Earlier kernels may still read the scratch: order the copy behind them on the stream,
+  // and wait for it before the host buffer can change (pageable copies return early).
+  CUDA_CHECK(cudaMemcpyAsync(scratch_, host, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return scratch_;
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  check_f32(x, "matmul", "x");
+  check_f32(y, "matmul", "y");
+  const int64_t n = x.rows(), k = x.cols(), m = w.rows();
+  SLUICE_CHECK(w.cols() == k && y.rows() == n && y.cols() == m, Status::internal, "cuda matmul: x ", x.shape_str(),
+               ", w ", w.shape_str(), ", y ", y.shape_str());
+  cuda::launch_matmul(x.ptr<float>(), w.data, wtype_of(w, "matmul"), y.ptr<float>(), n, m, k, stream_);
+}
+
+void CudaBackend::add_bias(const Tensor& y, const Tensor& b) {
+  check_f32(y, "add_bias", "y");
+  SLUICE_CHECK(b.numel() == y.cols(), Status::internal, "cuda add_bias: y ", y.shape_str(), ", b ", b.shape_str());
+  cuda::launch_add_bias(y.ptr<float>(), b.data, wtype_of(b, "add_bias"), y.rows(), y.cols(), stream_);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
+  check_f32(x, "rms_norm", "x");
+  check_f32(y, "rms_norm", "y");
+  SLUICE_CHECK(x.numel() == y.numel() && (w.empty() || w.numel() == x.cols()), Status::internal,
+               "cuda rms_norm: x ", x.shape_str(), ", w ", w.shape_str(), ", y ", y.shape_str());
+  cuda::launch_rms_norm(x.ptr<float>(), w.empty() ? nullptr : w.data, w.empty() ? 0 : wtype_of(w, "rms_norm"),
+                        y.ptr<float>(), x.rows(), x.cols(), eps, stream_);
+}
+
+void CudaBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) {
+  check_f32(x, "rope", "x");
+  SLUICE_CHECK(x.ndim == 3 && rot_dim <= x.shape[2] && rot_dim % 2 == 0 && cos.rows() == x.shape[0] &&
+                   cos.cols() == rot_dim / 2 && sin.numel() == cos.numel(),
+               Status::internal, "cuda rope: x ", x.shape_str(), ", cos ", cos.shape_str(), ", rot ", rot_dim);
+  cuda::launch_rope(x.ptr<float>(), cos.ptr<float>(), sin.ptr<float>(), x.shape[0], x.shape[1], x.shape[2], rot_dim,
+                    interleaved, stream_);
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const AttentionParams& p) {
+  SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.numel() == q.numel() && k.shape[2] == q.shape[2] &&
+                   q.shape[1] % k.shape[1] == 0 && p.n_past + q.shape[0] <= k.shape[0],
+               Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
+  cuda::launch_attention(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
+                         k.shape[1], q.shape[2], p.n_past, p.scale, p.sliding_window, stream_);
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  SLUICE_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel(), Status::internal, "cuda swiglu shapes");
+  cuda::launch_swiglu(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), stream_);
+}
+
+void CudaBackend::add(const Tensor& x, const Tensor& y) {
+  SLUICE_CHECK(x.numel() == y.numel(), Status::internal, "cuda add: ", x.shape_str(), " + ", y.shape_str());
+  cuda::launch_add(x.ptr<float>(), y.ptr<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::clamp(const Tensor& x, float lo, float hi) {
+  check_f32(x, "clamp", "x");
+  cuda::launch_clamp(x.ptr<float>(), lo, hi, x.numel(), stream_);
+}
+
+void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+  const int64_t n = static_cast<int64_t>(ids.size()), cols = table.cols();
+  SLUICE_CHECK(out.rows() == n && out.cols() == cols, Status::internal, "cuda get_rows: table ", table.shape_str(),
+               ", out ", out.shape_str());
+  for (int32_t id : ids)
+    SLUICE_CHECK(id >= 0 && id < table.rows(), Status::invalid_argument, "row id ", id, " outside [0, ", table.rows(), ")");
+  auto* d_ids = static_cast<const int32_t*>(stage(ids.data(), ids.size_bytes()));
+  cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), d_ids, out.ptr<float>(), n, cols, stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  SLUICE_CHECK(out.rows() == n && out.cols() == src.cols(), Status::internal, "cuda gather_rows shapes");
+  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  cuda::launch_gather_rows(src.ptr<float>(), d_idx, out.ptr<float>(), n, src.cols(), stream_);
+}
+
+void CudaBackend::scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  SLUICE_CHECK(src.rows() == n && src.cols() == dst.cols(), Status::internal, "cuda scatter_rows shapes");
+  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  cuda::launch_scatter_rows(src.ptr<float>(), d_idx, dst.ptr<float>(), n, src.cols(), stream_);
+}
+
+void CudaBackend::moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k, const Tensor& out) {
+  const int64_t n = out.rows();
+  SLUICE_CHECK(expert_out.rows() == n * k && expert_out.cols() == out.cols() &&
+                   static_cast<int64_t>(weights.size()) == n * k,
+               Status::internal, "cuda moe_combine shapes");
+  auto* d_w = static_cast<const float*>(stage(weights.data(), weights.size_bytes()));
+  cuda::launch_moe_combine(expert_out.ptr<float>(), d_w, out.ptr<float>(), n, k, out.cols(), stream_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace sluice

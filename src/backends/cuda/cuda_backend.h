@@ -1,0 +1,57 @@
+// CudaBackend: Backend on one NVIDIA GPU. Tensors live in device memory (cudaMalloc, owned
+// through Tensor::storage); ops are kernels enqueued on one stream; to_host synchronizes.
+// Host-side index and weight arrays (get_rows, gather/scatter, moe_combine) are copied to a
+// device scratch buffer on the same stream first. Compiled as C++20 by the host compiler:
+// the kernels (.cu, C++17) are reached through kernels.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backends/backend.h"
+
+namespace sluice {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  Tensor upload(const Tensor& host) override;
+  void to_host(const Tensor& src, void* dst) override;
+  void from_host(const Tensor& dst, const void* src) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+  void synchronize() override;
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
+  void add_bias(const Tensor& y, const Tensor& b) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const AttentionParams& params) override;
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void add(const Tensor& x, const Tensor& y) override;
+  void clamp(const Tensor& x, float lo, float hi) override;
+  void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
+  void gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) override;
+  void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;
+  void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
+                   const Tensor& out) override;
+
+ private:
+  // Copies host bytes to the device scratch (grown as needed) on the stream; returns it.
+  void* stage(const void* host, size_t bytes);
+
+  int device_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace sluice

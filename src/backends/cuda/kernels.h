@@ -1,0 +1,33 @@
+// Launchers of the CUDA backend's kernels (defined in the .cu file of each op family). Plain
+// C++ declarations: pointers are device memory, sizes in elements, all on `stream`.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+using Stream = void*;  // cudaStream_t
+
+// y[n, m] = x[n, k] . w[m, k]^T; wtype 0 f32, 1 f16, 2 bf16.
+void launch_matmul(const float* x, const void* w, int wtype, float* y, int64_t n, int64_t m, int64_t k, Stream s);
+// y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype as above).
+void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
+void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s);
+// x[n, heads, d] in place; cos/sin [n, rot/2].
+void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_t heads, int64_t d, int64_t rot,
+                 bool interleaved, Stream s);
+// q [n, hq, d], k/v [ctx, hkv, d], out [n, hq, d].
+void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
+                      int64_t d, int64_t n_past, float scale, int64_t window, Stream s);
+void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s);
+void launch_add(float* x, const float* y, int64_t n, Stream s);
+void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);
+void launch_fill(float* x, float v, int64_t n, Stream s);
+// out[i, :] = table[ids[i], :] (table any weight type), ids device.
+void launch_get_rows(const void* table, int wtype, const int32_t* ids, float* out, int64_t n, int64_t cols, Stream s);
+void launch_gather_rows(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols, Stream s);
+void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols, Stream s);
+// out[t, :] = sum_r w[t*k + r] * e[t*k + r, :] in r order; w device.
+void launch_moe_combine(const float* e, const float* w, float* out, int64_t n, int64_t k, int64_t cols, Stream s);
+
+}  // namespace sluice::cuda

@@ -1,0 +1,63 @@
+// rms_norm and add_bias: one block per row, the sum of squares reduced over the block.
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <WType T>
+__global__ void rms_norm_kernel(const float* __restrict__ x, const void* __restrict__ w, float* y, int64_t cols,
+                                float eps) {
+  __shared__ float partial[kThreads / 32];
+  const float* xr = x + blockIdx.x * cols;
+  float* yr = y + blockIdx.x * cols;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) ss = fmaf(xr[c], xr[c], ss);
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+  const float inv = rsqrtf(total / static_cast<float>(cols) + eps);
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+    const float v = xr[c] * inv;
+    yr[c] = w ? v * load_w<T>(w, c) : v;
+  }
+}
+
+template <WType T>
+__global__ void add_bias_kernel(float* y, const void* __restrict__ b, int64_t rows, int64_t cols) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] += load_w<T>(b, i % cols);
+}
+
+}  // namespace
+
+void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps,
+                     Stream s) {
+  if (rows == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  switch (static_cast<WType>(wtype)) {
+    case WType::f32: rms_norm_kernel<WType::f32><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
+    case WType::f16: rms_norm_kernel<WType::f16><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
+    case WType::bf16: rms_norm_kernel<WType::bf16><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  switch (static_cast<WType>(wtype)) {
+    case WType::f32: add_bias_kernel<WType::f32><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;
+    case WType::f16: add_bias_kernel<WType::f16><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;
+    case WType::bf16: add_bias_kernel<WType::bf16><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,63 @@
+// Row movement: embedding lookup, gather and scatter of activation rows, and the MoE combine
+// (a weighted sum over each token's routed rows in rank order).
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+template <WType T>
+__global__ void get_rows_kernel(const void* table, const int32_t* ids, float* out, int64_t n, int64_t cols) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < n * cols) out[t] = load_w<T>(table, static_cast<int64_t>(ids[t / cols]) * cols + t % cols);
+}
+__global__ void gather_kernel(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < n * cols) out[t] = src[static_cast<int64_t>(idx[t / cols]) * cols + t % cols];
+}
+__global__ void scatter_kernel(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < n * cols) dst[static_cast<int64_t>(idx[t / cols]) * cols + t % cols] = src[t];
+}
+__global__ void moe_combine_kernel(const float* e, const float* w, float* out, int64_t n, int64_t k, int64_t cols) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * cols) return;
+  const int64_t row = t / cols, c = t % cols;
+  float acc = 0.0f;
+  for (int64_t r = 0; r < k; ++r) acc = fmaf(w[row * k + r], e[(row * k + r) * cols + c], acc);
+  out[t] = acc;
+}
+
+}  // namespace
+
+void launch_get_rows(const void* table, int wtype, const int32_t* ids, float* out, int64_t n, int64_t cols, Stream s) {
+  const int64_t total = n * cols;
+  if (total == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  switch (static_cast<WType>(wtype)) {
+    case WType::f32: get_rows_kernel<WType::f32><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;
+    case WType::f16: get_rows_kernel<WType::f16><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;
+    case WType::bf16: get_rows_kernel<WType::bf16><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_gather_rows(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols, Stream s) {
+  if (n * cols == 0) return;
+  gather_kernel<<<blocks_for(n * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(src, idx, out, n, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols, Stream s) {
+  if (n * cols == 0) return;
+  scatter_kernel<<<blocks_for(n * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(src, idx, dst, n, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_moe_combine(const float* e, const float* w, float* out, int64_t n, int64_t k, int64_t cols, Stream s) {
+  if (n * cols == 0) return;
+  moe_combine_kernel<<<blocks_for(n * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(e, w, out, n, k, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda

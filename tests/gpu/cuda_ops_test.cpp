@@ -1,0 +1,190 @@
+// CUDA ops against the CPU reference: random inputs at odd sizes, every weight dtype,
+// sentinels after every output to catch out-of-bounds writes. f32 ops must agree within a
+// normalized squared error of 1e-6 (the bound; f32 reordering gives ~1e-13).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/backend.h"
+
+using namespace sluice;
+
+namespace {
+
+constexpr double kMaxNse = 1e-6;
+constexpr float kSentinel = 1234.5f;
+constexpr int64_t kGuard = 64;  // sentinel elements after each device output
+
+struct Pair {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu = make_cuda_backend(0);
+};
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A host tensor of the given dtype holding `values` (converted).
+struct HostTensor {
+  std::vector<uint8_t> bytes;
+  Tensor t;
+  HostTensor(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+    t = Tensor(dtype, shape, nullptr);
+    bytes.resize(t.nbytes());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (dtype == DType::f32) std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+      else {
+        uint16_t h = dtype == DType::bf16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    t.data = bytes.data();
+  }
+};
+
+// An f32 tensor on the GPU with kGuard sentinels after it.
+Tensor gpu_f32(Backend& gpu, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  Tensor shaped(DType::f32, shape, nullptr);
+  Tensor whole = gpu.alloc(DType::f32, {shaped.numel() + kGuard});
+  std::vector<float> init(values);
+  init.resize(shaped.numel(), 0.0f);
+  init.resize(shaped.numel() + kGuard, kSentinel);
+  gpu.from_host(whole, init.data());
+  Tensor t = whole.reshape({shaped.numel() + kGuard}).slice_rows(0, shaped.numel());
+  t.ndim = shaped.ndim;
+  t.shape = shaped.shape;
+  return t;
+}
+Tensor cpu_f32(Backend& cpu, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  Tensor t = cpu.alloc(DType::f32, shape);
+  std::vector<float> init(values);
+  init.resize(t.numel(), 0.0f);
+  cpu.from_host(t, init.data());
+  return t;
+}
+
+std::vector<float> read_with_guard(Backend& gpu, const Tensor& t) {
+  Tensor whole(DType::f32, {t.numel() + kGuard}, t.data);
+  std::vector<float> v(t.numel() + kGuard);
+  gpu.to_host(whole, v.data());
+  return v;
+}
+std::vector<float> read(Backend& be, const Tensor& t) {
+  std::vector<float> v(t.numel());
+  be.to_host(t, v.data());
+  return v;
+}
+
+void expect_close(const std::vector<float>& gpu_with_guard, const std::vector<float>& cpu, const char* what) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    num += (double(gpu_with_guard[i]) - cpu[i]) * (double(gpu_with_guard[i]) - cpu[i]);
+    den += double(cpu[i]) * cpu[i];
+  }
+  EXPECT_LE(num / std::max(den, 1e-30), kMaxNse) << what;
+  for (size_t i = cpu.size(); i < gpu_with_guard.size(); ++i)
+    ASSERT_EQ(gpu_with_guard[i], kSentinel) << what << ": write past the end at +" << i - cpu.size();
+}
+
+TEST(CudaOps, Matmul) {
+  Pair p;
+  for (DType wt : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t n : {1, 3, 17, 70})
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}}) {
+        auto xv = random_vec(n * k, 1), wv = random_vec(m * k, 2);
+        HostTensor w(wt, {m, k}, wv);
+        Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
+        p.cpu->matmul(xc, w.t, yc);
+        Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
+        p.gpu->matmul(xg, p.gpu->upload(w.t), yg);
+        expect_close(read_with_guard(*p.gpu, yg), read(*p.cpu, yc),
+                     ("matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " m=" + std::to_string(m)).c_str());
+      }
+}
+
+TEST(CudaOps, RmsNormRopeElementwise) {
+  Pair p;
+  const int64_t n = 5, heads = 3, d = 24, rot = 16;
+  auto xv = random_vec(n * heads * d, 3), wv = random_vec(d, 4), yv = random_vec(n * heads * d, 5);
+  HostTensor w(DType::bf16, {d}, wv);
+  // rms_norm over head_dim rows
+  Tensor xc = cpu_f32(*p.cpu, {n * heads, d}, xv), oc = p.cpu->alloc(DType::f32, {n * heads, d});
+  p.cpu->rms_norm(xc, w.t, 1e-6f, oc);
+  Tensor xg = gpu_f32(*p.gpu, {n * heads, d}, xv), og = gpu_f32(*p.gpu, {n * heads, d}, {});
+  p.gpu->rms_norm(xg, p.gpu->upload(w.t), 1e-6f, og);
+  expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "rms_norm");
+  // rope, both layouts
+  auto cv = random_vec(n * rot / 2, 6), sv = random_vec(n * rot / 2, 7);
+  for (bool inter : {false, true}) {
+    Tensor a = cpu_f32(*p.cpu, {n, heads, d}, xv), b = gpu_f32(*p.gpu, {n, heads, d}, xv);
+    p.cpu->rope(a, cpu_f32(*p.cpu, {n, rot / 2}, cv), cpu_f32(*p.cpu, {n, rot / 2}, sv), rot, inter);
+    p.gpu->rope(b, gpu_f32(*p.gpu, {n, rot / 2}, cv), gpu_f32(*p.gpu, {n, rot / 2}, sv), rot, inter);
+    expect_close(read_with_guard(*p.gpu, b), read(*p.cpu, a), inter ? "rope gpt-j" : "rope neox");
+  }
+  // swiglu, add, clamp
+  Tensor gc = cpu_f32(*p.cpu, {n, heads * d}, xv), uc = cpu_f32(*p.cpu, {n, heads * d}, yv);
+  Tensor gg = gpu_f32(*p.gpu, {n, heads * d}, xv), ug = gpu_f32(*p.gpu, {n, heads * d}, yv);
+  p.cpu->swiglu(gc, uc, gc);
+  p.gpu->swiglu(gg, ug, gg);
+  expect_close(read_with_guard(*p.gpu, gg), read(*p.cpu, gc), "swiglu");
+  p.cpu->add(gc, uc);
+  p.gpu->add(gg, ug);
+  expect_close(read_with_guard(*p.gpu, gg), read(*p.cpu, gc), "add");
+  p.cpu->clamp(gc, -0.5f, 0.7f);
+  p.gpu->clamp(gg, -0.5f, 0.7f);
+  expect_close(read_with_guard(*p.gpu, gg), read(*p.cpu, gc), "clamp");
+}
+
+TEST(CudaOps, Attention) {
+  Pair p;
+  for (auto [n, n_past, window] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 0}, {7, 0, 0}, {1, 40, 0}, {9, 13, 0}, {9, 13, 5}}) {
+    const int64_t hq = 6, hkv = 2, d = 40, ctx = n_past + n + 3;
+    auto qv = random_vec(n * hq * d, 8), kv = random_vec(ctx * hkv * d, 9), vv = random_vec(ctx * hkv * d, 10);
+    AttentionParams ap{n_past, 0.15f, window};
+    Tensor oc = p.cpu->alloc(DType::f32, {n, hq, d});
+    p.cpu->attention(cpu_f32(*p.cpu, {n, hq, d}, qv), cpu_f32(*p.cpu, {ctx, hkv, d}, kv),
+                     cpu_f32(*p.cpu, {ctx, hkv, d}, vv), oc, ap);
+    Tensor og = gpu_f32(*p.gpu, {n, hq, d}, {});
+    p.gpu->attention(gpu_f32(*p.gpu, {n, hq, d}, qv), gpu_f32(*p.gpu, {ctx, hkv, d}, kv),
+                     gpu_f32(*p.gpu, {ctx, hkv, d}, vv), og, ap);
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "attention");
+  }
+}
+
+TEST(CudaOps, RowsAndMoeCombine) {
+  Pair p;
+  const int64_t V = 37, c = 19, n = 6, k = 3;
+  auto tv = random_vec(V * c, 11);
+  std::vector<int32_t> ids = {0, 36, 5, 5, 17, 2};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    HostTensor table(dt, {V, c}, tv);
+    Tensor oc = p.cpu->alloc(DType::f32, {n, c}), og = gpu_f32(*p.gpu, {n, c}, {});
+    p.cpu->get_rows(table.t, ids, oc);
+    p.gpu->get_rows(p.gpu->upload(table.t), ids, og);
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "get_rows");
+  }
+  auto ev = random_vec(n * k * c, 12);
+  std::vector<float> w = {0.5f, 0.3f, 0.2f, 1, 0, 0, 0.1f, 0.1f, 0.8f, 0.4f, 0.4f, 0.2f, 0.7f, 0.2f, 0.1f, 0.33f, 0.33f, 0.34f};
+  Tensor oc = p.cpu->alloc(DType::f32, {n, c}), og = gpu_f32(*p.gpu, {n, c}, {});
+  p.cpu->moe_combine(cpu_f32(*p.cpu, {n * k, c}, ev), w, k, oc);
+  p.gpu->moe_combine(gpu_f32(*p.gpu, {n * k, c}, ev), w, k, og);
+  expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "moe_combine");
+  std::vector<int32_t> idx = {4, 0, 2};
+  Tensor src_c = cpu_f32(*p.cpu, {n, c}, ev), src_g = gpu_f32(*p.gpu, {n, c}, ev);
+  Tensor gc = p.cpu->alloc(DType::f32, {3, c}), gg = gpu_f32(*p.gpu, {3, c}, {});
+  p.cpu->gather_rows(src_c, idx, gc);
+  p.gpu->gather_rows(src_g, idx, gg);
+  expect_close(read_with_guard(*p.gpu, gg), read(*p.cpu, gc), "gather_rows");
+  p.cpu->scatter_rows(gc, idx, src_c);
+  p.gpu->scatter_rows(gg, idx, src_g);
+  expect_close(read_with_guard(*p.gpu, src_g), read(*p.cpu, src_c), "scatter_rows");
+}
+
+}  // namespace
