@@ -7,7 +7,8 @@
 // "cold": calls rotate over copies totalling 512 MiB, as a decode step does over layers, so
 // every call reads its weights from DRAM.
 //
-// Usage: bench_matmul [seconds per row, default 0.3]. Threads: SLUICE_THREADS (default: all).
+// Usage: bench_matmul [seconds per row, default 0.3] [n: only rows with this n].
+// Threads: SLUICE_THREADS (default: all).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -100,6 +101,7 @@ struct Row {
 
 int main(int argc, char** argv) {
   const double budget = argc > 1 ? std::atof(argv[1]) : 0.3;
+  const int64_t only_n = argc > 2 ? std::atoll(argv[2]) : 0;
   ThreadPool& pool = ThreadPool::global();
   CpuBackend be;
   const double read_gbps = measure_read_gbps(pool, budget);
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (const Row& r : rows) {
+    if (only_n && r.n != only_n) continue;
     const size_t w_bytes = static_cast<size_t>(r.m * r.k) * dtype_size(r.dtype);
     const int copies = static_cast<int>(std::max<size_t>(2, (512u << 20) / w_bytes));
     std::vector<Tensor> ws;

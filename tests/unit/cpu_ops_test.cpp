@@ -149,7 +149,7 @@ TEST_F(CpuOps, MemoryAllocCopyFill) {
 
 TEST_F(CpuOps, MatmulMatchesReference) {
   for (DType dt : kWeightDTypes)
-    for (int64_t k : {1, 7, 8, 63, 129})
+    for (int64_t k : {0, 1, 7, 8, 63, 129})
       for (int64_t m : {1, 5, 33})
         for (int64_t n : {1, 2, 3, 4, 5, 7, 17}) {
           Weights w(dt, m, k, rng);
