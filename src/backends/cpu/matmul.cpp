@@ -122,7 +122,7 @@ float* scratch(int slot, size_t n) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf bufs[2];
+  thread_local Buf bufs[3];  // 0: packed weights, 1: parked accumulators, 2: packed x (caller)
   Buf& b = bufs[slot];
   n = std::max<size_t>(n, 16);
   if (b.n < n) {
@@ -200,19 +200,31 @@ template <DType T>
 void matmul_blocked(const float* x, const elem_t<T>* w, float* y, int64_t n, int64_t m, int64_t k,
                     ThreadPool& pool) {
   const int64_t k8 = (k + 7) / 8;
+  const int64_t n_tiles = (n + kBlockNx - 1) / kBlockNx;
   const int64_t m_blocks = (m + kBlockMb - 1) / kBlockMb, n_blocks = (n + kBlockNb - 1) / kBlockNb;
   const int64_t n_chunks = std::max<int64_t>(1, (k8 + kBlockKc - 1) / kBlockKc);
+  const int64_t tile_floats = kBlockNx * k8 * 8;  // one packed x row tile
   const size_t wpack_floats = static_cast<size_t>(kBlockMb * k8 * 8);
-  const size_t xpack_floats = static_cast<size_t>(kBlockNx * k8 * 8 + (kBlockMb / kBlockNw) * 96);
+  const size_t park_floats = static_cast<size_t>(kBlockMb / kBlockNw) * 96;
+
+  // x is packed once per call, on the calling thread's scratch, shared by all tasks.
+  float* xpack = scratch(2, static_cast<size_t>(n_tiles * tile_floats));
+  SLUICE_CHECK(xpack != nullptr, Status::out_of_memory, "cpu matmul: ", n_tiles * tile_floats * 4,
+               " bytes to pack x ", n, " x ", k);
+  pool.parallel_for(n_tiles, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, tile_floats)), [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it)
+      pack_panels<DType::f32>(x + it * kBlockNx * k, std::min<int64_t>(kBlockNx, n - it * kBlockNx), k, kBlockNx,
+                              xpack + it * tile_floats);
+  });
+
   std::atomic<bool> out_of_memory{false};
   pool.parallel_for(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
     float* wpack = scratch(0, wpack_floats);
-    float* xpack = scratch(1, xpack_floats);
-    if (!wpack || !xpack) {
+    float* park = scratch(1, park_floats);  // [w tiles][12 accumulator vectors]
+    if (!wpack || !park) {
       out_of_memory = true;
       return;
     }
-    float* park = xpack + kBlockNx * k8 * 8;  // [w tiles][12 vectors]
     int64_t packed = -1;  // column block held in wpack
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t cb = t / n_blocks, rb = t % n_blocks;
@@ -225,12 +237,12 @@ void matmul_blocked(const float* x, const elem_t<T>* w, float* y, int64_t n, int
       }
       for (int64_t i = i_begin; i < i_end; i += kBlockNx) {
         const int64_t nx = std::min<int64_t>(kBlockNx, i_end - i);
-        pack_panels<DType::f32>(x + i * k, nx, k, kBlockNx, xpack);
+        const float* xt = xpack + (i / kBlockNx) * tile_floats;
         for (int64_t c = 0; c < n_chunks; ++c) {
           const int64_t b0 = c * kBlockKc, steps = std::min(kBlockKc, k8 - b0);
           for (int64_t jt = 0; jt < j_tiles; ++jt) {
             const int64_t j = jt * kBlockNw;
-            kernel_4x3(xpack + b0 * kBlockNx * 8, wpack + (jt * k8 + b0) * kBlockNw * 8, steps, c == 0,
+            kernel_4x3(xt + b0 * kBlockNx * 8, wpack + (jt * k8 + b0) * kBlockNw * 8, steps, c == 0,
                        c == n_chunks - 1, park + jt * 96, y + i * m + j_begin + j, m, nx,
                        std::min<int64_t>(kBlockNw, j_rows - j));
           }
@@ -238,7 +250,7 @@ void matmul_blocked(const float* x, const elem_t<T>* w, float* y, int64_t n, int
       }
     }
   });
-  SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu matmul: scratch of ", (wpack_floats + xpack_floats) * 4,
+  SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu matmul: scratch of ", (wpack_floats + park_floats) * 4,
                " bytes per thread for k = ", k);
 }
 
