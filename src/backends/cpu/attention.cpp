@@ -20,7 +20,7 @@ namespace sluice {
 namespace {
 
 struct AttnShape {
-  int64_t n_head, n_kv_head, d;
+  int64_t n_head, d;
   int64_t kv_stride;  // floats between consecutive positions of k and v: n_kv_head * d
 };
 
@@ -101,9 +101,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                params.sliding_window,
                " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d], n_head % n_kv_head == 0)");
   const int64_t n = q.shape[0];
-  const AttnShape sh{q.shape[1], k.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
+  const AttnShape sh{q.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
   if (n == 0 || sh.n_head == 0 || sh.d == 0) return;
-  const int64_t group = sh.n_head / sh.n_kv_head;
+  const int64_t group = sh.n_head / k.shape[1];  // query heads per kv head
   const float* qp = q.ptr<float>();
   const float* kp = k.ptr<float>();
   const float* vp = v.ptr<float>();

@@ -8,7 +8,7 @@
 // (enough chains to hide FMA latency):
 //  - decode (n <= 4): memory-bound; each weight row is streamed from memory once, converted
 //    to f32 in registers and used for all n rows of x (tile<>). Threads split the output
-//    columns; each tile prefetches the next one's weights.
+//    columns; each tile prefetches the weights of the tiles ahead of it.
 //  - blocked (n > 4): compute-bound; each task converts a block of weight rows to f32 once,
 //    packed into an L2-resident buffer, and reuses it for a block of x rows in 4 x 3 tiles
 //    (kernel_4x3). Tasks are (column block, row block) pairs.
@@ -26,8 +26,8 @@ namespace {
 using cpu::elem_t;
 
 // y[i * ldy + j] = dot(x[i * ldx, +k), w[j * ldw, +k)) for i < NX, j < NW.
-// pf: memory to pull into L2 while this tile runs (the next tile's weights, which are
-// contiguous), swept linearly at NW * 8 weights per k step. Each weight row is only k
+// pf: memory to pull into L2 while this tile runs (weights at least a tile ahead: the rows
+// are contiguous), swept linearly at NW * 8 weights per k step. Each weight row is only k
 // elements long and the hardware prefetcher does not cross pages, so without this every row
 // start waits on DRAM: measured here, 1.5x the cold bf16 decode bandwidth (an L1 or
 // non-temporal hint gained nothing). Prefetches never fault, so any address is safe.
@@ -72,10 +72,15 @@ inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, i
     for (int j = 0; j < NW; ++j) y[i * ldy + j] = cpu::hsum8(acc[i][j]);
 }
 
-// Weight rows per decode tile for NX rows of x: 8 accumulators or more in flight, with
-// registers left for the weight vectors.
+// Weight rows per decode tile for NX rows of x: at least 6 accumulators in flight, and the
+// accumulators plus weight vectors within the 16 ymm registers (for n = 1, 8 rows spilled
+// and ran at 60% of 6 rows' speed on cached bf16 weights).
 template <int NX>
-constexpr int decode_nw() { return NX == 1 ? 8 : NX == 2 ? 4 : NX == 3 ? 4 : 3; }
+constexpr int decode_nw() { return NX == 1 ? 6 : NX == 2 ? 4 : NX == 3 ? 4 : 3; }
+
+// How far ahead of a decode tile its prefetch runs, at least: DRAM latency times a core's
+// share of the bandwidth, with margin (32 KiB at 30 GB/s is 1 us).
+constexpr int64_t kPrefetchAheadBytes = 32 * 1024;
 
 // Smallest share of a weight matrix worth handing to a thread (bytes): below this the
 // pool's wake-up costs more than the work.
@@ -91,7 +96,8 @@ void matmul_decode(const float* x, const elem_t<T>* w, float* y, int64_t m, int6
     for (int64_t g = g0; g < g1; ++g) {
       int64_t j0 = g * NW;
       if (j0 + NW <= m) {
-        const char* pf = reinterpret_cast<const char*>(w + (g + 1 < g1 ? j0 + NW : j0) * k);
+        const int64_t tile_bytes = NW * k * static_cast<int64_t>(sizeof(elem_t<T>));
+        const char* pf = reinterpret_cast<const char*>(w + j0 * k) + std::max(tile_bytes, kPrefetchAheadBytes);
         tile<T, NX, NW>(x, k, w + j0 * k, k, k, y + j0, m, pf);
       } else {
         for (int64_t j = j0; j < m; ++j) tile<T, NX, 1>(x, k, w + j * k, k, k, y + j, m);
