@@ -347,6 +347,19 @@ TEST_F(CpuOps, AttentionMatchesReference) {
   }
 }
 
+// The four-key score kernel is the canonical dot product, bit for bit, whatever the length.
+TEST_F(CpuOps, Dot4EqualsDot) {
+  for (int64_t d : {1, 7, 8, 36, 129}) {
+    std::vector<float> q = random_floats(rng, d), k = random_floats(rng, 4 * (d + 3));
+    float out[4];
+    cpu::dot4(q.data(), k.data(), d + 3, d, out);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[r]),
+                std::bit_cast<uint32_t>(cpu::dot<DType::f32>(q.data(), k.data() + r * (d + 3), d)))
+          << "d=" << d << " r=" << r;
+  }
+}
+
 // A batched prefill of n rows gives the same bits as n single-row decode steps.
 TEST_F(CpuOps, AttentionPrefillEqualsDecodeBitwise) {
   const int64_t n = 9, n_past = 4, n_head = 6, n_kv = 2, d = 36, n_ctx = n_past + n;

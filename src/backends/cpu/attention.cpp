@@ -29,11 +29,15 @@ struct AttnShape {
 void attend_one(const float* q, const float* k, const float* v, float* out, int64_t j0, int64_t j1,
                 float scale, const AttnShape& sh, float* s) {
   const int64_t len = j1 - j0, d = sh.d;
-  for (int64_t j = 0; j < len; ++j) s[j] = cpu::dot<DType::f32>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
+  int64_t j = 0;
+  for (; j + 4 <= len; j += 4) {
+    cpu::dot4(q, k + (j0 + j) * sh.kv_stride, sh.kv_stride, d, s + j);
+    for (int r = 0; r < 4; ++r) s[j + r] *= scale;
+  }
+  for (; j < len; ++j) s[j] = cpu::dot<DType::f32>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
 
   __m256 vmax = _mm256_set1_ps(-__builtin_inff());
-  int64_t j = 0;
-  for (; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+  for (j = 0; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
   float mx = cpu::hmax8(vmax);
   for (; j < len; ++j) mx = std::max(mx, s[j]);
 
