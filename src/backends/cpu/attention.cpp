@@ -5,12 +5,14 @@
 // n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0):
 //   s_j = cpu::dot(q, k_j) * scale                 (canonical 8-lane dot, then one multiply)
 //   e_j = exp(s_j - max_j s_j)                      (cpu::exp8)
-//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane j % 8, blocks in j order)
+//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane (j - j0) % 8, blocks in j order)
 //   out[c] = sum over j in order of fma(e_j * (1 / sum), v_j[c], acc)
 // Nothing depends on n or on the other rows, so decoding token by token gives the same bits
 // as a batched prefill.
 #include <algorithm>
-#include <vector>
+#include <atomic>
+#include <memory>
+#include <new>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
@@ -112,16 +114,23 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   const float* kp = k.ptr<float>();
   const float* vp = v.ptr<float>();
   float* op = out.ptr<float>();
+  const size_t scores_len = static_cast<size_t>(params.n_past + n + 8);
+  std::atomic<bool> out_of_memory{false};
   pool().parallel_for(n * sh.n_head, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<float> scores(static_cast<size_t>(params.n_past + n + 8));
+    std::unique_ptr<float[]> scores(new (std::nothrow) float[scores_len]);
+    if (!scores) {  // a pool task must not throw: the caller reports it
+      out_of_memory = true;
+      return;
+    }
     for (int64_t u = u0; u < u1; ++u) {
       int64_t i = u / sh.n_head, h = u % sh.n_head, g = h / group;
       int64_t p = params.n_past + i;
       int64_t j0 = params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
       attend_one(qp + u * sh.d, kp + g * sh.d, vp + g * sh.d, op + u * sh.d, j0, p + 1, params.scale, sh,
-                 scores.data());
+                 scores.get());
     }
   });
+  SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu attention: ", scores_len * 4, " bytes of scores");
 }
 
 }  // namespace sluice
