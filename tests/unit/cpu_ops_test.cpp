@@ -6,8 +6,8 @@
 // Tolerance: normalized squared error ||a - b||^2 / ||b||^2 below 1e-10 for the f32 ops.
 // An f32 result carries a relative error of about sqrt(terms) * 2^-24 (under 1e-6 for the
 // sizes here), which is an NSE near 1e-12; a single wrong, missing or misplaced element
-// among these sizes gives 1e-4 or more. So 1e-10 leaves a 100x margin on one side and is
-// still a million times tighter than any indexing bug on the other.
+// among the at most 40000 outputs here gives 1e-5 or more. So 1e-10 leaves a 100x margin on
+// one side and is still 10^5 times tighter than any indexing bug on the other.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -59,7 +59,6 @@ struct Guarded {
     t = Tensor(DType::f32, shape, buf.data() + kGuard);
   }
   std::vector<float> values() const { return {buf.begin() + kGuard, buf.begin() + kGuard + n}; }
-  float* data() { return buf.data() + kGuard; }
   bool guards_intact() const {
     for (int64_t i = 0; i < kGuard; ++i)
       if (std::bit_cast<uint32_t>(buf[i]) != kSentinelBits ||
