@@ -14,6 +14,7 @@
 //    (kernel_4x3). Tasks are (column block, row block) pairs.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 #include "backends/cpu/cpu_backend.h"
@@ -30,10 +31,11 @@ using cpu::elem_t;
 // are contiguous), swept linearly at NW * 8 weights per k step. Each weight row is only k
 // elements long and the hardware prefetcher does not cross pages, so without this every row
 // start waits on DRAM: measured here, 1.5x the cold bf16 decode bandwidth (an L1 or
-// non-temporal hint gained nothing). Prefetches never fault, so any address is safe.
+// non-temporal hint gained nothing). Prefetches never fault, so any address is safe (kept
+// as an integer: it may point past the weights).
 template <DType T, int NX, int NW>
 inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, int64_t k,
-                 float* y, int64_t ldy, const char* pf = nullptr) {
+                 float* y, int64_t ldy, uintptr_t pf = 0) {
   constexpr int64_t kPfStep = NW * 8 * static_cast<int64_t>(sizeof(elem_t<T>));
   __m256 acc[NX][NW];
 #pragma GCC unroll 16
@@ -44,7 +46,7 @@ inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, i
   for (; kk + 8 <= k; kk += 8) {
     if (pf) {
 #pragma GCC unroll 8
-      for (int64_t b = 0; b < kPfStep; b += 64) _mm_prefetch(pf + b, _MM_HINT_T1);
+      for (int64_t b = 0; b < kPfStep; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + b), _MM_HINT_T1);
       pf += kPfStep;
     }
     __m256 wv[NW];
@@ -97,7 +99,7 @@ void matmul_decode(const float* x, const elem_t<T>* w, float* y, int64_t m, int6
       int64_t j0 = g * NW;
       if (j0 + NW <= m) {
         const int64_t tile_bytes = NW * k * static_cast<int64_t>(sizeof(elem_t<T>));
-        const char* pf = reinterpret_cast<const char*>(w + j0 * k) + std::max(tile_bytes, kPrefetchAheadBytes);
+        const uintptr_t pf = reinterpret_cast<uintptr_t>(w + j0 * k) + std::max(tile_bytes, kPrefetchAheadBytes);
         tile<T, NX, NW>(x, k, w + j0 * k, k, k, y + j0, m, pf);
       } else {
         for (int64_t j = j0; j < m; ++j) tile<T, NX, 1>(x, k, w + j * k, k, k, y + j, m);
@@ -191,7 +193,7 @@ void pack_panels(const elem_t<T>* src, int64_t rows, int64_t k, int width, float
           // The weight block is contiguous: pull the bytes 1 KiB ahead (across the row ends,
           // where the hardware prefetcher stops at the page boundary).
           if (b % (64 / (8 * sizeof(elem_t<T>))) == 0)
-            _mm_prefetch(reinterpret_cast<const char*>(row + b * 8) + 1024, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row + b * 8) + 1024), _MM_HINT_T0);
           _mm256_store_ps(panel + (b * width + r) * 8, cpu::load8<T>(row + b * 8));
         }
         if (b < k8) _mm256_store_ps(panel + (b * width + r) * 8, cpu::load8_tail<T>(row + b * 8, k - b * 8));
