@@ -6,8 +6,8 @@
 // Tolerance: normalized squared error ||a - b||^2 / ||b||^2 below 1e-10 for the f32 ops.
 // An f32 result carries a relative error of about sqrt(terms) * 2^-24 (under 1e-6 for the
 // sizes here), which is an NSE near 1e-12; a single wrong, missing or misplaced element
-// among these sizes gives 1e-4 or more. So 1e-10 leaves a 100x margin on one side and is
-// still a million times tighter than any indexing bug on the other.
+// among the at most 40000 outputs here gives 1e-5 or more. So 1e-10 leaves a 100x margin on
+// one side and is still 10^5 times tighter than any indexing bug on the other.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -59,7 +59,6 @@ struct Guarded {
     t = Tensor(DType::f32, shape, buf.data() + kGuard);
   }
   std::vector<float> values() const { return {buf.begin() + kGuard, buf.begin() + kGuard + n}; }
-  float* data() { return buf.data() + kGuard; }
   bool guards_intact() const {
     for (int64_t i = 0; i < kGuard; ++i)
       if (std::bit_cast<uint32_t>(buf[i]) != kSentinelBits ||
@@ -149,7 +148,7 @@ TEST_F(CpuOps, MemoryAllocCopyFill) {
 
 TEST_F(CpuOps, MatmulMatchesReference) {
   for (DType dt : kWeightDTypes)
-    for (int64_t k : {1, 7, 8, 63, 129})
+    for (int64_t k : {0, 1, 7, 8, 63, 129})
       for (int64_t m : {1, 5, 33})
         for (int64_t n : {1, 2, 3, 4, 5, 7, 17}) {
           Weights w(dt, m, k, rng);
@@ -344,6 +343,19 @@ TEST_F(CpuOps, AttentionMatchesReference) {
                                     << c.n_kv_head << " d=" << c.d << " window=" << c.window);
     EXPECT_LT(nse(out.values(), ref_attention(q, k, v, c, params.scale)), kTolF32);
     EXPECT_TRUE(out.guards_intact());
+  }
+}
+
+// The four-key score kernel is the canonical dot product, bit for bit, whatever the length.
+TEST_F(CpuOps, Dot4EqualsDot) {
+  for (int64_t d : {1, 7, 8, 36, 129}) {
+    std::vector<float> q = random_floats(rng, d), k = random_floats(rng, 4 * (d + 3));
+    float out[4];
+    cpu::dot4(q.data(), k.data(), d + 3, d, out);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[r]),
+                std::bit_cast<uint32_t>(cpu::dot<DType::f32>(q.data(), k.data() + r * (d + 3), d)))
+          << "d=" << d << " r=" << r;
   }
 }
 

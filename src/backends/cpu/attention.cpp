@@ -5,12 +5,14 @@
 // n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0):
 //   s_j = cpu::dot(q, k_j) * scale                 (canonical 8-lane dot, then one multiply)
 //   e_j = exp(s_j - max_j s_j)                      (cpu::exp8)
-//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane j % 8, blocks in j order)
+//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane (j - j0) % 8, blocks in j order)
 //   out[c] = sum over j in order of fma(e_j * (1 / sum), v_j[c], acc)
 // Nothing depends on n or on the other rows, so decoding token by token gives the same bits
 // as a batched prefill.
 #include <algorithm>
-#include <vector>
+#include <atomic>
+#include <memory>
+#include <new>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
@@ -20,7 +22,7 @@ namespace sluice {
 namespace {
 
 struct AttnShape {
-  int64_t n_head, n_kv_head, d;
+  int64_t n_head, d;
   int64_t kv_stride;  // floats between consecutive positions of k and v: n_kv_head * d
 };
 
@@ -29,11 +31,15 @@ struct AttnShape {
 void attend_one(const float* q, const float* k, const float* v, float* out, int64_t j0, int64_t j1,
                 float scale, const AttnShape& sh, float* s) {
   const int64_t len = j1 - j0, d = sh.d;
-  for (int64_t j = 0; j < len; ++j) s[j] = cpu::dot<DType::f32>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
+  int64_t j = 0;
+  for (; j + 4 <= len; j += 4) {
+    cpu::dot4(q, k + (j0 + j) * sh.kv_stride, sh.kv_stride, d, s + j);
+    for (int r = 0; r < 4; ++r) s[j + r] *= scale;
+  }
+  for (; j < len; ++j) s[j] = cpu::dot<DType::f32>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
 
   __m256 vmax = _mm256_set1_ps(-__builtin_inff());
-  int64_t j = 0;
-  for (; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+  for (j = 0; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
   float mx = cpu::hmax8(vmax);
   for (; j < len; ++j) mx = std::max(mx, s[j]);
 
@@ -101,23 +107,30 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                params.sliding_window,
                " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d], n_head % n_kv_head == 0)");
   const int64_t n = q.shape[0];
-  const AttnShape sh{q.shape[1], k.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
+  const AttnShape sh{q.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
   if (n == 0 || sh.n_head == 0 || sh.d == 0) return;
-  const int64_t group = sh.n_head / sh.n_kv_head;
+  const int64_t group = sh.n_head / k.shape[1];  // query heads per kv head
   const float* qp = q.ptr<float>();
   const float* kp = k.ptr<float>();
   const float* vp = v.ptr<float>();
   float* op = out.ptr<float>();
+  const size_t scores_len = static_cast<size_t>(params.n_past + n + 8);
+  std::atomic<bool> out_of_memory{false};
   pool().parallel_for(n * sh.n_head, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<float> scores(static_cast<size_t>(params.n_past + n + 8));
+    std::unique_ptr<float[]> scores(new (std::nothrow) float[scores_len]);
+    if (!scores) {  // a pool task must not throw: the caller reports it
+      out_of_memory = true;
+      return;
+    }
     for (int64_t u = u0; u < u1; ++u) {
       int64_t i = u / sh.n_head, h = u % sh.n_head, g = h / group;
       int64_t p = params.n_past + i;
       int64_t j0 = params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
       attend_one(qp + u * sh.d, kp + g * sh.d, vp + g * sh.d, op + u * sh.d, j0, p + 1, params.scale, sh,
-                 scores.data());
+                 scores.get());
     }
   });
+  SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu attention: ", scores_len * 4, " bytes of scores");
 }
 
 }  // namespace sluice

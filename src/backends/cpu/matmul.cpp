@@ -4,16 +4,18 @@
 // over k in blocks of 8, zero-padded tail block, fixed horizontal sum; see simd.h), whatever
 // n, the thread count or the path below, so prefill and decode agree exactly.
 //
-// Two paths, both built from tile<>, which computes an NX x NW block of outputs with NX*NW
-// independent accumulators (enough chains to hide FMA latency):
+// Two paths; each computes a tile of outputs with one independent accumulator per output
+// (enough chains to hide FMA latency):
 //  - decode (n <= 4): memory-bound; each weight row is streamed from memory once, converted
-//    to f32 in registers and used for all n rows of x. Threads split the output columns.
-//  - blocked (n > 4): compute-bound; each task converts a block of weight rows to f32 once
-//    (into a buffer that stays in L2) and reuses it for a block of x rows in 4 x 3 tiles.
-//    Tasks are (column block, row block) pairs.
+//    to f32 in registers and used for all n rows of x (tile<>). Threads split the output
+//    columns; each tile prefetches the weights of the tiles ahead of it.
+//  - blocked (n > 4): compute-bound; each task converts a block of weight rows to f32 once,
+//    packed into an L2-resident buffer, and reuses it for a block of x rows in 4 x 3 tiles
+//    (kernel_4x3). Tasks are (column block, row block) pairs.
 #include <algorithm>
-#include <memory>
-#include <vector>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
@@ -25,9 +27,16 @@ namespace {
 using cpu::elem_t;
 
 // y[i * ldy + j] = dot(x[i * ldx, +k), w[j * ldw, +k)) for i < NX, j < NW.
+// pf: memory to pull into L2 while this tile runs (weights at least a tile ahead: the rows
+// are contiguous), swept linearly at NW * 8 weights per k step. Each weight row is only k
+// elements long and the hardware prefetcher does not cross pages, so without this every row
+// start waits on DRAM: measured here, 1.5x the cold bf16 decode bandwidth (an L1 or
+// non-temporal hint gained nothing). Prefetches never fault, so any address is safe (kept
+// as an integer: it may point past the weights).
 template <DType T, int NX, int NW>
 inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, int64_t k,
-                 float* y, int64_t ldy) {
+                 float* y, int64_t ldy, uintptr_t pf = 0) {
+  constexpr int64_t kPfStep = NW * 8 * static_cast<int64_t>(sizeof(elem_t<T>));
   __m256 acc[NX][NW];
 #pragma GCC unroll 16
   for (int i = 0; i < NX; ++i)
@@ -35,6 +44,11 @@ inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, i
     for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_setzero_ps();
   int64_t kk = 0;
   for (; kk + 8 <= k; kk += 8) {
+    if (pf) {
+#pragma GCC unroll 8
+      for (int64_t b = 0; b < kPfStep; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + b), _MM_HINT_T1);
+      pf += kPfStep;
+    }
     __m256 wv[NW];
 #pragma GCC unroll 16
     for (int j = 0; j < NW; ++j) wv[j] = cpu::load8<T>(w + j * ldw + kk);
@@ -60,23 +74,15 @@ inline void tile(const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw, i
     for (int j = 0; j < NW; ++j) y[i * ldy + j] = cpu::hsum8(acc[i][j]);
 }
 
-// tile<T, nx, NW> for a run-time nx in 1..4.
-template <DType T, int NW>
-inline void tile_rows(int64_t nx, const float* x, int64_t ldx, const elem_t<T>* w, int64_t ldw,
-                      int64_t k, float* y, int64_t ldy) {
-  switch (nx) {
-    case 1: tile<T, 1, NW>(x, ldx, w, ldw, k, y, ldy); break;
-    case 2: tile<T, 2, NW>(x, ldx, w, ldw, k, y, ldy); break;
-    case 3: tile<T, 3, NW>(x, ldx, w, ldw, k, y, ldy); break;
-    case 4: tile<T, 4, NW>(x, ldx, w, ldw, k, y, ldy); break;
-    default: SLUICE_ASSERT(nx >= 1 && nx <= 4);
-  }
-}
-
-// Weight rows per decode tile for NX rows of x: 8 accumulators or more in flight, with
-// registers left for the weight vectors.
+// Weight rows per decode tile for NX rows of x: at least 6 accumulators in flight, and the
+// accumulators plus weight vectors within the 16 ymm registers (for n = 1, 8 rows spilled
+// and ran at 60% of 6 rows' speed on cached bf16 weights).
 template <int NX>
-constexpr int decode_nw() { return NX == 1 ? 8 : NX == 2 ? 4 : NX == 3 ? 4 : 3; }
+constexpr int decode_nw() { return NX == 1 ? 6 : NX == 2 ? 4 : NX == 3 ? 4 : 3; }
+
+// How far ahead of a decode tile its prefetch runs, at least: DRAM latency times a core's
+// share of the bandwidth, with margin (32 KiB at 30 GB/s is 1 us).
+constexpr int64_t kPrefetchAheadBytes = 32 * 1024;
 
 // Smallest share of a weight matrix worth handing to a thread (bytes): below this the
 // pool's wake-up costs more than the work.
@@ -92,7 +98,9 @@ void matmul_decode(const float* x, const elem_t<T>* w, float* y, int64_t m, int6
     for (int64_t g = g0; g < g1; ++g) {
       int64_t j0 = g * NW;
       if (j0 + NW <= m) {
-        tile<T, NX, NW>(x, k, w + j0 * k, k, k, y + j0, m);
+        const int64_t tile_bytes = NW * k * static_cast<int64_t>(sizeof(elem_t<T>));
+        const uintptr_t pf = reinterpret_cast<uintptr_t>(w + j0 * k) + std::max(tile_bytes, kPrefetchAheadBytes);
+        tile<T, NX, NW>(x, k, w + j0 * k, k, k, y + j0, m, pf);
       } else {
         for (int64_t j = j0; j < m; ++j) tile<T, NX, 1>(x, k, w + j * k, k, k, y + j, m);
       }
@@ -100,50 +108,158 @@ void matmul_decode(const float* x, const elem_t<T>* w, float* y, int64_t m, int6
   });
 }
 
-// Blocked path tile shape: 4 x 3 = 12 accumulators + 3 weight vectors + 1 x vector = the 16
-// ymm registers.
-constexpr int kBlockNx = 4;
-constexpr int kBlockNw = 3;
+// ---- blocked path ----
+// Operands are packed per task into zero-padded, interleaved panels so the micro-kernel has
+// one sequential stream per operand and no tails: x as [k8][kBlockNx][8] per row tile, the
+// weight block as [w tile][k8][kBlockNw][8] (k8 = ceil(k / 8) blocks of 8 along k). Padding
+// rows and columns produce outputs that are never stored; the zero-padded last k block is
+// exactly cpu::dot's padded tail. The k dimension is walked in chunks of kBlockKc blocks
+// (the x panel chunk stays in L1 while the weight tiles stream from L2); the accumulators
+// are parked in memory between chunks, which leaves their bits unchanged.
+constexpr int kBlockNx = 4;    // x rows per tile
+constexpr int kBlockNw = 3;    // weight rows per tile: 12 accumulators + 3 weights + 1 x = 16 ymm
+constexpr int64_t kBlockKc = 64;  // k blocks of 8 per chunk: an 8 KiB x chunk, 6 KiB per weight tile
+constexpr int64_t kBlockMb = 16 * kBlockNw;  // weight rows per task: 48 x k f32, in L2
+constexpr int64_t kBlockNb = 16 * kBlockNx;  // x rows per task: the weight block is packed once per 64
+
+// A per-thread scratch buffer of at least n floats, 64-byte aligned, kept between calls;
+// null when the allocation fails (a pool task must not throw: the caller reports it).
+float* scratch(int slot, size_t n) {
+  struct Buf {
+    float* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf bufs[3];  // 0: packed weights, 1: parked accumulators, 2: packed x (caller)
+  Buf& b = bufs[slot];
+  n = std::max<size_t>(n, 16);
+  if (b.n < n) {
+    std::free(b.p);
+    b.n = (n + 15) / 16 * 16;
+    b.p = static_cast<float*>(std::aligned_alloc(64, b.n * sizeof(float)));
+    if (!b.p) b.n = 0;
+  }
+  return b.p;
+}
+
+// acc[i][j] over `steps` k blocks of the packed panels, starting from zero or from park
+// (12 vectors), then either parked again or reduced into y (rows < nx, cols < nw stored).
+inline void kernel_4x3(const float* xp, const float* wp, int64_t steps, bool first, bool last, float* park,
+                       float* y, int64_t ldy, int64_t nx, int64_t nw) {
+  __m256 a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32;
+  if (first) {
+    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = _mm256_setzero_ps();
+  } else {
+    a00 = _mm256_load_ps(park + 0), a01 = _mm256_load_ps(park + 8), a02 = _mm256_load_ps(park + 16);
+    a10 = _mm256_load_ps(park + 24), a11 = _mm256_load_ps(park + 32), a12 = _mm256_load_ps(park + 40);
+    a20 = _mm256_load_ps(park + 48), a21 = _mm256_load_ps(park + 56), a22 = _mm256_load_ps(park + 64);
+    a30 = _mm256_load_ps(park + 72), a31 = _mm256_load_ps(park + 80), a32 = _mm256_load_ps(park + 88);
+  }
+  for (int64_t s = 0; s < steps; ++s, xp += 32, wp += 24) {
+    __m256 w0 = _mm256_load_ps(wp), w1 = _mm256_load_ps(wp + 8), w2 = _mm256_load_ps(wp + 16);
+    __m256 x = _mm256_load_ps(xp);
+    a00 = _mm256_fmadd_ps(x, w0, a00), a01 = _mm256_fmadd_ps(x, w1, a01), a02 = _mm256_fmadd_ps(x, w2, a02);
+    x = _mm256_load_ps(xp + 8);
+    a10 = _mm256_fmadd_ps(x, w0, a10), a11 = _mm256_fmadd_ps(x, w1, a11), a12 = _mm256_fmadd_ps(x, w2, a12);
+    x = _mm256_load_ps(xp + 16);
+    a20 = _mm256_fmadd_ps(x, w0, a20), a21 = _mm256_fmadd_ps(x, w1, a21), a22 = _mm256_fmadd_ps(x, w2, a22);
+    x = _mm256_load_ps(xp + 24);
+    a30 = _mm256_fmadd_ps(x, w0, a30), a31 = _mm256_fmadd_ps(x, w1, a31), a32 = _mm256_fmadd_ps(x, w2, a32);
+  }
+  if (!last) {
+    _mm256_store_ps(park + 0, a00), _mm256_store_ps(park + 8, a01), _mm256_store_ps(park + 16, a02);
+    _mm256_store_ps(park + 24, a10), _mm256_store_ps(park + 32, a11), _mm256_store_ps(park + 40, a12);
+    _mm256_store_ps(park + 48, a20), _mm256_store_ps(park + 56, a21), _mm256_store_ps(park + 64, a22);
+    _mm256_store_ps(park + 72, a30), _mm256_store_ps(park + 80, a31), _mm256_store_ps(park + 88, a32);
+    return;
+  }
+  const __m256 acc[4][3] = {{a00, a01, a02}, {a10, a11, a12}, {a20, a21, a22}, {a30, a31, a32}};
+  for (int64_t i = 0; i < nx; ++i)
+    for (int64_t j = 0; j < nw; ++j) y[i * ldy + j] = cpu::hsum8(acc[i][j]);
+}
+
+// Packs rows [0, rows) of src (row stride k, dtype T) as `width`-row interleaved panels
+// [rows / width][k8][width][8] at dst, zero-padding k to 8 * k8 and rows to a multiple of width.
+template <DType T>
+void pack_panels(const elem_t<T>* src, int64_t rows, int64_t k, int width, float* dst) {
+  const int64_t k8 = (k + 7) / 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += width) {
+    float* panel = dst + r0 * k8 * 8;
+    for (int r = 0; r < width; ++r) {
+      if (r0 + r < rows) {
+        const elem_t<T>* row = src + (r0 + r) * k;
+        int64_t b = 0;
+        for (; b < k / 8; ++b) {
+          // The weight block is contiguous: pull the bytes 1 KiB ahead (across the row ends,
+          // where the hardware prefetcher stops at the page boundary).
+          if (b % (64 / (8 * sizeof(elem_t<T>))) == 0)
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row + b * 8) + 1024), _MM_HINT_T0);
+          _mm256_store_ps(panel + (b * width + r) * 8, cpu::load8<T>(row + b * 8));
+        }
+        if (b < k8) _mm256_store_ps(panel + (b * width + r) * 8, cpu::load8_tail<T>(row + b * 8, k - b * 8));
+      } else {
+        for (int64_t b = 0; b < k8; ++b) _mm256_store_ps(panel + (b * width + r) * 8, _mm256_setzero_ps());
+      }
+    }
+  }
+}
 
 template <DType T>
 void matmul_blocked(const float* x, const elem_t<T>* w, float* y, int64_t n, int64_t m, int64_t k,
                     ThreadPool& pool) {
-  // Column block: as many weight rows as fit 256 KiB of f32 (stays in L2 while every row
-  // block of x streams past it), a multiple of the tile width, 3..96 rows.
-  int64_t mb = std::clamp<int64_t>((256 * 1024) / std::max<int64_t>(1, 4 * k), 1, 32) * kBlockNw;
-  int64_t nb = 64;  // rows of x per task: the weight block is converted once per 64 rows
-  int64_t m_blocks = (m + mb - 1) / mb, n_blocks = (n + nb - 1) / nb;
+  const int64_t k8 = (k + 7) / 8;
+  const int64_t n_tiles = (n + kBlockNx - 1) / kBlockNx;
+  const int64_t m_blocks = (m + kBlockMb - 1) / kBlockMb, n_blocks = (n + kBlockNb - 1) / kBlockNb;
+  const int64_t n_chunks = std::max<int64_t>(1, (k8 + kBlockKc - 1) / kBlockKc);
+  const int64_t tile_floats = kBlockNx * k8 * 8;  // one packed x row tile
+  const size_t wpack_floats = static_cast<size_t>(kBlockMb * k8 * 8);
+  const size_t park_floats = static_cast<size_t>(kBlockMb / kBlockNw) * 96;
+
+  // x is packed once per call, on the calling thread's scratch, shared by all tasks.
+  float* xpack = scratch(2, static_cast<size_t>(n_tiles * tile_floats));
+  SLUICE_CHECK(xpack != nullptr, Status::out_of_memory, "cpu matmul: ", n_tiles * tile_floats * 4,
+               " bytes to pack x ", n, " x ", k);
+  pool.parallel_for(n_tiles, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, tile_floats)), [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it)
+      pack_panels<DType::f32>(x + it * kBlockNx * k, std::min<int64_t>(kBlockNx, n - it * kBlockNx), k, kBlockNx,
+                              xpack + it * tile_floats);
+  });
+
+  std::atomic<bool> out_of_memory{false};
   pool.parallel_for(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
-    std::unique_ptr<float[]> wbuf;
-    int64_t converted = -1;  // column block held in wbuf
+    float* wpack = scratch(0, wpack_floats);
+    float* park = scratch(1, park_floats);  // [w tiles][12 accumulator vectors]
+    if (!wpack || !park) {
+      out_of_memory = true;
+      return;
+    }
+    int64_t packed = -1;  // column block held in wpack
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t cb = t / n_blocks, rb = t % n_blocks;
-      int64_t j_begin = cb * mb, j_end = std::min(m, j_begin + mb);
-      int64_t i_begin = rb * nb, i_end = std::min(n, i_begin + nb);
-      const float* wf;
-      if constexpr (T == DType::f32) {
-        wf = w + j_begin * k;
-      } else {
-        if (!wbuf) wbuf.reset(new float[static_cast<size_t>(mb * k)]);
-        if (converted != cb) {
-          for (int64_t j = j_begin; j < j_end; ++j)
-            cpu::convert_row<T>(w + j * k, wbuf.get() + (j - j_begin) * k, k);
-          converted = cb;
-        }
-        wf = wbuf.get();
+      const int64_t cb = t / n_blocks, rb = t % n_blocks;
+      const int64_t j_begin = cb * kBlockMb, j_rows = std::min(m, j_begin + kBlockMb) - j_begin;
+      const int64_t i_begin = rb * kBlockNb, i_end = std::min(n, i_begin + kBlockNb);
+      const int64_t j_tiles = (j_rows + kBlockNw - 1) / kBlockNw;
+      if (packed != cb) {
+        pack_panels<T>(w + j_begin * k, j_rows, k, kBlockNw, wpack);
+        packed = cb;
       }
       for (int64_t i = i_begin; i < i_end; i += kBlockNx) {
-        int64_t nx = std::min<int64_t>(kBlockNx, i_end - i);
-        const float* xi = x + i * k;
-        float* yi = y + i * m;
-        int64_t j = j_begin;
-        for (; j + kBlockNw <= j_end; j += kBlockNw)
-          tile_rows<DType::f32, kBlockNw>(nx, xi, k, wf + (j - j_begin) * k, k, k, yi + j, m);
-        for (; j < j_end; ++j)
-          tile_rows<DType::f32, 1>(nx, xi, k, wf + (j - j_begin) * k, k, k, yi + j, m);
+        const int64_t nx = std::min<int64_t>(kBlockNx, i_end - i);
+        const float* xt = xpack + (i / kBlockNx) * tile_floats;
+        for (int64_t c = 0; c < n_chunks; ++c) {
+          const int64_t b0 = c * kBlockKc, steps = std::min(kBlockKc, k8 - b0);
+          for (int64_t jt = 0; jt < j_tiles; ++jt) {
+            const int64_t j = jt * kBlockNw;
+            kernel_4x3(xt + b0 * kBlockNx * 8, wpack + (jt * k8 + b0) * kBlockNw * 8, steps, c == 0,
+                       c == n_chunks - 1, park + jt * 96, y + i * m + j_begin + j, m, nx,
+                       std::min<int64_t>(kBlockNw, j_rows - j));
+          }
+        }
       }
     }
   });
+  SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu matmul: scratch of ", (wpack_floats + park_floats) * 4,
+               " bytes per thread for k = ", k);
 }
 
 }  // namespace

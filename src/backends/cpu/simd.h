@@ -79,6 +79,31 @@ inline float dot(const float* a, const elem_t<T>* b, int64_t k) {
   return hsum8(acc);
 }
 
+// out[r] = dot(a, b + r * ldb, k) for r < 4, bit for bit, with four independent accumulator
+// chains so the FMA latency is hidden (attention scores: one query against four keys).
+inline void dot4(const float* a, const float* b, int64_t ldb, int64_t k, float* out) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 av = _mm256_loadu_ps(a + i);
+    acc0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + ldb + i), acc1);
+    acc2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 2 * ldb + i), acc2);
+    acc3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 3 * ldb + i), acc3);
+  }
+  if (i < k) {
+    __m256 av = load8_tail<DType::f32>(a + i, k - i);
+    acc0 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + i, k - i), acc0);
+    acc1 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + ldb + i, k - i), acc1);
+    acc2 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + 2 * ldb + i, k - i), acc2);
+    acc3 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + 3 * ldb + i, k - i), acc3);
+  }
+  out[0] = hsum8(acc0);
+  out[1] = hsum8(acc1);
+  out[2] = hsum8(acc2);
+  out[3] = hsum8(acc3);
+}
+
 // e^x for eight lanes (Cephes expf: range reduction by ln 2 in two parts, degree-6
 // polynomial), relative error about 2 ulp. Results below the smallest subnormal are 0,
 // above FLT_MAX +inf, NaN stays NaN. Used wherever a kernel needs exp, so every lane,
