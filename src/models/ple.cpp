@@ -22,14 +22,14 @@ ResidentNgramTable::ResidentNgramTable(std::vector<Tensor> host_shards) : shards
 
 void ResidentNgramTable::gather(Backend& be, std::span<const int64_t> ids, const Tensor& out) {
   SLUICE_ASSERT(out.dtype == DType::f32 && out.numel() == static_cast<int64_t>(ids.size()) * dim_);
-  staging_.resize(ids.size() * dim_);
+  std::vector<float> staging(ids.size() * dim_);  // per call: concurrent sequences may share the table
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     SLUICE_CHECK(id >= 0 && id < n_rows(), Status::internal, "n-gram row ", id, " outside [0, ", n_rows(), ")");
     const size_t s = static_cast<size_t>(std::upper_bound(first_row_.begin(), first_row_.end(), id) - first_row_.begin() - 1);
     const Tensor& t = shards_[s];
     const int64_t local = id - first_row_[s];
-    float* dst = staging_.data() + i * dim_;
+    float* dst = staging.data() + i * dim_;
     for (int64_t c = 0; c < dim_; ++c) {
       const int64_t e = local * dim_ + c;
       dst[c] = t.dtype == DType::f32 ? t.ptr<float>()[e]
@@ -37,7 +37,7 @@ void ResidentNgramTable::gather(Backend& be, std::span<const int64_t> ids, const
                                         : f16_to_f32(t.ptr<uint16_t>()[e]);
     }
   }
-  be.from_host(out, staging_.data());
+  be.from_host(out, staging.data());
 }
 
 // ---- hash ----

@@ -51,7 +51,6 @@ class ResidentNgramTable final : public NgramTable {
   std::vector<Tensor> shards_;
   std::vector<int64_t> first_row_;  // [shards + 1]: shard i holds rows [first_row_[i], first_row_[i + 1])
   int64_t dim_ = 0;
-  std::vector<float> staging_;
 };
 
 struct PleSpec {

@@ -84,7 +84,7 @@ void chunked_head(const DeltaShape& sh, int64_t h, int64_t chunk, const float* q
   const int64_t dk = sh.dk, dv = sh.dv, kh = h / (sh.hv / sh.hk);
   const float scale = static_cast<float>(std::pow(static_cast<double>(dk), -0.5));
   std::vector<float> qn(chunk * dk), kn(chunk * dk), kb(chunk * dk), U(chunk * dv), W(chunk * dk), cum(chunk),
-      A(chunk * chunk), P(chunk * chunk), vnew(chunk * dv), snew(dk * dv);
+      A(chunk * chunk), P(chunk * chunk), vnew(chunk * dv), snew(dk * dv), inter(dv), intra(dv);
   for (int64_t t0 = 0; t0 < sh.n; t0 += chunk) {
     const int64_t m = std::min(chunk, sh.n - t0);
     float run = 0.0f;
@@ -133,7 +133,8 @@ void chunked_head(const DeltaShape& sh, int64_t h, int64_t chunk, const float* q
     }
     for (int64_t i = 0; i < m; ++i) {
       float* ot = out + ((t0 + i) * sh.hv + h) * dv;
-      std::vector<float> inter(dv, 0.0f), intra(dv, 0.0f);
+      std::fill(inter.begin(), inter.end(), 0.0f);
+      std::fill(intra.begin(), intra.end(), 0.0f);
       for (int64_t a = 0; a < dk; ++a) {
         const float w = qn[i * dk + a];
         for (int64_t j = 0; j < dv; ++j) inter[j] += w * S[a * dv + j];
