@@ -417,7 +417,7 @@ def make_fixture(root: pathlib.Path, name: str, tok):
            "transformers_version": transformers.__version__, "torch_version": torch.__version__}
     if opts:
         ref["model_class"] = opts["cls"]
-        if n_dropping:
+        if n_dropping:  # counted over all passes of the seed's reference run (prompt, each step, full)
             ref["min_qsa_block_topk_margin"] = qmargin
             ref["qsa_queries_dropping_blocks"] = n_dropping
         if any(DELTA_CALLS.values()) or "linear_attention" in json.dumps(kwargs):
