@@ -10,11 +10,23 @@ For each fixture it writes tests/fixtures/<name>/:
     logits_full.npy     [n_prompt + n_cont, vocab] f32, over prompt + continuation
 References are computed on the CPU in float32 with eager attention, from the checkpoint as
 saved (so bf16/f16 fixtures are compared against their rounded weights).
+
+Multimodal families (qwen3_5, qwen3_5_moe, qwen4_exp) are saved through their
+ForConditionalGeneration class with a nested text_config and a tiny vision tower, so the
+checkpoint has the real layout (model.language_model.*, model.visual.*, lm_head); their
+references are computed from input_ids alone. Beside each fixture the script writes
+debug/<name>.npz (per-module activations of the prompt pass, for debugging a port; not part
+of the fixture) when run with SLUICE_FIXTURE_DEBUG=DIR.
 """
+import importlib.util
 import inspect
 import json
+import math
+import os
 import pathlib
+import re
 import sys
+import traceback
 
 import numpy as np
 import torch
@@ -22,6 +34,13 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 PROMPT = "The river carries the boat past the old mill, and the miller counts"
+# Longer prompts for the hybrid families: more than one 64-token DeltaNet chunk, and enough
+# compressed key blocks that QSA's block top-k drops some.
+PROMPT_LONG = ("The river carries the boat past the old mill, and the miller counts the sacks of "
+               "flour while the children run along the bank, calling to the ferryman, who waves "
+               "his hat and laughs at the geese that follow the boat downstream.")
+PROMPT_MEDIUM = ("The river carries the boat past the old mill, and the miller counts the sacks "
+                 "while the children run along the bank.")
 N_CONTINUATION = 10
 VOCAB = 512           # model vocabulary (the tokenizer uses the first ~500 ids)
 PERTURB_STD = 0.05    # added to every parameter after init, norm weights included
@@ -51,6 +70,8 @@ QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^
 
 def make_tokenizer(out_dir: pathlib.Path):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    if (out_dir / "tokenizer.json").exists():  # keep the committed tokenizer (and every fixture's ids)
+        return Tokenizer.from_file(str(out_dir / "tokenizer.json"))
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -72,7 +93,11 @@ def write_tokenizer_config(d: pathlib.Path, bos):
     (d / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
-# name -> (model_type, config kwargs, saved dtype, bos token or None)
+# name -> (model_type, config kwargs, saved dtype, bos token or None[, options])
+# options (hybrid families): "cls" the transformers class built and saved; "vision" a tiny
+# vision_config (the config kwargs then become the nested text_config, as in the real
+# multimodal checkpoints); "prompt" the prompt text, or a function tok -> ids; "seeds" how
+# many seeds to try.
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
               initializer_range=0.08, attention_dropout=0.0)
@@ -96,9 +121,83 @@ FIXTURES = {
               torch.bfloat16, None),
 }
 
+EOS_ID = 500  # "<|endoftext|>" in the fixture tokenizer
+# A vision tower as small as its config allows: the checkpoint must carry one (with the real
+# model.visual.* names) for the loader's skip to be tested, but it is never run.
+TINY_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=16,
+                   temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=64,
+                   num_position_embeddings=64)
+# Shared by the hybrid families: 2 key heads and 4 value heads in the DeltaNet layers (so
+# the query/key heads are repeated), 4 query heads over 2 kv heads in full attention.
+HYBRID = dict(COMMON, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16,
+              linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4)
+LIN, FULL = "linear_attention", "full_attention"
 
-def build_config(model_type: str, kwargs: dict):
+
+def rope_params(partial, mrope=None):
+    p = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": partial}
+    if mrope:  # the multimodal families' interleaved M-RoPE (text-only positions: plain rope)
+        p.update({"mrope_section": mrope, "mrope_interleaved": True})
+    return p
+
+
+def ple_prompt(tok):
+    """Two sentences with the end-of-text token between them: PLE's n-grams restart there."""
+    return (tok.encode("The river carries the boat past the old mill.").ids + [EOS_ID] +
+            tok.encode(" The miller counts the sacks of flour by the door.").ids)
+
+
+QWEN4 = dict(HYBRID, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+             num_experts_per_tok=3, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1,
+             indexer_head_dim=16, indexer_compress_ratio=4, rope_parameters=rope_params(0.5, [2, 1, 1]))
+FIXTURES.update({
+    # qwen3_next: ForCausalLM; one dense layer (mlp_only_layers); a prompt longer than one
+    # 64-token DeltaNet chunk.
+    "qwen3_next": ("qwen3_next", dict(HYBRID, num_hidden_layers=4, layer_types=[LIN, FULL, LIN, FULL],
+                   intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                   num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                   mlp_only_layers=[2], rope_parameters=rope_params(0.25)),
+                   torch.float16, None, {"cls": "Qwen3NextForCausalLM", "prompt": PROMPT_LONG, "seeds": 12}),
+    # qwen3_5: the dense hybrid, multimodal layout.
+    "qwen3_5": ("qwen3_5", dict(HYBRID, num_hidden_layers=4, layer_types=[LIN, LIN, LIN, FULL],
+                intermediate_size=96, rope_parameters=rope_params(0.25, [1, 1, 0])),
+                torch.bfloat16, None, {"cls": "Qwen3_5ForConditionalGeneration", "vision": TINY_VISION,
+                                       "prompt": PROMPT_MEDIUM, "seeds": 2}),
+    # qwen3_5_moe: multimodal layout, routed + shared experts in every layer.
+    "qwen3_5_moe": ("qwen3_5_moe", dict(HYBRID, num_hidden_layers=4, layer_types=[LIN, FULL, LIN, FULL],
+                    moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+                    num_experts_per_tok=2, rope_parameters=rope_params(0.5, [2, 1, 1])),
+                    torch.bfloat16, None, {"cls": "Qwen3_5MoeForConditionalGeneration", "vision": TINY_VISION,
+                                           "prompt": PROMPT_MEDIUM, "seeds": 8}),
+    # qwen4_exp with QSA dropping blocks: budget 8 tokens = 2 blocks of 4, on a ~100-token
+    # prompt; hc_count 3; the DeltaNet output gate is a sigmoid.
+    "qwen4_exp_qsa": ("qwen4_exp", dict(QWEN4, num_hidden_layers=4, layer_types=[LIN, FULL, LIN, FULL],
+                      hc_count=3, indexer_budget=8, output_gate_type="sigmoid"),
+                      torch.bfloat16, None, {"cls": "Qwen4ExpForConditionalGeneration", "vision": TINY_VISION,
+                                             "prompt": PROMPT_LONG, "seeds": 12}),
+    # qwen4_exp with PLE on two DeltaNet layers (1-indexed 1 and 3): tiny prime n-gram tables
+    # stored in 2 shards, a dilated conv of kernel 3, an end-of-text token inside the prompt;
+    # hc_count 4; QSA's budget covers the whole prompt (nothing dropped).
+    "qwen4_exp_ple": ("qwen4_exp", dict(QWEN4, num_hidden_layers=4, layer_types=[LIN, FULL, LIN, LIN],
+                      hc_count=4, indexer_budget=64, ple_layer_ids=[1, 3], ple_embed_dim=32,
+                      ple_conv_kernel_size=3, ngram_size=3, heads_per_ngram=2, ngram_vocab_size_base=50,
+                      make_ngram_vocab_size_divisible_by=8, seed=4321, split_ngram_parts=2,
+                      eos_token_id=EOS_ID),
+                      torch.bfloat16, None, {"cls": "Qwen4ExpForConditionalGeneration", "vision": TINY_VISION,
+                                             "prompt": ple_prompt, "seeds": 6}),
+})
+
+
+def build_config(model_type: str, kwargs: dict, opts: dict | None = None):
     kwargs = dict(kwargs)
+    if opts:  # hybrid families: rope_parameters given whole (partial rotary, M-RoPE sections)
+        if "vision" in opts:
+            cfg = AutoConfig.for_model(model_type, text_config=kwargs, vision_config=dict(opts["vision"]),
+                                       tie_word_embeddings=kwargs.get("tie_word_embeddings", False))
+        else:
+            cfg = AutoConfig.for_model(model_type, **kwargs)
+        cfg._attn_implementation = "eager"
+        return cfg
     rope_scaling = kwargs.pop("rope_scaling", None)
     theta = kwargs.pop("rope_theta")
     cfg = AutoConfig.for_model(model_type, **kwargs)
@@ -117,14 +216,31 @@ def build_config(model_type: str, kwargs: dict):
     return cfg
 
 
+def model_class(opts):
+    return getattr(transformers, opts["cls"]) if opts else AutoModelForCausalLM
+
+
+def new_model(cls, cfg):
+    try:
+        return cls._from_config(cfg, attn_implementation="eager")
+    except (TypeError, AttributeError):
+        return cls.from_config(cfg) if cls is AutoModelForCausalLM else cls(cfg)
+
+
+def text_config(model):
+    c = model.config
+    return c.get_text_config() if hasattr(c, "get_text_config") else c
+
+
 def router_margins(model, k: int):
     """Hooks on every router; returns a list that fills with top-k margins (prob_k - prob_k+1)."""
     margins = []
     hooks = []
+    hidden = text_config(model).hidden_size
     for name, mod in model.named_modules():
         w = getattr(mod, "weight", None)
         if name.endswith(".gate") and w is not None and w.dim() == 2 and w.shape[0] <= 64 \
-                and w.shape[1] == model.config.hidden_size:
+                and w.shape[1] == hidden:
             def hook(m, args, out, _w=w):
                 x = args[0].reshape(-1, _w.shape[1]).double()
                 p = torch.softmax(x @ _w.double().T, dim=-1)
@@ -132,6 +248,102 @@ def router_margins(model, k: int):
                 margins.append(float((s[:, k - 1] - s[:, k]).min()))
             hooks.append(mod.register_forward_hook(hook))
     return margins, hooks
+
+
+def qsa_margins(model):
+    """Hooks on every QSA indexer (qwen4_exp). For each query that has more complete blocks
+    than it may keep, records score_k - score_k+1 of its block scores, recomputed here as the
+    indexer computes them (a tie there would make the kept blocks implementation-defined)."""
+    margins, hooks = [], []
+    for name, mod in model.named_modules():
+        if not name.endswith(".indexer") or not hasattr(mod, "index_qk_proj"):
+            continue
+        rope = sys.modules[type(mod).__module__].apply_rotary_pos_emb
+
+        def hook(m, args, out, _rope=rope):
+            hs, (cos, sin), mask = args[0], args[1], args[2]
+            b, n, _ = hs.shape
+            hd, c, k = m.index_head_dim, m.compress_ratio, m.block_topk
+            qk = m.index_qk_proj(hs)
+            q, tk = torch.split(qk, [m.index_n_heads * hd, m.index_kv_heads * hd], dim=-1)
+            q = m.q_layernorm(q.reshape(b, n, -1, hd))
+            q = _rope(q, cos=cos[:, -n:], sin=sin[:, -n:], unsqueeze_dim=2)
+            keys = tk.reshape(b, n, hd)  # a fresh cache: the raw keys are this pass's
+            vis = mask if mask.dtype == torch.bool else mask == 0
+            for qi in range(n):
+                idx = torch.nonzero(vis[0, 0, qi]).flatten()
+                nb = idx.numel() // c
+                if nb <= k:
+                    continue
+                blocks = idx[: nb * c].view(nb, c)
+                pooled = m.k_layernorm(keys[0].index_select(0, blocks.flatten()).view(nb, c, hd).float().mean(1))
+                starts = blocks[:, 0]
+                bk = _rope(pooled.unsqueeze(1), cos=cos[0].index_select(0, starts),
+                           sin=sin[0].index_select(0, starts)).squeeze(1)
+                sc = torch.relu((q[0, qi].float() @ bk.float().T).T).sum(-1) / math.sqrt(hd)
+                srt = torch.sort(sc, descending=True).values
+                margins.append(float(srt[k - 1] - srt[k]))
+        hooks.append(mod.register_forward_hook(hook))
+    return margins, hooks
+
+
+# Which gated-delta-rule implementation computed the reference: transformers uses the
+# flash-linear-attention kernels when they are installed and its torch fallbacks otherwise.
+DELTA_CALLS = {"torch_chunk_gated_delta_rule": 0, "torch_recurrent_gated_delta_rule": 0}
+
+
+def instrument_delta_rule():
+    import importlib
+    for fam in ["qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp"]:
+        try:
+            mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+        except ImportError:
+            continue
+        for fname in DELTA_CALLS:
+            f = getattr(mod, fname, None)
+            if f is None or getattr(f, "_sluice_counted", False):
+                continue
+
+            def counted(*a, _f=f, _n=fname, **kw):
+                DELTA_CALLS[_n] += 1
+                return _f(*a, **kw)
+            counted._sluice_counted = True
+            setattr(mod, fname, counted)
+
+
+def capture_activations(model, ids, path):
+    """Per-module outputs (and main inputs) of one forward pass, for debugging a port."""
+    store, hooks = {}, []
+    pat = re.compile(r"(embed_tokens|norm|hyper_connection_mixer|layers\.\d+(\.(linear_attn|self_attn|mlp|ple|"
+                     r"attn_hyper_connection|mlp_hyper_connection|input_layernorm|post_attention_layernorm|"
+                     r"self_attn\.indexer|mlp\.shared_expert|mlp\.shared_expert_gate|mlp\.experts|mlp\.gate|"
+                     r"linear_attn\.norm|ple\.ple_embedding))?)")
+    for name, mod in model.named_modules():
+        short = name.split("language_model.")[-1] if "language_model." in name else re.sub(r"^model\.", "", name)
+        if name.startswith("model.visual") or not pat.fullmatch(short):
+            continue
+
+        def hook(m, args, kwargs, out, _n=short):
+            def put(key, t):
+                if isinstance(t, torch.Tensor):
+                    store[key] = t.detach().cpu().numpy() if not t.is_floating_point() else \
+                        t.detach().float().cpu().numpy()
+            outs = out if isinstance(out, tuple) else (out,)
+            for i, t in enumerate(outs):
+                put(f"{_n}.out{i}", t)
+            if args:
+                put(f"{_n}.in0", args[0])
+            for key in ("hidden_states", "gate"):
+                if key in kwargs:
+                    put(f"{_n}.{key}", kwargs[key])
+            if len(args) > 1:
+                put(f"{_n}.in1", args[1])
+        hooks.append(mod.register_forward_hook(hook, with_kwargs=True))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hooks:
+        h.remove()
+    np.savez_compressed(path, **store)
 
 
 def reference(model, prompt_ids):
@@ -146,58 +358,107 @@ def reference(model, prompt_ids):
 
 
 def make_fixture(root: pathlib.Path, name: str, tok):
-    model_type, kwargs, dtype, bos = FIXTURES[name]
+    model_type, kwargs, dtype, bos, *rest = FIXTURES[name]
+    opts = rest[0] if rest else None
     out = root / name
     out.mkdir(parents=True, exist_ok=True)
-    prompt_ids = tok.encode(PROMPT).ids
+    prompt = (opts or {}).get("prompt", PROMPT)
+    prompt_ids = prompt(tok) if callable(prompt) else tok.encode(prompt).ids
     if bos is not None:
         prompt_ids = [tok.token_to_id(bos)] + prompt_ids
-    k = kwargs["num_experts_per_tok"]
+    k = kwargs["num_experts_per_tok"] if "num_experts_per_tok" in kwargs else 0
+    cls = model_class(opts)
     best = None
-    for seed in range(N_SEED_TRIES):
+    for seed in range((opts or {}).get("seeds", N_SEED_TRIES)):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(build_config(model_type, kwargs)).float().eval()
+        model = new_model(cls, build_config(model_type, kwargs, opts)).float().eval()
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * PERTURB_STD)
         model = model.to(dtype).float()  # round to the saved precision before measuring
-        margins, hooks = router_margins(model, k)
-        reference(model, prompt_ids)
-        for h in hooks:
+        margins, hooks = router_margins(model, k) if k else ([], [])
+        qmargins, qhooks = qsa_margins(model)
+        cont, _, _ = reference(model, prompt_ids)
+        for h in hooks + qhooks:
             h.remove()
         m = min(margins) if margins else 1.0
-        if best is None or m > best[0]:
-            best = (m, seed, model)
-    margin, seed, model = best
-    model.to(dtype).save_pretrained(str(out), safe_serialization=True)
+        qm = min(qmargins) if qmargins else 1.0
+        score = min(m, qm)
+        if max(cont) >= tok.get_vocab_size():  # a continuation the tokenizer cannot print
+            score = -1.0
+        print(f"  {name} seed {seed}: router margin {m:.4g}, qsa margin {qm:.4g} over {len(qmargins)} dropping queries",
+              flush=True)
+        if best is None or score > best[0]:
+            best = (score, seed, model, m, qm, len(qmargins))
+    _, seed, model, margin, qmargin, n_dropping = best
+    model.to(dtype)
+    saved_state = {key: t.detach().clone() for key, t in model.state_dict().items()}
+    model.save_pretrained(str(out), safe_serialization=True)
     (out / "tokenizer.json").write_text((root / "_tokenizer" / "tokenizer.json").read_text())
     write_tokenizer_config(out, bos)
     # Reload as saved, compute references in float32 on the CPU.
-    ref_model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32,
-                                                     attn_implementation="eager").eval()
+    ref_model = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager").eval()
+    # The reference must come from exactly the saved weights (a missed conversion would
+    # leave a freshly initialized tensor behind without an error).
+    got_state = ref_model.state_dict()
+    bad = [key for key, t in saved_state.items() if t.is_floating_point() and
+           (key not in got_state or not torch.equal(t.float(), got_state[key].float()))]
+    bad += [key for key in got_state if key not in saved_state]
+    if bad:
+        print(f"  {name}: WARNING: reloaded weights differ from the saved ones: {bad[:8]} ({len(bad)})")
+    for key in DELTA_CALLS:
+        DELTA_CALLS[key] = 0
     cont, lp, lf = reference(ref_model, prompt_ids)
     np.save(out / "logits_prompt.npy", lp.astype(np.float32))
     np.save(out / "logits_full.npy", lf.astype(np.float32))
-    ref = {"family": model_type, "prompt": PROMPT, "prompt_ids": prompt_ids,
-           "continuation_ids": cont, "seed": seed, "min_router_topk_margin": margin,
+    ref = {"family": model_type, "prompt": prompt if isinstance(prompt, str) else inspect.getdoc(prompt),
+           "prompt_ids": prompt_ids, "continuation_ids": cont, "seed": seed, "min_router_topk_margin": margin,
            "saved_dtype": str(dtype).replace("torch.", ""),
            "transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    if opts:
+        ref["model_class"] = opts["cls"]
+        if n_dropping:  # counted over all passes of the seed's reference run (prompt, each step, full)
+            ref["min_qsa_block_topk_margin"] = qmargin
+            ref["qsa_queries_dropping_blocks"] = n_dropping
+        if any(DELTA_CALLS.values()) or "linear_attention" in json.dumps(kwargs):
+            fla = importlib.util.find_spec("fla") is not None
+            ref["delta_rule"] = {"calls": dict(DELTA_CALLS),
+                                 "implementation": "flash-linear-attention kernels" if fla else
+                                 "transformers' torch fallbacks (flash-linear-attention not installed)"}
+        if bad:
+            ref["reload_mismatch"] = bad
     (out / "reference.json").write_text(json.dumps(ref, indent=1))
+    if os.environ.get("SLUICE_FIXTURE_DEBUG"):
+        dbg = pathlib.Path(os.environ["SLUICE_FIXTURE_DEBUG"])
+        dbg.mkdir(parents=True, exist_ok=True)
+        capture_activations(ref_model, prompt_ids, dbg / f"{name}.npz")
     size = sum(f.stat().st_size for f in out.iterdir())
     from safetensors import safe_open
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         keys = sorted(f.keys())
-    print(f"{name}: seed {seed} margin {margin:.4g} size {size} prompt {len(prompt_ids)} cont {cont}")
-    print("   keys:", [k for k in keys if "layers.0." in k or "layers" not in k])
+    print(f"{name}: seed {seed} margin {margin:.4g} qsa {qmargin:.4g}/{n_dropping} size {size} "
+          f"prompt {len(prompt_ids)} cont {cont} delta {dict(DELTA_CALLS)}")
+    print("   keys:", [k for k in keys if ("layers.0." in k or "layers.1." in k or "layers" not in k)
+                       and "visual" not in k and "experts.1" not in k and not re.search(r"experts\.[2-9]", k)])
+    print("   n keys:", len(keys), "visual:", sum("visual" in k for k in keys))
 
 
 def main():
     root = pathlib.Path(sys.argv[1])
     names = sys.argv[2:] or list(FIXTURES)
     torch.set_num_threads(8)
+    instrument_delta_rule()
     tok = make_tokenizer(root / "_tokenizer")
+    failed = []
     for name in names:
-        make_fixture(root, name, tok)
+        try:
+            make_fixture(root, name, tok)
+        except Exception:  # one broken fixture must not cost the others their run
+            traceback.print_exc()
+            failed.append(name)
+    if failed:
+        print("FAILED:", failed)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

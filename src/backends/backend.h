@@ -17,6 +17,21 @@
 
 namespace sluice {
 
+enum class Activation : uint8_t {
+  sigmoid,  // 1 / (1 + e^-x)
+  silu,     // x / (1 + e^-x)
+};
+
+struct DeltaRuleParams {
+  int64_t chunk_size = 64;  // > 0: the chunked (WY) form over chunks of this many tokens; 0: recurrent
+};
+
+struct QsaParams {
+  int64_t n_past = 0;          // position of query row 0
+  int64_t compress_ratio = 0;  // tokens per key block (c)
+  int64_t block_topk = 0;      // complete blocks kept per query (the token budget / c)
+};
+
 struct AttentionParams {
   int64_t n_past = 0;          // position of query row 0; query row i sits at n_past + i
   float scale = 1.0f;          // applied to q.k, usually 1/sqrt(head_dim)
@@ -75,6 +90,73 @@ class Backend {
   // expert_out [n*k, c], out [n, c], weights has n*k entries (host memory).
   virtual void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                            const Tensor& out) = 0;
+
+  // ---- hybrid families: Gated DeltaNet, gated attention, QSA, hyper-connections, PLE ----
+  // All tensors f32 unless said otherwise; "rows" as above. Outputs may not overlap inputs
+  // unless said so.
+
+  // dst[r, dst_col + j] = src[r, src_col + j] for j in [0, n_cols), every row r. src and dst
+  // have the same number of rows.
+  virtual void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                         int64_t n_cols) = 0;
+  // x = out_mul * act(x / in_div), elementwise, in place.
+  virtual void activate(const Tensor& x, Activation act, float in_div = 1.0f, float out_mul = 1.0f) = 0;
+  // x *= y, in place: y has x.numel() elements (elementwise), or is [x.rows(), 1] (one factor
+  // per row).
+  virtual void mul(const Tensor& x, const Tensor& y) = 0;
+  // RMSNorm over groups: every row of x [rows, c] is cut into c / group groups of `group`
+  // elements, each scaled by 1 / sqrt(mean(group^2) + eps); then y[r, :] *= w[:] (w f32 [c],
+  // or empty: no scale). group == c is rms_norm. y may alias x.
+  virtual void rms_norm_groups(const Tensor& x, const Tensor& w, float eps, int64_t group, const Tensor& y) = 0;
+  // Causal depthwise 1-D convolution with carried state, then optionally SiLU. With
+  // S = (K - 1) * dilation and xx = [state; x] (state [S, c]: the S latest earlier inputs,
+  // oldest first; zeros at the start of a sequence):
+  //   out[t, ch] = act(sum over j in [0, K) of w[ch, j] * xx[S + t - (K - 1 - j) * dilation, ch])
+  // for t in [0, n); then state = the last S rows of xx. x, out [n, c]; w [c, K].
+  virtual void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& out,
+                             int64_t dilation, bool silu) = 0;
+  // Gated DeltaNet gates: g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]) with
+  // softplus(x) = x above 20, else log(1 + e^x); beta[t, h] = sigmoid(b[t, h]).
+  // a, b, g, beta [n, H]; A_log, dt_bias [H].
+  virtual void delta_net_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                               const Tensor& g, const Tensor& beta) = 0;
+  // The gated delta rule over n consecutive tokens, state S [Hv, dk, dv] read and updated in
+  // place. Value head h reads key head h / (Hv / Hk); q and k are L2-normalized
+  // (x / sqrt(sum(x^2) + 1e-6)) and q scaled by 1 / sqrt(dk). For t in order:
+  //   S = exp(g[t, h]) S;  S += k_t (beta[t, h] (v_t - S^T k_t))^T;  out_t = S^T q_t.
+  // q, k [n, Hk, dk]; v, out [n, Hv, dv]; g, beta [n, Hv]. chunk_size > 0 computes the same
+  // sums in transformers' chunked form (intra-chunk triangular solve, one state update per
+  // chunk), which rounds differently from the token-by-token form (cpu/delta_net.cpp).
+  virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, const Tensor& state, const Tensor& out,
+                                const DeltaRuleParams& params) = 0;
+  // Hyper-connection input mix over n_stream = xn.cols() / out.cols() streams:
+  //   out[r, :] = (sum over s of sigmoid(logits[r, s, :]) * xn[r, s, :]) / n_stream
+  // xn, logits [n, n_stream * c]; out [n, c].
+  virtual void hyper_mix(const Tensor& xn, const Tensor& logits, const Tensor& out) = 0;
+  // Hyper-connection injection: x[r, s, :] += y[r, :] * w[r, s] (product rounded, then the
+  // sum). x [n, n_stream * c], y [n, c], w [n, n_stream].
+  virtual void hyper_inject(const Tensor& x, const Tensor& y, const Tensor& w) = 0;
+  // PLE gate, per row r and stream s: a = (sum over i of key[r, s, i] * query[r, s, i]) / sqrt(c);
+  // a = sqrt(max(|a|, 1e-6)) * sign(a); out[r, s, :] = sigmoid(a) * value[r, :].
+  // key, query, out [n, n_stream * c]; value [n, c].
+  virtual void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, const Tensor& out) = 0;
+  // dst[i, :] = (sum over j in [0, group) of src[i * group + j, :]) / group, j in order.
+  // src [m * group, c], dst [m, c].
+  virtual void mean_rows(const Tensor& src, int64_t group, const Tensor& dst) = 0;
+  // QSA block selection for query rows at positions p = n_past + i. Block b holds tokens
+  // [b c, (b + 1) c); it is complete for p when (b + 1) c <= p + 1, so p has m = (p + 1) / c
+  // complete blocks. When m > block_topk each block b < m scores
+  //   (sum over heads h of relu(q[i, h, :] . block_keys[b, :])) / sqrt(d)
+  // and the block_topk best are kept (equal scores: the lower block first); else all m are.
+  // idx[i, :] = the kept blocks' tokens and the tail [m c, p], ascending, then -1 to the end.
+  // q [n, n_head, d]; block_keys [>= (n_past + n) / c, d]; idx i32 [n, block_topk c + c - 1].
+  virtual void qsa_select(const Tensor& q, const Tensor& block_keys, const Tensor& idx, const QsaParams& params) = 0;
+  // Grouped-query attention where query row i sees only the key positions idx[i, :] (i32,
+  // ascending, -1 entries ignored, at least one valid); otherwise as attention (softmax in f32
+  // over the listed keys). q, out [n, n_head, d]; k, v [n_ctx, n_kv_head, d]; idx [n, m].
+  virtual void attention_indexed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& idx,
+                                 const Tensor& out, float scale) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -8,12 +8,20 @@ namespace sluice {
 std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_mixtral(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_olmoe(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_qwen3_next(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_qwen3_5(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_qwen3_5_moe(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_qwen4_exp(const nlohmann::json&, WeightSource&, Backend&);
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"qwen3_moe", {"Qwen3MoeForCausalLM"}, load_qwen3_moe},
       {"mixtral", {"MixtralForCausalLM"}, load_mixtral},
       {"olmoe", {"OlmoeForCausalLM"}, load_olmoe},
+      {"qwen3_next", {"Qwen3NextForCausalLM"}, load_qwen3_next},
+      {"qwen3_5", {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"}, load_qwen3_5},
+      {"qwen3_5_moe", {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, load_qwen3_5_moe},
+      {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp},
   };
   return table;
 }

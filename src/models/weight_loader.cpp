@@ -10,7 +10,7 @@ WeightLoader::WeightLoader(WeightSource& source, Backend& backend, std::string f
 
 bool WeightLoader::has(const std::string& name) const { return source_.has(prefix_ + name); }
 
-Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
+Tensor WeightLoader::check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
   Tensor want(DType::f32, shape, nullptr);
   bool same = t.ndim == want.ndim;
   for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == want.shape[i];
@@ -20,7 +20,17 @@ Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initiali
                family_, ": tensor ", full_name, " has dtype ", dtype_name(t.dtype),
                "; weights must be f32, bf16 or f16");
   n_params_ += t.numel();
-  return backend_.upload(t);
+  return t;
+}
+
+Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
+  return backend_.upload(check_host(full_name, std::move(t), shape));
+}
+
+Tensor WeightLoader::take_host(const std::string& name, std::initializer_list<int64_t> shape) {
+  const std::string full = prefix_ + name;
+  SLUICE_CHECK(source_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
+  return check_host(full, source_.get(full), shape);
 }
 
 Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t> shape) {

@@ -22,6 +22,9 @@ class WeightLoader {
   // The tensor `prefix + name` with exactly this shape, in a float dtype (f32/bf16/f16).
   Tensor take(const std::string& name, std::initializer_list<int64_t> shape);
   std::optional<Tensor> take_optional(const std::string& name, std::initializer_list<int64_t> shape);
+  // The same checks and accounting, but the host view itself, not uploaded: for a weight the
+  // family transforms at load (upload the result with backend().upload).
+  Tensor take_host(const std::string& name, std::initializer_list<int64_t> shape);
   // Whether `prefix + name` exists.
   bool has(const std::string& name) const;
   // Marks tensors deliberately not used (for example a vision tower).
@@ -36,6 +39,7 @@ class WeightLoader {
 
  private:
   Tensor check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
+  Tensor check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
 
   WeightSource& source_;
   Backend& backend_;

@@ -21,7 +21,8 @@ inline std::filesystem::path fixture_dir(const std::string& name) { return sourc
 
 // Every model fixture (directories with a reference.json).
 inline std::vector<std::string> model_fixtures() {
-  return {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"};
+  return {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+          "qwen4_exp_qsa", "qwen4_exp_ple"};
 }
 
 struct FixtureReference {

@@ -1,7 +1,8 @@
 // CpuBackend: the reference implementation of Backend, and the fast path on machines
 // without a GPU. Memory is host memory (64-byte aligned allocations); ops run synchronously
 // on a ThreadPool. The op bodies live one family per file (matmul.cpp, norm.cpp, rope.cpp,
-// attention.cpp, elementwise.cpp, rows.cpp).
+// attention.cpp, elementwise.cpp, rows.cpp; for the hybrid families columns.cpp,
+// activation.cpp, norm_groups.cpp, conv1d.cpp, delta_net.cpp, hyper.cpp, qsa.cpp).
 //
 // Reproducibility contract (other backends are checked against it): every output element
 // of every op is computed in one fixed order that depends only on the op's sizes along the
@@ -46,6 +47,26 @@ class CpuBackend final : public Backend {
   void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
+
+  // Hybrid families (columns.cpp, activation.cpp, norm_groups.cpp, conv1d.cpp, delta_net.cpp,
+  // hyper.cpp, qsa.cpp).
+  void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
+  void activate(const Tensor& x, Activation act, float in_div, float out_mul) override;
+  void mul(const Tensor& x, const Tensor& y) override;
+  void rms_norm_groups(const Tensor& x, const Tensor& w, float eps, int64_t group, const Tensor& y) override;
+  void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& out, int64_t dilation,
+                     bool silu) override;
+  void delta_net_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                       const Tensor& beta) override;
+  void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& state, const Tensor& out, const DeltaRuleParams& params) override;
+  void hyper_mix(const Tensor& xn, const Tensor& logits, const Tensor& out) override;
+  void hyper_inject(const Tensor& x, const Tensor& y, const Tensor& w) override;
+  void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, const Tensor& out) override;
+  void mean_rows(const Tensor& src, int64_t group, const Tensor& dst) override;
+  void qsa_select(const Tensor& q, const Tensor& block_keys, const Tensor& idx, const QsaParams& params) override;
+  void attention_indexed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& idx, const Tensor& out,
+                         float scale) override;
 
   ThreadPool& pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
 

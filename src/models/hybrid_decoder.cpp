@@ -1,0 +1,138 @@
+// HybridModel: state and forward pass.
+#include "models/hybrid_decoder.h"
+
+#include <numeric>
+
+namespace sluice {
+
+void HybridState::reset() {
+  n_past = 0;
+  for (auto& d : delta)
+    if (!d.conv.empty()) clear_delta_net_state(be_, d);
+  for (auto& p : ple)
+    if (!p.conv.empty()) clear_ple_state(be_, *ple_spec, p);
+  for (auto& a : attn) a.qsa.n_blocks = 0;  // the KV cache and keys are overwritten before they are read
+}
+
+HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weights)
+    : be_(backend), spec_(std::move(spec)), w_(std::move(weights)) {
+  info_ = spec_.info;
+}
+
+std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
+  SLUICE_CHECK(n_ctx > 0, Status::invalid_argument, "context size must be positive");
+  auto st = std::make_unique<HybridState>(be_);
+  st->n_ctx = n_ctx;
+  st->ple_spec = &spec_.ple;
+  const size_t L = spec_.layers.size();
+  st->attn.resize(L);
+  st->delta.resize(L);
+  st->ple.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    const HybridLayerSpec& ls = spec_.layers[l];
+    if (ls.mixer == TokenMixer::attention) st->attn[l] = new_gated_attention_state(be_, spec_.attn, n_ctx);
+    else st->delta[l] = new_delta_net_state(be_, spec_.delta);
+    if (ls.ple) st->ple[l] = new_ple_state(be_, spec_.ple);
+  }
+  return st;
+}
+
+void HybridModel::feed_forward(size_t l, const Tensor& h, const Tensor& y) {
+  const HybridLayerWeights& lw = w_.layers[l];
+  const int64_t n = h.rows();
+  if (!spec_.layers[l].moe) {
+    swiglu_mlp(be_, lw.mlp, h, y);
+    return;
+  }
+  const int64_t E = spec_.router.n_expert;
+  Tensor rl = be_.alloc(DType::f32, {n, E});
+  be_.matmul(h, lw.router, rl);
+  std::vector<float> router_logits(n * E);
+  be_.to_host(rl, router_logits.data());
+  Routing routing = route_topk(spec_.router, router_logits, n);
+  routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+  if (spec_.n_ff_shared > 0) {
+    // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.
+    Tensor s = be_.alloc(DType::f32, {n, spec_.info.n_embd});
+    swiglu_mlp(be_, lw.shared, h, s);
+    Tensor sg = be_.alloc(DType::f32, {n, 1});
+    be_.matmul(h, lw.shared_gate, sg);
+    be_.activate(sg, Activation::sigmoid);
+    be_.mul(s, sg);
+    be_.add(y, s);
+  }
+}
+
+void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
+                          bool all_logits) {
+  auto& st = static_cast<HybridState&>(state_base);
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  SLUICE_CHECK(n > 0, Status::invalid_argument, "forward needs at least one token");
+  SLUICE_CHECK(st.n_past + n <= st.n_ctx, Status::invalid_argument, "context full: ", st.n_past + n,
+               " tokens exceed the context size ", st.n_ctx);
+  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
+               "logits buffer too small");
+  for (int32_t t : tokens)
+    SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), st.n_past);
+  std::vector<float> cos_h, sin_h;
+  rope_tables(spec_.rope, pos, cos_h, sin_h);
+  const int64_t half = spec_.rope.rot_dim / 2;
+  Tensor cos = be_.alloc(DType::f32, {n, half}), sin = be_.alloc(DType::f32, {n, half});
+  be_.from_host(cos, cos_h.data());
+  be_.from_host(sin, sin_h.data());
+
+  const bool hyper = spec_.hyper.n_stream > 0;
+  const int64_t width = hyper ? spec_.hyper.width() : d;
+  Tensor x = be_.alloc(DType::f32, {n, width});  // the residual stream(s)
+  if (hyper) {
+    Tensor e = be_.alloc(DType::f32, {n, d});
+    be_.get_rows(w_.tok_embd, tokens, e);
+    hyper_expand(be_, spec_.hyper, e, x);
+  } else {
+    be_.get_rows(w_.tok_embd, tokens, x);
+  }
+  Tensor h = be_.alloc(DType::f32, {n, d});
+  Tensor y = be_.alloc(DType::f32, {n, d});
+  Tensor inj = hyper ? be_.alloc(DType::f32, {n, spec_.hyper.n_stream}) : Tensor{};
+
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    const HybridLayerSpec& ls = spec_.layers[l];
+    HybridLayerWeights& lw = w_.layers[l];
+    auto mix = [&](const Tensor& in, const Tensor& out) {
+      if (ls.mixer == TokenMixer::attention)
+        gated_attention_block(be_, spec_.attn, spec_.rope, lw.attn, in, st.attn[l], st.n_past, cos, sin, out);
+      else
+        delta_net_block(be_, spec_.delta, lw.delta, in, st.delta[l], out);
+    };
+    if (hyper) {
+      if (ls.ple) ple_block(be_, spec_.ple, lw.ple, tokens, x, st.ple[l]);
+      hyper_mix_block(be_, spec_.hyper, lw.attn_hyper, x, h, inj);
+      mix(h, y);
+      be_.hyper_inject(x, y, inj);
+      hyper_mix_block(be_, spec_.hyper, lw.ffn_hyper, x, h, inj);
+      feed_forward(l, h, y);
+      be_.hyper_inject(x, y, inj);
+    } else {
+      be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
+      mix(h, y);
+      be_.add(x, y);
+      be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
+      feed_forward(l, h, y);
+      be_.add(x, y);
+    }
+  }
+  st.n_past += n;
+
+  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
+  Tensor xn = be_.alloc(DType::f32, {xs.rows(), d});
+  if (hyper) hyper_mix_block(be_, spec_.hyper, w_.output_hyper, xs, xn, Tensor{});
+  else be_.rms_norm(xs, w_.output_norm, spec_.norm_eps, xn);
+  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+  be_.matmul(xn, w_.output, out);
+  be_.to_host(out, logits.data());
+}
+
+}  // namespace sluice

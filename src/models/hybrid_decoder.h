@@ -1,0 +1,98 @@
+// HybridModel: the decoder shared by the hybrid Qwen families (qwen3_next, qwen3_5,
+// qwen3_5_moe, qwen4_exp). Layers alternate Gated DeltaNet and gated full attention (per
+// layer_types); the feed-forward part is routed experts plus a sigmoid-gated shared expert,
+// or a dense MLP. The residual is either one stream with zero-centered pre-norms (qwen3_next,
+// qwen3_5*), or hyper-connections with optional PLE (qwen4_exp). A family file fills a
+// HybridSpec and HybridWeights; the forward pass reads traits, never the family.
+//
+// Per-sequence state (HybridState): the KV cache (and QSA keys) of the attention layers, the
+// conv and recurrent states of the DeltaNet layers, the conv state and token history of the
+// PLE layers. reset() clears all of it.
+#pragma once
+
+#include <vector>
+
+#include "models/gated_attention.h"
+#include "models/gated_delta_net.h"
+#include "models/hyper_connections.h"
+#include "models/model.h"
+#include "models/ple.h"
+
+namespace sluice {
+
+enum class TokenMixer { delta_net, attention };
+
+struct HybridLayerSpec {
+  TokenMixer mixer = TokenMixer::delta_net;
+  bool moe = false;   // routed experts (+ the shared expert); otherwise a dense SwiGLU MLP
+  int64_t n_ff = 0;   // expert width (moe) or MLP width (dense)
+  bool ple = false;   // PLE before the layer (hyper-connection families only)
+};
+
+struct HybridSpec {
+  ModelInfo info;
+  GatedAttentionSpec attn;
+  RopeConfig rope;
+  DeltaNetSpec delta;
+  RouterSpec router;
+  int64_t n_ff_shared = 0;  // shared expert width; 0: none
+  HyperSpec hyper;          // hyper.n_stream == 0: one residual stream with pre-norms
+  PleSpec ple;
+  float norm_eps = 1e-6f;
+  std::vector<HybridLayerSpec> layers;
+};
+
+struct HybridLayerWeights {
+  Tensor attn_norm, ffn_norm;          // f32 [n_embd], 1 + w (single-stream families)
+  HyperWeights attn_hyper, ffn_hyper;  // hyper-connection families
+  GatedAttentionWeights attn;          // attention layers
+  DeltaNetWeights delta;               // DeltaNet layers
+  Tensor router;                       // [n_expert, n_embd] (moe layers)
+  std::vector<ExpertWeights> experts;  // [n_expert]
+  ExpertWeights shared;                // shared expert
+  Tensor shared_gate;                  // [1, n_embd]
+  ExpertWeights mlp;                   // dense layers
+  PleWeights ple;                      // PLE layers
+};
+
+struct HybridWeights {
+  Tensor tok_embd;           // [n_vocab, n_embd]
+  Tensor output_norm;        // f32 [n_embd], 1 + w (single-stream families)
+  HyperWeights output_hyper; // the final stream mixer (hyper-connection families)
+  Tensor output;             // [n_vocab, n_embd]
+  std::vector<HybridLayerWeights> layers;
+};
+
+class HybridState final : public SequenceState {
+ public:
+  explicit HybridState(Backend& be) : be_(be) {}
+  void reset() override;
+
+  std::vector<GatedAttentionState> attn;  // per layer (attention layers)
+  std::vector<DeltaNetState> delta;       // per layer (DeltaNet layers)
+  std::vector<PleState> ple;              // per layer (PLE layers)
+  const PleSpec* ple_spec = nullptr;
+
+ private:
+  Backend& be_;
+};
+
+class HybridModel : public Model {
+ public:
+  HybridModel(Backend& backend, HybridSpec spec, HybridWeights weights);
+  std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
+  void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
+               bool all_logits) override;
+
+  const HybridSpec& spec() const { return spec_; }
+
+ private:
+  // y[n, n_embd] = the feed-forward part of layer l for h[n, n_embd].
+  void feed_forward(size_t l, const Tensor& h, const Tensor& y);
+
+  Backend& be_;
+  HybridSpec spec_;
+  HybridWeights w_;
+};
+
+}  // namespace sluice
