@@ -43,6 +43,26 @@ class CudaBackend final : public Backend {
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
 
+  // Ops of the hybrid Qwen families: not on CUDA yet (cuda/hybrid_ops_pending.cpp), a clear
+  // unsupported error; those families run on the CPU backend.
+  void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
+  void activate(const Tensor& x, Activation act, float in_div, float out_mul) override;
+  void mul(const Tensor& x, const Tensor& y) override;
+  void rms_norm_groups(const Tensor& x, const Tensor& w, float eps, int64_t group, const Tensor& y) override;
+  void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& out, int64_t dilation,
+                     bool silu) override;
+  void delta_net_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                       const Tensor& beta) override;
+  void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& state, const Tensor& out, const DeltaRuleParams& params) override;
+  void hyper_mix(const Tensor& xn, const Tensor& logits, const Tensor& out) override;
+  void hyper_inject(const Tensor& x, const Tensor& y, const Tensor& w) override;
+  void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, const Tensor& out) override;
+  void mean_rows(const Tensor& src, int64_t group, const Tensor& dst) override;
+  void qsa_select(const Tensor& q, const Tensor& block_keys, const Tensor& idx, const QsaParams& params) override;
+  void attention_indexed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& idx, const Tensor& out,
+                         float scale) override;
+
  private:
   // Copies host bytes to the device scratch (grown as needed) on the stream; returns it.
   void* stage(const void* host, size_t bytes);
