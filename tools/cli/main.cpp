@@ -9,6 +9,7 @@
 namespace sluice::cli {
 void register_run(CLI::App& app);
 void register_logits(CLI::App& app);
+void register_simulate(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "sluice 0.1.0");
   sluice::cli::register_run(app);
   sluice::cli::register_logits(app);
+  sluice::cli::register_simulate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
