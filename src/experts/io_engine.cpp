@@ -137,6 +137,7 @@ struct IoEngine::Impl {
   IoCounters counters;
   bool stop = false;
   int threads_alive = 0;
+  std::string broken;  // set when an IO thread died: later submits fail with it
 
   bool uring = false;
   io_uring ring{};
@@ -366,12 +367,11 @@ struct IoEngine::Impl {
       }
       check_timeouts(ring_ops);
     }
-    // Whatever the ring still holds after the shutdown wait is abandoned to the kernel.
+    // Whatever the ring still holds after the shutdown wait is abandoned to the kernel (which
+    // only ever sees an op's address as a tag, so the op itself can go).
     for (Op* op : ring_ops) {
-      if (!op->abandoned) {
-        std::unique_ptr<Op> own(op);
-        finish(std::move(own), Status::io, "the IO engine shut down while the read was in flight");
-      }
+      std::unique_ptr<Op> own(op);
+      if (!own->abandoned) finish(std::move(own), Status::io, "the IO engine shut down while the read was in flight");
     }
   }
 
@@ -465,10 +465,17 @@ IoEngine::IoEngine(IoEngineOptions opt) : impl_(std::make_shared<Impl>()) {
   m.threads_alive = n_threads;
   for (int i = 0; i < n_threads; ++i) {
     std::thread([keep] {
-      if (keep->uring)
-        keep->uring_loop();
-      else
-        keep->pread_worker();
+      // Nothing may throw across the thread: a failure is logged and later submits refused.
+      try {
+        if (keep->uring)
+          keep->uring_loop();
+        else
+          keep->pread_worker();
+      } catch (const std::exception& e) {
+        LOG_ERROR("the IO engine's thread failed: ", e.what());
+        std::lock_guard<std::mutex> lock(keep->mu);
+        keep->broken = e.what();
+      }
       std::lock_guard<std::mutex> lock(keep->mu);
       --keep->threads_alive;
       keep->cv_exit.notify_all();
@@ -521,6 +528,18 @@ int32_t IoEngine::add_file(const std::filesystem::path& path) {
   return static_cast<int32_t>(m.files.size() - 1);
 }
 
+int32_t IoEngine::add_fd(int fd, const std::string& name) {
+  File f;
+  f.path = name;
+  f.fd_buffered = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (f.fd_buffered < 0) fail(Status::io, "cannot use the descriptor of ", name, ": ", errno_text(errno));
+  struct stat st {};
+  if (::fstat(f.fd_buffered, &st) == 0 && S_ISREG(st.st_mode)) f.size = static_cast<uint64_t>(st.st_size);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->files.push_back(std::move(f));
+  return static_cast<int32_t>(impl_->files.size() - 1);
+}
+
 bool IoEngine::file_is_direct(int32_t file) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   SLUICE_CHECK(file >= 0 && file < static_cast<int32_t>(impl_->files.size()), Status::internal, "bad file index ", file);
@@ -541,6 +560,7 @@ void IoEngine::submit(const ReadRequest& req) {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     SLUICE_CHECK(!m.stop, Status::internal, "read submitted to an IO engine that is shutting down");
+    SLUICE_CHECK(m.broken.empty(), Status::io, "the IO engine failed earlier: ", m.broken);
     SLUICE_CHECK(req.file >= 0 && req.file < static_cast<int32_t>(m.files.size()), Status::internal,
                  "read of record ", req.record, ": bad file index ", req.file);
     const File& f = m.files[req.file];

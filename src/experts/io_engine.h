@@ -102,6 +102,10 @@ class IoEngine {
 
   // Opens a file for reading (O_DIRECT in direct mode when the filesystem allows it).
   int32_t add_file(const std::filesystem::path& path);
+  // Reads from an already open descriptor (duplicated; the caller keeps its own), buffered.
+  // `name` stands for it in errors. For callers that open files themselves, and for tests
+  // (a pipe never answers: the timeout path).
+  int32_t add_fd(int fd, const std::string& name);
   bool file_is_direct(int32_t file) const;
   uint64_t file_size(int32_t file) const;
 

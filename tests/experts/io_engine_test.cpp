@@ -340,6 +340,35 @@ TEST(IoEngine, ShutdownWithReadsInFlight) {
   }
 }
 
+// A read that never answers (a pipe nobody writes to) is cancelled after the request
+// timeout and reported as Status::timeout naming the record; the engine keeps working.
+TEST(IoEngine, ReadTimeoutIsReportedNotHung) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  IoEngineOptions o;
+  o.request_timeout = 100ms;
+  IoEngine io(o);
+  if (!io.uses_io_uring()) GTEST_SKIP() << "io_uring unavailable (a pread on a pipe fails at once)";
+  const int32_t pipe_file = io.add_fd(fds[0], "test-pipe");
+  AlignedBuffer buf(4096);
+  const auto t0 = std::chrono::steady_clock::now();
+  ReadCompletion c = read_one(io, pipe_file, 0, 4096, buf.data(), 5);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(c.status, Status::timeout);
+  EXPECT_NE(c.error.find("record 5"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("test-pipe"), std::string::npos) << c.error;
+  EXPECT_GE(waited, 90ms);
+  EXPECT_LT(waited, 5s);
+  // The engine still serves ordinary reads.
+  const fs::path p = make_file("after-timeout.bin", 8192);
+  const int32_t f = io.add_file(p);
+  c = read_one(io, f, 4096, 4096, buf.data(), 6);
+  EXPECT_EQ(c.status, Status::ok) << c.error;
+  EXPECT_TRUE(matches(buf.data(), 4096, 4096));
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 // The retry decisions, one OS answer at a time.
 TEST(IoEngine, RetryDecisions) {
   using namespace io_detail;
