@@ -215,13 +215,13 @@ TEST(IoEngine, DemandJumpsTheQueue) {
   IoEngine io(opts(kModes[2], 1));  // pread, one thread: a strict queue
   const int32_t f = io.add_file(p);
   std::vector<AlignedBuffer> bufs;
+  for (int i = 0; i <= 30; ++i) bufs.emplace_back(mib);  // before submitting: the queue fills at once
   for (int i = 0; i <= 30; ++i) {
-    bufs.emplace_back(mib);
     ReadRequest r;
     r.file = f;
     r.offset = static_cast<uint64_t>(i) * mib;
     r.bytes = mib;
-    r.dest = bufs.back().data();
+    r.dest = bufs[i].data();
     r.tag = static_cast<uint64_t>(i);
     r.priority = i < 30 ? IoPriority::prefetch : IoPriority::demand;
     io.submit(r);
