@@ -10,6 +10,7 @@ namespace sluice::cli {
 void register_run(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_simulate(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   sluice::cli::register_run(app);
   sluice::cli::register_logits(app);
   sluice::cli::register_perplexity(app);
+  sluice::cli::register_simulate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

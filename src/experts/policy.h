@@ -1,0 +1,83 @@
+// Eviction policies of the expert cache. A policy keeps its own bookkeeping per cache key
+// and ranks resident slots: the residency asks for the priority of every evictable slot and
+// evicts the lowest. The residency (residency.h) owns slots, pins and states; a policy only
+// orders them, so every policy obeys the same rules (never a pinned or loading slot).
+//
+// Keys are (record, kind) pairs flattened by the residency (key = record * n_kinds + kind);
+// `now` is the residency's access clock (one tick per acquire).
+//
+// Policies (docs/policy.md has their measured hit rates on real routing traces):
+//   lru    least recently used
+//   lfu    least frequently used over the key's whole history (counts survive eviction),
+//          ties broken by recency
+//   lrfu   frequency-weighted recency (Lee et al., LRFU): each access adds 1 to a
+//          combined recency-frequency value that halves every `half_life` accesses; the
+//          lowest value is evicted. half_life is a multiple of the slot count so the policy
+//          behaves the same for a per-layer cache and a shared pool.
+//   fifo   first in, first out (a baseline)
+//   belady the offline optimum for simulation: evicts the key whose next use is furthest,
+//          given an oracle over the future of the trace
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+enum class PolicyKind { lru, lfu, lrfu, fifo, belady };
+
+std::string_view policy_name(PolicyKind k);
+std::optional<PolicyKind> policy_from_name(std::string_view s);
+// The policies an engine can run (all but belady), in the order simulate prints them.
+std::span<const PolicyKind> online_policies();
+// A comma-separated list of every policy name, for option help and error messages.
+std::string_view policy_names_text();
+
+// Default eviction policy of the engine: chosen by measurement (docs/policy.md).
+constexpr PolicyKind kDefaultPolicy = PolicyKind::lrfu;
+
+// The eviction order of a slot: the lowest (primary, secondary) pair is evicted first.
+struct EvictionRank {
+  double primary = 0;
+  uint64_t secondary = 0;
+  friend bool operator<(const EvictionRank& a, const EvictionRank& b) {
+    return a.primary < b.primary || (a.primary == b.primary && a.secondary < b.secondary);
+  }
+};
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual PolicyKind kind() const = 0;
+  std::string_view name() const { return policy_name(kind()); }
+
+  // A key was placed in `slot` (a miss that reserved it) or found there (a hit). Both count
+  // as an access of the key at time `now`.
+  virtual void on_fill(int32_t slot, int64_t key, uint64_t now) = 0;
+  virtual void on_hit(int32_t slot, int64_t key, uint64_t now) = 0;
+  // The key left the slot (eviction or a failed load).
+  virtual void on_evict(int32_t slot, int64_t key) {}
+  // The rank of a resident slot holding `key`; the lowest rank is evicted.
+  virtual EvictionRank rank(int32_t slot, int64_t key, uint64_t now) const = 0;
+};
+
+// The next time a key is used, in the oracle's own time unit, or UINT64_MAX if never again.
+// Keys used by the current step must report the current step (the optimum may not evict
+// an expert the current token uses).
+using NextUseOracle = std::function<uint64_t(int64_t key)>;
+
+struct PolicyOptions {
+  int32_t n_slots = 0;             // slots of the cache (lrfu scales its half-life by it)
+  int64_t n_keys = 0;              // size of the key space
+  double lrfu_half_life_slots = 8; // lrfu: half-life of an access, in accesses per slot
+  NextUseOracle next_use;          // belady only
+};
+
+std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions& opt);
+
+}  // namespace sluice

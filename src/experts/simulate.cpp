@@ -1,0 +1,214 @@
+// Trace reading and replay through Residency. Each independent sequence (a (problem, layer)
+// pair for per-layer caches, a problem for a shared pool) gets a fresh Residency, so every
+// request starts cold; Belady's oracle looks up the next use of a key in a per-sequence
+// index of the steps that use it.
+#include "experts/simulate.h"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/error.h"
+#include "experts/residency.h"
+#include "format/json_file.h"
+
+namespace sluice {
+namespace {
+
+// Experts per row and ids are small; these bounds only reject absurd input before it
+// sizes a table.
+constexpr int64_t kMaxExpertId = 1 << 16;
+constexpr int64_t kMaxLayer = 1 << 12;
+
+int64_t int_field(const nlohmann::json& j, const char* name, const std::string& where, int64_t fallback, bool required) {
+  auto it = j.find(name);
+  if (it == j.end()) {
+    SLUICE_CHECK(!required, Status::corrupt, where, ": missing field '", name, "'");
+    return fallback;
+  }
+  SLUICE_CHECK(it->is_number_integer(), Status::corrupt, where, ": '", name, "' must be an integer");
+  return it->get<int64_t>();
+}
+
+// One sequence to replay: a list of steps, each the keys of one (token, layer).
+struct Sequence {
+  std::vector<std::vector<int64_t>> steps;
+};
+
+SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, const SimulateOptions& opt) {
+  // Belady's oracle: per key, the steps that use it, ascending.
+  std::map<int64_t, std::vector<uint64_t>> uses;
+  if (opt.policy == PolicyKind::belady)
+    for (size_t t = 0; t < seq.steps.size(); ++t)
+      for (int64_t key : seq.steps[t]) uses[key].push_back(t);
+  uint64_t step = 0;
+  ResidencyOptions ro;
+  ro.n_slots = n_slots;
+  ro.n_records = n_records;
+  ro.policy = opt.policy;
+  ro.policy_options.lrfu_half_life_slots = opt.lrfu_half_life_slots;
+  if (opt.policy == PolicyKind::belady) {
+    // Keys of the current step report the current step: the optimum may not evict an
+    // expert the current token uses.
+    ro.policy_options.next_use = [&uses, &step](int64_t key) -> uint64_t {
+      auto it = uses.find(key / kExpertKindCount);
+      if (it == uses.end()) return std::numeric_limits<uint64_t>::max();
+      auto pos = std::lower_bound(it->second.begin(), it->second.end(), step);
+      return pos == it->second.end() ? std::numeric_limits<uint64_t>::max() : *pos;
+    };
+  }
+  Residency res(ro);
+  SimulateResult out;
+  std::vector<AcquireResult> results;
+  for (step = 0; step < seq.steps.size(); ++step) {
+    const std::vector<int64_t>& records = seq.steps[step];
+    results.assign(records.size(), AcquireResult{});
+    if (opt.pin == PinScope::step) {
+      res.acquire_step(records, ExpertKind::bf16, results);
+    } else {
+      // Each access is its own request: acquired and released before the next one.
+      for (size_t i = 0; i < records.size(); ++i) {
+        results[i] = res.acquire(records[i], ExpertKind::bf16);
+        if (results[i].status == AcquireStatus::miss) res.complete_load(results[i].slot);
+        if (results[i].slot >= 0) res.release(results[i].slot);
+      }
+    }
+    for (size_t i = 0; i < records.size(); ++i) {
+      const AcquireResult& r = results[i];
+      SLUICE_CHECK(r.status != AcquireStatus::no_slot, Status::internal, "simulate: no slot for record ", records[i]);
+      if (r.status == AcquireStatus::miss) {
+        ++out.misses;
+        if (opt.pin == PinScope::step) res.complete_load(r.slot);
+      } else {
+        ++out.hits;
+      }
+      if (opt.pin == PinScope::step) res.release(r.slot);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Trace read_trace(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  SLUICE_CHECK(std::filesystem::exists(path), Status::not_found, "trace ", path.string(), " does not exist");
+  SLUICE_CHECK(f.good(), Status::io, "cannot open trace ", path.string());
+  Trace tr;
+  std::map<std::pair<int64_t, int64_t>, int64_t> position;  // (problem, layer) -> rows so far
+  std::map<int64_t, bool> problems;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(f, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = str(path.string(), ":", line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail(Status::corrupt, where, ": invalid JSON: ", describe_json_error(e, line));
+    }
+    SLUICE_CHECK(j.is_object(), Status::corrupt, where, ": expected a JSON object");
+    TraceRow row;
+    row.problem = int_field(j, "problem_id", where, 0, false);
+    row.layer = int_field(j, "layer", where, 0, true);
+    SLUICE_CHECK(row.layer >= 0 && row.layer < kMaxLayer, Status::corrupt, where, ": layer ", row.layer,
+                 " is outside [0, ", kMaxLayer, ")");
+    int64_t& pos = position[{row.problem, row.layer}];
+    row.token = int_field(j, "token_idx", where, pos, false);
+    ++pos;
+    auto ex = j.find("experts");
+    SLUICE_CHECK(ex != j.end() && ex->is_array() && !ex->empty(), Status::corrupt, where,
+                 ": 'experts' must be a non-empty array of expert ids");
+    for (const auto& e : *ex) {
+      SLUICE_CHECK(e.is_number_integer(), Status::corrupt, where, ": 'experts' must hold integers");
+      const int64_t id = e.get<int64_t>();
+      SLUICE_CHECK(id >= 0 && id < kMaxExpertId, Status::corrupt, where, ": expert id ", id, " is outside [0, ",
+                   kMaxExpertId, ")");
+      SLUICE_CHECK(std::find(row.experts.begin(), row.experts.end(), id) == row.experts.end(), Status::corrupt, where,
+                   ": expert ", id, " appears twice");
+      row.experts.push_back(static_cast<int32_t>(id));
+    }
+    auto w = j.find("gating_probs");
+    if (w == j.end()) w = j.find("weights");
+    if (w != j.end()) {
+      SLUICE_CHECK(w->is_array() && w->size() == row.experts.size(), Status::corrupt, where,
+                   ": 'gating_probs' must be an array as long as 'experts'");
+      for (const auto& x : *w) {
+        SLUICE_CHECK(x.is_number(), Status::corrupt, where, ": 'gating_probs' must hold numbers");
+        row.weights.push_back(x.get<float>());
+      }
+    }
+    tr.n_layer = std::max(tr.n_layer, row.layer + 1);
+    for (int32_t e : row.experts) tr.n_expert = std::max(tr.n_expert, e + 1);
+    tr.top_k = std::max(tr.top_k, static_cast<int32_t>(row.experts.size()));
+    problems[row.problem] = true;
+    tr.rows.push_back(std::move(row));
+  }
+  SLUICE_CHECK(!f.bad(), Status::io, "error reading trace ", path.string());
+  SLUICE_CHECK(!tr.rows.empty(), Status::corrupt, "trace ", path.string(), " has no rows");
+  tr.n_problems = static_cast<int64_t>(problems.size());
+  return tr;
+}
+
+SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
+  const bool per_layer = opt.slots_per_layer > 0;
+  SLUICE_CHECK(per_layer != (opt.slots > 0), Status::invalid_argument,
+               "simulate: give exactly one of --slots-per-layer N and --slots N");
+  const int32_t n_slots = per_layer ? opt.slots_per_layer : opt.slots;
+  SLUICE_CHECK(n_slots >= trace.top_k, Status::invalid_argument, "simulate: ", n_slots, " slots",
+               per_layer ? " per layer" : "", " are fewer than the ", trace.top_k,
+               " experts a token uses; the minimum is ", trace.top_k);
+
+  // Sequences in order of first appearance of their problem (and layer).
+  std::vector<int64_t> order(trace.rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::map<int64_t, int64_t> problem_rank;
+  for (const TraceRow& r : trace.rows) problem_rank.emplace(r.problem, static_cast<int64_t>(problem_rank.size()));
+  const int64_t n_expert = trace.n_expert;
+  SimulateResult total;
+  auto add = [&](const Sequence& seq, int64_t n_records) {
+    SimulateResult r = replay(seq, n_records, n_slots, opt);
+    total.hits += r.hits;
+    total.misses += r.misses;
+  };
+  if (per_layer) {
+    // One cache per (problem, layer), rows in file order (token order within a layer).
+    std::map<std::pair<int64_t, int64_t>, Sequence> seqs;
+    for (const TraceRow& r : trace.rows) {
+      std::vector<int64_t> keys(r.experts.begin(), r.experts.end());
+      seqs[{problem_rank[r.problem], r.layer}].steps.push_back(std::move(keys));
+    }
+    for (const auto& [id, seq] : seqs) add(seq, n_expert);
+  } else {
+    // One pool per problem, its rows in token order, layers ascending within a token.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const TraceRow &x = trace.rows[a], &y = trace.rows[b];
+      const int64_t px = problem_rank[x.problem], py = problem_rank[y.problem];
+      if (px != py) return px < py;
+      if (x.token != y.token) return x.token < y.token;
+      return x.layer < y.layer;
+    });
+    Sequence seq;
+    int64_t current = -1;
+    for (int64_t i : order) {
+      const TraceRow& r = trace.rows[i];
+      if (problem_rank[r.problem] != current && !seq.steps.empty()) {
+        add(seq, trace.n_layer * n_expert);
+        seq.steps.clear();
+      }
+      current = problem_rank[r.problem];
+      std::vector<int64_t> keys;
+      for (int32_t e : r.experts) keys.push_back(r.layer * n_expert + e);
+      seq.steps.push_back(std::move(keys));
+    }
+    if (!seq.steps.empty()) add(seq, trace.n_layer * n_expert);
+  }
+  return total;
+}
+
+}  // namespace sluice

@@ -1,0 +1,63 @@
+// Routing-trace replay: feeds the expert accesses of a recorded trace through the real
+// residency code (residency.h) and counts hits and misses, for comparing eviction policies
+// against each other and against the offline optimum (Belady).
+//
+// Trace format (shared/traces/README.md): JSON lines, one object per (token, MoE layer):
+//   {"problem_id": 0, "layer": 3, "token_idx": 17, "experts": [6, 5], "gating_probs": [0.7, 0.3]}
+// experts are strongest first. problem_id (default 0) separates independent requests, each
+// replayed from a cold cache; token_idx (default: file order) orders the layers of a problem
+// into token order for a shared pool; "weights" is accepted for "gating_probs".
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "experts/policy.h"
+
+namespace sluice {
+
+struct TraceRow {
+  int64_t problem = 0;
+  int64_t layer = 0;
+  int64_t token = 0;             // token_idx, or the row's position among its (problem, layer)
+  std::vector<int32_t> experts;  // strongest first, distinct
+  std::vector<float> weights;    // empty when the trace has none
+};
+
+struct Trace {
+  std::vector<TraceRow> rows;  // in file order
+  int64_t n_layer = 0;         // 1 + the largest layer index
+  int32_t n_expert = 0;        // 1 + the largest expert id
+  int32_t top_k = 0;           // the most experts in a row
+  int64_t n_problems = 0;
+};
+
+// Parses a trace file; errors name the file and line.
+Trace read_trace(const std::filesystem::path& path);
+
+// How long an access pins its slot.
+//   access: each routed expert is one independent request, released at once (the usual
+//           cache-simulation convention, and the one of shared/traces/README.md)
+//   step:   the experts of one (token, layer) stay pinned until all of them are acquired,
+//           as in the engine, so a token never evicts its own experts
+enum class PinScope { access, step };
+
+struct SimulateOptions {
+  int32_t slots_per_layer = 0;  // > 0: one cache of this many slots per layer
+  int32_t slots = 0;            // > 0: one shared pool over all layers
+  PolicyKind policy = kDefaultPolicy;
+  PinScope pin = PinScope::access;
+  double lrfu_half_life_slots = PolicyOptions{}.lrfu_half_life_slots;
+};
+
+struct SimulateResult {
+  uint64_t hits = 0, misses = 0;
+  double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+};
+
+// Replays the trace. Exactly one of slots_per_layer and slots must be set, and it must be
+// at least the trace's top_k (the engine's minimum).
+SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt);
+
+}  // namespace sluice

@@ -1,0 +1,166 @@
+// RunStats: totals, the JSON document of --stats, the summary line, consistency checks.
+#include "experts/stats.h"
+
+#include <time.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "format/file_io.h"
+
+namespace sluice {
+
+LayerStats& LayerStats::operator+=(const LayerStats& o) {
+  steps += o.steps;
+  routed += o.routed;
+  unique += o.unique;
+  hits += o.hits;
+  pending_hits += o.pending_hits;
+  misses += o.misses;
+  bytes_demand += o.bytes_demand;
+  bytes_prefetch += o.bytes_prefetch;
+  prefetch_requests += o.prefetch_requests;
+  prefetch_already += o.prefetch_already;
+  prefetch_hits += o.prefetch_hits;
+  cut += o.cut;
+  low_bit += o.low_bit;
+  demand_wait_seconds += o.demand_wait_seconds;
+  prefetch_wait_seconds += o.prefetch_wait_seconds;
+  service_wall_seconds += o.service_wall_seconds;
+  service_cpu_seconds += o.service_cpu_seconds;
+  return *this;
+}
+
+LayerStats RunStats::totals() const {
+  LayerStats t;
+  for (const LayerStats& l : layers) t += l;
+  return t;
+}
+
+namespace {
+
+nlohmann::json layer_json(const LayerStats& l) {
+  return {
+      {"steps", l.steps},
+      {"routed", l.routed},
+      {"unique", l.unique},
+      {"hits", l.hits},
+      {"pending_hits", l.pending_hits},
+      {"misses", l.misses},
+      {"hit_rate", l.hit_rate()},
+      {"bytes_read_demand", l.bytes_demand},
+      {"bytes_read_prefetch", l.bytes_prefetch},
+      {"prefetch_requests", l.prefetch_requests},
+      {"prefetch_already_resident", l.prefetch_already},
+      {"prefetch_hits", l.prefetch_hits},
+      {"cut", l.cut},
+      {"cut_low_bit", l.low_bit},
+      {"demand_wait_seconds", l.demand_wait_seconds},
+      {"prefetch_wait_seconds", l.prefetch_wait_seconds},
+      {"service_wall_seconds", l.service_wall_seconds},
+      {"service_cpu_seconds", l.service_cpu_seconds},
+  };
+}
+
+}  // namespace
+
+nlohmann::json RunStats::to_json() const {
+  nlohmann::json layers_json = nlohmann::json::array();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    nlohmann::json j = layer_json(layers[i]);
+    j["moe_layer"] = i;
+    layers_json.push_back(std::move(j));
+  }
+  const LayerStats t = totals();
+  return {
+      {"run",
+       {
+           {"prefill_tokens", prefill_tokens},
+           {"prefill_seconds", prefill_seconds},
+           {"prefill_tokens_per_second", prefill_tokens_per_second()},
+           {"decode_tokens", decode_tokens},
+           {"decode_seconds", decode_seconds},
+           {"decode_tokens_per_second", decode_tokens_per_second()},
+           {"hit_rate", t.hit_rate()},
+           {"bytes_read", io_bytes},
+           {"read_bytes_per_second", read_bytes_per_second()},
+           {"cache",
+            {{"bytes", cache_bytes},
+             {"slots", slots},
+             {"slot_bytes", slot_bytes},
+             {"speculative_slots", speculative_slots},
+             {"host_cache_bytes", host_cache_bytes},
+             {"policy", policy}}},
+           {"options",
+            {{"kind", kind},
+             {"miss_kind", miss_kind.empty() ? nlohmann::json(nullptr) : nlohmann::json(miss_kind)},
+             {"lookahead", lookahead},
+             {"cut", cut > 0 ? nlohmann::json(cut) : nlohmann::json(nullptr)}}},
+           {"io",
+            {{"mode", io_mode},
+             {"io_uring", io_uring},
+             {"depth", io_depth},
+             {"reads", io_reads},
+             {"bytes", io_bytes},
+             {"busy_seconds", io_busy_seconds}}},
+           {"totals", layer_json(t)},
+       }},
+      {"layers", std::move(layers_json)},
+  };
+}
+
+void RunStats::write_json(const std::filesystem::path& path) const {
+  const std::string text = to_json().dump(2) + "\n";
+  const std::span<const uint8_t> part(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  write_file_atomic(path, std::span<const std::span<const uint8_t>>(&part, 1));
+}
+
+std::string RunStats::summary() const {
+  char buf[256];
+  const double mib = static_cast<double>(cache_bytes) / (1 << 20);
+  std::snprintf(buf, sizeof buf, "expert cache %.1f MiB (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
+                mib, static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
+                read_bytes_per_second() / 1e9);
+  return buf;
+}
+
+std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride) const {
+  std::vector<std::string> errs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerStats& l = layers[i];
+    const std::string at = str("moe layer ", i, ": ");
+    if (l.hits + l.misses != l.unique) errs.push_back(str(at, "hits ", l.hits, " + misses ", l.misses, " != unique ", l.unique));
+    if (l.unique > l.routed) errs.push_back(str(at, "unique ", l.unique, " > routed ", l.routed));
+    if (l.pending_hits > l.hits) errs.push_back(str(at, "pending hits ", l.pending_hits, " > hits ", l.hits));
+    if (l.cut > l.misses + l.pending_hits) errs.push_back(str(at, "cut ", l.cut, " > misses and pending hits"));
+    if (l.low_bit > l.cut) errs.push_back(str(at, "low-bit substitutes ", l.low_bit, " > cut ", l.cut));
+    if (l.prefetch_hits > l.hits) errs.push_back(str(at, "prefetch hits ", l.prefetch_hits, " > hits ", l.hits));
+    if (l.steps > 0 && l.routed == 0) errs.push_back(str(at, l.steps, " steps but nothing routed"));
+    if (record_stride > 0) {
+      if (l.bytes_demand != l.misses * record_stride)
+        errs.push_back(str(at, "demand bytes ", l.bytes_demand, " != misses ", l.misses, " x stride ", record_stride));
+      if (l.bytes_prefetch != l.prefetch_requests * record_stride)
+        errs.push_back(str(at, "prefetch bytes ", l.bytes_prefetch, " != requests ", l.prefetch_requests, " x stride ",
+                           record_stride));
+    }
+    for (double s : {l.demand_wait_seconds, l.prefetch_wait_seconds, l.service_wall_seconds, l.service_cpu_seconds})
+      if (!(s >= 0)) errs.push_back(str(at, "negative or NaN time ", s));
+  }
+  const LayerStats t = totals();
+  // The layers account a whole stride per read at issue; the disk delivers at most that (a
+  // record's used bytes, or nothing when a RAM tier answers).
+  if (io_bytes > t.bytes_demand + t.bytes_prefetch)
+    errs.push_back(str("run: the IO engine read ", io_bytes, " bytes, more than the layers account for (",
+                       t.bytes_demand + t.bytes_prefetch, ")"));
+  if (slots > 0 && speculative_slots >= slots)
+    errs.push_back(str("run: speculative slots ", speculative_slots, " >= slots ", slots));
+  return errs;
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace sluice

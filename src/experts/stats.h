@@ -1,0 +1,86 @@
+// Statistics of expert streaming (DESIGN.md, "Statistics"): counters per MoE layer, kept by
+// the streamer on its hot path (plain additions, no logging), and per-run figures; written
+// as JSON by `--stats FILE` and summarized in one line at the end of `sluice run`.
+//
+// Conventions (the consistency checks below rely on them):
+//   routed   (row, rank) pairs routed to experts of this layer
+//   unique   distinct experts per step, summed over steps (the union over the batch rows)
+//   hits     unique experts found in the cache, resident or already loading (pending_hits
+//            counts the loading ones; they cost a wait but no read)
+//   misses   unique experts that had to be read: hits + misses = unique
+//   bytes_demand  bytes read for misses (misses x the record stride of their kind)
+//   prefetch_*    lookahead: predictions issued as reads, predictions already in the cache,
+//                 and demand accesses that found a prefetched record (confirmed predictions)
+//   cut           misses dropped by the deadline (--cut); low_bit of them were replaced by a
+//                 landed low-bit copy (--miss-kind)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+
+struct LayerStats {
+  uint64_t steps = 0;               // streamed steps (one per layer per forward call)
+  uint64_t routed = 0, unique = 0;
+  uint64_t hits = 0, pending_hits = 0, misses = 0;
+  uint64_t bytes_demand = 0, bytes_prefetch = 0;
+  uint64_t prefetch_requests = 0;   // reads issued for predictions
+  uint64_t prefetch_already = 0;    // predictions already resident or loading
+  uint64_t prefetch_hits = 0;       // demand accesses that found a prefetched record
+  uint64_t cut = 0, low_bit = 0;
+  double demand_wait_seconds = 0;   // waiting for demand reads to land
+  double prefetch_wait_seconds = 0; // waiting for prefetched records still loading
+  double service_wall_seconds = 0;  // the streamer's own work: plan, acquire, issue, publish
+  double service_cpu_seconds = 0;   // the same, in thread CPU time
+
+  LayerStats& operator+=(const LayerStats& o);
+  double hit_rate() const { return unique ? static_cast<double>(hits) / static_cast<double>(unique) : 0; }
+};
+
+struct RunStats {
+  std::vector<LayerStats> layers;   // one per MoE layer
+
+  // Tokens and the wall time of the forward calls that processed them.
+  uint64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+
+  // The cache and how it was run.
+  uint64_t cache_bytes = 0, slot_bytes = 0, host_cache_bytes = 0;
+  int64_t slots = 0, speculative_slots = 0;
+  std::string policy, kind, miss_kind;  // miss_kind empty: misses use `kind`
+  bool lookahead = false;
+  double cut = 0;                       // 0: off
+
+  // The IO engine (its counters: io_engine.h).
+  std::string io_mode;                  // "direct" or "buffered" (what the files got)
+  bool io_uring = false;
+  int io_depth = 0;
+  uint64_t io_reads = 0, io_bytes = 0;
+  double io_busy_seconds = 0;           // wall time with at least one read in flight
+
+  LayerStats totals() const;
+  double hit_rate() const { return totals().hit_rate(); }
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
+  double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
+  // Achieved read bandwidth, bytes per second of busy IO time.
+  double read_bytes_per_second() const { return io_busy_seconds > 0 ? io_bytes / io_busy_seconds : 0; }
+
+  nlohmann::json to_json() const;
+  void write_json(const std::filesystem::path& path) const;  // atomic replace
+  // "expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s"
+  std::string summary() const;
+
+  // Violations of the conventions above, one line each (empty when consistent).
+  // record_stride > 0 also checks bytes_demand = misses x stride (a single kind).
+  std::vector<std::string> consistency_errors(uint64_t record_stride = 0) const;
+};
+
+// CPU time of the calling thread, in seconds.
+double thread_cpu_seconds();
+
+}  // namespace sluice

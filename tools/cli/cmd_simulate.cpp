@@ -1,0 +1,72 @@
+// sluice simulate: replays a routing trace through the residency code and prints the hit
+// rate of each eviction policy next to the optimal (Belady) bound, one line per policy:
+//   lru 0.601
+//   belady 0.747
+// A description of the run (trace size, cache shape) goes to stderr.
+#include <cstdio>
+#include <string>
+
+#include "cli_common.h"
+#include "experts/simulate.h"
+
+namespace sluice::cli {
+
+void register_simulate(CLI::App& app) {
+  struct Options {
+    std::string trace, policy = "all", pin = "access";
+    int32_t slots_per_layer = 0, slots = 0;
+    double lrfu_half_life = PolicyOptions{}.lrfu_half_life_slots;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("simulate", "replay a routing trace through the expert cache");
+  cmd->add_option("--trace", opt->trace, "routing trace (JSON lines, see shared/traces/README.md)")->required();
+  auto* spl = cmd->add_option("--slots-per-layer", opt->slots_per_layer, "one cache of N slots per layer")
+                  ->check(CLI::PositiveNumber);
+  auto* sl = cmd->add_option("--slots", opt->slots, "one shared pool of N slots over all layers")->check(CLI::PositiveNumber);
+  spl->excludes(sl);
+  cmd->add_option("--policy", opt->policy, str("eviction policy: ", policy_names_text(), ", or all (default)"));
+  cmd->add_option("--pin", opt->pin,
+                  "how long an access pins its slot: access (each expert is its own request; the "
+                  "convention of shared/traces) or step (a token's experts stay pinned together, as in the engine)");
+  cmd->add_option("--lrfu-half-life", opt->lrfu_half_life, "lrfu: half-life of an access, in accesses per slot")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([opt] {
+    SLUICE_CHECK(opt->slots_per_layer > 0 || opt->slots > 0, Status::invalid_argument,
+                 "simulate needs --slots-per-layer N or --slots N");
+    SimulateOptions so;
+    so.slots_per_layer = opt->slots_per_layer;
+    so.slots = opt->slots;
+    so.lrfu_half_life_slots = opt->lrfu_half_life;
+    if (opt->pin == "access")
+      so.pin = PinScope::access;
+    else if (opt->pin == "step")
+      so.pin = PinScope::step;
+    else
+      fail(Status::invalid_argument, "--pin: '", opt->pin, "' is not access or step");
+    std::vector<PolicyKind> policies;
+    if (opt->policy == "all") {
+      policies.assign(online_policies().begin(), online_policies().end());
+      policies.push_back(PolicyKind::belady);
+    } else {
+      std::optional<PolicyKind> p = policy_from_name(opt->policy);
+      SLUICE_CHECK(p.has_value(), Status::invalid_argument, "--policy: '", opt->policy, "' is not one of ",
+                   policy_names_text(), ", all");
+      policies.push_back(*p);
+    }
+    Trace trace = read_trace(opt->trace);
+    std::fprintf(stderr, "sluice: trace %s: %zu rows, %lld problems, %lld layers, %d experts, top-%d; %s, pin per %s\n",
+                 opt->trace.c_str(), trace.rows.size(), static_cast<long long>(trace.n_problems),
+                 static_cast<long long>(trace.n_layer), trace.n_expert, trace.top_k,
+                 so.slots_per_layer > 0 ? str(so.slots_per_layer, " slots per layer").c_str()
+                                        : str("one pool of ", so.slots, " slots").c_str(),
+                 opt->pin.c_str());
+    for (PolicyKind p : policies) {
+      so.policy = p;
+      SimulateResult r = simulate_trace(trace, so);
+      std::printf("%s %.3f\n", std::string(policy_name(p)).c_str(), r.hit_rate());
+      std::fflush(stdout);
+    }
+  });
+}
+
+}  // namespace sluice::cli
