@@ -9,6 +9,8 @@
 namespace sluice::cli {
 void register_run(CLI::App& app);
 void register_logits(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_verify(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -21,6 +23,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "sluice 0.1.0");
   sluice::cli::register_run(app);
   sluice::cli::register_logits(app);
+  sluice::cli::register_convert(app);
+  sluice::cli::register_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
