@@ -1,7 +1,9 @@
 // bench_convert: convert throughput and memory. Writes a random bf16 qwen3_moe checkpoint of
 // about --gb gigabytes (once; reused while its size matches), then times `convert` of it in
-// a child process (so the peak RSS from wait4 is the convert's alone) and prints a markdown
-// row: input size, kinds, threads, seconds, MB/s of checkpoint input, peak RSS.
+// a child process (so the peak RSS and CPU time from wait4 are the convert's alone) and
+// prints a markdown row: input size, kinds, threads, seconds, MB/s of checkpoint input, CPU
+// seconds and input MB per CPU second (the figure that does not depend on how many cores
+// are free), peak RSS.
 //
 //   bench_convert [--gb 4] [--dir DIR] [--kinds q4] [--threads N] [--reps R] [--drop-caches]
 //
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
                    static_cast<long long>(spec.n_layer), s);
     }
     const uint64_t in_bytes = fs::file_size(ck / "model.safetensors");
-    std::printf("| input GB | kinds | threads | cache | seconds | input MB/s | peak RSS MB |\n|---|---|---|---|---|---|---|\n");
+    std::printf("| input GB | kinds | threads | cache | seconds | input MB/s | CPU s (user+sys) | input MB per CPU s | peak RSS MB |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
     for (int r = 0; r < reps; ++r) {
       fs::remove_all(out, ec);
       if (drop_caches) {
@@ -91,9 +94,10 @@ int main(int argc, char** argv) {
         return 1;
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("| %.2f | %s | %d | %s | %.2f | %.0f | %.0f |\n", in_bytes / 1e9, kinds.c_str(),
+      const double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+      std::printf("| %.2f | %s | %d | %s | %.2f | %.0f | %.2f | %.0f | %.0f |\n", in_bytes / 1e9, kinds.c_str(),
                   threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()),
-                  drop_caches ? "dropped" : "warm", s, in_bytes / 1e6 / s, ru.ru_maxrss / 1024.0);
+                  drop_caches ? "dropped" : "warm", s, in_bytes / 1e6 / s, cpu, in_bytes / 1e6 / cpu, ru.ru_maxrss / 1024.0);
       std::fflush(stdout);
     }
     fs::remove_all(out, ec);

@@ -1,7 +1,8 @@
 // Quantizers and dequantizers of the pack's expert kinds (layouts and rules in quant.h).
-// Plain scalar code: deterministic (round half to even through nearbyint in the default
-// rounding mode, explicit fma where the layout says fma), and fast enough that convert is
-// bound by reading the checkpoint, not by this.
+// Plain scalar code that the compiler vectorizes: deterministic (round half to even through
+// rint in the default rounding mode, which compiles to one roundps; explicit fma where the
+// layout says fma), and fast enough that convert is bound by IO, not by this. Rows are
+// checked finite first, so the clamps can use plain min/max.
 #include "core/quant.h"
 
 #include <algorithm>
@@ -28,16 +29,17 @@ bool quantize_q8(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
   bool ok = true;
   for (int64_t i = 0; i < cols; ++i) {
     ok &= finite(x[i]);
-    amax = std::fmax(amax, std::fabs(x[i]));
+    amax = std::max(amax, std::fabs(x[i]));
   }
   if (!ok) return false;
   const float scale = amax / 127.0f;
   std::memcpy(scales, &scale, 4);
   auto* q = reinterpret_cast<int8_t*>(data);
-  for (int64_t i = 0; i < cols; ++i) {
-    float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
-    q[i] = static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, v)));
+  if (scale == 0) {
+    std::memset(q, 0, static_cast<size_t>(cols));
+    return true;
   }
+  for (int64_t i = 0; i < cols; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, std::rint(x[i] / scale))));
   return true;
 }
 
@@ -61,9 +63,10 @@ bool quantize_q4(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
     if (!finite(d)) return false;
     store_f16(scales + 2 * g, dh);
     uint8_t q[kQ4Group] = {};  // the padding of a partial group stays 0
-    for (int64_t i = 0; i < n; ++i) {
-      float v = d != 0 ? std::nearbyint(xg[i] / d) + 8.0f : 8.0f;
-      q[i] = static_cast<uint8_t>(std::fmin(15.0f, std::fmax(0.0f, v)));
+    if (d == 0) {
+      std::memset(q, 8, static_cast<size_t>(n));
+    } else {
+      for (int64_t i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(std::min(15.0f, std::max(0.0f, std::rint(xg[i] / d) + 8.0f)));
     }
     uint8_t* out = data + g * (kQ4Group / 2);
     for (int64_t j = 0; j < kQ4Group / 2; ++j) out[j] = static_cast<uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
@@ -80,8 +83,8 @@ bool quantize_q2(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
     bool ok = true;
     for (int64_t i = 0; i < n; ++i) {
       ok &= finite(xg[i]);
-      lo = std::fmin(lo, xg[i]);
-      hi = std::fmax(hi, xg[i]);
+      lo = std::min(lo, xg[i]);
+      hi = std::max(hi, xg[i]);
     }
     if (!ok) return false;
     const uint16_t sh = f32_to_f16((hi - lo) / 3.0f), mh = f32_to_f16(lo);
@@ -90,10 +93,8 @@ bool quantize_q2(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
     store_f16(scales + 4 * g, sh);
     store_f16(scales + 4 * g + 2, mh);
     uint8_t q[kQ2Group] = {};
-    for (int64_t i = 0; i < n; ++i) {
-      float v = scale > 0 ? std::nearbyint((xg[i] - mn) / scale) : 0.0f;
-      q[i] = static_cast<uint8_t>(std::fmin(3.0f, std::fmax(0.0f, v)));
-    }
+    if (scale > 0)
+      for (int64_t i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(std::min(3.0f, std::max(0.0f, std::rint((xg[i] - mn) / scale))));
     uint8_t* out = data + g * (kQ2Group / 4);
     for (int64_t j = 0; j < kQ2Group / 4; ++j)
       out[j] = static_cast<uint8_t>(q[4 * j] | (q[4 * j + 1] << 2) | (q[4 * j + 2] << 4) | (q[4 * j + 3] << 6));
