@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -659,6 +660,8 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
   const uint64_t src_elem = dtype_size(ck.entry(layers[0].fused ? layers[0].prefix + "gate_up_proj" : layers[0].names[0][0]).dtype);
   const uint64_t record_in_bytes = static_cast<uint64_t>(3 * ff * d) * std::max<uint64_t>(src_elem, 2);
+  // Records per batch: about batch_bytes of checkpoint data, at least one record, and at
+  // most four layers' worth (tiny experts would otherwise make one batch of everything).
   const int64_t per_batch = std::clamp<int64_t>(static_cast<int64_t>(opt.batch_bytes / std::max<uint64_t>(1, record_in_bytes)), 1, E * 4);
   Batch batches[2];
   for (Batch& b : batches)

@@ -660,6 +660,10 @@ PackVerifyResult verify_pack(const fs::path& dir, const std::function<void(const
     if (r.problems.size() < max_problems) r.problems.push_back(std::move(what));
   };
 
+  for (const std::string& name : m.tokenizer_files) {
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / name, ec)) problem(str((dir / name).string(), ": listed in the manifest but missing"));
+  }
   std::vector<uint8_t> buf;
   {  // dense.bin
     const fs::path path = dir / kPackDenseName;

@@ -5,6 +5,7 @@
 // dtypes that do not fit their role), each with a clear error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -182,6 +183,11 @@ TEST(Pack, VerifyCatchesAFlippedByteInEveryRecord) {
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.problems[0].find("padding"), std::string::npos) << r.problems[0];
   EXPECT_TRUE(verify_pack(fixture_pack("olmoe")).ok);
+  // A tokenizer file the manifest lists must be there.
+  fs::remove(dir / "tokenizer_config.json");
+  r = verify_pack(dir);
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.problems[0].find("tokenizer_config.json: listed in the manifest but missing"), std::string::npos) << r.problems[0];
 }
 
 // ---- corrupt packs: each case damages a copy and expects Pack::open to refuse it ----
@@ -192,6 +198,8 @@ struct Corruption {
   Status status;
   std::vector<std::string> fragments;
 };
+
+void PrintTo(const Corruption& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Corruption> corruptions() {
   auto manifest = [](std::function<void(json&)> fn) { return [fn](const fs::path& d) { edit_manifest(d, fn); }; };
@@ -255,26 +263,33 @@ std::vector<Corruption> corruptions() {
   };
 }
 
-TEST(PackCorrupt, EachCaseGivesAClearError) {
-  for (const Corruption& c : corruptions()) {
-    SCOPED_TRACE(c.name);
-    fs::path d = pack_copy("corrupt");
-    c.damage(d);
-    std::string msg = expect_error([&] { Pack::open(d); }, c.status, c.fragments);
-    // verify and load refuse it the same way.
-    if (!msg.empty()) {
-      expect_error([&] { verify_pack(d); }, c.status, c.fragments);
-      auto backend = make_cpu_backend();
-      expect_error([&] { load_model(d, *backend); }, c.status, c.fragments);
-    }
-    fs::remove_all(d);
+// One test per case (ctest lists each): Pack::open, verify and load_model all refuse the
+// damaged pack with the expected status and a message naming what is wrong.
+class PackCorrupt : public ::testing::TestWithParam<Corruption> {};
+
+TEST_P(PackCorrupt, GivesAClearError) {
+  const Corruption& c = GetParam();
+  fs::path d = pack_copy("corrupt");
+  c.damage(d);
+  std::string msg = expect_error([&] { Pack::open(d); }, c.status, c.fragments);
+  if (!msg.empty()) {
+    expect_error([&] { verify_pack(d); }, c.status, c.fragments);
+    auto backend = make_cpu_backend();
+    expect_error([&] { load_model(d, *backend); }, c.status, c.fragments);
   }
+  fs::remove_all(d);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, PackCorrupt, ::testing::ValuesIn(corruptions()), [](const auto& info) {
+  std::string name;
+  for (char ch : info.param.name) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
+});
 
 // Damage that the manifest parser cannot see but loading does: a dense tensor whose dtype
 // does not fit its role (a norm weight stored as i8), and a config that disagrees with the
 // experts.
-TEST(PackCorrupt, LoadRefusesTensorsThatDoNotFitTheirRole) {
+TEST(PackLoad, RefusesTensorsThatDoNotFitTheirRole) {
   fs::path d = pack_copy("role");
   edit_manifest(d, [](json& j) {
     for (json& t : j["dense"]["tensors"])
