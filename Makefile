@@ -59,14 +59,15 @@ fuzz-build: deps
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target $(FUZZ_TARGETS)
 
 fuzz: fuzz-build
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@for t in $(FUZZ_TARGETS); do \
 	  name=$${t#fuzz_}; seeds=tests/fuzz/corpus_$$name; dict=tests/fuzz/$$name.dict; \
 	  mkdir -p $(FUZZ_DIR)/corpus/$$name $(FUZZ_DIR)/artifacts; \
-	  echo "== $$t for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_DIR)/bin/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	  echo "== $$t for $(FUZZ_SECONDS) s (log: $(FUZZ_DIR)/$$t.log)"; \
+	  rc=0; $(FUZZ_DIR)/bin/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
 	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- $$( [ -f $$dict ] && echo -dict=$$dict ) \
-	    $(FUZZ_DIR)/corpus/$$name $$seeds 2>&1 | tee $(FUZZ_DIR)/$$t.log | grep -E '^(#[0-9]+ +DONE|==|stat::|INFO: Running|Done)' ; \
-	  [ $${PIPESTATUS[0]} -eq 0 ] || { echo "$$t FAILED: see $(FUZZ_DIR)/$$t.log"; exit 1; }; \
+	    $(FUZZ_DIR)/corpus/$$name $$seeds > $(FUZZ_DIR)/$$t.log 2>&1 || rc=$$?; \
+	  grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' $(FUZZ_DIR)/$$t.log; \
+	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$t.log; echo "$$t FAILED (exit $$rc)"; exit 1; fi; \
 	done
 
 clean:

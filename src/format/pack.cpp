@@ -686,29 +686,48 @@ PackVerifyResult verify_pack(const fs::path& dir, const std::function<void(const
     if (got != m.dense_checksum)
       problem(str(path.string(), ": checksum mismatch (manifest ", hex16(m.dense_checksum), ", file ", hex16(got), ")"));
   }
+  // Expert files are read in chunks of at most kVerifyChunk bytes whatever the record size
+  // (a record is hashed incrementally), so memory stays bounded even for huge records.
+  XXH3_state_t* st = XXH3_createState();
+  SLUICE_CHECK(st, Status::out_of_memory, "verify: XXH3 state");
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st_guard(st, XXH3_freeState);
   for (const auto& [kind, info] : m.kinds) {
     const fs::path path = dir / info.file;
     Fd fd(path);
-    const int64_t n_records = m.n_records();
-    const int64_t per_read = std::max<int64_t>(1, static_cast<int64_t>(kVerifyChunk / info.record_stride));
-    for (int64_t r0 = 0; r0 < n_records; r0 += per_read) {
-      const int64_t cnt = std::min(per_read, n_records - r0);
-      const size_t n = static_cast<size_t>(cnt * info.record_stride);
+    const uint64_t total = static_cast<uint64_t>(m.n_records()) * info.record_stride;
+    int64_t rec = 0;
+    uint64_t in_rec = 0;  // bytes of record `rec` seen so far
+    bool padding_ok = true;
+    XXH3_64bits_reset(st);
+    for (uint64_t off = 0; off < total;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kVerifyChunk, total - off));
       buf.resize(n);
-      pread_all(fd.fd, buf.data(), n, pack->record_offset(kind, r0), path.string());
-      for (int64_t i = 0; i < cnt; ++i) {
-        const int64_t rec = r0 + i;
-        const uint8_t* b = buf.data() + i * info.record_stride;
-        const uint64_t got = XXH3_64bits(b, info.record_bytes);
-        if (got != info.checksums[rec])
-          problem(str(path.string(), ": record ", rec, " (", pack->describe_record(kind, rec), ") at offset ",
-                      pack->record_offset(kind, rec), ": checksum mismatch (manifest ", hex16(info.checksums[rec]),
-                      ", data ", hex16(got), ")"));
-        else if (std::any_of(b + info.record_bytes, b + info.record_stride, [](uint8_t c) { return c != 0; }))
-          problem(str(path.string(), ": record ", rec, " (", pack->describe_record(kind, rec),
-                      "): the padding after the record is not zero"));
-        ++r.records_checked;
+      pread_all(fd.fd, buf.data(), n, kPackHeaderBytes + off, path.string());
+      for (size_t at = 0; at < n;) {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(n - at, info.record_stride - in_rec));
+        const uint8_t* b = buf.data() + at;
+        const size_t hashed = in_rec < info.record_bytes ? static_cast<size_t>(std::min<uint64_t>(take, info.record_bytes - in_rec)) : 0;
+        if (hashed) XXH3_64bits_update(st, b, hashed);
+        padding_ok = padding_ok && std::all_of(b + hashed, b + take, [](uint8_t c) { return c == 0; });
+        in_rec += take;
+        at += take;
+        if (in_rec == info.record_stride) {
+          const uint64_t got = XXH3_64bits_digest(st);
+          if (got != info.checksums[static_cast<size_t>(rec)])
+            problem(str(path.string(), ": record ", rec, " (", pack->describe_record(kind, rec), ") at offset ",
+                        pack->record_offset(kind, rec), ": checksum mismatch (manifest ", hex16(info.checksums[rec]),
+                        ", data ", hex16(got), ")"));
+          else if (!padding_ok)
+            problem(str(path.string(), ": record ", rec, " (", pack->describe_record(kind, rec),
+                        "): the padding after the record is not zero"));
+          ++r.records_checked;
+          ++rec;
+          in_rec = 0;
+          padding_ok = true;
+          XXH3_64bits_reset(st);
+        }
       }
+      off += n;
       p.bytes_done += n;
       r.bytes_checked += n;
       if (progress) progress(p);
