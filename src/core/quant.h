@@ -8,6 +8,18 @@
 //       nibble, 2j+1 in the high nibble) and an f16 scale:   w = (q - 8) * scale
 //   q2: groups of 16; per group 4 bytes of 2-bit values (byte j: elements 4j..4j+3 in bits
 //       0-1, 2-3, 4-5, 6-7) and two f16 values (scale, min): w = q * scale + min
+//
+// The quantizers (quant.cpp) are deterministic: the same f32 row gives the same bytes on
+// every machine (round half to even, no dependence on threads or SIMD width).
+//   q8: scale = absmax / 127, q = rne(w / scale) in [-127, 127].
+//   q4: as llama.cpp's Q4_0: d = m / -8 where m is the group's value of largest magnitude
+//       (the first one on ties), rounded to f16; q = clamp(rne(w / d) + 8, 0, 15). All 16
+//       levels are used and m itself is exact (q = 0); see docs/quantization.md for why this
+//       beats absmax / 7.
+//   q2: scale = (max - min) / 3 and min, both rounded to f16; q = clamp(rne((w - min) / scale), 0, 3).
+// Dequantization computes exactly w = (q - 8) * scale (q4, exact in f32), q * scale (q8, one
+// f32 multiply) and fma(q, scale, min) (q2, one fused multiply-add), so any backend that
+// dequantizes the same way gets the same f32 weights bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +56,15 @@ inline int64_t quant_scale_row_bytes(DType t, int64_t cols) {
     default: return 0;
   }
 }
+
+// Quantizes one row of `cols` f32 weights into `data` (quant_row_bytes) and `scales`
+// (quant_scale_row_bytes); t is q8, q4 or q2. Returns false (and writes unspecified bytes)
+// when the row holds a NaN or an infinity, or a scale would overflow f16: the caller names
+// the tensor in its error.
+bool quantize_row(DType t, const float* src, int64_t cols, uint8_t* data, uint8_t* scales);
+
+// The f32 weights of one quantized row (cols values; the zero padding of a partial last
+// group is not written).
+void dequantize_row(DType t, const uint8_t* data, const uint8_t* scales, int64_t cols, float* dst);
 
 }  // namespace sluice

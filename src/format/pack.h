@@ -8,6 +8,10 @@
 //                            direct read fetches one expert
 //   DIR/tokenizer.json, tokenizer_config.json   copied from the checkpoint
 //
+// dense.bin and each experts.<kind>.bin open with a 4096-byte header page (magic
+// "SLUICEPK", format version, the file's role and kind, payload bytes); dense tensor offsets
+// are file offsets, and record r of a kind sits at 4096 + r * record_stride.
+//
 // Record id = moe_layer_index * n_expert + expert, where moe_layer_index counts only the
 // layers that have routed experts (manifest "moe_layers" lists their model layer indices).
 // Bit layouts of the kinds: core/quant.h and docs/pack-format.md.
@@ -15,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +35,23 @@ namespace sluice {
 
 constexpr int kPackFormatVersion = 1;
 constexpr uint64_t kPackRecordAlign = 4096;  // O_DIRECT alignment of records and strides
+constexpr uint64_t kPackHeaderBytes = 4096;  // the header page of dense.bin and experts.<kind>.bin
+constexpr uint64_t kPackBlockAlign = 64;     // dense tensors and the blocks inside a record
+constexpr const char* kPackFormatName = "sluice-pack";  // manifest.json "format"
+constexpr const char* kPackFileMagic = "SLUICEPK";      // first 8 bytes of every data file
+constexpr const char* kPackManifestName = "manifest.json";
+constexpr const char* kPackDenseName = "dense.bin";
+
+// Bounds a manifest must respect: far beyond any real model (Qwen3-235B has 94 MoE layers of
+// 128 experts, n_embd 4096, n_ff 1536), small enough that nothing derived from them can
+// overflow 64 bits or ask for an absurd allocation.
+constexpr uint64_t kPackManifestMaxBytes = uint64_t{256} << 20;
+constexpr int64_t kPackMaxExperts = 1 << 16;
+constexpr int64_t kPackMaxLayers = 1 << 16;
+constexpr int64_t kPackMaxDim = 1 << 22;                    // n_embd, n_ff, a dense dimension
+constexpr uint64_t kPackMaxRecordBytes = uint64_t{1} << 36;  // 64 GiB
+constexpr uint64_t kPackMaxFileBytes = uint64_t{1} << 50;    // 1 PiB
+constexpr int kPackMaxJsonDepth = 64;
 
 // Expert precisions a pack can hold. bf16 is the checkpoint's precision (f16/f32 experts
 // are converted to bf16); the others are quantized (core/quant.h).
@@ -37,6 +59,11 @@ enum class ExpertKind { bf16, int8, q4, q2 };
 std::string_view expert_kind_name(ExpertKind k);                     // "bf16", "int8", "q4", "q2"
 std::optional<ExpertKind> expert_kind_from_name(std::string_view s);
 DType expert_kind_dtype(ExpertKind k);                               // bf16, q8, q4, q2
+// "bf16,q4" -> {bf16, q4}; an unknown or repeated name is Error(invalid_argument).
+std::vector<ExpertKind> parse_expert_kinds(std::string_view list);
+// The kind a run uses when none is asked for: the first of q4, int8, bf16, q2 the pack holds
+// (q4 is the serving precision the format is built around; q2 is the low-bit miss copy).
+ExpertKind default_expert_kind(const std::vector<ExpertKind>& available);
 
 // One projection matrix inside a record.
 struct PackBlock {
@@ -54,6 +81,11 @@ struct PackKindInfo {
   std::vector<uint64_t> checksums;  // XXH3-64 of each record's record_bytes, by record id
 };
 
+// The record layout of a kind for experts of this size: blocks in the order gate, gate
+// scales, up, up scales, down, down scales, each 64-byte aligned; record_bytes is where the
+// last one ends and record_stride that rounded up to 4096. Checksums are left empty.
+PackKindInfo pack_kind_layout(ExpertKind kind, int64_t n_embd, int64_t n_ff);
+
 struct PackDenseTensor {
   std::string name;               // the checkpoint's tensor name
   DType dtype = DType::f32;
@@ -66,11 +98,15 @@ struct PackManifest {
   std::string family;              // registry model_type
   nlohmann::json config;           // the checkpoint's config.json, verbatim
   std::vector<std::string> tokenizer_files;  // copied files, relative names
-  DType dense_dtype = DType::bf16;
-  std::vector<PackDenseTensor> dense;
+  DType dense_dtype = DType::bf16;           // of the float tensors (integer tensors keep theirs)
+  std::vector<PackDenseTensor> dense;        // ascending offsets
+  uint64_t dense_file_bytes = 0;             // size of dense.bin
+  uint64_t dense_checksum = 0;               // XXH3-64 of dense.bin after the header page
   std::vector<int64_t> moe_layers;           // model layer index of each MoE layer, ascending
   std::vector<std::string> expert_prefixes;  // per MoE layer, the checkpoint prefix of its experts
                                              // ("model.layers.3.mlp.experts.")
+  std::vector<std::string> expert_sources;   // per MoE layer, how the checkpoint stored them:
+                                             // "gate_proj,up_proj,down_proj", "w1,w3,w2" or "fused"
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   std::map<ExpertKind, PackKindInfo> kinds;
 
@@ -80,6 +116,11 @@ struct PackManifest {
 // Parses and validates manifest.json text (pure; the fuzz target calls this). Every error is
 // Status::corrupt or unsupported and names the field.
 PackManifest parse_pack_manifest(std::string_view json_text, std::string_view file_name);
+// The manifest as JSON text (what the writer puts in manifest.json; parses back equal).
+std::string pack_manifest_to_json(const PackManifest& m);
+
+// The header page of a data file. kind: "dense" or an expert kind name.
+std::vector<uint8_t> pack_file_header(std::string_view kind, uint64_t payload_bytes);
 
 // An open pack: the manifest plus read-only mappings of dense.bin and the expert files.
 class Pack {
@@ -102,10 +143,14 @@ class Pack {
   uint64_t record_offset(ExpertKind k, int64_t record) const;
   // A record's bytes through the read-only mapping (for a fully resident run and verify).
   std::span<const uint8_t> mapped_record(ExpertKind k, int64_t record) const;
+  // Keeps a kind's mapping alive (the owner for expert_view over mapped records).
+  std::shared_ptr<void> mapping_owner(ExpertKind k) const { return expert_maps_.at(k); }
 
   int64_t record_id(int64_t moe_layer_index, int64_t expert) const { return moe_layer_index * manifest_.n_expert + expert; }
   // The MoE layer index of an expert prefix, or -1.
   int64_t moe_layer_of_prefix(const std::string& prefix) const;
+  // "layer L, expert E, kind K" for messages (L is the model layer index).
+  std::string describe_record(ExpertKind k, int64_t record) const;
 
  private:
   std::filesystem::path dir_;
@@ -121,5 +166,21 @@ class Pack {
 // Gate, up and down as tensors viewing a record's bytes (the record may sit in a mapping, a
 // host-RAM cache or a streaming slot). `owner` keeps that memory alive.
 ExpertWeights expert_view(const PackKindInfo& kind, const void* record, std::shared_ptr<void> owner = {});
+
+// sluice verify: checks the manifest against the files (sizes, headers) and every checksum
+// (dense.bin and each record of each kind), reading the files with large sequential reads.
+struct PackVerifyProgress {
+  uint64_t bytes_done = 0, bytes_total = 0;
+};
+struct PackVerifyResult {
+  bool ok = true;
+  uint64_t records_checked = 0, bytes_checked = 0;
+  std::vector<std::string> problems;  // first bad record first; empty when ok
+};
+// Throws for a pack that cannot be opened at all (missing or corrupt manifest, wrong file
+// sizes or headers); checksum mismatches are collected (at most max_problems) in the result.
+PackVerifyResult verify_pack(const std::filesystem::path& dir,
+                             const std::function<void(const PackVerifyProgress&)>& progress = {},
+                             size_t max_problems = 16);
 
 }  // namespace sluice

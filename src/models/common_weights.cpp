@@ -30,6 +30,27 @@ AttentionWeights load_attention(WeightLoader& wl, const std::string& p, const At
 std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, int64_t n_expert, int64_t n_embd,
                                         int64_t n_ff, const ExpertNames& names) {
   std::vector<ExpertWeights> experts(n_expert);
+  if (const Pack* pack = wl.source().pack()) {
+    // A pack: views of the chosen kind over the mapped records (fully resident run).
+    const PackManifest& m = pack->manifest();
+    const int64_t layer = pack->moe_layer_of_prefix(p);
+    SLUICE_CHECK(layer >= 0, Status::corrupt, wl.family(), ": pack ", pack->dir().string(), " has no experts under ", p);
+    SLUICE_CHECK(m.n_expert == n_expert && m.n_embd == n_embd && m.n_ff == n_ff, Status::corrupt, wl.family(), ": pack ",
+                 pack->dir().string(), " holds ", m.n_expert, " experts of [", m.n_ff, ", ", m.n_embd, "], config.json says ",
+                 n_expert, " of [", n_ff, ", ", n_embd, "]");
+    const ExpertKind kind = wl.source().expert_kind();
+    const PackKindInfo& info = pack->kind(kind);
+    for (int64_t e = 0; e < n_expert; ++e) {
+      std::span<const uint8_t> rec = pack->mapped_record(kind, pack->record_id(layer, e));
+      // The views keep the mapping alive; the CPU backend uses them as they are, a device
+      // backend would copy.
+      ExpertWeights w = expert_view(info, rec.data(), pack->mapping_owner(kind));
+      experts[e] = {wl.backend().upload(w.gate), wl.backend().upload(w.up), wl.backend().upload(w.down)};
+    }
+    wl.source().consume(p);
+    wl.count_params(n_expert * 3 * n_ff * n_embd);
+    return experts;
+  }
   if (wl.has(p + "gate_up_proj")) {
     // Fused layout: gate rows [0, n_ff) then up rows [n_ff, 2 n_ff) of each expert.
     Tensor gate_up = wl.take(p + "gate_up_proj", {n_expert, 2 * n_ff, n_embd}).reshape({n_expert * 2 * n_ff, n_embd});

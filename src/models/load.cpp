@@ -13,16 +13,33 @@ std::optional<int32_t> LoadedModel::eos_id() const {
   return model->info().eos_id;
 }
 
-LoadedModel load_model(const std::filesystem::path& dir, Backend& backend) {
+LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const LoadOptions& options) {
   std::error_code ec;
   SLUICE_CHECK(std::filesystem::is_directory(dir, ec), Status::not_found, "model directory ", dir.string(),
-               " does not exist (expected a directory with config.json and *.safetensors)");
+               " does not exist (expected a directory with config.json and *.safetensors, or a pack)");
   LoadedModel out;
   out.dir = dir;
-  out.config = read_json_file(dir / "config.json");
-  const Family& family = find_family(out.config);
-  CheckpointSource source(Checkpoint::open(dir));
-  out.model = family.load(out.config, source, backend);
+  if (Pack::is_pack(dir)) {
+    std::shared_ptr<Pack> pack = Pack::open(dir);
+    std::vector<ExpertKind> kinds;
+    for (const auto& [k, info] : pack->manifest().kinds) kinds.push_back(k);
+    const ExpertKind kind = options.expert_kind.value_or(default_expert_kind(kinds));
+    pack->kind(kind);  // an error naming the kinds the pack has
+    out.config = pack->manifest().config;
+    const Family& family = find_family(out.config);
+    SLUICE_CHECK(family.model_type == pack->manifest().family, Status::corrupt, dir.string(), ": manifest family '",
+                 pack->manifest().family, "' does not match its config (", family.model_type, ")");
+    PackSource source(pack, kind);
+    out.model = family.load(out.config, source, backend);
+    out.expert_kind = kind;
+  } else {
+    SLUICE_CHECK(!options.expert_kind, Status::invalid_argument, "--expert-kind needs a pack, and ", dir.string(),
+                 " is an HF checkpoint (make a pack with sluice convert)");
+    out.config = read_json_file(dir / "config.json");
+    const Family& family = find_family(out.config);
+    CheckpointSource source(Checkpoint::open(dir));
+    out.model = family.load(out.config, source, backend);
+  }
   if (std::filesystem::exists(dir / "tokenizer.json", ec)) out.tokenizer = Tokenizer::load(dir);
   else LOG_INFO("no tokenizer.json in ", dir.string(), ": token ids only");
   if (out.tokenizer && out.tokenizer->vocab_size() > out.model->info().n_vocab)

@@ -1,5 +1,6 @@
-// load_model: an HF checkpoint directory (config.json, *.safetensors, tokenizer files) in,
-// a ready model on a backend out. The family comes from config.json through the registry.
+// load_model: an HF checkpoint directory (config.json, *.safetensors, tokenizer files) or a
+// pack directory (manifest.json; see format/pack.h) in, a ready model on a backend out. The
+// family comes from config.json (a pack's manifest holds it) through the registry.
 #pragma once
 
 #include <filesystem>
@@ -9,13 +10,21 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "format/pack.h"
 #include "format/tokenizer.h"
 #include "models/model.h"
 
 namespace sluice {
 
+struct LoadOptions {
+  // The precision of a pack's routed experts; default: default_expert_kind() of the pack.
+  // Asking for a kind when loading a checkpoint is an invalid_argument error.
+  std::optional<ExpertKind> expert_kind;
+};
+
 struct LoadedModel {
   std::filesystem::path dir;
+  std::optional<ExpertKind> expert_kind;  // set when loaded from a pack
   nlohmann::json config;
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the directory holds a tokenizer.json
@@ -23,6 +32,6 @@ struct LoadedModel {
   std::optional<int32_t> eos_id() const;  // the tokenizer's, else config.json's
 };
 
-LoadedModel load_model(const std::filesystem::path& dir, Backend& backend);
+LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const LoadOptions& options = {});
 
 }  // namespace sluice

@@ -33,6 +33,7 @@ class WeightLoader {
   void finish();
 
   int64_t n_params() const { return n_params_; }
+  void count_params(int64_t n) { n_params_ += n; }  // weights not taken through take() (pack experts)
   WeightSource& source() { return source_; }
   Backend& backend() { return backend_; }
   const std::string& family() const { return family_; }

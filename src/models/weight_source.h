@@ -7,12 +7,13 @@
 #include <string>
 #include <vector>
 
+#include <set>
+
 #include "backends/tensor.h"
 #include "format/checkpoint.h"
+#include "format/pack.h"
 
 namespace sluice {
-
-class Pack;
 
 class WeightSource {
  public:
@@ -25,6 +26,8 @@ class WeightSource {
   virtual std::string describe() const = 0;                 // for messages: the directory
   // The pack whose records hold the routed experts; null for a checkpoint.
   virtual const Pack* pack() const { return nullptr; }
+  // The expert kind a pack source serves (meaningless without a pack).
+  virtual ExpertKind expert_kind() const { return ExpertKind::bf16; }
 };
 
 class CheckpointSource final : public WeightSource {
@@ -40,6 +43,28 @@ class CheckpointSource final : public WeightSource {
 
  private:
   Checkpoint ck_;
+};
+
+// A pack: dense tensors from dense.bin by checkpoint name; the routed experts of the chosen
+// kind are taken by load_experts through pack() and consumed by their prefix (consume
+// ("model.layers.3.mlp.experts.")), so that unconsumed() also reports MoE layers no family
+// weight asked for.
+class PackSource final : public WeightSource {
+ public:
+  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind);
+  bool has(const std::string& name) const override { return pack_->has_dense(name); }
+  Tensor get(const std::string& name) override;
+  void consume(const std::string& name) override;
+  std::vector<std::string> names() const override { return pack_->dense_names(); }
+  std::vector<std::string> unconsumed() const override;
+  std::string describe() const override { return pack_->dir().string(); }
+  const Pack* pack() const override { return pack_.get(); }
+  ExpertKind expert_kind() const override { return kind_; }
+
+ private:
+  std::shared_ptr<Pack> pack_;
+  ExpertKind kind_;
+  std::set<std::string> consumed_;  // dense names and expert prefixes
 };
 
 }  // namespace sluice

@@ -41,7 +41,7 @@ TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
   EXPECT_EQ(cont, ref.continuation_ids);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(model_fixtures()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(decoder_fixtures()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -73,8 +73,9 @@ void register_run(CLI::App& app) {
       std::printf("\n");
     }
     std::fflush(stdout);
-    std::fprintf(stderr, "sluice: %s (%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s\n",
-                 s.model.dir.filename().string().c_str(), s.model.model->info().family.c_str(),
+    const std::string experts = s.model.expert_kind ? str(", ", expert_kind_name(*s.model.expert_kind), " experts") : "";
+    std::fprintf(stderr, "sluice: %s (%s%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s\n",
+                 s.model.dir.filename().string().c_str(), s.model.model->info().family.c_str(), experts.c_str(),
                  s.model.model->info().n_params / 1e6, static_cast<long long>(st.n_prompt),
                  st.prefill_tokens_per_second(), static_cast<long long>(st.n_generated),
                  st.decode_tokens_per_second());

@@ -11,6 +11,8 @@ void register_run(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_simulate(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_verify(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -26,6 +28,8 @@ int main(int argc, char** argv) {
   sluice::cli::register_logits(app);
   sluice::cli::register_perplexity(app);
   sluice::cli::register_simulate(app);
+  sluice::cli::register_convert(app);
+  sluice::cli::register_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

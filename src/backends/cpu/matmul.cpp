@@ -265,6 +265,10 @@ void matmul_blocked(const float* x, const elem_t<T>* w, float* y, int64_t n, int
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (dtype_is_quantized(w.dtype)) {
+    cpu::matmul_quantized(x, w, y, pool());
+    return;
+  }
   SLUICE_CHECK(x.dtype == DType::f32 && y.dtype == DType::f32 && w.ndim == 2 &&
                    cpu::is_weight_dtype(w.dtype) && x.ndim >= 1 && y.ndim >= 1 &&
                    x.cols() == w.shape[1] && y.cols() == w.shape[0] &&

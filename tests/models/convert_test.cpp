@@ -1,0 +1,189 @@
+// convert_checkpoint: both expert layouts give the same records, failures leave nothing that
+// looks like a pack, existing output is protected, and bad checkpoints are refused before
+// anything is written, with errors naming the tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "../format/format_test_util.h"
+#include "convert/convert.h"
+#include "fixture_util.h"
+#include "format/checkpoint.h"
+#include "format/json_file.h"
+#include "format/pack.h"
+#include "format/safetensors.h"
+#include "models/load.h"
+#include "pack_util.h"
+
+using namespace sluice;
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A copy of a fixture's files (config, tokenizer) with new tensors.
+fs::path write_variant(const std::string& fixture, const std::string& name,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  fs::path dir = pack_test_dir(name);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+    if (fs::exists(fixture_dir(fixture) / f)) fs::copy_file(fixture_dir(fixture) / f, dir / f);
+  write_safetensors(dir / "model.safetensors", tensors);
+  return dir;
+}
+
+std::vector<std::pair<std::string, Tensor>> all_tensors(Checkpoint& ck) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const std::string& n : ck.names()) out.emplace_back(n, ck.get(n));
+  return out;
+}
+
+// Nothing but `keep` in the directory: no temporary directory was left behind.
+void expect_only(const fs::path& parent, const std::set<std::string>& keep) {
+  for (const auto& e : fs::directory_iterator(parent))
+    EXPECT_TRUE(keep.count(e.path().filename().string())) << "left behind: " << e.path();
+}
+
+ConvertOptions kinds(std::vector<ExpertKind> k) {
+  ConvertOptions o;
+  o.kinds = std::move(k);
+  return o;
+}
+
+// transformers 5's fused layout ([E, 2 ff, d] gate rows first, [E, d, ff]) converts to the
+// same records and dense bytes as the per-expert tensors, and loads.
+TEST(Convert, FusedAndPerExpertLayoutsGiveTheSameRecords) {
+  Checkpoint ck = Checkpoint::open(fixture_dir("qwen3_moe"));
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<std::shared_ptr<std::vector<float>>> storage;
+  const int64_t E = 8, d = 64, ff = 32;
+  for (const std::string& n : ck.names())
+    if (n.find(".experts.") == std::string::npos) tensors.emplace_back(n, ck.get(n));
+  for (int layer : {0, 2}) {  // layer 1 is dense (mlp_only_layers)
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+    auto gu = std::make_shared<std::vector<float>>(E * 2 * ff * d), dn = std::make_shared<std::vector<float>>(E * d * ff);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = p + std::to_string(e) + ".";
+      std::memcpy(gu->data() + e * 2 * ff * d, ck.get(ep + "gate_proj.weight").data, ff * d * 4);
+      std::memcpy(gu->data() + e * 2 * ff * d + ff * d, ck.get(ep + "up_proj.weight").data, ff * d * 4);
+      std::memcpy(dn->data() + e * d * ff, ck.get(ep + "down_proj.weight").data, d * ff * 4);
+    }
+    storage.push_back(gu);
+    storage.push_back(dn);
+    tensors.emplace_back(p + "gate_up_proj", Tensor(DType::f32, {E, 2 * ff, d}, gu->data()));
+    tensors.emplace_back(p + "down_proj", Tensor(DType::f32, {E, d, ff}, dn->data()));
+  }
+  fs::path fused = write_variant("qwen3_moe", "fused", tensors);
+  fs::path out = pack_test_dir("fused-out") / "pack";
+  convert_checkpoint(fused, out, kinds({ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}));
+  const fs::path& ref = fixture_pack("qwen3_moe");
+  for (const char* f : {"dense.bin", "experts.bf16.bin", "experts.int8.bin", "experts.q4.bin", "experts.q2.bin"})
+    EXPECT_TRUE(read_bytes(out / f) == read_bytes(ref / f)) << f;
+  std::shared_ptr<Pack> pack = Pack::open(out);
+  EXPECT_EQ(pack->manifest().expert_sources, (std::vector<std::string>{"fused", "fused"}));
+  EXPECT_EQ(pack->manifest().moe_layers, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(pack->manifest().kinds.at(ExpertKind::q4).checksums, Pack::open(ref)->manifest().kinds.at(ExpertKind::q4).checksums);
+  auto backend = make_cpu_backend();
+  EXPECT_NO_THROW(load_model(out, *backend));
+  EXPECT_TRUE(verify_pack(out).ok);
+}
+
+TEST(Convert, DefaultsAndDenseDtype) {
+  fs::path parent = pack_test_dir("defaults");
+  ConvertSummary s = convert_checkpoint(fixture_dir("mixtral"), parent / "pack", {});
+  EXPECT_EQ(s.kinds, (std::vector<ExpertKind>{ExpertKind::bf16, ExpertKind::q4, ExpertKind::q2}));
+  EXPECT_EQ(s.dense_dtype, DType::f32);  // an f16 checkpoint: f32 keeps every value
+  EXPECT_EQ(s.n_records, 2 * 8);
+  std::shared_ptr<Pack> pack = Pack::open(parent / "pack");
+  EXPECT_EQ(pack->manifest().expert_sources[0], "w1,w3,w2");
+  EXPECT_EQ(pack->manifest().expert_prefixes[0], "model.layers.0.block_sparse_moe.experts.");
+  ConvertOptions o;
+  o.kinds = {ExpertKind::q4};
+  o.dense_dtype = DType::bf16;
+  s = convert_checkpoint(fixture_dir("qwen3_moe"), parent / "bf16dense", o);
+  pack = Pack::open(parent / "bf16dense");
+  EXPECT_EQ(pack->manifest().dense_dtype, DType::bf16);
+  EXPECT_EQ(pack->dense("lm_head.weight").dtype, DType::bf16);
+  auto backend = make_cpu_backend();
+  LoadedModel m = load_model(parent / "bf16dense", *backend);
+  EXPECT_EQ(m.expert_kind, ExpertKind::q4);
+  expect_only(parent, {"pack", "bf16dense"});
+}
+
+TEST(Convert, RefusesToOverwriteWithoutForce) {
+  fs::path parent = pack_test_dir("force");
+  const fs::path out = parent / "pack";
+  convert_checkpoint(fixture_dir("olmoe"), out, kinds({ExpertKind::q2}));
+  expect_error([&] { convert_checkpoint(fixture_dir("olmoe"), out, kinds({ExpertKind::q4})); }, Status::invalid_argument,
+               {"already holds a pack", "--force"});
+  EXPECT_TRUE(Pack::open(out)->has_kind(ExpertKind::q2));
+  ConvertOptions o = kinds({ExpertKind::q4});
+  o.force = true;
+  convert_checkpoint(fixture_dir("olmoe"), out, o);
+  EXPECT_TRUE(Pack::open(out)->has_kind(ExpertKind::q4));
+  EXPECT_FALSE(Pack::open(out)->has_kind(ExpertKind::q2));
+  EXPECT_FALSE(fs::exists(out / "experts.q2.bin"));
+  expect_only(parent, {"pack"});
+  // A directory that is not a pack is never replaced, even with --force.
+  fs::create_directories(parent / "mine");
+  write_bytes(parent / "mine" / "notes.txt", "precious");
+  expect_error([&] { convert_checkpoint(fixture_dir("olmoe"), parent / "mine", o); }, Status::invalid_argument,
+               {"not a sluice pack", "refusing"});
+  EXPECT_EQ(read_bytes(parent / "mine" / "notes.txt"), "precious");
+  // An empty directory is fine.
+  fs::create_directories(parent / "empty");
+  convert_checkpoint(fixture_dir("olmoe"), parent / "empty", kinds({ExpertKind::q4}));
+  EXPECT_TRUE(Pack::is_pack(parent / "empty"));
+  expect_error([&] { convert_checkpoint(parent / "empty", parent / "again", o); }, Status::invalid_argument, {"already a sluice pack"});
+}
+
+// A failure deep into the experts (a NaN in the last expert of the last layer) leaves no
+// output and no temporary directory.
+TEST(Convert, FailureLeavesNothingBehind) {
+  Checkpoint ck = Checkpoint::open(fixture_dir("olmoe"));
+  auto tensors = all_tensors(ck);
+  std::vector<uint16_t> bad;
+  for (auto& [name, t] : tensors)
+    if (name == "model.layers.1.mlp.experts.7.down_proj.weight") {
+      bad.assign(static_cast<const uint16_t*>(t.data), static_cast<const uint16_t*>(t.data) + t.numel());
+      bad[5 * 40 + 3] = f32_to_bf16(NAN);  // row 5
+      t.data = bad.data();
+    }
+  fs::path src = write_variant("olmoe", "nan", tensors);
+  fs::path parent = pack_test_dir("nan-out");
+  expect_error([&] { convert_checkpoint(src, parent / "pack", kinds({ExpertKind::bf16, ExpertKind::q4})); }, Status::corrupt,
+               {"model.layers.1.mlp.experts.7.down_proj.weight", "row 5", "NaN"});
+  expect_only(parent, {});
+  // The bf16 kind alone copies the values (NaN included) and succeeds.
+  EXPECT_NO_THROW(convert_checkpoint(src, parent / "pack", kinds({ExpertKind::bf16})));
+}
+
+TEST(Convert, BadCheckpointsAreRefusedBeforeWriting) {
+  fs::path parent = pack_test_dir("bad-ck");
+  // Unknown family.
+  fs::path llama = pack_test_dir("llama");
+  fs::copy(fixture_dir("olmoe"), llama, fs::copy_options::recursive);
+  std::ofstream(llama / "config.json", std::ios::trunc) << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})";
+  expect_error([&] { convert_checkpoint(llama, parent / "a", {}); }, Status::unsupported, {"unknown model family 'llama'"});
+  // A missing expert tensor.
+  Checkpoint ck = Checkpoint::open(fixture_dir("olmoe"));
+  auto tensors = all_tensors(ck);
+  std::erase_if(tensors, [](const auto& p) { return p.first == "model.layers.0.mlp.experts.3.up_proj.weight"; });
+  fs::path missing = write_variant("olmoe", "missing", tensors);
+  expect_error([&] { convert_checkpoint(missing, parent / "b", {}); }, Status::not_found,
+               {"model.layers.0.mlp.experts.3.up_proj.weight"});
+  // An expert tensor of the wrong shape.
+  tensors = all_tensors(ck);
+  for (auto& [name, t] : tensors)
+    if (name == "model.layers.1.mlp.experts.2.gate_proj.weight") t = t.reshape({20, 128});
+  fs::path shaped = write_variant("olmoe", "shaped", tensors);
+  expect_error([&] { convert_checkpoint(shaped, parent / "c", {}); }, Status::corrupt,
+               {"model.layers.1.mlp.experts.2.gate_proj.weight", "[20, 128]"});
+  // No such directory; no kinds.
+  expect_error([&] { convert_checkpoint(parent / "nope", parent / "d", {}); }, Status::not_found, {"nope"});
+  expect_error([&] { convert_checkpoint(fixture_dir("olmoe"), parent / "e", kinds({})); }, Status::invalid_argument, {"no expert kinds"});
+  expect_only(parent, {});
+}
+
+}  // namespace

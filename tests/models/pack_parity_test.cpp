@@ -1,0 +1,158 @@
+// Running from a pack: exact expectations.
+//  - A checkpoint saved in bf16 (qwen3_moe_yarn, olmoe) run from its pack at the bf16 kind
+//    gives bit-identical logits to the checkpoint run (dense bf16 and bf16 experts are the
+//    same bytes), and the greedy continuation of the transformers reference.
+//  - For every fixture and every kind, the pack run is bit-identical to a run of the
+//    checkpoint whose expert tensors are replaced by the values the kind stores (bf16
+//    tensors for bf16, the dequantized f32 values for int8/q4/q2): the pack's dense tensors
+//    and records are loaded and used exactly, and the quantized matmul equals the f32 one
+//    over the dequantized weights. What quantization costs is measured by quality_test.cpp.
+//  - Token-by-token decoding from a pack reproduces its teacher-forced logits bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/quant.h"
+#include "engine/generator.h"
+#include "fixture_util.h"
+#include "format/checkpoint.h"
+#include "format/pack.h"
+#include "format/safetensors.h"
+#include "models/load.h"
+#include "pack_util.h"
+
+using namespace sluice;
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const ExpertKind kKinds[] = {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2};
+
+std::vector<int32_t> full_ids(const std::string& fixture) {
+  FixtureReference ref = read_reference(fixture);
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  return ids;
+}
+
+std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> ids, const LoadOptions& lo = {}) {
+  auto backend = make_cpu_backend();
+  LoadedModel m = load_model(dir, *backend, lo);
+  const int64_t V = m.model->info().n_vocab;
+  auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
+  std::vector<float> logits(ids.size() * V);
+  m.model->forward(ids, *state, logits, true);
+  return logits;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The fixture's checkpoint with every routed expert replaced by what `kind` stores in the pack.
+fs::path checkpoint_of_pack_experts(const std::string& fixture, ExpertKind kind) {
+  fs::path dir = pack_test_dir(fixture + "-" + std::string(expert_kind_name(kind)) + "-values");
+  fs::copy_file(fixture_dir(fixture) / "config.json", dir / "config.json");
+  std::shared_ptr<Pack> pack = Pack::open(fixture_pack(fixture));
+  const PackManifest& m = pack->manifest();
+  const PackKindInfo& info = pack->kind(kind);
+  Checkpoint ck = Checkpoint::open(fixture_dir(fixture));
+  std::map<std::string, Tensor> replaced;
+  std::vector<std::shared_ptr<std::vector<float>>> storage;
+  for (size_t l = 0; l < m.moe_layers.size(); ++l) {
+    const std::string& src = m.expert_sources[l];
+    EXPECT_NE(src, "fused");  // the fixtures store experts one tensor each
+    const bool hf = src[0] == 'g';
+    const char* names[3] = {hf ? "gate_proj" : "w1", hf ? "up_proj" : "w3", hf ? "down_proj" : "w2"};
+    for (int64_t e = 0; e < m.n_expert; ++e) {
+      ExpertWeights w = expert_view(info, pack->mapped_record(kind, pack->record_id(static_cast<int64_t>(l), e)).data());
+      const Tensor* blocks[3] = {&w.gate, &w.up, &w.down};
+      for (int p = 0; p < 3; ++p) {
+        const Tensor& t = *blocks[p];
+        const std::string name = m.expert_prefixes[l] + std::to_string(e) + "." + names[p] + ".weight";
+        if (kind == ExpertKind::bf16) {
+          replaced[name] = t;  // bf16 values as stored
+          continue;
+        }
+        auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(t.numel()));
+        for (int64_t r = 0; r < t.rows(); ++r)
+          dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + r * quant_row_bytes(t.dtype, t.cols()),
+                         static_cast<const uint8_t*>(t.scales) + r * quant_scale_row_bytes(t.dtype, t.cols()), t.cols(),
+                         values->data() + r * t.cols());
+        storage.push_back(values);
+        replaced[name] = Tensor(DType::f32, {t.shape[0], t.shape[1]}, values->data());
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : ck.names()) {
+    auto it = replaced.find(name);
+    tensors.emplace_back(name, it != replaced.end() ? it->second : ck.get(name));
+  }
+  EXPECT_EQ(static_cast<size_t>(m.n_records() * 3), replaced.size());
+  write_safetensors(dir / "model.safetensors", tensors);
+  return dir;
+}
+
+TEST(PackParity, Bf16KindOfABf16CheckpointIsBitIdentical) {
+  for (const std::string fixture : {"qwen3_moe_yarn", "olmoe"}) {
+    SCOPED_TRACE(fixture);
+    std::vector<int32_t> ids = full_ids(fixture);
+    EXPECT_TRUE(same_bits(teacher_forced(fixture_pack(fixture), ids, {ExpertKind::bf16}), teacher_forced(fixture_dir(fixture), ids)));
+    // And the transformers reference continuation, greedily.
+    FixtureReference ref = read_reference(fixture);
+    auto backend = make_cpu_backend();
+    LoadedModel m = load_model(fixture_pack(fixture), *backend, {ExpertKind::bf16});
+    EXPECT_TRUE(m.tokenizer.has_value());  // the tokenizer files travel with the pack
+    GenerateOptions opt;
+    opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
+    opt.sampling.temperature = 0;
+    std::vector<int32_t> got;
+    Generator(*m.model).generate(ref.prompt_ids, opt, [&](int32_t id) {
+      got.push_back(id);
+      return true;
+    });
+    EXPECT_EQ(got, ref.continuation_ids);
+  }
+}
+
+class PackParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PackParity, EachKindEqualsTheCheckpointOfItsValues) {
+  const std::string fixture = GetParam();
+  std::vector<int32_t> ids = full_ids(fixture);
+  for (ExpertKind kind : kKinds) {
+    SCOPED_TRACE(expert_kind_name(kind));
+    std::vector<float> from_pack = teacher_forced(fixture_pack(fixture), ids, {kind});
+    std::vector<float> from_values = teacher_forced(checkpoint_of_pack_experts(fixture, kind), ids);
+    EXPECT_TRUE(same_bits(from_pack, from_values)) << "max diff " << max_abs_diff(from_pack, from_values);
+  }
+}
+
+TEST_P(PackParity, DecodeReproducesTeacherForcedBitwise) {
+  const std::string fixture = GetParam();
+  std::vector<int32_t> ids = full_ids(fixture);
+  const ExpertKind kind = ExpertKind::q4;
+  std::vector<float> want = teacher_forced(fixture_pack(fixture), ids, {kind});
+  auto backend = make_cpu_backend();
+  LoadedModel m = load_model(fixture_pack(fixture), *backend, {kind});
+  const int64_t V = m.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
+  auto state = m.model->new_state(n);
+  std::vector<float> got(n * V), row(V);
+  const int64_t prefill = 7;
+  std::vector<float> part(prefill * V);
+  m.model->forward(std::span(ids).subspan(0, prefill), *state, part, true);
+  std::copy(part.begin(), part.end(), got.begin());
+  for (int64_t pos = prefill; pos < n; ++pos) {
+    m.model->forward(std::span(ids).subspan(pos, 1), *state, row, false);
+    std::copy(row.begin(), row.end(), got.begin() + pos * V);
+  }
+  EXPECT_TRUE(same_bits(got, want)) << "max diff " << max_abs_diff(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PackParity, ::testing::ValuesIn(decoder_fixtures()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

@@ -1,0 +1,81 @@
+// sluice convert: an HF checkpoint directory to a pack (manifest.json, dense.bin,
+// experts.<kind>.bin). Progress on stderr; Ctrl-C stops cleanly, leaving no output.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "cli_common.h"
+#include "convert/convert.h"
+#include "core/thread_pool.h"
+
+namespace sluice::cli {
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
+
+}  // namespace
+
+void register_convert(CLI::App& app) {
+  struct Options {
+    std::string hf_dir, out_dir, kinds = "bf16,q4,q2", dense;
+    bool force = false, quiet = false;
+    int threads = 0;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("convert", "convert an HF checkpoint directory to a pack");
+  cmd->add_option("HF_DIR", opt->hf_dir, "HF checkpoint directory (config.json, *.safetensors, tokenizer files)")->required();
+  cmd->add_option("OUT_DIR", opt->out_dir, "pack directory to create")->required();
+  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default bf16,q4,q2)");
+  cmd->add_option("--dense", opt->dense, "dense tensor dtype: bf16 or f32 (default: bf16 when the checkpoint is all bf16, else f32)");
+  cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
+  cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
+  cmd->add_option("--threads", opt->threads, "quantization threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([opt] {
+    if (opt->threads > 0) ThreadPool::set_global_threads(opt->threads);
+    ConvertOptions co;
+    co.kinds = parse_expert_kinds(opt->kinds);
+    if (!opt->dense.empty()) {
+      SLUICE_CHECK(opt->dense == "bf16" || opt->dense == "f32", Status::invalid_argument, "--dense: '", opt->dense,
+                   "' is not bf16 or f32");
+      co.dense_dtype = opt->dense == "bf16" ? DType::bf16 : DType::f32;
+    }
+    co.force = opt->force;
+    Progress progress("convert");
+    if (!opt->quiet) {
+      co.progress = [&](const ConvertProgress& p) {
+        progress.update(str(p.records_done, "/", p.records_total, " records"), p.bytes_done, p.bytes_total, p.seconds);
+      };
+    }
+    co.cancel = &g_cancel;
+    struct sigaction sa {}, old_int {}, old_term {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    struct Restore {
+      struct sigaction *i, *t;
+      ~Restore() {
+        sigaction(SIGINT, i, nullptr);
+        sigaction(SIGTERM, t, nullptr);
+      }
+    } restore{&old_int, &old_term};
+    ConvertSummary s;
+    try {
+      s = convert_checkpoint(opt->hf_dir, opt->out_dir, co);
+    } catch (...) {
+      progress.finish();
+      throw;
+    }
+    progress.finish();
+    std::string kinds;
+    for (ExpertKind k : s.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(expert_kind_name(k));
+    std::fprintf(stderr, "sluice: converted %s (%s) to %s: %lld records x {%s}, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",
+                 opt->hf_dir.c_str(), s.family.c_str(), s.out_dir.string().c_str(), static_cast<long long>(s.n_records),
+                 kinds.c_str(), std::string(dtype_name(s.dense_dtype)).c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
+                 s.seconds, s.seconds > 0 ? s.bytes_in / 1e9 / s.seconds : 0.0);
+  });
+}
+
+}  // namespace sluice::cli
