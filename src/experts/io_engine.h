@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "experts/streamer_options.h"
 
 namespace sluice {
 
@@ -49,7 +50,6 @@ class AlignedBuffer {
   uint64_t size_ = 0;
 };
 
-enum class IoMode { direct, buffered };
 enum class IoPriority : uint8_t { demand, prefetch };  // queued demand reads go first
 
 
