@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -92,10 +93,10 @@ struct Rng {
   }
 };
 
-// Random bf16 weights in about +-0.05 (norms: 1 +- 0.05).
-void fill_bf16(Rng& rng, uint16_t* out, size_t n, bool norm) {
+// Random bf16 weights in about +-amplitude (norms: 1 +- amplitude).
+void fill_bf16(Rng& rng, uint16_t* out, size_t n, bool norm, float amplitude = 0.05f) {
   for (size_t i = 0; i < n; ++i) {
-    const float u = static_cast<float>(static_cast<int32_t>(rng.next() >> 32)) * (0.05f / 2147483648.0f);
+    const float u = static_cast<float>(static_cast<int32_t>(rng.next() >> 32)) * (amplitude / 2147483648.0f);
     out[i] = f32_to_bf16(norm ? 1.0f + u : u);
   }
 }
@@ -135,14 +136,24 @@ void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
     }
     case ExpertKind::q4:
     case ExpertKind::q2: {
-      fill_bytes(rng, v, b.bytes);  // every 4-bit and 2-bit code is valid
+      // Every 4-bit and 2-bit code is valid. The weights must average zero, or every expert
+      // adds the same direction to the residual stream and routing collapses onto a few
+      // experts: q4 scales get a random sign (codes average 7.5, not the zero point 8), q2
+      // offsets sit at -1.5 scales (codes 0..3 give -1.5, -0.5, 0.5, 1.5 scales).
+      fill_bytes(rng, v, b.bytes);
       auto* sc = reinterpret_cast<uint16_t*>(rec + b.scale_offset);
       const size_t n = b.scale_bytes / 2;
       for (size_t i = 0; i < n; ++i) {
-        const uint16_t m = static_cast<uint16_t>(rng.next() & 0x3FF);
-        // q4: f16 scales about 2^-11; q2: (scale about 2^-10, min about -2^-9) pairs.
-        if (kind == ExpertKind::q4) sc[i] = 0x1000 | m;
-        else sc[i] = i % 2 == 0 ? (0x1400 | m) : (0x9800 | m);
+        const uint64_t r = rng.next();
+        const uint16_t m = static_cast<uint16_t>(r & 0x3FF);
+        if (kind == ExpertKind::q4) {
+          sc[i] = static_cast<uint16_t>(0x1000 | m | ((r >> 20) & 1) << 15);  // +-2^-11 (1 + m)
+        } else {
+          const uint16_t scale = 0x1400 | m;  // 2^-10 (1 + m)
+          sc[i] = scale;
+          sc[i + 1] = f32_to_f16(-1.5f * f16_to_f32(scale));
+          ++i;
+        }
       }
       return;
     }
@@ -278,10 +289,16 @@ uint64_t write_synthetic_pack(const fs::path& dir, const SyntheticSpec& s, const
         at += pad;
       }
       m.dense.push_back({e.name, DType::bf16, e.shape, at, e.bytes()});
+      // The token's own signal must dominate the residual stream, or the attention output
+      // (an average over the context, nearly the same for every later position) does and
+      // every token routes to the same few experts: embeddings of +-1, o_proj of +-0.002.
+      const bool embd = e.name == "model.embed_tokens.weight";
+      const bool o_proj = std::string_view(e.name).ends_with("o_proj.weight");
+      const float amplitude = embd ? 1.0f : o_proj ? 0.002f : 0.05f;
       for (uint64_t left = e.bytes() / 2; left;) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(left, uint64_t{4} << 20));
         buf.resize(n);
-        fill_bf16(rng, buf.data(), n, e.norm);
+        fill_bf16(rng, buf.data(), n, e.norm, amplitude);
         write_all_at(out.fd, buf.data(), n * 2, at, out.path);
         XXH3_64bits_update(st, buf.data(), n * 2);
         at += n * 2;

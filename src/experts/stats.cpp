@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "format/file_io.h"
 
 namespace sluice {
@@ -123,12 +124,11 @@ void RunStats::write_json(const std::filesystem::path& path) const {
 
 std::string RunStats::summary() const {
   char buf[320];
-  const double mib = static_cast<double>(cache_bytes) / (1 << 20);
   // A run without decode steps (logits, perplexity) reports its prefill speed instead.
   const bool decode = decode_tokens > 0;
   std::snprintf(buf, sizeof buf,
-                "%s %.2f tok/s | expert cache %.1f MiB (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
-                decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(), mib,
+                "%s %.2f tok/s | expert cache %s (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
+                decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(), byte_size_text(cache_bytes).c_str(),
                 static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
                 read_bytes_per_second() / 1e9);
   return buf;

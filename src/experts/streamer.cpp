@@ -158,6 +158,8 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   io.mode = opt_.io_mode;
   io.queue_depth = opt_.io_depth;
   io.request_timeout = opt_.io_timeout;
+  if (opt_.io_fault_injection)
+    io.fault_injection = [f = opt_.io_fault_injection](const ReadRequest& q, int64_t res) { return f(q.record, res); };
   io_ = std::make_unique<IoEngine>(io);
   files_[kind_] = io_->add_file(pack_->expert_file(kind_));
   if (opt_.miss_kind) files_[*opt_.miss_kind] = io_->add_file(pack_->expert_file(*opt_.miss_kind));

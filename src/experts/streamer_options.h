@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "experts/policy.h"
@@ -29,6 +30,9 @@ struct StreamerOptions {
   // landed (the reads still happen), so the cost of --cut / --miss-kind is measured for the
   // worst case and reproducibly, whatever the disk's speed.
   bool deadline_worst_case = false;
+  // Tests only: (record, the OS's answer to a read: bytes or -errno) -> the answer to act on
+  // (IoEngineOptions::fault_injection).
+  std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
 
   bool enabled() const { return cache_bytes > 0 || slots > 0; }
 };

@@ -26,7 +26,7 @@ struct LoadOptions {
   // Stream the routed experts of a pack through a bounded expert cache instead of mapping
   // them all (experts/streamer.h). Unset or not enabled(): every expert is resident. Asking
   // for it with a checkpoint is an invalid_argument error.
-  std::optional<StreamerOptions> streaming;
+  std::optional<StreamerOptions> streaming = std::nullopt;
 };
 
 struct LoadedModel {
