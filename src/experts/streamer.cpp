@@ -139,6 +139,8 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   ro.speculative_slots = opt_.lookahead ? static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k_)) : 0;
   if (ro.speculative_slots < 0) ro.speculative_slots = 0;
   ro.policy = opt_.policy;
+  // An evicted record's bytes are still in its slot: the host tier keeps them.
+  ro.on_evict = [this](int32_t slot, int64_t record, ExpertKind kind) { keep_in_host_tier(slot, record, kind); };
   residency_ = std::make_unique<Residency>(ro);
   slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(n_slots) * slot_bytes_);
 
@@ -210,18 +212,19 @@ void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, 
   }
 }
 
+void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind) {
+  if (!host_ || host_->find(record, kind) >= 0) return;
+  AcquireResult h = host_->acquire(record, kind);
+  if (h.status == AcquireStatus::miss) {
+    std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(slot),
+                pack_->kind(kind).record_stride);
+    host_->complete_load(h.slot);
+  }
+  if (h.slot >= 0) host_->release(h.slot);
+}
+
 bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
   if (host_) {
-    // The victim's bytes are still in the slot: keep them in the host tier.
-    if (a.evicted_record >= 0 && host_->find(a.evicted_record, a.evicted_kind) < 0) {
-      AcquireResult h = host_->acquire(a.evicted_record, a.evicted_kind);
-      if (h.status == AcquireStatus::miss) {
-        std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(a.slot),
-                    pack_->kind(a.evicted_kind).record_stride);
-        host_->complete_load(h.slot);
-      }
-      if (h.slot >= 0) host_->release(h.slot);
-    }
     const int32_t hs = host_->find(record, kind);
     if (hs >= 0) {
       AcquireResult h = host_->acquire(record, kind);  // a hit: counts as an access for the policy

@@ -371,3 +371,55 @@ TEST(StreamerErrors, TruncatedExpertFileIsAShortRead) {
   EXPECT_NE(err.find("kind q4"), std::string::npos) << err;
   EXPECT_NE(err.find("short read"), std::string::npos) << err;
 }
+
+// The hook itself, on every family: the shared decoders hand each MoE layer's routing to the
+// provider with the layer's index among the MoE layers and the next MoE layer's router.
+namespace {
+
+struct RecordingProvider : ExpertProvider {
+  std::vector<int64_t> layers;
+  std::vector<bool> has_next;
+  int64_t rows = 0, cols = 0, k = 0;
+  void moe(Backend& be, const MoeLayerCall& c) override {
+    layers.push_back(c.moe_layer);
+    has_next.push_back(!c.next_router.empty());
+    rows = c.h.rows();
+    cols = c.h.cols();
+    k = c.routing->k;
+    EXPECT_EQ(c.out.rows(), c.h.rows());
+    EXPECT_EQ(c.routing->n_rows, c.h.rows());
+    EXPECT_EQ(c.router->n_expert_used, c.routing->k);
+    if (!c.next_router.empty()) {
+      EXPECT_EQ(c.next_router.shape[1], c.h.cols());
+    }
+    be.fill(c.out, 0.0f);
+  }
+};
+
+}  // namespace
+
+TEST(ExpertProviderHook, EveryFamilyRoutesThroughIt) {
+  auto be = make_cpu_backend();
+  for (const std::string& fixture : model_fixtures()) {
+    SCOPED_TRACE(fixture);
+    LoadedModel m = load_model(fixture_dir(fixture), *be);
+    const ModelInfo& info = m.model->info();
+    if (info.moe_layers.empty()) continue;  // a dense family
+    EXPECT_GT(info.n_expert_used, 0);
+    auto provider = std::make_shared<RecordingProvider>();
+    m.model->set_expert_provider(provider);
+    const std::vector<int32_t> ids = {1, 2, 3};
+    auto state = m.model->new_state(3);
+    std::vector<float> logits(3 * static_cast<size_t>(info.n_vocab));
+    m.model->forward(ids, *state, logits, true);
+    const size_t n = info.moe_layers.size();
+    ASSERT_EQ(provider->layers.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(provider->layers[i], static_cast<int64_t>(i));
+      EXPECT_EQ(provider->has_next[i], i + 1 < n) << "MoE layer " << i;
+    }
+    EXPECT_EQ(provider->rows, 3);
+    EXPECT_EQ(provider->cols, info.n_embd);
+    EXPECT_EQ(provider->k, info.n_expert_used);
+  }
+}
