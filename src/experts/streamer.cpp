@@ -116,7 +116,7 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   const int32_t min = min_slots(top_k_);
   int64_t n_slots = opt_.slots > 0 ? opt_.slots : static_cast<int64_t>(opt_.cache_bytes / slot_bytes_);
   if (n_slots < min) {
-    const std::string asked = opt_.slots > 0 ? str(opt_.slots, " slots")
+    const std::string asked = opt_.slots > 0 ? str(opt_.slots, opt_.slots == 1 ? " slot" : " slots")
                                              : str(byte_size_text(opt_.cache_bytes), " (", n_slots, " slots of ",
                                                    byte_size_text(slot_bytes_), ")");
     fail(Status::invalid_argument, "expert cache too small: ", asked, "; the model routes each token to ", top_k_,
