@@ -167,6 +167,14 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   if (opt_.miss_kind) files_[*opt_.miss_kind] = io_->add_file(pack_->expert_file(*opt_.miss_kind));
   layers_.assign(static_cast<size_t>(n_moe_layers_), LayerStats{});
   io_base_ = io_->counters();
+  if (opt_.lookahead && ro.speculative_slots == 0)
+    LOG_WARN("--lookahead needs more slots than the ", top_k_, " of one token; prefetching is off");
+  LOG_INFO("expert streaming: ", n_slots, " slots of ", byte_size_text(slot_bytes_), " (", expert_kind_name(kind_),
+           opt_.miss_kind ? str(", misses may use ", expert_kind_name(*opt_.miss_kind)) : std::string(), "), ",
+           ro.speculative_slots, " speculative, policy ", policy_name(opt_.policy), ", ",
+           io_->file_is_direct(files_[kind_]) ? "O_DIRECT" : "buffered", " reads, depth ", opt_.io_depth,
+           io_->uses_io_uring() ? " (io_uring)" : " (pread threads)",
+           host_ ? str(", host tier of ", host_->n_slots(), " records") : std::string());
 }
 
 ExpertStreamer::~ExpertStreamer() {

@@ -209,6 +209,44 @@ TEST(StreamerStats, IoThroughThePageCacheToo) {
   expect_consistent(*m.streamer, Pack::open(pack, false)->kind(ExpertKind::int8).record_stride);
 }
 
+TEST(StreamerStats, EverythingAtOnceStaysConsistent) {
+  // Deadline, low-bit copies, lookahead, host tier and verification together, real timing:
+  // the results may differ from the resident run (cuts), the books may not.
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("qwen3_moe");
+  const std::vector<int32_t> ids = fixture_ids("qwen3_moe");
+  std::shared_ptr<Pack> p = Pack::open(pack, false);
+  for (bool worst : {false, true}) {
+    SCOPED_TRACE(worst ? "worst case" : "real timing");
+    StreamerOptions so;
+    so.slots = 5;
+    so.cut = 0.6;
+    so.miss_kind = ExpertKind::q2;
+    so.lookahead = true;
+    so.host_cache_bytes = 64 << 10;
+    so.verify_reads = true;
+    so.deadline_worst_case = worst;
+    LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+    decode_logits(*m.model, ids);
+    prefill_logits(*m.model, ids);
+    ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+    const RunStats r = m.streamer->stats();
+    for (const std::string& e : r.consistency_errors(p->kind(ExpertKind::q4).record_stride,
+                                                      p->kind(ExpertKind::q2).record_stride))
+      ADD_FAILURE() << e;
+    const LayerStats t = r.totals();
+    // Every read is a miss, a prediction or a low-bit copy the host tier did not answer.
+    EXPECT_LE(r.io_reads + t.host_hits, t.misses + t.prefetch_requests + t.low_bit_reads);
+    EXPECT_GT(r.io_reads, 0u);
+    if (worst) {
+      EXPECT_GT(t.cut, 0u);
+      EXPECT_GT(t.low_bit, 0u);
+    }
+    m.streamer->residency().check_invariants();
+    for (int32_t s = 0; s < m.streamer->n_slots(); ++s) EXPECT_EQ(m.streamer->residency().pins(s), 0);
+  }
+}
+
 // ---- errors ----
 
 TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
