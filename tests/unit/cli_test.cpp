@@ -123,8 +123,11 @@ TEST(Cli, BadInputGivesOneClearLine) {
                      "supported: qwen3_moe");
   expect_clean_error(broken("config-field", [](const fs::path& d) {
                        std::string c = slurp(d / "config.json");
-                       c.replace(c.find("\"num_experts_per_tok\": 2"), 24, "\"num_experts_per_tok\": 12");
-                       std::ofstream(d / "config.json") << c;
+                       const std::string key = "\"num_experts_per_tok\": 2";
+                       const size_t at = c.find(key);
+                       ASSERT_NE(at, std::string::npos);
+                       std::ofstream(d / "config.json") << c.substr(0, at) << "\"num_experts_per_tok\": 12"
+                                                        << c.substr(at + key.size());
                      }),
                      "num_experts_per_tok (12) exceeds num_experts (8)");
   expect_clean_error(broken("truncated", [](const fs::path& d) {
