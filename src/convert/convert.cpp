@@ -496,7 +496,8 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   std::vector<ExpertLayer> layers = find_expert_layers(ck, expert_names);
 
   // 2. The output location.
-  const fs::path out_dir = fs::absolute(out_arg).lexically_normal();
+  fs::path out_dir = fs::absolute(out_arg).lexically_normal();
+  if (out_dir.filename().empty()) out_dir = out_dir.parent_path();  // "pack/"
   const fs::path parent = out_dir.parent_path();
   SLUICE_CHECK(!out_dir.filename().empty(), Status::invalid_argument, "convert: bad output directory ", out_arg.string());
   SLUICE_CHECK(fs::is_directory(parent, ec), Status::not_found, "convert: the parent of the output, ", parent.string(),

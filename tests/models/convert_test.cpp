@@ -108,7 +108,9 @@ TEST(Convert, DefaultsAndDenseDtype) {
   auto backend = make_cpu_backend();
   LoadedModel m = load_model(parent / "bf16dense", *backend);
   EXPECT_EQ(m.expert_kind, ExpertKind::q4);
-  expect_only(parent, {"pack", "bf16dense"});
+  convert_checkpoint(fixture_dir("olmoe"), (parent / "slash").string() + "/", kinds({ExpertKind::q2}));
+  EXPECT_TRUE(Pack::is_pack(parent / "slash"));
+  expect_only(parent, {"pack", "bf16dense", "slash"});
 }
 
 TEST(Convert, RefusesToOverwriteWithoutForce) {
