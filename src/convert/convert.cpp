@@ -496,7 +496,8 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   std::vector<ExpertLayer> layers = find_expert_layers(ck, expert_names);
 
   // 2. The output location.
-  const fs::path out_dir = fs::absolute(out_arg).lexically_normal();
+  fs::path out_dir = fs::absolute(out_arg).lexically_normal();
+  if (out_dir.filename().empty()) out_dir = out_dir.parent_path();  // "pack/"
   const fs::path parent = out_dir.parent_path();
   SLUICE_CHECK(!out_dir.filename().empty(), Status::invalid_argument, "convert: bad output directory ", out_arg.string());
   SLUICE_CHECK(fs::is_directory(parent, ec), Status::not_found, "convert: the parent of the output, ", parent.string(),
@@ -599,7 +600,6 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     std::vector<float> tmpf;
     const uint8_t zeros[kPackBlockAlign] = {};
     for (const std::string& name : dense_names) {
-      check_cancel(opt);
       const SafetensorsEntry& e = ck.entry(name);
       SLUICE_CHECK(e.shape.size() >= 1 && e.shape.size() <= 4, Status::unsupported, ck.dir().string(), ": tensor ", name,
                    " has ", e.shape.size(), " dimensions (the pack holds 1 to 4)");
@@ -613,6 +613,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
       const uint64_t n_elem = (e.end - e.begin) / dtype_size(e.dtype);
       const int fd = fd_of(name);
       for (uint64_t done = 0; done < n_elem;) {
+        check_cancel(opt);
         const uint64_t cnt = std::min<uint64_t>(kChunkElems, n_elem - done);
         in_buf.resize(cnt * dtype_size(e.dtype));
         out_buf.resize(cnt * dtype_size(to));
@@ -624,9 +625,9 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
         done += cnt;
         t.bytes += out_buf.size();
         prog.bytes_done += in_buf.size();
+        report("dense");
       }
       m.dense.push_back(std::move(t));
-      report("dense");
     }
     m.dense_file_bytes = out.size();
     m.dense_checksum = XXH3_64bits_digest(st);
