@@ -1,11 +1,15 @@
-// Large random HF checkpoints for convert benchmarks and memory tests: a qwen3_moe model
-// with random bf16 weights of about a requested size, written tensor by tensor in chunks
-// (memory stays a few MB whatever the size). The weights are not a trained model; only
+// Large random models for benchmarks and memory tests: a qwen3_moe model with random weights
+// of about a requested size, either as an HF checkpoint (bf16, for convert) or directly as a
+// pack (for streaming, at sizes a convert would take minutes to write). Both are written in
+// chunks (memory stays bounded whatever the size). The weights are not a trained model; only
 // their size, shapes and dtype matter.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
+
+#include "format/pack.h"
 
 namespace sluice {
 
@@ -21,5 +25,13 @@ SyntheticSpec synthetic_spec_for_bytes(uint64_t bytes);
 // Writes DIR/config.json and DIR/model.safetensors (bf16); returns the safetensors file's
 // size. Deterministic in `seed`.
 uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const SyntheticSpec& spec, uint64_t seed = 1);
+
+// Writes a pack of this model into DIR (created; must not hold a pack already) without a
+// checkpoint: dense tensors as random bf16 values, expert records of each kind filled with
+// random valid values (quantized kinds: random codes with small scales), each record
+// checksummed. Records are generated on the global thread pool and the files fsynced.
+// Returns the bytes of the expert files.
+uint64_t write_synthetic_pack(const std::filesystem::path& dir, const SyntheticSpec& spec,
+                              const std::vector<ExpertKind>& kinds, uint64_t seed = 1);
 
 }  // namespace sluice

@@ -352,6 +352,7 @@ struct IoEngine::Impl {
               counters.busy_seconds += std::chrono::duration<double>(Clock::now() - busy_since).count();
             continue;  // its timeout was reported already
           }
+          if (opt.fault_injection) res = opt.fault_injection(op->req, res);
           op = after_read(std::move(op), res);
           if (op) {
             if (stopping) {
@@ -431,7 +432,9 @@ struct IoEngine::Impl {
       while (op) {
         ReadArgs a = read_args(*op);
         ssize_t n = ::pread(a.fd, a.buf, a.len, static_cast<off_t>(a.offset));
-        op = after_read(std::move(op), n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n));
+        int64_t res = n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n);
+        if (opt.fault_injection) res = opt.fault_injection(op->req, res);
+        op = after_read(std::move(op), res);
       }
     }
   }

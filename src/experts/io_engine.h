@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "experts/streamer_options.h"
 
 namespace sluice {
 
@@ -49,7 +50,6 @@ class AlignedBuffer {
   uint64_t size_ = 0;
 };
 
-enum class IoMode { direct, buffered };
 enum class IoPriority : uint8_t { demand, prefetch };  // queued demand reads go first
 
 
@@ -82,6 +82,10 @@ struct IoEngineOptions {
   // Called on the IO thread for each completion instead of queueing it for poll(). Must not
   // block for long; an exception it throws is caught and the completion queued as an error.
   std::function<void(const ReadCompletion&)> on_complete;
+  // Tests only: sees each answer of the OS to a read (bytes read, or -errno) and returns the
+  // answer the engine acts on, to drive the real retry and error paths (EIO, short reads).
+  // Called on the IO thread; must not throw.
+  std::function<int64_t(const ReadRequest&, int64_t result)> fault_injection;
 };
 
 struct IoCounters {

@@ -3,9 +3,11 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "format/file_io.h"
 
 namespace sluice {
@@ -17,6 +19,8 @@ LayerStats& LayerStats::operator+=(const LayerStats& o) {
   hits += o.hits;
   pending_hits += o.pending_hits;
   misses += o.misses;
+  host_hits += o.host_hits;
+  low_bit_reads += o.low_bit_reads;
   bytes_demand += o.bytes_demand;
   bytes_prefetch += o.bytes_prefetch;
   prefetch_requests += o.prefetch_requests;
@@ -47,6 +51,8 @@ nlohmann::json layer_json(const LayerStats& l) {
       {"hits", l.hits},
       {"pending_hits", l.pending_hits},
       {"misses", l.misses},
+      {"host_hits", l.host_hits},
+      {"low_bit_reads", l.low_bit_reads},
       {"hit_rate", l.hit_rate()},
       {"bytes_read_demand", l.bytes_demand},
       {"bytes_read_prefetch", l.bytes_prefetch},
@@ -84,6 +90,7 @@ nlohmann::json RunStats::to_json() const {
            {"hit_rate", t.hit_rate()},
            {"bytes_read", io_bytes},
            {"read_bytes_per_second", read_bytes_per_second()},
+           {"read_hidden_share", read_hidden_share()},
            {"cache",
             {{"bytes", cache_bytes},
              {"slots", slots},
@@ -116,15 +123,25 @@ void RunStats::write_json(const std::filesystem::path& path) const {
 }
 
 std::string RunStats::summary() const {
-  char buf[256];
-  const double mib = static_cast<double>(cache_bytes) / (1 << 20);
-  std::snprintf(buf, sizeof buf, "expert cache %.1f MiB (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
-                mib, static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
+  char buf[320];
+  // A run without decode steps (logits, perplexity) reports its prefill speed instead.
+  const bool decode = decode_tokens > 0;
+  std::snprintf(buf, sizeof buf,
+                "%s %.2f tok/s | expert cache %s (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
+                decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(), byte_size_text(cache_bytes).c_str(),
+                static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
                 read_bytes_per_second() / 1e9);
   return buf;
 }
 
-std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride) const {
+double RunStats::read_hidden_share() const {
+  if (io_busy_seconds <= 0) return 0;
+  const LayerStats t = totals();
+  const double waited = t.demand_wait_seconds + t.prefetch_wait_seconds;
+  return std::clamp(1.0 - waited / io_busy_seconds, 0.0, 1.0);
+}
+
+std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride, uint64_t low_bit_stride) const {
   std::vector<std::string> errs;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerStats& l = layers[i];
@@ -135,10 +152,13 @@ std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride) co
     if (l.cut > l.misses + l.pending_hits) errs.push_back(str(at, "cut ", l.cut, " > misses and pending hits"));
     if (l.low_bit > l.cut) errs.push_back(str(at, "low-bit substitutes ", l.low_bit, " > cut ", l.cut));
     if (l.prefetch_hits > l.hits) errs.push_back(str(at, "prefetch hits ", l.prefetch_hits, " > hits ", l.hits));
+    if (l.host_hits > l.misses + l.prefetch_requests)
+      errs.push_back(str(at, "host-tier hits ", l.host_hits, " > misses and prefetch requests"));
     if (l.steps > 0 && l.routed == 0) errs.push_back(str(at, l.steps, " steps but nothing routed"));
     if (record_stride > 0) {
-      if (l.bytes_demand != l.misses * record_stride)
-        errs.push_back(str(at, "demand bytes ", l.bytes_demand, " != misses ", l.misses, " x stride ", record_stride));
+      if (l.bytes_demand != l.misses * record_stride + l.low_bit_reads * low_bit_stride)
+        errs.push_back(str(at, "demand bytes ", l.bytes_demand, " != misses ", l.misses, " x stride ", record_stride,
+                           l.low_bit_reads ? str(" + low-bit reads ", l.low_bit_reads, " x ", low_bit_stride) : ""));
       if (l.bytes_prefetch != l.prefetch_requests * record_stride)
         errs.push_back(str(at, "prefetch bytes ", l.bytes_prefetch, " != requests ", l.prefetch_requests, " x stride ",
                            record_stride));

@@ -8,7 +8,10 @@
 //   hits     unique experts found in the cache, resident or already loading (pending_hits
 //            counts the loading ones; they cost a wait but no read)
 //   misses   unique experts that had to be read: hits + misses = unique
-//   bytes_demand  bytes read for misses (misses x the record stride of their kind)
+//   host_hits     misses the host-RAM tier answered (no disk read; still counted in bytes)
+//   low_bit_reads reads of low-bit copies (--miss-kind) issued beside the misses
+//   bytes_demand  bytes read for misses (misses x the record stride of their kind, plus
+//                 low_bit_reads x the low-bit kind's stride)
 //   prefetch_*    lookahead: predictions issued as reads, predictions already in the cache,
 //                 and demand accesses that found a prefetched record (confirmed predictions)
 //   cut           misses dropped by the deadline (--cut); low_bit of them were replaced by a
@@ -28,6 +31,7 @@ struct LayerStats {
   uint64_t steps = 0;               // streamed steps (one per layer per forward call)
   uint64_t routed = 0, unique = 0;
   uint64_t hits = 0, pending_hits = 0, misses = 0;
+  uint64_t host_hits = 0, low_bit_reads = 0;
   uint64_t bytes_demand = 0, bytes_prefetch = 0;
   uint64_t prefetch_requests = 0;   // reads issued for predictions
   uint64_t prefetch_already = 0;    // predictions already resident or loading
@@ -69,15 +73,19 @@ struct RunStats {
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
   // Achieved read bandwidth, bytes per second of busy IO time.
   double read_bytes_per_second() const { return io_busy_seconds > 0 ? io_bytes / io_busy_seconds : 0; }
+  // The share of busy IO time the forward pass did not wait for (reads hidden behind
+  // compute): 1 - (demand + prefetch waits) / busy time, clamped to [0, 1].
+  double read_hidden_share() const;
 
   nlohmann::json to_json() const;
   void write_json(const std::filesystem::path& path) const;  // atomic replace
-  // "expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s"
+  // "decode 5.31 tok/s | expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s"
   std::string summary() const;
 
   // Violations of the conventions above, one line each (empty when consistent).
-  // record_stride > 0 also checks bytes_demand = misses x stride (a single kind).
-  std::vector<std::string> consistency_errors(uint64_t record_stride = 0) const;
+  // record_stride > 0 also checks bytes_demand = misses x stride + low_bit_reads x
+  // low_bit_stride, and bytes_prefetch = prefetch_requests x stride.
+  std::vector<std::string> consistency_errors(uint64_t record_stride = 0, uint64_t low_bit_stride = 0) const;
 };
 
 // CPU time of the calling thread, in seconds.

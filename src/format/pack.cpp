@@ -479,8 +479,26 @@ struct Mapping {
   }
 };
 
-// Maps `path` read-only after checking its size and header against the manifest.
-std::shared_ptr<Mapping> map_data_file(const fs::path& path, uint64_t want_bytes, std::string_view kind) {
+// Checks a data file's header page against the manifest.
+void check_data_header(const uint8_t* h, uint64_t size, const std::string& name, std::string_view kind) {
+  SLUICE_CHECK(std::memcmp(h, kPackFileMagic, 8) == 0, Status::corrupt, name, ": bad magic (not a sluice pack data file)");
+  uint32_t version;
+  std::memcpy(&version, h + 8, 4);
+  SLUICE_CHECK(version == kPackFormatVersion, Status::unsupported, name, ": pack data version ", version,
+               "; this sluice reads version ", kPackFormatVersion);
+  char got_kind[16] = {};
+  std::memcpy(got_kind, h + 16, 15);
+  SLUICE_CHECK(kind == got_kind, Status::corrupt, name, ": holds '", std::string(got_kind).substr(0, 15),
+               "' data, the manifest expects '", kind, "'");
+  uint64_t payload;
+  std::memcpy(&payload, h + 32, 8);
+  SLUICE_CHECK(payload == size - kPackHeaderBytes, Status::corrupt, name, ": header says ", payload,
+               " payload bytes, the file holds ", size - kPackHeaderBytes);
+}
+
+// Checks `path`'s size and header against the manifest and, when `map` is set, maps it
+// read-only (null otherwise: a streamed kind is read record by record, never mapped).
+std::shared_ptr<Mapping> open_data_file(const fs::path& path, uint64_t want_bytes, std::string_view kind, bool map) {
   const std::string name = path.string();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -499,6 +517,15 @@ std::shared_ptr<Mapping> map_data_file(const fs::path& path, uint64_t want_bytes
     fail(Status::corrupt, name, ": ", size, " bytes but the manifest says ", want_bytes,
          size < want_bytes ? " (truncated?)" : " (trailing bytes?)");
   }
+  if (!map) {
+    uint8_t h[64] = {};
+    ssize_t n = ::pread(fd, h, sizeof h, 0);
+    const int err = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(sizeof h)) fail(Status::io, name, ": cannot read the header: ", n < 0 ? errno_text(err) : "short read");
+    check_data_header(h, size, name, kind);
+    return nullptr;
+  }
   auto m = std::make_shared<Mapping>();
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   int err = errno;
@@ -506,20 +533,7 @@ std::shared_ptr<Mapping> map_data_file(const fs::path& path, uint64_t want_bytes
   if (addr == MAP_FAILED) fail(Status::io, name, ": mmap of ", size, " bytes failed: ", errno_text(err));
   m->addr = addr;
   m->size = size;
-  const auto* h = static_cast<const uint8_t*>(addr);
-  SLUICE_CHECK(std::memcmp(h, kPackFileMagic, 8) == 0, Status::corrupt, name, ": bad magic (not a sluice pack data file)");
-  uint32_t version;
-  std::memcpy(&version, h + 8, 4);
-  SLUICE_CHECK(version == kPackFormatVersion, Status::unsupported, name, ": pack data version ", version,
-               "; this sluice reads version ", kPackFormatVersion);
-  char got_kind[16] = {};
-  std::memcpy(got_kind, h + 16, 15);
-  SLUICE_CHECK(kind == got_kind, Status::corrupt, name, ": holds '", std::string(got_kind).substr(0, 15),
-               "' data, the manifest expects '", kind, "'");
-  uint64_t payload;
-  std::memcpy(&payload, h + 32, 8);
-  SLUICE_CHECK(payload == size - kPackHeaderBytes, Status::corrupt, name, ": header says ", payload,
-               " payload bytes, the file holds ", size - kPackHeaderBytes);
+  check_data_header(static_cast<const uint8_t*>(addr), size, name, kind);
   return m;
 }
 
@@ -530,7 +544,7 @@ bool Pack::is_pack(const fs::path& dir) {
   return fs::is_regular_file(dir / kPackManifestName, ec);
 }
 
-std::shared_ptr<Pack> Pack::open(const fs::path& dir) {
+std::shared_ptr<Pack> Pack::open(const fs::path& dir, bool map_experts) {
   std::error_code ec;
   SLUICE_CHECK(fs::is_directory(dir, ec), Status::not_found, dir.string(), ": no such pack directory");
   const fs::path manifest_path = dir / kPackManifestName;
@@ -540,14 +554,15 @@ std::shared_ptr<Pack> Pack::open(const fs::path& dir) {
   pack->manifest_ = parse_pack_manifest(text, manifest_path.string());
   const PackManifest& m = pack->manifest_;
 
-  auto dense = map_data_file(dir / kPackDenseName, m.dense_file_bytes, "dense");
+  auto dense = open_data_file(dir / kPackDenseName, m.dense_file_bytes, "dense", true);
   pack->dense_bytes_ = static_cast<const uint8_t*>(dense->addr);
   pack->dense_size_ = dense->size;
   pack->dense_map_ = dense;
   for (size_t i = 0; i < m.dense.size(); ++i) pack->dense_index_[m.dense[i].name] = i;
   for (const auto& [kind, info] : m.kinds) {
     const uint64_t bytes = kPackHeaderBytes + static_cast<uint64_t>(m.n_records()) * info.record_stride;
-    auto map = map_data_file(dir / info.file, bytes, expert_kind_name(kind));
+    auto map = open_data_file(dir / info.file, bytes, expert_kind_name(kind), map_experts);
+    if (!map) continue;
     pack->expert_bytes_[kind] = {static_cast<const uint8_t*>(map->addr), map->size};
     pack->expert_maps_[kind] = map;
   }
@@ -592,6 +607,8 @@ uint64_t Pack::record_offset(ExpertKind k, int64_t record) const {
 
 std::span<const uint8_t> Pack::mapped_record(ExpertKind k, int64_t record) const {
   const uint64_t off = record_offset(k, record);
+  SLUICE_CHECK(expert_bytes_.count(k), Status::internal, dir_.string(), ": the ", expert_kind_name(k),
+               " experts are not mapped (the pack was opened for streaming)");
   return {expert_bytes_.at(k).first + off, kind(k).record_bytes};
 }
 

@@ -125,7 +125,9 @@ std::vector<uint8_t> pack_file_header(std::string_view kind, uint64_t payload_by
 // An open pack: the manifest plus read-only mappings of dense.bin and the expert files.
 class Pack {
  public:
-  static std::shared_ptr<Pack> open(const std::filesystem::path& dir);  // validates file sizes
+  // Validates file sizes and headers. map_experts = false leaves the expert files unmapped
+  // (a streamed run reads records through the IO engine; mapped_record is then an error).
+  static std::shared_ptr<Pack> open(const std::filesystem::path& dir, bool map_experts = true);
   static bool is_pack(const std::filesystem::path& dir);                // has manifest.json
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -145,6 +147,7 @@ class Pack {
   std::span<const uint8_t> mapped_record(ExpertKind k, int64_t record) const;
   // Keeps a kind's mapping alive (the owner for expert_view over mapped records).
   std::shared_ptr<void> mapping_owner(ExpertKind k) const { return expert_maps_.at(k); }
+  bool experts_mapped(ExpertKind k) const { return expert_maps_.count(k) != 0; }
 
   int64_t record_id(int64_t moe_layer_index, int64_t expert) const { return moe_layer_index * manifest_.n_expert + expert; }
   // The MoE layer index of an expert prefix, or -1.

@@ -40,6 +40,9 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
                  n_expert, " of [", n_ff, ", ", n_embd, "]");
     const ExpertKind kind = wl.source().expert_kind();
     const PackKindInfo& info = pack->kind(kind);
+    wl.source().consume(p);
+    wl.count_params(n_expert * 3 * n_ff * n_embd);
+    if (wl.source().streams_experts()) return {};  // the streamer reads the records on demand
     for (int64_t e = 0; e < n_expert; ++e) {
       std::span<const uint8_t> rec = pack->mapped_record(kind, pack->record_id(layer, e));
       // The views keep the mapping alive; the CPU backend uses them as they are, a device
@@ -47,8 +50,6 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
       ExpertWeights w = expert_view(info, rec.data(), pack->mapping_owner(kind));
       experts[e] = {wl.backend().upload(w.gate), wl.backend().upload(w.up), wl.backend().upload(w.down)};
     }
-    wl.source().consume(p);
-    wl.count_params(n_expert * 3 * n_ff * n_embd);
     return experts;
   }
   if (wl.has(p + "gate_up_proj")) {

@@ -15,6 +15,18 @@ struct DecoderState : SequenceState {
 DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights)
     : be_(backend), spec_(std::move(spec)), w_(std::move(weights)) {
   info_ = spec_.info;
+  info_.n_expert = spec_.router.n_expert;
+  info_.n_expert_used = spec_.router.n_expert_used;
+  moe_index_.assign(spec_.layers.size(), -1);
+  next_moe_.assign(spec_.layers.size(), -1);
+  int64_t last = -1;
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    if (!spec_.layers[l].moe) continue;
+    moe_index_[l] = static_cast<int64_t>(info_.moe_layers.size());
+    info_.moe_layers.push_back(static_cast<int64_t>(l));
+    if (last >= 0) next_moe_[static_cast<size_t>(last)] = static_cast<int64_t>(l);
+    last = static_cast<int64_t>(l);
+  }
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
@@ -72,7 +84,15 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
       be_.to_host(rl, router_logits.data());
       Routing routing = route_topk(spec_.router, router_logits, n);
       if (routing_observer_) routing_observer_({static_cast<int64_t>(l), state.n_past, &routing});
-      routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+      if (expert_provider_) {
+        const int64_t next = next_moe_[l];
+        expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
+                                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}});
+      } else {
+        SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
+                     ": no resident experts and no expert provider (a streamed model without its streamer)");
+        routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+      }
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
     }

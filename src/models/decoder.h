@@ -54,6 +54,8 @@ class DecoderModel : public Model {
   Backend& be_;
   DecoderSpec spec_;
   DecoderWeights w_;
+  std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
+  std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
 };
 
 }  // namespace sluice

@@ -17,6 +17,18 @@ void HybridState::reset() {
 HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weights)
     : be_(backend), spec_(std::move(spec)), w_(std::move(weights)) {
   info_ = spec_.info;
+  info_.n_expert = spec_.router.n_expert;
+  info_.n_expert_used = spec_.router.n_expert_used;
+  moe_index_.assign(spec_.layers.size(), -1);
+  next_moe_.assign(spec_.layers.size(), -1);
+  int64_t last = -1;
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    if (!spec_.layers[l].moe) continue;
+    moe_index_[l] = static_cast<int64_t>(info_.moe_layers.size());
+    info_.moe_layers.push_back(static_cast<int64_t>(l));
+    if (last >= 0) next_moe_[static_cast<size_t>(last)] = static_cast<int64_t>(l);
+    last = static_cast<int64_t>(l);
+  }
 }
 
 std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
@@ -37,7 +49,7 @@ std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
   return st;
 }
 
-void HybridModel::feed_forward(size_t l, const Tensor& h, const Tensor& y) {
+void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const Tensor& y) {
   const HybridLayerWeights& lw = w_.layers[l];
   const int64_t n = h.rows();
   if (!spec_.layers[l].moe) {
@@ -50,7 +62,16 @@ void HybridModel::feed_forward(size_t l, const Tensor& h, const Tensor& y) {
   std::vector<float> router_logits(n * E);
   be_.to_host(rl, router_logits.data());
   Routing routing = route_topk(spec_.router, router_logits, n);
-  routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+  if (routing_observer_) routing_observer_({static_cast<int64_t>(l), n_past, &routing});
+  if (expert_provider_) {
+    const int64_t next = next_moe_[l];
+    expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
+                                next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}});
+  } else {
+    SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
+                 ": no resident experts and no expert provider (a streamed model without its streamer)");
+    routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+  }
   if (spec_.n_ff_shared > 0) {
     // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.
     Tensor s = be_.alloc(DType::f32, {n, spec_.info.n_embd});
@@ -113,14 +134,14 @@ void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_
       mix(h, y);
       be_.hyper_inject(x, y, inj);
       hyper_mix_block(be_, spec_.hyper, lw.ffn_hyper, x, h, inj);
-      feed_forward(l, h, y);
+      feed_forward(l, st.n_past, h, y);
       be_.hyper_inject(x, y, inj);
     } else {
       be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
       mix(h, y);
       be_.add(x, y);
       be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
-      feed_forward(l, h, y);
+      feed_forward(l, st.n_past, h, y);
       be_.add(x, y);
     }
   }

@@ -87,12 +87,15 @@ class HybridModel : public Model {
   const HybridSpec& spec() const { return spec_; }
 
  private:
-  // y[n, n_embd] = the feed-forward part of layer l for h[n, n_embd].
-  void feed_forward(size_t l, const Tensor& h, const Tensor& y);
+  // y[n, n_embd] = the feed-forward part of layer l for h[n, n_embd] (rows at positions
+  // n_past..).
+  void feed_forward(size_t l, int64_t n_past, const Tensor& h, const Tensor& y);
 
   Backend& be_;
   HybridSpec spec_;
   HybridWeights w_;
+  std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for other layers
+  std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
 };
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 #include "models/load.h"
 
 #include "core/log.h"
+#include "experts/streamer.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "models/registry.h"
@@ -19,8 +20,10 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
                " does not exist (expected a directory with config.json and *.safetensors, or a pack)");
   LoadedModel out;
   out.dir = dir;
+  const bool streamed = options.streaming && options.streaming->enabled();
   if (Pack::is_pack(dir)) {
-    std::shared_ptr<Pack> pack = Pack::open(dir);
+    // A streamed run never maps the expert files: records are read into the cache on demand.
+    std::shared_ptr<Pack> pack = Pack::open(dir, !streamed);
     std::vector<ExpertKind> kinds;
     for (const auto& [k, info] : pack->manifest().kinds) kinds.push_back(k);
     const ExpertKind kind = options.expert_kind.value_or(default_expert_kind(kinds));
@@ -29,12 +32,25 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     const Family& family = find_family(out.config);
     SLUICE_CHECK(family.model_type == pack->manifest().family, Status::corrupt, dir.string(), ": manifest family '",
                  pack->manifest().family, "' does not match its config (", family.model_type, ")");
-    PackSource source(pack, kind);
+    PackSource source(pack, kind, streamed);
     out.model = family.load(out.config, source, backend);
     out.expert_kind = kind;
+    if (streamed) {
+      SLUICE_CHECK(backend.name() == "cpu", Status::unsupported, "expert streaming runs on the CPU backend so far (pass ",
+                   "--backend cpu); the ", backend.name(), " backend needs every expert resident");
+      const ModelInfo& info = out.model->info();
+      SLUICE_CHECK(!info.moe_layers.empty(), Status::invalid_argument, dir.string(), ": a ", family.model_type,
+                   " model without routed experts has nothing to stream");
+      SLUICE_CHECK(info.moe_layers == pack->manifest().moe_layers, Status::corrupt, dir.string(),
+                   ": the model's MoE layers do not match the pack's records (manifest experts.layers)");
+      out.streamer = std::make_shared<ExpertStreamer>(pack, kind, info.n_expert_used, *options.streaming);
+      out.model->set_expert_provider(out.streamer);
+    }
   } else {
     SLUICE_CHECK(!options.expert_kind, Status::invalid_argument, "--expert-kind needs a pack, and ", dir.string(),
                  " is an HF checkpoint (make a pack with sluice convert)");
+    SLUICE_CHECK(!streamed, Status::invalid_argument, "expert streaming (--expert-cache, --expert-slots) needs a pack, and ",
+                 dir.string(), " is an HF checkpoint (make a pack with sluice convert)");
     out.config = read_json_file(dir / "config.json");
     const Family& family = find_family(out.config);
     CheckpointSource source(Checkpoint::open(dir));

@@ -10,16 +10,23 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "experts/streamer_options.h"
 #include "format/pack.h"
 #include "format/tokenizer.h"
 #include "models/model.h"
 
 namespace sluice {
 
+class ExpertStreamer;
+
 struct LoadOptions {
   // The precision of a pack's routed experts; default: default_expert_kind() of the pack.
   // Asking for a kind when loading a checkpoint is an invalid_argument error.
   std::optional<ExpertKind> expert_kind;
+  // Stream the routed experts of a pack through a bounded expert cache instead of mapping
+  // them all (experts/streamer.h). Unset or not enabled(): every expert is resident. Asking
+  // for it with a checkpoint is an invalid_argument error.
+  std::optional<StreamerOptions> streaming = std::nullopt;
 };
 
 struct LoadedModel {
@@ -28,6 +35,7 @@ struct LoadedModel {
   nlohmann::json config;
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the directory holds a tokenizer.json
+  std::shared_ptr<ExpertStreamer> streamer;  // set when the experts are streamed (the model holds it too)
 
   std::optional<int32_t> eos_id() const;  // the tokenizer's, else config.json's
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "models/expert_provider.h"
 #include "models/routing.h"
 
 namespace sluice {
@@ -25,6 +26,10 @@ struct ModelInfo {
   std::optional<int32_t> eos_id;
   int64_t n_params = 0;          // total parameters, routed experts included
   int64_t n_params_active = 0;   // parameters one token uses
+  // Routed experts (filled by the shared decoders from their specs; 0 / empty for a dense model).
+  int64_t n_expert = 0;          // experts per MoE layer
+  int64_t n_expert_used = 0;     // experts per token (top-k)
+  std::vector<int64_t> moe_layers;  // model layer index of each MoE layer, ascending
 };
 
 // Per-sequence state. n_past tokens have been processed.
@@ -45,6 +50,11 @@ class Model {
   // hot path: it runs synchronously inside forward().
   void set_routing_observer(RoutingObserver observer) { routing_observer_ = std::move(observer); }
 
+  // Routes every MoE layer's experts through `provider` (the streamer) instead of resident
+  // weights; load_model sets it when streaming options are given. Null: resident experts.
+  void set_expert_provider(std::shared_ptr<ExpertProvider> provider) { expert_provider_ = std::move(provider); }
+  const std::shared_ptr<ExpertProvider>& expert_provider() const { return expert_provider_; }
+
   // A fresh state for a sequence of at most n_ctx tokens.
   virtual std::unique_ptr<SequenceState> new_state(int64_t n_ctx) = 0;
 
@@ -57,6 +67,7 @@ class Model {
  protected:
   ModelInfo info_;
   RoutingObserver routing_observer_;
+  std::shared_ptr<ExpertProvider> expert_provider_;
 };
 
 }  // namespace sluice

@@ -6,7 +6,8 @@
 
 namespace sluice {
 
-PackSource::PackSource(std::shared_ptr<Pack> pack, ExpertKind kind) : pack_(std::move(pack)), kind_(kind) {
+PackSource::PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed)
+    : pack_(std::move(pack)), kind_(kind), streamed_(streamed) {
   pack_->kind(kind);  // an error naming the kinds the pack has
 }
 

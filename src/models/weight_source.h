@@ -28,6 +28,9 @@ class WeightSource {
   virtual const Pack* pack() const { return nullptr; }
   // The expert kind a pack source serves (meaningless without a pack).
   virtual ExpertKind expert_kind() const { return ExpertKind::bf16; }
+  // True when the routed experts are streamed (the model gets none resident: load_experts
+  // returns an empty list and the streamer serves them).
+  virtual bool streams_experts() const { return false; }
 };
 
 class CheckpointSource final : public WeightSource {
@@ -51,7 +54,7 @@ class CheckpointSource final : public WeightSource {
 // weight asked for.
 class PackSource final : public WeightSource {
  public:
-  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind);
+  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed = false);
   bool has(const std::string& name) const override { return pack_->has_dense(name); }
   Tensor get(const std::string& name) override;
   void consume(const std::string& name) override;
@@ -60,10 +63,12 @@ class PackSource final : public WeightSource {
   std::string describe() const override { return pack_->dir().string(); }
   const Pack* pack() const override { return pack_.get(); }
   ExpertKind expert_kind() const override { return kind_; }
+  bool streams_experts() const override { return streamed_; }
 
  private:
   std::shared_ptr<Pack> pack_;
   ExpertKind kind_;
+  bool streamed_ = false;
   std::set<std::string> consumed_;  // dense names and expert prefixes
 };
 

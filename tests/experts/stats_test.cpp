@@ -66,7 +66,7 @@ TEST(Stats, TotalsAndRates) {
   EXPECT_DOUBLE_EQ(r.prefill_tokens_per_second(), 10.0);
   EXPECT_DOUBLE_EQ(r.read_bytes_per_second(), 27 * 8192 / 0.001);
   EXPECT_TRUE(r.consistency_errors(8192).empty());
-  EXPECT_EQ(r.summary(), "expert cache 80.0 MiB (80 slots, lrfu) | hit rate 0.683 | read 0.00 GB at 0.22 GB/s");
+  EXPECT_EQ(r.summary(), "decode 5.00 tok/s | expert cache 80.0 MiB (80 slots, lrfu) | hit rate 0.683 | read 0.00 GB at 0.22 GB/s");
 }
 
 TEST(Stats, JsonHasEveryFigure) {

@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cstdio>
 
+#include "core/log.h"
 #include "core/thread_pool.h"
+#include "core/units.h"
 
 namespace sluice::cli {
 
@@ -16,6 +18,83 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                  "expert precision of a pack: bf16, int8, q4 or q2 (default: the first of q4, int8, bf16, q2 it holds)");
   cmd.add_option("--threads", opt.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
+  // Expert streaming.
+  auto* cache = cmd.add_option("--expert-cache", opt.expert_cache,
+                               "stream the experts of a pack through a cache of this size (512M, 8G)");
+  auto* slots = cmd.add_option("--expert-slots", opt.expert_slots, "stream through a cache of N expert slots")
+                    ->check(CLI::PositiveNumber);
+  cache->excludes(slots);
+  cmd.add_option("--policy", opt.policy, str("expert cache eviction policy: ", "lru, lfu, lrfu, fifo (default lrfu)"));
+  cmd.add_option("--io", opt.io, "expert reads: direct (O_DIRECT, default) or buffered (page cache)");
+  cmd.add_option("--io-depth", opt.io_depth, "expert reads in flight (default 8)")->check(CLI::Range(1, 256));
+  cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");
+  cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
+  cmd.add_option("--cut", opt.cut, "deadline: cut late misses whose routing weight is below W (default 0: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
+  cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
+  cmd.add_flag("--verify-reads", opt.verify_reads, "check every expert read against its checksum");
+}
+
+std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
+  const bool on = !opt.expert_cache.empty() || opt.expert_slots > 0;
+  if (!on) {
+    const std::pair<bool, const char*> extras[] = {
+        {!opt.policy.empty(), "--policy"},       {!opt.io.empty(), "--io"},
+        {opt.io_depth > 0, "--io-depth"},        {!opt.host_cache.empty(), "--host-cache"},
+        {!opt.lookahead.empty(), "--lookahead"}, {opt.cut > 0, "--cut"},
+        {!opt.miss_kind.empty(), "--miss-kind"}, {!opt.stats.empty(), "--stats"},
+        {opt.verify_reads, "--verify-reads"}};
+    for (const auto& [given, name] : extras)
+      SLUICE_CHECK(!given, Status::invalid_argument, name,
+                   " is an expert streaming option: also give --expert-cache SIZE or --expert-slots N");
+    return std::nullopt;
+  }
+  StreamerOptions so;
+  if (!opt.expert_cache.empty()) {
+    so.cache_bytes = parse_byte_size(opt.expert_cache, "--expert-cache");
+    SLUICE_CHECK(so.cache_bytes > 0, Status::invalid_argument, "--expert-cache must be larger than 0");
+  }
+  so.slots = opt.expert_slots;
+  if (!opt.policy.empty()) {
+    std::optional<PolicyKind> p = policy_from_name(opt.policy);
+    SLUICE_CHECK(p && *p != PolicyKind::belady, Status::invalid_argument, "--policy: unknown policy '", opt.policy,
+                 "' (lru, lfu, lrfu, fifo; belady is for sluice simulate only)");
+    so.policy = *p;
+  }
+  if (!opt.io.empty()) {
+    SLUICE_CHECK(opt.io == "direct" || opt.io == "buffered", Status::invalid_argument, "--io: '", opt.io,
+                 "' (direct or buffered)");
+    so.io_mode = opt.io == "direct" ? IoMode::direct : IoMode::buffered;
+  }
+  if (opt.io_depth > 0) so.io_depth = opt.io_depth;
+  if (!opt.host_cache.empty()) so.host_cache_bytes = parse_byte_size(opt.host_cache, "--host-cache");
+  if (!opt.lookahead.empty()) {
+    SLUICE_CHECK(opt.lookahead == "on" || opt.lookahead == "off", Status::invalid_argument, "--lookahead: '",
+                 opt.lookahead, "' (on or off)");
+    so.lookahead = opt.lookahead == "on";
+  }
+  so.cut = opt.cut;
+  if (!opt.miss_kind.empty()) {
+    so.miss_kind = expert_kind_from_name(opt.miss_kind);
+    SLUICE_CHECK(so.miss_kind, Status::invalid_argument, "--miss-kind: unknown kind '", opt.miss_kind,
+                 "' (kinds: bf16, int8, q4, q2)");
+  }
+  so.verify_reads = opt.verify_reads;
+  return so;
+}
+
+std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens) {
+  if (!s.model.streamer) return std::nullopt;
+  ExpertStreamer& st = *s.model.streamer;
+  if (!st.drain(st.options().io_timeout)) LOG_WARN("expert reads still in flight after the run; statistics omit them");
+  RunStats r = st.stats();
+  r.prefill_tokens = static_cast<uint64_t>(tokens.prefill_tokens);
+  r.decode_tokens = static_cast<uint64_t>(tokens.decode_tokens);
+  r.prefill_seconds = tokens.prefill_seconds;
+  r.decode_seconds = tokens.decode_seconds;
+  if (!opt.stats.empty()) r.write_json(opt.stats);
+  return r;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {
@@ -48,14 +127,16 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prom
 
 Session open_session(const ModelOptions& opt) {
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
-  Session s;
-  s.backend = make_backend(opt.backend);
   LoadOptions lo;
   if (!opt.expert_kind.empty()) {
     lo.expert_kind = expert_kind_from_name(opt.expert_kind);
     SLUICE_CHECK(lo.expert_kind, Status::invalid_argument, "--expert-kind: unknown kind '", opt.expert_kind,
                  "' (kinds: bf16, int8, q4, q2)");
   }
+  lo.streaming = streamer_options(opt);
+  Session s;
+  // Streaming runs on the CPU backend so far: "auto" picks it.
+  s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "experts/stats.h"
+#include "experts/streamer.h"
 #include "models/load.h"
 
 namespace sluice::cli {
@@ -17,6 +19,19 @@ struct ModelOptions {
   int threads = 0;                // --threads N (0: all cores)
   std::string backend = "auto";   // --backend cpu|cuda|cuda:N|auto
   std::string expert_kind;        // --expert-kind KIND (packs only; empty: the pack's default)
+
+  // Expert streaming (packs only): on when --expert-cache or --expert-slots is given.
+  std::string expert_cache;       // --expert-cache SIZE
+  int32_t expert_slots = 0;       // --expert-slots N
+  std::string policy;             // --policy NAME (default lrfu)
+  std::string io;                 // --io direct|buffered (default direct)
+  int io_depth = 0;               // --io-depth N (default 8)
+  std::string host_cache;         // --host-cache SIZE
+  std::string lookahead;          // --lookahead on|off (default off)
+  double cut = 0;                 // --cut W (0: off)
+  std::string miss_kind;          // --miss-kind KIND
+  std::string stats;              // --stats FILE
+  bool verify_reads = false;      // --verify-reads
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);
@@ -27,12 +42,25 @@ std::vector<int32_t> parse_token_list(const std::string& text);
 // The prompt as token ids: --tokens, else --prompt encoded by the model's tokenizer.
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prompt, const std::string& tokens);
 
-// Sets up the thread pool and loads the model on the CPU backend.
+// Sets up the thread pool and loads the model on the chosen backend (streaming its experts
+// when the options ask for it).
 struct Session {
   std::unique_ptr<Backend> backend;
   LoadedModel model;
 };
 Session open_session(const ModelOptions& opt);
+
+// The streaming options of the command line (nullopt when streaming is off); a streaming
+// option without --expert-cache / --expert-slots is an error.
+std::optional<StreamerOptions> streamer_options(const ModelOptions& opt);
+
+// After a streamed run: lands the reads still in flight, fills in the run's tokens and
+// seconds, writes --stats FILE, and returns the figures (nullopt without streaming).
+struct RunTokens {
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens);
 
 // Progress on stderr: a bar redrawn in place on a terminal (at most 10 times a second),
 // plain lines otherwise (at most one every 10 s or 10% of the work).

@@ -1,4 +1,5 @@
 // sluice logits: one teacher-forced forward pass; writes float32 logits [n_tokens, vocab] as .npy.
+#include <chrono>
 #include <string>
 
 #include "cli_common.h"
@@ -25,9 +26,14 @@ void register_logits(CLI::App& app) {
     const int64_t n = static_cast<int64_t>(ids.size()), V = s.model.model->info().n_vocab;
     auto state = s.model.model->new_state(n);
     std::vector<float> logits(n * V);
+    const auto t0 = std::chrono::steady_clock::now();
     s.model.model->forward(ids, *state, logits, true);
+    RunTokens tokens;
+    tokens.prefill_tokens = n;
+    tokens.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<int64_t> shape{n, V};
     write_npy(opt->out, logits.data(), shape);
+    finish_streaming(opt->model, s, tokens);
   });
 }
 

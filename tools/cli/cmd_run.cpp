@@ -1,4 +1,5 @@
 // sluice run: generate text from a prompt, streaming it to stdout; a summary line on stderr.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -79,6 +80,13 @@ void register_run(CLI::App& app) {
                  s.model.model->info().n_params / 1e6, static_cast<long long>(st.n_prompt),
                  st.prefill_tokens_per_second(), static_cast<long long>(st.n_generated),
                  st.decode_tokens_per_second());
+    RunTokens tokens;
+    tokens.prefill_tokens = st.n_prompt;
+    tokens.prefill_seconds = st.prefill_seconds;
+    tokens.decode_tokens = std::max<int64_t>(0, st.n_generated - 1);  // the first comes from the prefill
+    tokens.decode_seconds = st.decode_seconds;
+    if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens))
+      std::fprintf(stderr, "sluice: streaming: %s\n", rs->summary().c_str());
   });
 }
 

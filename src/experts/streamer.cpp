@@ -1,0 +1,590 @@
+// ExpertStreamer: the streamed MoE step (plan, acquire, read, phase 1, deadline, phase 2),
+// lookahead prefetch, the host-RAM tier and the statistics.
+#include "experts/streamer.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/units.h"
+#include "models/blocks.h"
+
+namespace sluice {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A wait for reads polls in slices of this length (each slice ends early when a read lands),
+// so that a step notices a stall and can give up with an error.
+constexpr auto kPollSlice = std::chrono::milliseconds(50);
+
+std::string hex16(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Releases the pins a step took, also when the step throws. Never throws itself.
+struct PinGuard {
+  Residency& res;
+  std::vector<int32_t> slots;
+  ~PinGuard() {
+    for (int32_t s : slots)
+      if (res.state(s) != SlotState::free && res.pins(s) > 0) res.release(s);
+  }
+};
+
+}  // namespace
+
+// Wall and thread-CPU time of a step, split into the streamer's own work (service), expert
+// compute and waits for reads.
+struct ExpertStreamer::StepClock {
+  Clock::time_point wall0 = Clock::now();
+  double cpu0 = thread_cpu_seconds();
+  double compute_wall = 0, compute_cpu = 0, wait_wall = 0, wait_cpu = 0;
+
+  template <typename Fn>
+  void compute(Fn&& fn) {
+    const auto w = Clock::now();
+    const double c = thread_cpu_seconds();
+    fn();
+    compute_wall += std::chrono::duration<double>(Clock::now() - w).count();
+    compute_cpu += thread_cpu_seconds() - c;
+  }
+  // Runs a wait; returns its wall seconds.
+  template <typename Fn>
+  double wait(Fn&& fn) {
+    const auto w = Clock::now();
+    const double c = thread_cpu_seconds();
+    fn();
+    const double s = std::chrono::duration<double>(Clock::now() - w).count();
+    wait_wall += s;
+    wait_cpu += thread_cpu_seconds() - c;
+    return s;
+  }
+  void finish(LayerStats& ls) const {
+    const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+    const double cpu = thread_cpu_seconds() - cpu0;
+    ls.service_wall_seconds += std::max(0.0, wall - compute_wall - wait_wall);
+    ls.service_cpu_seconds += std::max(0.0, cpu - compute_cpu - wait_cpu);
+  }
+};
+
+// One distinct expert of a step.
+struct ExpertStreamer::Want {
+  int32_t expert = 0;
+  int64_t record = 0;
+  float best = 0;               // its largest routing weight in the group
+  std::vector<int32_t> pairs;   // pair indices (row * k + rank), ascending
+  AcquireStatus status = AcquireStatus::no_slot;
+  int32_t slot = -1;            // the main kind's slot
+  int32_t low_slot = -1;        // the low-bit copy's slot (--miss-kind), when one was acquired
+  bool candidate = false;       // a late miss the deadline may cut
+  bool done = false;            // computed, substituted or dropped
+};
+
+uint64_t ExpertStreamer::slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
+  uint64_t b = pack.kind(kind).record_stride;
+  if (miss_kind) b = std::max(b, pack.kind(*miss_kind).record_stride);
+  return b;
+}
+
+ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+                               const StreamerOptions& opt)
+    : pack_(std::move(pack)), kind_(kind), top_k_(top_k), opt_(opt) {
+  SLUICE_CHECK(pack_, Status::internal, "expert streamer without a pack");
+  const PackManifest& m = pack_->manifest();
+  pack_->kind(kind_);  // an error naming the kinds the pack has
+  SLUICE_CHECK(opt_.enabled(), Status::invalid_argument, "expert streaming needs --expert-cache SIZE or --expert-slots N");
+  SLUICE_CHECK(top_k_ >= 1 && top_k_ <= m.n_expert, Status::invalid_argument, "expert streaming: top-k ", top_k_,
+               " is outside [1, ", m.n_expert, "] experts per layer");
+  if (opt_.miss_kind) {
+    pack_->kind(*opt_.miss_kind);
+    SLUICE_CHECK(*opt_.miss_kind != kind_, Status::invalid_argument, "--miss-kind ", expert_kind_name(*opt_.miss_kind),
+                 " is the kind the run already uses (pick a lower-bit kind the pack holds, such as q2)");
+  }
+  SLUICE_CHECK(opt_.cut >= 0 && opt_.cut <= 1, Status::invalid_argument, "--cut ", opt_.cut,
+               " is outside [0, 1] (a routing weight; 0 turns the deadline off)");
+  n_expert_ = m.n_expert;
+  n_moe_layers_ = static_cast<int64_t>(m.moe_layers.size());
+  slot_bytes_ = slot_bytes_for(*pack_, kind_, opt_.miss_kind);
+
+  // Slots: from --expert-slots, else as many whole slots as --expert-cache holds.
+  const int32_t min = min_slots(top_k_);
+  int64_t n_slots = opt_.slots > 0 ? opt_.slots : static_cast<int64_t>(opt_.cache_bytes / slot_bytes_);
+  if (n_slots < min) {
+    const std::string asked = opt_.slots > 0 ? str(opt_.slots, " slots")
+                                             : str(byte_size_text(opt_.cache_bytes), " (", n_slots, " slots of ",
+                                                   byte_size_text(slot_bytes_), ")");
+    fail(Status::invalid_argument, "expert cache too small: ", asked, "; the model routes each token to ", top_k_,
+         " experts, so the minimum is ", min, " slots (--expert-slots ", min, " or --expert-cache ",
+         byte_size_text(static_cast<uint64_t>(min) * slot_bytes_), ")");
+  }
+  // More slots than records of the kinds in use cannot be filled.
+  const int64_t n_useful = m.n_records() * (opt_.miss_kind ? 2 : 1);
+  if (n_slots > n_useful) {
+    LOG_INFO("expert cache: ", n_slots, " slots asked for, the pack has ", n_useful, " records to cache; using ", n_useful);
+    n_slots = n_useful;
+  }
+  SLUICE_CHECK(n_slots <= (int64_t{1} << 30), Status::invalid_argument, "expert cache: ", n_slots, " slots is too many");
+
+  ResidencyOptions ro;
+  ro.n_slots = static_cast<int32_t>(n_slots);
+  ro.n_records = m.n_records();
+  // The speculative share: a quarter of the cache (at least one slot), never so much that
+  // a token's experts would not fit beside it.
+  ro.speculative_slots = opt_.lookahead ? static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k_)) : 0;
+  if (ro.speculative_slots < 0) ro.speculative_slots = 0;
+  ro.policy = opt_.policy;
+  residency_ = std::make_unique<Residency>(ro);
+  slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(n_slots) * slot_bytes_);
+
+  if (opt_.host_cache_bytes > 0) {
+    const uint64_t n_host = std::min<uint64_t>(opt_.host_cache_bytes / slot_bytes_, static_cast<uint64_t>(n_useful));
+    SLUICE_CHECK(n_host >= 1, Status::invalid_argument, "--host-cache ", byte_size_text(opt_.host_cache_bytes),
+                 " holds no record (one takes ", byte_size_text(slot_bytes_), ")");
+    ResidencyOptions ho;
+    ho.n_slots = static_cast<int32_t>(n_host);
+    ho.n_records = m.n_records();
+    ho.policy = PolicyKind::lru;
+    host_ = std::make_unique<Residency>(ho);
+    host_mem_ = std::make_unique<AlignedBuffer>(n_host * slot_bytes_);
+  }
+
+  IoEngineOptions io;
+  io.mode = opt_.io_mode;
+  io.queue_depth = opt_.io_depth;
+  io.request_timeout = opt_.io_timeout;
+  if (opt_.io_fault_injection)
+    io.fault_injection = [f = opt_.io_fault_injection](const ReadRequest& q, int64_t res) { return f(q.record, res); };
+  io_ = std::make_unique<IoEngine>(io);
+  files_[kind_] = io_->add_file(pack_->expert_file(kind_));
+  if (opt_.miss_kind) files_[*opt_.miss_kind] = io_->add_file(pack_->expert_file(*opt_.miss_kind));
+  layers_.assign(static_cast<size_t>(n_moe_layers_), LayerStats{});
+  io_base_ = io_->counters();
+}
+
+ExpertStreamer::~ExpertStreamer() {
+  // Reads in flight write into the slots: the slot memory may go only once they are done.
+  bool drained = true;
+  try {
+    drained = io_->drain(opt_.io_timeout);
+  } catch (...) {
+    drained = false;
+  }
+  io_.reset();
+  if (!drained) {
+    LOG_ERROR("expert streamer: reads still in flight at shutdown; leaving their memory allocated");
+    (void)slot_mem_.release();
+  }
+}
+
+std::string ExpertStreamer::describe(int64_t record, ExpertKind kind) const {
+  return str("expert record ", record, " (", pack_->describe_record(kind, record), ")");
+}
+
+bool ExpertStreamer::resident(int32_t slot, int64_t record, ExpertKind kind) const {
+  return slot >= 0 && residency_->state(slot) == SlotState::resident && residency_->record(slot) == record &&
+         residency_->kind(slot) == kind;
+}
+
+void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority) {
+  ReadRequest q;
+  q.file = files_.at(kind);
+  q.offset = pack_->record_offset(kind, record);
+  q.bytes = pack_->kind(kind).record_stride;
+  q.dest = slot_ptr(slot);
+  q.record = record;
+  q.tag = next_tag_++;
+  q.priority = priority;
+  reads_[q.tag] = Read{slot, record, kind};
+  try {
+    io_->submit(q);
+  } catch (...) {
+    reads_.erase(q.tag);
+    residency_->fail_load(slot);
+    throw;
+  }
+}
+
+bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
+  if (host_) {
+    // The victim's bytes are still in the slot: keep them in the host tier.
+    if (a.evicted_record >= 0 && host_->find(a.evicted_record, a.evicted_kind) < 0) {
+      AcquireResult h = host_->acquire(a.evicted_record, a.evicted_kind);
+      if (h.status == AcquireStatus::miss) {
+        std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(a.slot),
+                    pack_->kind(a.evicted_kind).record_stride);
+        host_->complete_load(h.slot);
+      }
+      if (h.slot >= 0) host_->release(h.slot);
+    }
+    const int32_t hs = host_->find(record, kind);
+    if (hs >= 0) {
+      AcquireResult h = host_->acquire(record, kind);  // a hit: counts as an access for the policy
+      std::memcpy(slot_ptr(a.slot), host_mem_->data() + static_cast<uint64_t>(hs) * slot_bytes_,
+                  pack_->kind(kind).record_stride);
+      host_->release(h.slot);
+      residency_->complete_load(a.slot);
+      return true;
+    }
+  }
+  submit_read(a.slot, record, kind, priority);
+  return false;
+}
+
+size_t ExpertStreamer::land(std::chrono::milliseconds wait) {
+  std::vector<ReadCompletion> done;
+  io_->poll(done, wait);
+  std::optional<Error> first;
+  for (const ReadCompletion& c : done) {
+    auto it = reads_.find(c.tag);
+    if (it == reads_.end()) continue;
+    const Read rd = it->second;
+    reads_.erase(it);
+    if (c.status != Status::ok) {
+      residency_->fail_load(rd.slot);
+      if (!first) first = Error(c.status, str(describe(rd.record, rd.kind), ": ", c.error));
+      continue;
+    }
+    if (opt_.verify_reads) {
+      const PackKindInfo& info = pack_->kind(rd.kind);
+      const uint64_t got = XXH3_64bits(slot_ptr(rd.slot), info.record_bytes);
+      const uint64_t want = info.checksums[static_cast<size_t>(rd.record)];
+      if (got != want) {
+        residency_->fail_load(rd.slot);
+        if (!first)
+          first = Error(Status::corrupt, str(describe(rd.record, rd.kind), " read from ", pack_->expert_file(rd.kind).string(),
+                                             " at offset ", pack_->record_offset(rd.kind, rd.record),
+                                             ": checksum mismatch (manifest ", hex16(want), ", data ", hex16(got),
+                                             "); the pack is corrupt (sluice verify lists every bad record)"));
+        continue;
+      }
+    }
+    residency_->complete_load(rd.slot);
+  }
+  if (first) throw *first;
+  return done.size();
+}
+
+bool ExpertStreamer::drain(std::chrono::milliseconds wait) {
+  const auto until = Clock::now() + wait;
+  while (!reads_.empty()) {
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    land(std::min(kPollSlice, std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+                                  std::chrono::milliseconds(1)));
+  }
+  return true;
+}
+
+void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
+  SLUICE_CHECK(c.routing && c.router, Status::internal, "expert streamer: a MoE call without its routing");
+  const Routing& r = *c.routing;
+  const int64_t n = r.n_rows, k = r.k, d = c.h.cols();
+  SLUICE_CHECK(c.moe_layer >= 0 && c.moe_layer < n_moe_layers_, Status::internal, "expert streamer: MoE layer ",
+               c.moe_layer, " outside the pack's ", n_moe_layers_);
+  SLUICE_CHECK(k <= n_slots(), Status::invalid_argument, "expert cache: ", n_slots(), " slots cannot hold the ", k,
+               " experts of one token");
+  for (int32_t e : r.ids)
+    SLUICE_CHECK(e >= 0 && e < n_expert_, Status::internal, "expert streamer: routed expert ", e, " outside [0, ", n_expert_, ")");
+  Tensor expert_out = be.alloc(DType::f32, {n * k, d});  // [n*k, n_embd], row = pair
+  std::vector<uint8_t> dropped(static_cast<size_t>(n * k), 0);
+
+  // Groups of consecutive rows whose expert union fits the cache: the whole batch when it
+  // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
+  std::vector<uint8_t> seen(static_cast<size_t>(n_expert_), 0);
+  for (int64_t row0 = 0; row0 < n;) {
+    std::fill(seen.begin(), seen.end(), 0);
+    int64_t distinct = 0, row1 = row0;
+    while (row1 < n) {
+      int64_t added = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = r.ids[static_cast<size_t>(row1 * k + j)];
+        if (!seen[static_cast<size_t>(e)]) {
+          bool dup = false;
+          for (int64_t i = 0; i < j; ++i) dup |= r.ids[static_cast<size_t>(row1 * k + i)] == e;
+          added += dup ? 0 : 1;
+        }
+      }
+      if (row1 > row0 && distinct + added > n_slots()) break;
+      for (int64_t j = 0; j < k; ++j) seen[static_cast<size_t>(r.ids[static_cast<size_t>(row1 * k + j)])] = 1;
+      distinct += added;
+      ++row1;
+    }
+    step(be, c, row0, row1, expert_out, dropped);
+    row0 = row1;
+  }
+  // A cut expert contributes nothing; the remaining weights stay as routed.
+  for (size_t p = 0; p < dropped.size(); ++p)
+    if (dropped[p]) be.fill(expert_out.slice_rows(static_cast<int64_t>(p), 1), 0.0f);
+  be.moe_combine(expert_out, r.weights, k, c.out);
+}
+
+void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
+                          std::vector<uint8_t>& dropped) {
+  StepClock clock;
+  const Routing& r = *c.routing;
+  const int64_t k = r.k, d = c.h.cols(), L = c.moe_layer;
+  LayerStats& ls = layers_[static_cast<size_t>(L)];
+  const PackKindInfo& info = pack_->kind(kind_);
+  ++ls.steps;
+
+  // 1. The union over the group's rows, strongest routing weight first (ties: first seen).
+  std::vector<Want> wants;
+  {
+    std::vector<int32_t> index(static_cast<size_t>(n_expert_), -1);
+    for (int64_t p = row0 * k; p < row1 * k; ++p) {
+      const int32_t e = r.ids[static_cast<size_t>(p)];
+      const float w = r.weights[static_cast<size_t>(p)];
+      int32_t& i = index[static_cast<size_t>(e)];
+      if (i < 0) {
+        i = static_cast<int32_t>(wants.size());
+        Want nw;
+        nw.expert = e;
+        nw.record = L * n_expert_ + e;
+        nw.best = w;
+        wants.push_back(std::move(nw));
+      }
+      Want& want = wants[static_cast<size_t>(i)];
+      want.pairs.push_back(static_cast<int32_t>(p));
+      want.best = std::max(want.best, w);
+    }
+    std::stable_sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) { return a.best > b.best; });
+  }
+  ls.routed += static_cast<uint64_t>((row1 - row0) * k);
+  ls.unique += wants.size();
+
+  // 2. Acquire: hits pinned first, then the misses reserve slots strongest first.
+  std::vector<int64_t> records(wants.size());
+  for (size_t i = 0; i < wants.size(); ++i) records[i] = wants[i].record;
+  std::vector<AcquireResult> acq(wants.size());
+  residency_->acquire_step(records, kind_, acq);
+  PinGuard pins{*residency_, {}};
+  for (const AcquireResult& a : acq)
+    if (a.status != AcquireStatus::no_slot) pins.slots.push_back(a.slot);
+  // No slot: every other slot is loading (prefetches, background reads of cut experts).
+  // They land (or fail) within the IO timeout; then retry.
+  const auto stall_limit = 2 * opt_.io_timeout + std::chrono::seconds(5);
+  {
+    auto since = Clock::now();
+    for (;;) {
+      bool missing = false;
+      for (size_t i = 0; i < wants.size(); ++i) {
+        if (acq[i].status != AcquireStatus::no_slot) continue;
+        acq[i] = residency_->acquire(records[i], kind_);
+        if (acq[i].status == AcquireStatus::no_slot) missing = true;
+        else pins.slots.push_back(acq[i].slot);
+      }
+      if (!missing) break;
+      SLUICE_CHECK(!reads_.empty(), Status::internal, "expert cache: no slot for MoE layer ", L,
+                   " and no read in flight (", n_slots(), " slots, ", wants.size(), " experts in the step)");
+      size_t landed = 0;
+      ls.demand_wait_seconds += clock.wait([&] { landed = land(kPollSlice); });
+      if (landed) since = Clock::now();
+      SLUICE_CHECK(Clock::now() - since < stall_limit, Status::timeout, "expert cache: MoE layer ", L,
+                   " waited ", std::chrono::duration<double>(stall_limit).count(), " s for a free slot");
+    }
+  }
+
+  // 3. Reads: misses strongest first (those a deadline may cut after the low-bit copies).
+  const bool deadline = opt_.cut > 0 || opt_.miss_kind.has_value();
+  std::vector<size_t> read_later;
+  for (size_t i = 0; i < wants.size(); ++i) {
+    Want& w = wants[i];
+    const AcquireResult& a = acq[i];
+    w.status = a.status;
+    w.slot = a.slot;
+    if (a.confirmed_prefetch) ++ls.prefetch_hits;
+    if (a.status == AcquireStatus::hit || a.status == AcquireStatus::pending) {
+      ++ls.hits;
+      if (a.status == AcquireStatus::pending) ++ls.pending_hits;
+    } else {
+      ++ls.misses;
+      ls.bytes_demand += info.record_stride;
+    }
+    if (deadline && a.status != AcquireStatus::hit)
+      w.candidate = opt_.cut > 0 ? w.best < opt_.cut : true;  // --miss-kind alone: any late miss
+    if (a.status != AcquireStatus::miss) continue;
+    if (w.candidate) {
+      read_later.push_back(i);
+      continue;
+    }
+    if (fill_slot(a, w.record, kind_, IoPriority::demand)) ++ls.host_hits;
+  }
+  if (opt_.miss_kind) {
+    const ExpertKind lk = *opt_.miss_kind;
+    const uint64_t low_stride = pack_->kind(lk).record_stride;
+    for (Want& w : wants) {
+      if (!w.candidate) continue;
+      AcquireResult a = residency_->acquire(w.record, lk);
+      if (a.status == AcquireStatus::no_slot) continue;  // best effort: the main copy is coming
+      pins.slots.push_back(a.slot);
+      w.low_slot = a.slot;
+      if (a.status == AcquireStatus::miss) {
+        ++ls.low_bit_reads;
+        ls.bytes_demand += low_stride;
+        fill_slot(a, w.record, lk, IoPriority::demand);
+      }
+    }
+  }
+  for (size_t i : read_later)
+    if (fill_slot(acq[i], wants[i].record, kind_, IoPriority::demand)) ++ls.host_hits;
+  lookahead(be, c, row0, row1);
+
+  auto compute = [&](Want& w, int32_t slot, ExpertKind kind) {
+    clock.compute([&] {
+      const int64_t m = static_cast<int64_t>(w.pairs.size());
+      std::vector<int32_t> rows(w.pairs.size());
+      for (size_t j = 0; j < w.pairs.size(); ++j) rows[j] = static_cast<int32_t>(w.pairs[j] / k);
+      const ExpertWeights ew = expert_view(pack_->kind(kind), slot_ptr(slot));
+      Tensor xin = be.alloc(DType::f32, {m, d});
+      be.gather_rows(c.h, rows, xin);
+      Tensor y = be.alloc(DType::f32, {m, d});
+      swiglu_mlp(be, ew, xin, y);
+      be.scatter_rows(y, w.pairs, expert_out);
+    });
+    w.done = true;
+  };
+  auto drop = [&](Want& w) {
+    for (int32_t p : w.pairs) dropped[static_cast<size_t>(p)] = 1;
+    w.done = true;
+    ++ls.cut;
+  };
+  auto substitute = [&](Want& w) {
+    compute(w, w.low_slot, *opt_.miss_kind);
+    ++ls.cut;
+    ++ls.low_bit;
+  };
+  // Waits for reads; throws when none landed for the stall limit.
+  auto since = Clock::now();
+  auto wait_for_reads = [&](bool demand) {
+    size_t landed = 0;
+    const double s = clock.wait([&] { landed = land(kPollSlice); });
+    (demand ? ls.demand_wait_seconds : ls.prefetch_wait_seconds) += s;
+    if (landed) since = Clock::now();
+    SLUICE_CHECK(Clock::now() - since < stall_limit, Status::timeout, "MoE layer ", L, " (model layer ",
+                 pack_->manifest().moe_layers[static_cast<size_t>(L)], "): no expert read landed for ",
+                 std::chrono::duration<double>(stall_limit).count(), " s (", reads_.size(), " reads in flight)");
+  };
+
+  // 4. Phase 1: the experts resident now (hits, and misses the host tier answered).
+  for (Want& w : wants) {
+    if (!resident(w.slot, w.record, kind_) || (w.candidate && opt_.deadline_worst_case)) continue;
+    compute(w, w.slot, kind_);
+    land(std::chrono::milliseconds(0));
+  }
+
+  since = Clock::now();
+  // 5. The deadline: late candidates, weakest first, take their landed low-bit copy or are
+  // cut (their reads finish in the background and join the cache).
+  if (deadline) {
+    land(std::chrono::milliseconds(0));
+    for (auto it = wants.rbegin(); it != wants.rend(); ++it) {
+      Want& w = *it;
+      if (w.done || !w.candidate) continue;
+      if (!opt_.deadline_worst_case && resident(w.slot, w.record, kind_)) continue;  // landed in time
+      if (w.low_slot >= 0 && opt_.deadline_worst_case) {
+        while (!resident(w.low_slot, w.record, *opt_.miss_kind)) wait_for_reads(true);
+      }
+      if (w.low_slot >= 0 && resident(w.low_slot, w.record, *opt_.miss_kind)) substitute(w);
+      else if (opt_.cut > 0) drop(w);
+    }
+  }
+
+  // 6. Phase 2: the rest as they land (a --miss-kind candidate takes whichever copy lands
+  // first).
+  for (;;) {
+    bool progress = false, all_done = true, demand = false;
+    for (Want& w : wants) {
+      if (w.done) continue;
+      if (resident(w.slot, w.record, kind_)) {
+        compute(w, w.slot, kind_);
+        progress = true;
+      } else if (w.candidate && w.low_slot >= 0 && resident(w.low_slot, w.record, *opt_.miss_kind)) {
+        substitute(w);
+        progress = true;
+      } else {
+        all_done = false;
+        demand |= w.status == AcquireStatus::miss;
+      }
+    }
+    if (all_done) break;
+    if (!progress) wait_for_reads(demand);
+    else land(std::chrono::milliseconds(0));
+  }
+  clock.finish(ls);
+}
+
+void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1) {
+  const int64_t L = c.moe_layer;
+  if (!opt_.lookahead || c.next_router.empty() || L + 1 >= n_moe_layers_ || residency_->speculative_capacity() == 0)
+    return;
+  const int64_t m = row1 - row0, E = n_expert_;
+  Tensor logits_dev = be.alloc(DType::f32, {m, E});
+  be.matmul(c.h.slice_rows(row0, m), c.next_router, logits_dev);
+  std::vector<float> logits(static_cast<size_t>(m * E));
+  be.to_host(logits_dev, logits.data());
+  const Routing pred = route_topk(*c.router, logits, m);
+  // The predicted union, strongest first.
+  std::vector<std::pair<float, int32_t>> order;
+  std::vector<int32_t> index(static_cast<size_t>(E), -1);
+  for (size_t p = 0; p < pred.ids.size(); ++p) {
+    const int32_t e = pred.ids[p];
+    int32_t& i = index[static_cast<size_t>(e)];
+    if (i < 0) {
+      i = static_cast<int32_t>(order.size());
+      order.emplace_back(pred.weights[p], e);
+    }
+    order[static_cast<size_t>(i)].first = std::max(order[static_cast<size_t>(i)].first, pred.weights[p]);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  LayerStats& next = layers_[static_cast<size_t>(L + 1)];
+  const uint64_t stride = pack_->kind(kind_).record_stride;
+  for (const auto& [weight, e] : order) {
+    const int64_t record = (L + 1) * n_expert_ + e;
+    AcquireResult a = residency_->acquire(record, kind_, AccessKind::prefetch);
+    if (a.status == AcquireStatus::no_slot) break;  // the speculative share is full of reads in flight
+    if (a.status != AcquireStatus::miss) {
+      ++next.prefetch_already;
+      continue;
+    }
+    ++next.prefetch_requests;
+    next.bytes_prefetch += stride;
+    if (fill_slot(a, record, kind_, IoPriority::prefetch)) ++next.host_hits;
+  }
+}
+
+RunStats ExpertStreamer::stats() const {
+  RunStats s;
+  s.layers = layers_;
+  s.slots = n_slots();
+  s.slot_bytes = slot_bytes_;
+  s.cache_bytes = static_cast<uint64_t>(n_slots()) * slot_bytes_;
+  s.speculative_slots = residency_->speculative_capacity();
+  s.host_cache_bytes = host_ ? static_cast<uint64_t>(host_->n_slots()) * slot_bytes_ : 0;
+  s.policy = std::string(policy_name(opt_.policy));
+  s.kind = std::string(expert_kind_name(kind_));
+  if (opt_.miss_kind) s.miss_kind = std::string(expert_kind_name(*opt_.miss_kind));
+  s.lookahead = opt_.lookahead;
+  s.cut = opt_.cut;
+  const IoCounters io = io_->counters();
+  s.io_mode = io_->file_is_direct(files_.at(kind_)) ? "direct" : "buffered";
+  s.io_uring = io_->uses_io_uring();
+  s.io_depth = io_->queue_depth();
+  s.io_reads = io.reads - io_base_.reads;
+  s.io_bytes = io.bytes - io_base_.bytes;
+  s.io_busy_seconds = io.busy_seconds - io_base_.busy_seconds;
+  return s;
+}
+
+void ExpertStreamer::reset_stats() {
+  drain(opt_.io_timeout);
+  layers_.assign(layers_.size(), LayerStats{});
+  io_base_ = io_->counters();
+}
+
+}  // namespace sluice

@@ -1,0 +1,121 @@
+// ExpertStreamer: the routed experts of a pack served from a bounded expert cache (DESIGN.md,
+// "The streamed decode step"). It owns the slots (4096-aligned host memory for the CPU
+// backend, each as large as the largest record stride of the kinds in use), the residency
+// (which record each slot holds, pins, eviction policy), the IO engine reading records from
+// the pack's experts.<kind>.bin files, an optional host-RAM tier, and the statistics.
+//
+// One MoE layer call (moe()), for each group of rows whose expert union fits the cache (the
+// whole batch when it fits; a decode step is one row):
+//   1. the union of the group's experts, strongest routing weight first;
+//   2. acquire_step: hits are pinned, misses reserve slots (evicting by policy; a victim goes
+//      to the host tier when there is one); no slot -> wait for reads in flight, retry;
+//   3. misses are read strongest first (from the host tier when it holds them), then with
+//      --miss-kind the low-bit copies of the misses a deadline may cut, then lookahead:
+//      the next MoE layer's router on this hidden state predicts its experts, read into the
+//      speculative share behind the demand reads;
+//   4. phase 1 computes the resident experts while the reads land;
+//   5. the deadline (--cut W / --miss-kind): misses not landed whose best weight is below W
+//      are cut, weakest first, replaced by a landed low-bit copy when there is one, else
+//      dropped (never renormalized); their reads finish in the background;
+//   6. phase 2 computes the misses as they land.
+// Every expert is computed by swiglu_mlp on expert_view(kind, slot) over the rows routed to
+// it, in pair order, and the layer's output is moe_combine in routing-rank order: what the
+// cache holds, and in which order experts ran, never changes a bit of the result (without a
+// cut or a low-bit substitute).
+//
+// Not thread-safe: one model thread calls moe(); the IO engine's thread only fills slots.
+// Every wait is bounded (the IO engine's request timeout; a step waits at most twice that).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "experts/io_engine.h"
+#include "experts/residency.h"
+#include "experts/stats.h"
+#include "experts/streamer_options.h"
+#include "format/pack.h"
+#include "models/expert_provider.h"
+
+namespace sluice {
+
+class ExpertStreamer final : public ExpertProvider {
+ public:
+  // top_k: experts per token (the minimum number of slots). Throws invalid_argument for a
+  // cache below the minimum (the message states it), a miss kind the pack lacks, bad options.
+  ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt);
+  ~ExpertStreamer() override;
+  ExpertStreamer(const ExpertStreamer&) = delete;
+  ExpertStreamer& operator=(const ExpertStreamer&) = delete;
+
+  void moe(Backend& be, const MoeLayerCall& call) override;
+
+  // Slots a cache needs at least: one row's experts.
+  static int32_t min_slots(int64_t top_k) { return static_cast<int32_t>(top_k); }
+  // The slot size for these kinds of this pack: the largest record stride.
+  static uint64_t slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind);
+
+  int32_t n_slots() const { return residency_->n_slots(); }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  ExpertKind kind() const { return kind_; }
+  const Residency& residency() const { return *residency_; }
+  const StreamerOptions& options() const { return opt_; }
+
+  // The per-layer figures, the cache and the IO engine since construction or the last
+  // reset_stats() (tokens and their seconds are the caller's to fill in).
+  RunStats stats() const;
+  void reset_stats();
+  // Waits (bounded) until no read is in flight and lands what arrived: background reads of
+  // cut experts and unused prefetches. False when the wait ran out.
+  bool drain(std::chrono::milliseconds wait);
+
+ private:
+  struct Read {
+    int32_t slot = -1;
+    int64_t record = -1;
+    ExpertKind kind = ExpertKind::bf16;
+  };
+  struct Want;
+  struct StepClock;
+
+  void step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
+            std::vector<uint8_t>& dropped);
+  void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1);
+  // A reserved slot (state loading) gets its record: from the host tier at once (true), or
+  // by a read submitted now (false). Copies the evicted record into the host tier first.
+  bool fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority);
+  void submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority);
+  // Lands the completions that arrive within `wait`; returns how many. Throws for a failed
+  // or corrupt read, naming the record.
+  size_t land(std::chrono::milliseconds wait);
+  bool resident(int32_t slot, int64_t record, ExpertKind kind) const;
+  uint8_t* slot_ptr(int32_t slot) const { return slot_mem_->data() + static_cast<uint64_t>(slot) * slot_bytes_; }
+  std::string describe(int64_t record, ExpertKind kind) const;
+
+  std::shared_ptr<const Pack> pack_;
+  ExpertKind kind_;
+  int64_t top_k_;
+  StreamerOptions opt_;
+  int64_t n_expert_ = 0, n_moe_layers_ = 0;
+  uint64_t slot_bytes_ = 0;
+  std::unique_ptr<AlignedBuffer> slot_mem_;  // [n_slots * slot_bytes]; outlives the IO engine
+  std::unique_ptr<Residency> residency_;
+  std::map<ExpertKind, int32_t> files_;      // IO engine file index per kind in use
+  std::unique_ptr<IoEngine> io_;
+  std::unordered_map<uint64_t, Read> reads_;  // in flight, by tag
+  uint64_t next_tag_ = 1;
+
+  // The host-RAM tier: records evicted from the slots, keyed like the slots.
+  std::unique_ptr<AlignedBuffer> host_mem_;
+  std::unique_ptr<Residency> host_;
+
+  std::vector<LayerStats> layers_;
+  IoCounters io_base_;  // IO counters at the last reset
+};
+
+}  // namespace sluice

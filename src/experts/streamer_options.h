@@ -1,0 +1,40 @@
+// The options of expert streaming (experts/streamer.h), apart from the streamer itself so
+// that the model loader's options can carry them without pulling in the IO engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "experts/policy.h"
+#include "format/pack.h"
+
+namespace sluice {
+
+enum class IoMode { direct, buffered };  // O_DIRECT reads, or through the page cache
+
+struct StreamerOptions {
+  uint64_t cache_bytes = 0;      // --expert-cache: slots = cache_bytes / slot bytes
+  int32_t slots = 0;             // --expert-slots (takes precedence over cache_bytes)
+  PolicyKind policy = kDefaultPolicy;
+  IoMode io_mode = IoMode::direct;
+  int io_depth = 8;              // reads in flight
+  uint64_t host_cache_bytes = 0; // --host-cache: a RAM tier of evicted records (0: none)
+  bool lookahead = false;
+  double cut = 0;                // deadline cut below this routing weight, in (0, 1]; 0: off
+  std::optional<ExpertKind> miss_kind;  // the low-bit copy a late miss may use instead
+  bool verify_reads = false;     // check every record read against its manifest checksum
+  std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
+  // Measurement only: every miss counts as late at the deadline and every low-bit copy as
+  // landed (the reads still happen), so the cost of --cut / --miss-kind is measured for the
+  // worst case and reproducibly, whatever the disk's speed.
+  bool deadline_worst_case = false;
+  // Tests only: (record, the OS's answer to a read: bytes or -errno) -> the answer to act on
+  // (IoEngineOptions::fault_injection).
+  std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
+
+  bool enabled() const { return cache_bytes > 0 || slots > 0; }
+};
+
+}  // namespace sluice

@@ -1,0 +1,35 @@
+// ExpertProvider: where a MoE layer's routed experts come from when they are not resident in
+// the model's weights. The shared decoders (decoder.cpp, hybrid_decoder.cpp) route, then hand
+// the routing to the provider, which computes the routed half of the layer; a model without
+// a provider computes it from its resident expert weights (routed_experts in blocks.h). The
+// streamer (experts/streamer.h) is the provider that reads experts from a pack on demand.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/backend.h"
+#include "models/blocks.h"
+#include "models/routing.h"
+
+namespace sluice {
+
+struct MoeLayerCall {
+  int64_t moe_layer = 0;                // index among the MoE layers (the pack's record numbering)
+  const Routing* routing = nullptr;     // ids/weights [rows * k], strongest first
+  Tensor h;                             // [rows, n_embd] f32, the layer's normalized input
+  Tensor out;                           // [rows, n_embd] f32, receives the routed sum
+  const RouterSpec* router = nullptr;   // the model's router (top-k, normalization)
+  Tensor next_router;                   // [n_expert, n_embd] router of the next MoE layer, or
+                                        // empty at the last one (lookahead predicts with it)
+};
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  // out = sum over ranks r of weights[row, r] * expert[ids[row, r]](h[row]), accumulated per
+  // row in rank order (Backend::moe_combine), so the result never depends on which experts
+  // were resident or in which order they were computed.
+  virtual void moe(Backend& be, const MoeLayerCall& call) = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,136 @@
+// The streaming options of the command line: a streamed `sluice run` generates what the
+// resident run generates and ends with the summary line, --stats writes consistent JSON,
+// `sluice logits` through the streamed prefill matches, and bad options give one clear line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "../models/fixture_util.h"
+#include "../models/pack_util.h"
+#include "format/npy.h"
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using namespace sluice::test;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Result run_sluice(const std::string& args) {
+  const fs::path d = pack_test_dir("cli-io");
+  const std::string cmd =
+      std::string(SLUICE_BINARY) + " " + args + " >" + (d / "out").string() + " 2>" + (d / "err").string();
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.out = slurp(d / "out");
+  r.err = slurp(d / "err");
+  return r;
+}
+
+std::string ids_text(const std::string& fixture) {
+  FixtureReference ref = read_reference(fixture);
+  std::string s;
+  for (size_t i = 0; i < ref.prompt_ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ref.prompt_ids[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(StreamerCli, RunMatchesResidentAndReports) {
+  const std::string pack = fixture_pack("qwen3_moe").string();
+  const std::string base = "run --model " + pack + " --tokens " + ids_text("qwen3_moe") +
+                           " -n 12 --temperature 0 --print-ids --backend cpu";
+  Result resident = run_sluice(base);
+  ASSERT_EQ(resident.status, 0) << resident.err;
+  const fs::path stats = pack_test_dir("cli-stats") / "stats.json";
+  Result streamed = run_sluice(base + " --expert-cache 16K --lookahead on --io-depth 4 --policy lru --stats " + stats.string());
+  ASSERT_EQ(streamed.status, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, resident.out);
+  // The last stderr line is the streaming summary.
+  std::string err = streamed.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  const std::string last = err.substr(err.rfind('\n') + 1);
+  EXPECT_EQ(last.rfind("sluice: streaming: decode ", 0), 0u) << last;
+  for (const char* part : {"tok/s", "expert cache 16.0 KiB", "(4 slots, lru)", "hit rate", "GB at", "GB/s"})
+    EXPECT_NE(last.find(part), std::string::npos) << part << " in: " << last;
+  const nlohmann::json j = nlohmann::json::parse(slurp(stats));
+  EXPECT_EQ(j["run"]["cache"]["slots"], 4);
+  EXPECT_EQ(j["run"]["cache"]["policy"], "lru");
+  EXPECT_EQ(j["run"]["options"]["lookahead"], true);
+  EXPECT_EQ(j["run"]["io"]["depth"], 4);
+  EXPECT_EQ(j["run"]["decode_tokens"], 11);
+  EXPECT_GT(j["run"]["prefill_tokens"].get<int>(), 0);
+  uint64_t misses = 0, prefetches = 0;
+  for (const auto& l : j["layers"]) {
+    EXPECT_EQ(l["hits"].get<uint64_t>() + l["misses"].get<uint64_t>(), l["unique"].get<uint64_t>());
+    EXPECT_EQ(l["bytes_read_demand"].get<uint64_t>(), l["misses"].get<uint64_t>() * j["run"]["cache"]["slot_bytes"].get<uint64_t>());
+    misses += l["misses"].get<uint64_t>();
+    prefetches += l["prefetch_requests"].get<uint64_t>();
+  }
+  EXPECT_EQ(j["run"]["io"]["reads"].get<uint64_t>(), misses + prefetches);
+}
+
+TEST(StreamerCli, LogitsThroughTheStreamedPrefill) {
+  const std::string pack = fixture_pack("mixtral").string();
+  const fs::path dir = pack_test_dir("cli-logits");
+  const std::string base = "logits --model " + pack + " --backend cpu --tokens " + ids_text("mixtral") + " --out ";
+  ASSERT_EQ(run_sluice(base + (dir / "resident.npy").string()).status, 0);
+  Result r = run_sluice(base + (dir / "streamed.npy").string() + " --expert-slots 2 --stats " + (dir / "s.json").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const sluice::NpyArray a = sluice::read_npy(dir / "resident.npy"), b = sluice::read_npy(dir / "streamed.npy");
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_LE(max_abs_diff(a.data, b.data), 1e-5f);
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "s.json"));
+  EXPECT_GT(j["run"]["prefill_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["run"]["decode_tokens"], 0);
+}
+
+TEST(StreamerCli, BadOptionsGiveOneClearLine) {
+  const std::string pack = fixture_pack("qwen3_moe_yarn").string();
+  const std::string base = "run --model " + pack + " --backend cpu --tokens 1,2,3 -n 2 ";
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"--expert-slots 2", "the minimum is 3 slots"},
+      {"--expert-cache 4K", "the minimum is 3 slots"},
+      {"--policy lru", "--policy is an expert streaming option"},
+      {"--stats x.json", "--stats is an expert streaming option"},
+      {"--expert-cache 12Q", "--expert-cache: '12Q' is not a size"},
+      {"--expert-slots 8 --lookahead maybe", "--lookahead: 'maybe' (on or off)"},
+      {"--expert-slots 8 --io fast", "--io: 'fast' (direct or buffered)"},
+      {"--expert-slots 8 --policy belady", "belady is for sluice simulate only"},
+      {"--expert-slots 8 --miss-kind q4", "is the kind the run already uses"},
+      {"--expert-slots 8 --miss-kind q3", "--miss-kind: unknown kind 'q3'"},
+  };
+  for (const Case& c : cases) {
+    Result r = run_sluice(base + c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_NE(r.err.find("sluice: error: "), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+  }
+  // Streaming needs a pack.
+  Result r = run_sluice("run --model " + fixture_dir("qwen3_moe_yarn").string() + " --tokens 1,2 --expert-slots 8");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("needs a pack"), std::string::npos) << r.err;
+}

@@ -1,0 +1,373 @@
+// The expert streamer on real models:
+//  - exactness: on every decoder fixture, for caches of top_k, top_k + 1, half and all slots,
+//    lookahead off and on, q4 and bf16 experts, every decode step is bit-identical to the
+//    fully resident run of the same pack kind, and teacher-forced logits through the
+//    streamed prefill (rows grouped so their union fits the cache) stay within 1e-5;
+//  - the statistics of those runs are consistent (hits + misses = unique, bytes read =
+//    misses x stride, the IO engine's reads = misses + prefetches), the residency's
+//    invariants hold and no pin outlives a step;
+//  - the host-RAM tier answers misses without changing a bit;
+//  - errors: too few slots (the message states the minimum), a corrupted record with
+//    verification on, EIO (retried once, then an error naming the record), a truncated
+//    expert file, a wrong miss kind.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "../models/fixture_util.h"
+#include "../models/pack_util.h"
+#include "experts/streamer.h"
+#include "models/load.h"
+
+using namespace sluice;
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int32_t> fixture_ids(const std::string& fixture) {
+  FixtureReference ref = read_reference(fixture);
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  return ids;
+}
+
+LoadedModel load(const fs::path& pack, Backend& be, ExpertKind kind, std::optional<StreamerOptions> so = std::nullopt) {
+  LoadOptions lo;
+  lo.expert_kind = kind;
+  lo.streaming = std::move(so);
+  return load_model(pack, be, lo);
+}
+
+// Logits of each token fed one at a time (decode steps), [n][V].
+std::vector<std::vector<float>> decode_logits(Model& m, const std::vector<int32_t>& ids) {
+  auto state = m.new_state(static_cast<int64_t>(ids.size()));
+  const int64_t V = m.info().n_vocab;
+  std::vector<std::vector<float>> out;
+  for (int32_t id : ids) {
+    std::vector<float> l(static_cast<size_t>(V));
+    m.forward(std::span<const int32_t>(&id, 1), *state, l, false);
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// Teacher-forced logits of one forward pass over all tokens, [n * V].
+std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& ids) {
+  auto state = m.new_state(static_cast<int64_t>(ids.size()));
+  std::vector<float> l(ids.size() * static_cast<size_t>(m.info().n_vocab));
+  m.forward(ids, *state, l, true);
+  return l;
+}
+
+// The checks every streamed run must pass after it finished.
+void expect_consistent(ExpertStreamer& st, uint64_t stride, bool host_tier = false) {
+  ASSERT_TRUE(st.drain(std::chrono::seconds(10)));
+  RunStats r = st.stats();
+  for (const std::string& e : r.consistency_errors(stride)) ADD_FAILURE() << e;
+  const LayerStats t = r.totals();
+  EXPECT_GT(t.routed, 0u);
+  EXPECT_EQ(t.hits + t.misses, t.unique);
+  EXPECT_EQ(t.bytes_demand, t.misses * stride);
+  if (!host_tier) {
+    // Every miss and every prefetch was one read of one stride.
+    EXPECT_EQ(r.io_reads, t.misses + t.prefetch_requests);
+    EXPECT_EQ(r.io_bytes, (t.misses + t.prefetch_requests) * stride);
+  } else {
+    EXPECT_EQ(r.io_reads + t.host_hits, t.misses + t.prefetch_requests);
+  }
+  st.residency().check_invariants();
+  for (int32_t s = 0; s < st.n_slots(); ++s) EXPECT_EQ(st.residency().pins(s), 0) << "slot " << s;
+}
+
+float max_abs(const std::vector<float>& a, const std::vector<float>& b) { return max_abs_diff(a, b); }
+
+}  // namespace
+
+TEST(StreamerExactness, EveryFixtureEveryCacheSize) {
+  auto be = make_cpu_backend();
+  float worst_prefill = 0;
+  int runs = 0;
+  for (const std::string& fixture : decoder_fixtures()) {
+    const fs::path& pack = fixture_pack(fixture);
+    const std::vector<int32_t> ids = fixture_ids(fixture);
+    for (ExpertKind kind : {ExpertKind::q4, ExpertKind::bf16}) {
+      LoadedModel resident = load(pack, *be, kind);
+      const auto want_decode = decode_logits(*resident.model, ids);
+      const auto want_prefill = prefill_logits(*resident.model, ids);
+      const int32_t k = static_cast<int32_t>(resident.model->info().n_expert_used);
+      std::shared_ptr<Pack> p = Pack::open(pack, false);
+      const int32_t all = static_cast<int32_t>(p->manifest().n_records());
+      const uint64_t stride = p->kind(kind).record_stride;
+      for (int32_t slots : {k, k + 1, std::max(k, all / 2), all}) {
+        for (bool lookahead : {false, true}) {
+          SCOPED_TRACE(str(fixture, " ", expert_kind_name(kind), " slots ", slots, " lookahead ", lookahead));
+          StreamerOptions so;
+          so.slots = slots;
+          so.lookahead = lookahead;
+          LoadedModel m = load(pack, *be, kind, so);
+          ASSERT_TRUE(m.streamer);
+          EXPECT_EQ(m.streamer->n_slots(), slots);
+          const auto got = decode_logits(*m.model, ids);
+          ASSERT_EQ(got.size(), want_decode.size());
+          for (size_t t = 0; t < got.size(); ++t)
+            ASSERT_EQ(std::memcmp(got[t].data(), want_decode[t].data(), got[t].size() * sizeof(float)), 0)
+                << "decode step " << t << " differs from the resident run (max |diff| "
+                << max_abs(got[t], want_decode[t]) << ")";
+          const auto pre = prefill_logits(*m.model, ids);
+          const float diff = max_abs(pre, want_prefill);
+          EXPECT_LE(diff, 1e-5f) << "teacher-forced logits through the streamed prefill";
+          worst_prefill = std::max(worst_prefill, diff);
+          expect_consistent(*m.streamer, stride);
+          if (lookahead && slots > k + 1) {
+            const LayerStats t = m.streamer->stats().totals();
+            EXPECT_GT(t.prefetch_requests + t.prefetch_already, 0u) << "lookahead predicted nothing";
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("streamer exactness: %d streamed runs; decode bit-identical; prefill max |diff| %g\n", runs,
+              static_cast<double>(worst_prefill));
+}
+
+TEST(StreamerStats, CountsOfADecodeRun) {
+  // One token per step and a cache of top_k slots: every step's union is exactly top_k.
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("qwen3_moe");
+  const std::vector<int32_t> ids = fixture_ids("qwen3_moe");
+  StreamerOptions so;
+  so.slots = 2;
+  LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+  decode_logits(*m.model, ids);
+  ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+  RunStats r = m.streamer->stats();
+  ASSERT_EQ(r.layers.size(), 2u);
+  for (const LayerStats& l : r.layers) {
+    EXPECT_EQ(l.steps, ids.size());
+    EXPECT_EQ(l.routed, ids.size() * 2);
+    EXPECT_EQ(l.unique, ids.size() * 2);
+    EXPECT_EQ(l.hits + l.misses, l.unique);
+    EXPECT_GT(l.misses, 0u);
+    EXPECT_EQ(l.prefetch_requests, 0u);
+    EXPECT_EQ(l.cut, 0u);
+  }
+  EXPECT_EQ(r.slots, 2);
+  EXPECT_EQ(r.kind, "q4");
+  EXPECT_EQ(r.policy, "lrfu");
+  EXPECT_EQ(r.io_mode, "direct");
+  EXPECT_TRUE(r.consistency_errors(r.slot_bytes).empty());
+  // reset_stats starts a new window.
+  m.streamer->reset_stats();
+  EXPECT_EQ(m.streamer->stats().totals().unique, 0u);
+  EXPECT_EQ(m.streamer->stats().io_reads, 0u);
+}
+
+TEST(StreamerStats, HostTierAnswersMissesExactly) {
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("mixtral");
+  const std::vector<int32_t> ids = fixture_ids("mixtral");
+  LoadedModel resident = load(pack, *be, ExpertKind::bf16);
+  const auto want = decode_logits(*resident.model, ids);
+  StreamerOptions so;
+  so.slots = 2;
+  so.host_cache_bytes = uint64_t{1} << 20;  // every record of the fixture
+  LoadedModel m = load(pack, *be, ExpertKind::bf16, so);
+  const auto got = decode_logits(*m.model, ids);
+  for (size_t t = 0; t < got.size(); ++t)
+    ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0) << "step " << t;
+  const uint64_t stride = Pack::open(pack, false)->kind(ExpertKind::bf16).record_stride;
+  expect_consistent(*m.streamer, stride, true);
+  const LayerStats t = m.streamer->stats().totals();
+  EXPECT_GT(t.host_hits, 0u) << "the host tier answered no miss";
+  EXPECT_GT(m.streamer->stats().host_cache_bytes, 0u);
+}
+
+TEST(StreamerStats, IoThroughThePageCacheToo) {
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("olmoe");
+  const std::vector<int32_t> ids = fixture_ids("olmoe");
+  LoadedModel resident = load(pack, *be, ExpertKind::int8);
+  const auto want = decode_logits(*resident.model, ids);
+  StreamerOptions so;
+  so.slots = 3;
+  so.io_mode = IoMode::buffered;
+  so.io_depth = 1;
+  so.policy = PolicyKind::lru;
+  so.verify_reads = true;
+  LoadedModel m = load(pack, *be, ExpertKind::int8, so);
+  const auto got = decode_logits(*m.model, ids);
+  for (size_t t = 0; t < got.size(); ++t)
+    ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0) << "step " << t;
+  EXPECT_EQ(m.streamer->stats().io_mode, "buffered");
+  expect_consistent(*m.streamer, Pack::open(pack, false)->kind(ExpertKind::int8).record_stride);
+}
+
+// ---- errors ----
+
+TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("qwen3_moe_yarn");  // top-3
+  for (int32_t slots : {1, 2}) {
+    StreamerOptions so;
+    so.slots = slots;
+    try {
+      load(pack, *be, ExpertKind::q4, so);
+      FAIL() << "a cache of " << slots << " slots loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("the minimum is 3 slots"), std::string::npos) << e.what();
+    }
+  }
+  StreamerOptions so;
+  so.cache_bytes = 4096;  // bytes: one slot's worth at most
+  try {
+    load(pack, *be, ExpertKind::q4, so);
+    FAIL() << "a 4 KiB cache loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the minimum is 3 slots (--expert-slots 3 or --expert-cache"), std::string::npos)
+        << e.what();
+  }
+  so.cache_bytes = 0;
+  so.slots = 3;
+  EXPECT_NO_THROW(load(pack, *be, ExpertKind::q4, so));
+}
+
+TEST(StreamerErrors, BadOptions) {
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("qwen3_moe");
+  StreamerOptions so;
+  so.slots = 4;
+  so.miss_kind = ExpertKind::q4;
+  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);  // the same kind
+  so.miss_kind.reset();
+  so.cut = 1.5;
+  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);
+  so.cut = 0;
+  so.host_cache_bytes = 100;  // less than one record
+  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);
+  // Streaming needs a pack.
+  so.host_cache_bytes = 0;
+  EXPECT_THROW(load_model(fixture_dir("qwen3_moe"), *be, LoadOptions{std::nullopt, so}), Error);
+}
+
+namespace {
+
+// A private copy of a fixture pack (its files may be damaged).
+fs::path copy_pack(const std::string& fixture, const std::string& name) {
+  fs::path dir = pack_test_dir(name);
+  fs::remove_all(dir);
+  fs::copy(fixture_pack(fixture), dir, fs::copy_options::recursive);
+  return dir;
+}
+
+// The first expert the first MoE layer routes the first token to.
+int32_t first_routed_expert(const fs::path& pack, const std::vector<int32_t>& ids) {
+  auto be = make_cpu_backend();
+  LoadedModel m = load(pack, *be, ExpertKind::q4);
+  int32_t first = -1;
+  m.model->set_routing_observer([&](const RoutingEvent& ev) {
+    if (first < 0) first = ev.routing->ids[0];
+  });
+  decode_logits(*m.model, {ids[0]});
+  return first;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(StreamerErrors, CorruptRecordNamedWhenVerifying) {
+  const std::vector<int32_t> ids = fixture_ids("qwen3_moe");
+  const fs::path dir = copy_pack("qwen3_moe", "corrupt");
+  const int32_t e = first_routed_expert(dir, ids);
+  ASSERT_GE(e, 0);
+  {
+    std::shared_ptr<Pack> p = Pack::open(dir, false);
+    const uint64_t off = p->record_offset(ExpertKind::q4, p->record_id(0, e)) + 100;
+    std::fstream f(dir / p->kind(ExpertKind::q4).file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    f.put('\x5a');
+  }
+  auto be = make_cpu_backend();
+  StreamerOptions so;
+  so.slots = 2;
+  so.verify_reads = true;
+  LoadedModel m = load(dir, *be, ExpertKind::q4, so);
+  const int64_t layer = Pack::open(dir, false)->manifest().moe_layers[0];
+  const std::string err = error_of([&] { decode_logits(*m.model, ids); });
+  EXPECT_NE(err.find(str("layer ", layer, ", expert ", e, ", kind q4")), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
+  // Without verification the read is used as it is.
+  so.verify_reads = false;
+  LoadedModel unverified = load(dir, *be, ExpertKind::q4, so);
+  EXPECT_NO_THROW(decode_logits(*unverified.model, ids));
+}
+
+TEST(StreamerErrors, EioRetriedOnceThenNamed) {
+  const std::vector<int32_t> ids = fixture_ids("mixtral");
+  const fs::path& pack = fixture_pack("mixtral");
+  const int32_t e = first_routed_expert(pack, ids);
+  auto be = make_cpu_backend();
+  LoadedModel resident = load(pack, *be, ExpertKind::q4);
+  const auto want = decode_logits(*resident.model, ids);
+  // One EIO on every read of the record: the retry succeeds and nothing changes.
+  {
+    // Reads of one record never overlap (one slot per record), so the answers alternate:
+    // the first of each read fails, its retry succeeds.
+    std::atomic<int> injected{0};
+    std::atomic<bool> fail_next{true};
+    StreamerOptions so;
+    so.slots = 2;
+    so.io_fault_injection = [&](int64_t record, int64_t res) -> int64_t {
+      if (record != e) return res;
+      const bool fail = fail_next.load();
+      fail_next = !fail;
+      if (fail) {
+        ++injected;
+        return -EIO;
+      }
+      return res;
+    };
+    LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+    const auto got = decode_logits(*m.model, ids);
+    EXPECT_GT(injected.load(), 0);
+    for (size_t t = 0; t < got.size(); ++t)
+      ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0) << "step " << t;
+  }
+  // EIO every time: an error naming the record, no hang.
+  StreamerOptions so;
+  so.slots = 2;
+  so.io_fault_injection = [&](int64_t record, int64_t res) -> int64_t { return record == e ? -EIO : res; };
+  LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+  const std::string err = error_of([&] { decode_logits(*m.model, ids); });
+  EXPECT_NE(err.find(str("layer 0, expert ", e, ", kind q4")), std::string::npos) << err;
+  EXPECT_NE(err.find("EIO"), std::string::npos) << err;
+}
+
+TEST(StreamerErrors, TruncatedExpertFileIsAShortRead) {
+  const std::vector<int32_t> ids = fixture_ids("olmoe");
+  const fs::path dir = copy_pack("olmoe", "truncated");
+  auto be = make_cpu_backend();
+  StreamerOptions so;
+  so.slots = 2;
+  LoadedModel m = load(dir, *be, ExpertKind::q4, so);
+  // The pack was fine when it opened; its expert file loses every record afterwards.
+  fs::resize_file(dir / Pack::open(dir, false)->kind(ExpertKind::q4).file, kPackHeaderBytes);
+  const std::string err = error_of([&] { decode_logits(*m.model, ids); });
+  EXPECT_NE(err.find("kind q4"), std::string::npos) << err;
+  EXPECT_NE(err.find("short read"), std::string::npos) << err;
+}
