@@ -282,12 +282,14 @@ void fsync_dir(const fs::path& dir) {
   if (rc != 0) fail(Status::io, dir.string(), ": fsync failed: ", errno_text(errno));
 }
 
-DenseFileWriter::DenseFileWriter(const fs::path& path) : path_(path), out_(path, false) {
+DenseFileWriter::DenseFileWriter(const fs::path& path, bool direct) : path_(path), out_(path, direct) {
   state_ = XXH3_createState();
   SLUICE_CHECK(state_, Status::out_of_memory, "pack writer: XXH3 state");
   XXH3_64bits_reset(state_);
   std::vector<uint8_t> header = pack_file_header("dense", 0);  // placeholder, rewritten by finish()
-  out_.write(header.data(), header.size());
+  AlignedBuffer page(kPackHeaderBytes);  // aligned, so that a direct file stays direct
+  std::memcpy(page.data(), header.data(), header.size());
+  out_.write(page.data(), kPackHeaderBytes);
 }
 
 DenseFileWriter::~DenseFileWriter() { XXH3_freeState(state_); }

@@ -100,9 +100,12 @@ void fsync_dir(const std::filesystem::path& dir);
 // dense.bin: the header page, then tensors each at a 64-byte aligned offset (zero gaps),
 // hashed as written; finish() records size and checksum in the manifest and writes the real
 // header (the payload size is known only then; the header page is outside the checksum).
+// With `direct`, writes go through O_DIRECT while they are 4096-aligned in address and size
+// (a writer that emits whole aligned chunks from aligned memory); the first one that is not
+// switches the file to buffered writes for good (OutFile), which suits an unaligned tail.
 class DenseFileWriter {
  public:
-  explicit DenseFileWriter(const std::filesystem::path& path);
+  explicit DenseFileWriter(const std::filesystem::path& path, bool direct = false);
   ~DenseFileWriter();
   DenseFileWriter(const DenseFileWriter&) = delete;
   DenseFileWriter& operator=(const DenseFileWriter&) = delete;

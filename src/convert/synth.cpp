@@ -81,9 +81,10 @@ DenseInit dense_init(const std::string& name, WeightHint hint) {
 }
 
 // Element i of a dense tensor as f32. `taps`: the conv kernel size (last dimension).
-inline float dense_value(DenseInit init, uint64_t key, uint64_t i, int64_t taps) {
+template <DenseInit init>
+inline float dense_value(uint64_t key, uint64_t i, int64_t taps) {
   const uint64_t r = rand_at(key, i);
-  switch (init) {
+  switch (init) {  // a constant: folded
     case DenseInit::normal: return kWeightStd * normal_from(r);
     case DenseInit::norm_one: return 1.0f + kWeightStd * normal_from(r);
     case DenseInit::norm_zero: return kWeightStd * normal_from(r);
@@ -95,6 +96,23 @@ inline float dense_value(DenseInit init, uint64_t key, uint64_t i, int64_t taps)
     }
   }
   return 0;
+}
+
+// Elements [e0, e1) of a dense tensor as bf16 (the init chosen once per piece, not per element).
+template <DenseInit init>
+void fill_dense(uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, int64_t taps) {
+  for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(dense_value<init>(key, e, taps));
+}
+
+void fill_dense(DenseInit init, uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, int64_t taps) {
+  switch (init) {
+    case DenseInit::normal: return fill_dense<DenseInit::normal>(out, key, e0, e1, taps);
+    case DenseInit::norm_one: return fill_dense<DenseInit::norm_one>(out, key, e0, e1, taps);
+    case DenseInit::norm_zero: return fill_dense<DenseInit::norm_zero>(out, key, e0, e1, taps);
+    case DenseInit::a_log: return fill_dense<DenseInit::a_log>(out, key, e0, e1, taps);
+    case DenseInit::dt_bias: return fill_dense<DenseInit::dt_bias>(out, key, e0, e1, taps);
+    case DenseInit::conv: return fill_dense<DenseInit::conv>(out, key, e0, e1, taps);
+  }
 }
 
 // ---- expert record values ----
@@ -234,11 +252,12 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
   };
 
   // 2. dense.bin, a chunk of the file at a time: zero gaps, each tensor's overlapping
-  // elements generated in parallel pieces, the chunk written while the next is generated.
+  // elements generated in parallel pieces, the chunk written (O_DIRECT: chunks are 4096-
+  // aligned, all but the last whole) while the next is generated.
   {
-    DenseFileWriter out(dir / kPackDenseName);
+    DenseFileWriter out(dir / kPackDenseName, /*direct=*/true);
     const uint64_t chunk_bytes = std::max<uint64_t>(kPackRecordAlign, round_up(opt.batch_bytes / 2, kPackRecordAlign));
-    std::vector<uint8_t> bufs[2];
+    AlignedBuffer bufs[2] = {AlignedBuffer(chunk_bytes), AlignedBuffer(chunk_bytes)};
     std::future<void> pending;
     std::vector<uint64_t> keys;
     std::vector<DenseInit> inits;
@@ -257,28 +276,26 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
     for (uint64_t c0 = kPackHeaderBytes; c0 < m.dense_file_bytes; c0 += chunk_bytes, which ^= 1) {
       check_cancel(opt);
       const uint64_t c1 = std::min(m.dense_file_bytes, c0 + chunk_bytes);
-      std::vector<uint8_t>& buf = bufs[which];
-      buf.assign(c1 - c0, 0);
+      uint8_t* buf = bufs[which].data();
+      const size_t n = static_cast<size_t>(c1 - c0);
+      std::memset(buf, 0, n);
       std::vector<Piece> pieces;
       while (first < m.dense.size() && m.dense[first].offset + m.dense[first].bytes <= c0) ++first;
       for (size_t i = first; i < m.dense.size() && m.dense[i].offset < c1; ++i) {
         const PackDenseTensor& t = m.dense[i];
         const uint64_t b0 = std::max(t.offset, c0), b1 = std::min(t.offset + t.bytes, c1);  // both even
         for (uint64_t e = (b0 - t.offset) / 2; e < (b1 - t.offset) / 2; e += kPieceElems)
-          pieces.push_back({i, e, std::min((b1 - t.offset) / 2, e + kPieceElems), buf.data() + (t.offset + 2 * e - c0)});
+          pieces.push_back({i, e, std::min((b1 - t.offset) / 2, e + kPieceElems), buf + (t.offset + 2 * e - c0)});
       }
       pool.parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) {
           const Piece& pc = pieces[static_cast<size_t>(p)];
-          const PackDenseTensor& t = m.dense[pc.tensor];
-          const int64_t taps = t.shape.back();
-          auto* o = reinterpret_cast<uint16_t*>(pc.out);
-          for (uint64_t e = pc.elem_begin; e < pc.elem_end; ++e)
-            o[e - pc.elem_begin] = f32_to_bf16(dense_value(inits[pc.tensor], keys[pc.tensor], e, taps));
+          fill_dense(inits[pc.tensor], reinterpret_cast<uint16_t*>(pc.out), keys[pc.tensor], pc.elem_begin, pc.elem_end,
+                     m.dense[pc.tensor].shape.back());
         }
       });
       if (pending.valid()) pending.get();
-      pending = std::async(std::launch::async, [&out, &buf] { out.write(buf.data(), buf.size()); });
+      pending = std::async(std::launch::async, [&out, buf, n] { out.write(buf, n); });
       prog.bytes_done += c1 - c0;
       report("dense");
     }
