@@ -46,16 +46,41 @@ inline uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c
 // Element i of a stream: splitmix64 at counter i, so any range is computed independently.
 inline uint64_t rand_at(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * kGolden); }
 
-// About N(0, 1) from 64 random bits: the sum of four 16-bit uniforms (Irwin-Hall, n = 4),
-// centred and scaled to unit variance; within +-3.46, which is all a random weight needs.
-inline float normal_from(uint64_t r) {
-  const uint64_t s = (r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48);
-  constexpr float kMean = 2 * 65535.0f, kInvStd = 1.0f / 37837.23f;  // std = sqrt(4 (65536^2 - 1) / 12)
-  return (static_cast<float>(s) - kMean) * kInvStd;
-}
-
 // Uniform in [0, 1) from the top 24 bits.
 inline float uniform_from(uint64_t r) { return static_cast<float>(r >> 40) * (1.0f / 16777216.0f); }
+
+// bf16 values mean + std * z for elements [e0, e1) of a stream, z about N(0, 1): the sum of
+// the four bytes of a 32-bit hash (Irwin-Hall, n = 4: 1021 levels within +-3.45, which is
+// all a random weight needs; bf16 keeps 8 bits anyway), centred and scaled to unit variance.
+// The hash is murmur3's fmix32 of a Weyl sequence, 32-bit so that the loop vectorizes
+// (AVX2 has 32-bit but no 64-bit multiplies): the bulk of dense.bin costs well under a
+// nanosecond per element, far below the disk.
+void fill_normal_bf16(uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, float mean, float std) {
+  constexpr float kMean = 4 * 127.5f, kStd = 147.80f;  // sqrt(4 (256^2 - 1) / 12)
+  const float a = std / kStd, b = mean - kMean * a;      // value = b + a * (byte sum)
+  for (uint64_t e = e0; e < e1;) {
+    // A 2^32-element segment shares one 32-bit key (no real tensor has more than one).
+    const uint64_t hi = e >> 32, seg_end = std::min(e1, (hi + 1) << 32);
+    const uint32_t k32 = static_cast<uint32_t>(mix64(key + hi * kGolden));
+    const uint32_t lo = static_cast<uint32_t>(e);
+    const uint32_t n = static_cast<uint32_t>(seg_end - e);
+    uint16_t* o = out + (e - e0);
+    for (uint32_t j = 0; j < n; ++j) {
+      uint32_t x = k32 + (lo + j) * 0x9E3779B9u;
+      x ^= x >> 16;
+      x *= 0x85EBCA6Bu;
+      x ^= x >> 13;
+      x *= 0xC2B2AE35u;
+      x ^= x >> 16;
+      const float sum = static_cast<float>((x & 255) + ((x >> 8) & 255) + ((x >> 16) & 255) + (x >> 24));
+      const float v = b + a * sum;  // finite: no NaN handling needed
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      o[j] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+    }
+    e = seg_end;
+  }
+}
 
 // ---- dense values ----
 
@@ -80,38 +105,23 @@ DenseInit dense_init(const std::string& name, WeightHint hint) {
   return DenseInit::normal;
 }
 
-// Element i of a dense tensor as f32. `taps`: the conv kernel size (last dimension).
-template <DenseInit init>
-inline float dense_value(uint64_t key, uint64_t i, int64_t taps) {
-  const uint64_t r = rand_at(key, i);
-  switch (init) {  // a constant: folded
-    case DenseInit::normal: return kWeightStd * normal_from(r);
-    case DenseInit::norm_one: return 1.0f + kWeightStd * normal_from(r);
-    case DenseInit::norm_zero: return kWeightStd * normal_from(r);
-    case DenseInit::a_log: return std::log(0.01f + 15.99f * uniform_from(r));  // A ~ U(0.01, 16), as transformers
-    case DenseInit::dt_bias: return 1.0f;                                      // transformers: ones
-    case DenseInit::conv: {  // PyTorch's default for a depthwise conv: U(-1/sqrt(k), 1/sqrt(k))
-      const float bound = 1.0f / std::sqrt(static_cast<float>(taps));
-      return bound * (2.0f * uniform_from(r) - 1.0f);
-    }
-  }
-  return 0;
-}
-
-// Elements [e0, e1) of a dense tensor as bf16 (the init chosen once per piece, not per element).
-template <DenseInit init>
-void fill_dense(uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, int64_t taps) {
-  for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(dense_value<init>(key, e, taps));
-}
-
+// Elements [e0, e1) of a dense tensor as bf16. `taps`: the conv kernel size (last dimension).
 void fill_dense(DenseInit init, uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, int64_t taps) {
   switch (init) {
-    case DenseInit::normal: return fill_dense<DenseInit::normal>(out, key, e0, e1, taps);
-    case DenseInit::norm_one: return fill_dense<DenseInit::norm_one>(out, key, e0, e1, taps);
-    case DenseInit::norm_zero: return fill_dense<DenseInit::norm_zero>(out, key, e0, e1, taps);
-    case DenseInit::a_log: return fill_dense<DenseInit::a_log>(out, key, e0, e1, taps);
-    case DenseInit::dt_bias: return fill_dense<DenseInit::dt_bias>(out, key, e0, e1, taps);
-    case DenseInit::conv: return fill_dense<DenseInit::conv>(out, key, e0, e1, taps);
+    case DenseInit::normal: return fill_normal_bf16(out, key, e0, e1, 0.0f, kWeightStd);
+    case DenseInit::norm_one: return fill_normal_bf16(out, key, e0, e1, 1.0f, kWeightStd);
+    case DenseInit::norm_zero: return fill_normal_bf16(out, key, e0, e1, 0.0f, kWeightStd);
+    case DenseInit::a_log:  // A ~ U(0.01, 16), as transformers initializes it
+      for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(std::log(0.01f + 15.99f * uniform_from(rand_at(key, e))));
+      return;
+    case DenseInit::dt_bias:  // transformers: ones
+      for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(1.0f);
+      return;
+    case DenseInit::conv: {  // PyTorch's default for a depthwise conv: U(-1/sqrt(k), 1/sqrt(k))
+      const float bound = 1.0f / std::sqrt(static_cast<float>(taps));
+      for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(bound * (2.0f * uniform_from(rand_at(key, e)) - 1.0f));
+      return;
+    }
   }
 }
 
@@ -122,66 +132,88 @@ void fill_dense(DenseInit init, uint16_t* out, uint64_t key, uint64_t e0, uint64
 //   int8: q uniform in [-127, 127]: E[q^2] = 127 * 128 / 3 = 5418.7
 //   q4:   q uniform in [0, 15]: E[(q - 8)^2] = 21.5
 //   q2:   q uniform in [0, 3] with min = -1.5 scale: w in {-1.5, -0.5, 0.5, 1.5} * scale, E[w^2] = 1.25 scale^2
-// Each row (int8) or group (q4, q2) gets the scale times a jitter in [0.75, 1.25), and q4
-// scales a random sign, as Q4_0's d = m / -8 has; the jitter changes the variance by 2%.
-const float kInt8Scale = kWeightStd / std::sqrt(127.0f * 128.0f / 3.0f);
-const float kQ4Scale = kWeightStd / std::sqrt(21.5f);
-const float kQ2Scale = kWeightStd / std::sqrt(1.25f);
+// Each row (int8) or group (q4, q2) gets the scale times a jitter in [0.75, 1.25) (256
+// levels, tabulated once: converting to f16 per group would cost more than the bytes), and
+// q4 scales a random sign, as Q4_0's d = m / -8 has; the jitter changes the variance by 2%.
+struct ScaleTables {
+  float int8[256];
+  uint16_t q4[256];      // f16, positive
+  uint32_t q2[256];      // f16 scale | f16 min << 16, as the record stores them
+};
 
-inline float jitter(uint64_t r) { return 0.75f + 0.5f * uniform_from(r); }
+const ScaleTables& scale_tables() {
+  static const ScaleTables t = [] {
+    ScaleTables t{};
+    const float int8 = kWeightStd / std::sqrt(127.0f * 128.0f / 3.0f), q4 = kWeightStd / std::sqrt(21.5f),
+                q2 = kWeightStd / std::sqrt(1.25f);
+    for (int i = 0; i < 256; ++i) {
+      const float jitter = 0.75f + 0.5f * (static_cast<float>(i) + 0.5f) / 256.0f;
+      t.int8[i] = int8 * jitter;
+      t.q4[i] = f32_to_f16(q4 * jitter);
+      t.q2[i] = f32_to_f16(q2 * jitter) | static_cast<uint32_t>(f32_to_f16(-1.5f * q2 * jitter)) << 16;
+    }
+    return t;
+  }();
+  return t;
+}
 
-// Fills `n` bytes with the stream's bytes 0..n-1.
-void fill_random_bytes(uint8_t* out, size_t n, uint64_t key) {
-  size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const uint64_t r = rand_at(key, j / 8);
-    std::memcpy(out + j, &r, 8);
+// A 32-bit counter-based hash (murmur3's fmix32 of a Weyl sequence) for the bulk bytes of
+// records: 32-bit so that the loops vectorize.
+inline uint32_t hash32(uint32_t key, uint32_t i) {
+  uint32_t x = key + (i + 1) * 0x9E3779B9u;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  return x ^ (x >> 16);
+}
+
+// Fills `n` bytes (n < 2^34) with the stream's bytes 0..n-1.
+void fill_random_bytes(uint8_t* out, size_t n, uint32_t key) {
+  const uint32_t words = static_cast<uint32_t>(n / 4);
+  for (uint32_t j = 0; j < words; ++j) {
+    const uint32_t x = hash32(key, j);
+    std::memcpy(out + 4 * static_cast<size_t>(j), &x, 4);
   }
-  if (j < n) {
-    const uint64_t r = rand_at(key, j / 8);
-    std::memcpy(out + j, &r, n - j);
+  if (n % 4) {
+    const uint32_t x = hash32(key, words);
+    std::memcpy(out + 4 * static_cast<size_t>(words), &x, n % 4);
   }
 }
 
 // One row of a block of a kind: packed values and scales, as the quantizer would lay them
 // out (a partial last group's missing elements are zero bits).
 void fill_expert_row(ExpertKind kind, int64_t cols, uint64_t key, uint8_t* data, uint8_t* scales) {
-  const uint64_t scale_key = key ^ 0x5CA1E5CA1E5CA1E5ull;
+  const ScaleTables& t = scale_tables();
+  const uint32_t k32 = static_cast<uint32_t>(key), scale_k32 = static_cast<uint32_t>(key >> 32);
   switch (kind) {
     case ExpertKind::bf16: {
-      auto* o = reinterpret_cast<uint16_t*>(data);
-      for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(kWeightStd * normal_from(rand_at(key, static_cast<uint64_t>(c))));
+      fill_normal_bf16(reinterpret_cast<uint16_t*>(data), key, 0, static_cast<uint64_t>(cols), 0.0f, kWeightStd);
       return;
     }
     case ExpertKind::int8: {
-      fill_random_bytes(data, static_cast<size_t>(cols), key);
+      fill_random_bytes(data, static_cast<size_t>(cols), k32);
       for (int64_t c = 0; c < cols; ++c) data[c] = static_cast<uint8_t>(static_cast<int8_t>(data[c] % 255 - 127));
-      const float s = kInt8Scale * jitter(rand_at(scale_key, 0));
-      std::memcpy(scales, &s, 4);
+      std::memcpy(scales, &t.int8[hash32(scale_k32, 0) & 255], 4);
       return;
     }
     case ExpertKind::q4: {
       const int64_t groups = quant_groups(DType::q4, cols);
-      fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q4, cols)), key);
+      fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q4, cols)), k32);
       for (int64_t e = cols; e < groups * kQ4Group; ++e) data[e / 2] &= static_cast<uint8_t>(e % 2 ? 0x0F : 0xF0);
       for (int64_t g = 0; g < groups; ++g) {
-        const uint64_t r = rand_at(scale_key, static_cast<uint64_t>(g));
-        const float d = (r & 1 ? -kQ4Scale : kQ4Scale) * jitter(r);
-        const uint16_t h = f32_to_f16(d);
+        const uint32_t x = hash32(scale_k32, static_cast<uint32_t>(g));
+        const uint16_t h = static_cast<uint16_t>(t.q4[x & 255] | (x & 0x100) << 7);  // bit 8: the sign (f16 bit 15)
         std::memcpy(scales + 2 * g, &h, 2);
       }
       return;
     }
     case ExpertKind::q2: {
       const int64_t groups = quant_groups(DType::q2, cols);
-      fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q2, cols)), key);
+      fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q2, cols)), k32);
       for (int64_t e = cols; e < groups * kQ2Group; ++e) data[e / 4] &= static_cast<uint8_t>(~(3u << (2 * (e % 4))));
-      for (int64_t g = 0; g < groups; ++g) {
-        const float s = kQ2Scale * jitter(rand_at(scale_key, static_cast<uint64_t>(g)));
-        const uint16_t sh = f32_to_f16(s), mh = f32_to_f16(-1.5f * s);
-        std::memcpy(scales + 4 * g, &sh, 2);
-        std::memcpy(scales + 4 * g + 2, &mh, 2);
-      }
+      for (int64_t g = 0; g < groups; ++g)
+        std::memcpy(scales + 4 * g, &t.q2[hash32(scale_k32, static_cast<uint32_t>(g)) & 255], 4);
       return;
     }
   }
@@ -256,7 +288,7 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
   // aligned, all but the last whole) while the next is generated.
   {
     DenseFileWriter out(dir / kPackDenseName, /*direct=*/true);
-    const uint64_t chunk_bytes = std::max<uint64_t>(kPackRecordAlign, round_up(opt.batch_bytes / 2, kPackRecordAlign));
+    const uint64_t chunk_bytes = std::max<uint64_t>(kPackRecordAlign, round_up(opt.batch_bytes, kPackRecordAlign));
     AlignedBuffer bufs[2] = {AlignedBuffer(chunk_bytes), AlignedBuffer(chunk_bytes)};
     std::future<void> pending;
     std::vector<uint64_t> keys;

@@ -65,7 +65,8 @@ struct SynthOptions {
   std::vector<ExpertKind> kinds = {ExpertKind::q4};
   bool force = false;                           // replace an existing pack
   uint64_t seed = 1;
-  uint64_t batch_bytes = uint64_t{64} << 20;    // record bytes per batch (all kinds together)
+  uint64_t batch_bytes = uint64_t{64} << 20;    // record bytes per batch (all kinds together), and
+                                                // bytes per dense.bin chunk
   std::function<void(const SynthProgress&)> progress;  // called on the calling thread
   const std::atomic<bool>* cancel = nullptr;            // set (e.g. by SIGINT) to stop early
 };
