@@ -231,7 +231,15 @@ SynthPlan synth_plan(const nlohmann::json& config, std::vector<ExpertKind> kinds
   SLUICE_CHECK(!kinds.empty(), Status::invalid_argument, "synth: no expert kinds to write");
   std::sort(kinds.begin(), kinds.end());
   std::string family;
-  const std::vector<MetaTensor> tensors = family_tensors(config, &family);
+  std::vector<MetaTensor> tensors;
+  try {
+    tensors = family_tensors(config, &family);
+  } catch (const Error& e) {
+    if (e.status() != Status::not_found) throw;
+    // The loader took a tensor's shape from the checkpoint instead of declaring it.
+    fail(Status::unsupported, "synth: ", e.what(), " (synth makes up only tensors whose shape the config ",
+         "determines: qwen4_exp's PLE n-gram tables are not, so use a config without ple_layer_ids)");
+  }
   std::vector<TensorDecl> decls;
   for (const MetaTensor& t : tensors) decls.push_back({t.name, DType::bf16, t.shape});
   std::set<std::string> expert_names;
