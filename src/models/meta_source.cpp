@@ -29,11 +29,12 @@ void MetaSource::declare(const std::string& name, std::span<const int64_t> shape
   SLUICE_CHECK(!shape.empty() && shape.size() <= 4, Status::internal, "meta source: tensor ",
                name, " has ", shape.size(), " dimensions");
   uint64_t bytes = 2;  // bf16
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 40;  // far beyond any tensor; keeps the product from overflowing
   for (int64_t d : shape) {
-    SLUICE_CHECK(d > 0 && d <= (int64_t{1} << 40), Status::internal, "meta source: tensor ", name, " has a dimension of ", d);
-    bytes *= static_cast<uint64_t>(d);
-    SLUICE_CHECK(bytes <= (uint64_t{1} << 40), Status::invalid_argument, "meta source: tensor ", name,
+    SLUICE_CHECK(d > 0, Status::internal, "meta source: tensor ", name, " has a dimension of ", d);
+    SLUICE_CHECK(static_cast<uint64_t>(d) <= kMaxBytes / bytes, Status::invalid_argument, "meta source: tensor ", name,
                  " would hold more than 1 TiB");
+    bytes *= static_cast<uint64_t>(d);
   }
   if (bytes > zeros_bytes_) {
     // A larger read-only mapping of the zero page; tensors handed out keep the old one alive.
