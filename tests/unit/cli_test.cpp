@@ -49,7 +49,10 @@ Result sluice(const std::string& args) {
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';  // not "," + to_string(...): GCC 12 warns (-Wrestrict, a false positive) on that
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 
