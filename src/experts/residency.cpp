@@ -21,6 +21,7 @@ Residency::Residency(const ResidencyOptions& opt) : n_records_(opt.n_records) {
   filled_at_.assign(opt.n_slots, 0);
   n_free_ = opt.n_slots;
   speculative_capacity_ = opt.speculative_slots;
+  on_evict_ = opt.on_evict;
   PolicyOptions po = opt.policy_options;
   po.n_slots = opt.n_slots;
   po.n_keys = opt.n_records * kExpertKindCount;
@@ -91,9 +92,8 @@ int32_t Residency::reserve(int64_t key, bool speculative, AcquireResult& r) {
     r.evicted_record = s.key / kExpertKindCount;
     r.evicted_kind = static_cast<ExpertKind>(s.key % kExpertKindCount);
     r.evicted_speculative = s.speculative;
-    ++counters_.evictions;
     if (s.speculative) ++counters_.prefetch_wasted;
-    clear(slot);
+    evict(slot);
   }
   s.key = key;
   s.state = SlotState::loading;
@@ -104,6 +104,21 @@ int32_t Residency::reserve(int64_t key, bool speculative, AcquireResult& r) {
   slot_of_key_[key] = slot;
   filled_at_[slot] = clock_;
   return slot;
+}
+
+void Residency::evict(int32_t slot) {
+  const Slot& s = slots_[slot];
+  ++counters_.evictions;
+  if (on_evict_) on_evict_(slot, s.key / kExpertKindCount, static_cast<ExpertKind>(s.key % kExpertKindCount));
+  clear(slot);
+}
+
+void Residency::rebalance() {
+  while (n_free_ + n_speculative_ < speculative_capacity_) {
+    const int32_t v = find_victim(false);
+    if (v < 0) return;  // every demand record is pinned or loading: later
+    evict(v);
+  }
 }
 
 AcquireResult Residency::acquire(int64_t record, ExpertKind kind, AccessKind access) {
@@ -133,6 +148,7 @@ AcquireResult Residency::acquire(int64_t record, ExpertKind kind, AccessKind acc
       policy_->on_hit(slot, key, clock_);
     }
     ++s.pins;
+    if (r.confirmed_prefetch && !in_step_) rebalance();
     return r;
   }
   slot = reserve(key, !demand, r);
@@ -155,8 +171,12 @@ AcquireResult Residency::acquire(int64_t record, ExpertKind kind, AccessKind acc
 
 void Residency::acquire_step(std::span<const int64_t> records, ExpertKind kind, std::span<AcquireResult> results) {
   SLUICE_ASSERT(records.size() == results.size());
+  // Every record of the step already present is pinned before a confirmation may evict.
+  in_step_ = true;
   for (size_t i = 0; i < records.size(); ++i)
     if (find(records[i], kind) >= 0) results[i] = acquire(records[i], kind);
+  in_step_ = false;
+  rebalance();
   for (size_t i = 0; i < records.size(); ++i)
     if (find(records[i], kind) < 0) results[i] = acquire(records[i], kind);
 }

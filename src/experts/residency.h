@@ -17,12 +17,17 @@
 // speculative record confirms the prediction and promotes it to the demand partition.
 // Demand misses keep at least `speculative_slots` slots out of the demand partition while
 // slots are free, evict demand records by policy, and fall back to an unpinned speculative
-// record (or a free slot) only when nothing else can go.
+// record (or a free slot) only when nothing else can go. A confirmation grows the demand
+// partition by one slot: when that leaves the share less room than `speculative_slots`
+// (free plus speculative slots), the lowest-ranked unpinned demand record leaves, as the
+// demand miss the prediction saved would have evicted it; otherwise an accurate predictor
+// would fill the cache with confirmed records and find no room for the next prediction.
 //
 // Not thread-safe: one owner (the streamer's thread, or the simulator) makes every call.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -69,6 +74,10 @@ struct ResidencyOptions {
   int32_t speculative_slots = 0;         // speculative share, < n_slots
   PolicyKind policy = kDefaultPolicy;
   PolicyOptions policy_options;          // n_slots and n_keys are filled in by the residency
+  // Called when a resident record leaves its slot to make room (an eviction; not for
+  // fail_load), before anything can reuse the slot: its memory still holds the record (the
+  // streamer keeps it in the host-RAM tier). Must not throw.
+  std::function<void(int32_t slot, int64_t record, ExpertKind kind)> on_evict;
 };
 
 class Residency {
@@ -125,6 +134,8 @@ class Residency {
   int32_t find_victim(bool speculative) const;  // lowest-ranked evictable slot of one partition
   int32_t reserve(int64_t key, bool speculative, AcquireResult& r);
   void clear(int32_t slot);
+  void evict(int32_t slot);  // a resident record leaves to make room (on_evict, counters)
+  void rebalance();          // gives the speculative share its room back after confirmations
 
   std::vector<Slot> slots_;
   std::vector<int32_t> slot_of_key_;  // [n_records * kExpertKindCount], -1 if absent
@@ -132,6 +143,8 @@ class Residency {
   int64_t n_records_ = 0;
   int32_t n_free_ = 0, n_speculative_ = 0, speculative_capacity_ = 0;
   uint64_t clock_ = 0;
+  bool in_step_ = false;  // acquire_step pinning its resident records: rebalance afterwards
+  std::function<void(int32_t, int64_t, ExpertKind)> on_evict_;
   std::unique_ptr<EvictionPolicy> policy_;
   ResidencyCounters counters_;
 };

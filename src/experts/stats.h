@@ -3,6 +3,8 @@
 // as JSON by `--stats FILE` and summarized in one line at the end of `sluice run`.
 //
 // Conventions (the consistency checks below rely on them):
+//   steps    plan-and-read rounds: one per layer per forward call, more when a prefill's
+//            rows are split into groups whose expert union fits the cache
 //   routed   (row, rank) pairs routed to experts of this layer
 //   unique   distinct experts per step, summed over steps (the union over the batch rows)
 //   hits     unique experts found in the cache, resident or already loading (pending_hits
@@ -28,7 +30,7 @@
 namespace sluice {
 
 struct LayerStats {
-  uint64_t steps = 0;               // streamed steps (one per layer per forward call)
+  uint64_t steps = 0;               // plan-and-read rounds (see above)
   uint64_t routed = 0, unique = 0;
   uint64_t hits = 0, pending_hits = 0, misses = 0;
   uint64_t host_hits = 0, low_bit_reads = 0;

@@ -116,7 +116,7 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   const int32_t min = min_slots(top_k_);
   int64_t n_slots = opt_.slots > 0 ? opt_.slots : static_cast<int64_t>(opt_.cache_bytes / slot_bytes_);
   if (n_slots < min) {
-    const std::string asked = opt_.slots > 0 ? str(opt_.slots, " slots")
+    const std::string asked = opt_.slots > 0 ? str(opt_.slots, opt_.slots == 1 ? " slot" : " slots")
                                              : str(byte_size_text(opt_.cache_bytes), " (", n_slots, " slots of ",
                                                    byte_size_text(slot_bytes_), ")");
     fail(Status::invalid_argument, "expert cache too small: ", asked, "; the model routes each token to ", top_k_,
@@ -139,6 +139,8 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   ro.speculative_slots = opt_.lookahead ? static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k_)) : 0;
   if (ro.speculative_slots < 0) ro.speculative_slots = 0;
   ro.policy = opt_.policy;
+  // An evicted record's bytes are still in its slot: the host tier keeps them.
+  ro.on_evict = [this](int32_t slot, int64_t record, ExpertKind kind) { keep_in_host_tier(slot, record, kind); };
   residency_ = std::make_unique<Residency>(ro);
   slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(n_slots) * slot_bytes_);
 
@@ -165,6 +167,14 @@ ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind
   if (opt_.miss_kind) files_[*opt_.miss_kind] = io_->add_file(pack_->expert_file(*opt_.miss_kind));
   layers_.assign(static_cast<size_t>(n_moe_layers_), LayerStats{});
   io_base_ = io_->counters();
+  if (opt_.lookahead && ro.speculative_slots == 0)
+    LOG_WARN("--lookahead needs more slots than the ", top_k_, " of one token; prefetching is off");
+  LOG_INFO("expert streaming: ", n_slots, " slots of ", byte_size_text(slot_bytes_), " (", expert_kind_name(kind_),
+           opt_.miss_kind ? str(", misses may use ", expert_kind_name(*opt_.miss_kind)) : std::string(), "), ",
+           ro.speculative_slots, " speculative, policy ", policy_name(opt_.policy), ", ",
+           io_->file_is_direct(files_[kind_]) ? "O_DIRECT" : "buffered", " reads, depth ", opt_.io_depth,
+           io_->uses_io_uring() ? " (io_uring)" : " (pread threads)",
+           host_ ? str(", host tier of ", host_->n_slots(), " records") : std::string());
 }
 
 ExpertStreamer::~ExpertStreamer() {
@@ -210,18 +220,19 @@ void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, 
   }
 }
 
+void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind) {
+  if (!host_ || host_->find(record, kind) >= 0) return;
+  AcquireResult h = host_->acquire(record, kind);
+  if (h.status == AcquireStatus::miss) {
+    std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(slot),
+                pack_->kind(kind).record_stride);
+    host_->complete_load(h.slot);
+  }
+  if (h.slot >= 0) host_->release(h.slot);
+}
+
 bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
   if (host_) {
-    // The victim's bytes are still in the slot: keep them in the host tier.
-    if (a.evicted_record >= 0 && host_->find(a.evicted_record, a.evicted_kind) < 0) {
-      AcquireResult h = host_->acquire(a.evicted_record, a.evicted_kind);
-      if (h.status == AcquireStatus::miss) {
-        std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(a.slot),
-                    pack_->kind(a.evicted_kind).record_stride);
-        host_->complete_load(h.slot);
-      }
-      if (h.slot >= 0) host_->release(h.slot);
-    }
     const int32_t hs = host_->find(record, kind);
     if (hs >= 0) {
       AcquireResult h = host_->acquire(record, kind);  // a hit: counts as an access for the policy

@@ -87,8 +87,10 @@ class ExpertStreamer final : public ExpertProvider {
             std::vector<uint8_t>& dropped);
   void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1);
   // A reserved slot (state loading) gets its record: from the host tier at once (true), or
-  // by a read submitted now (false). Copies the evicted record into the host tier first.
+  // by a read submitted now (false).
   bool fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority);
+  // The residency's eviction hook: a record leaving its slot goes to the host tier.
+  void keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind);
   void submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority);
   // Lands the completions that arrive within `wait`; returns how many. Throws for a failed
   // or corrupt read, naming the record.

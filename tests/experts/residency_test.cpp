@@ -231,11 +231,22 @@ TEST(Residency, SpeculativeShareNeverEvictsDemandRecords) {
   EXPECT_FALSE(r.speculative(c.slot));
   EXPECT_EQ(r.n_speculative(), 0);
   EXPECT_EQ(r.counters().prefetch_confirmed, 1u);
-  // Every slot holds a demand record now: a prefetch is refused rather than evict one.
-  EXPECT_EQ(r.acquire(12, ExpertKind::bf16, AccessKind::prefetch).status, AcquireStatus::no_slot);
-  EXPECT_EQ(r.counters().prefetch_refused, 2u);
-  // A demand miss evicts by policy: 1 is the least recently used.
-  EXPECT_EQ(demand(4).evicted_record, 1);
+  // The confirmation grew the demand partition to all 4 slots: the least recently used
+  // demand record (1) left, as the miss the prediction saved would have evicted it, so the
+  // share has its slot back and the next prediction is not refused.
+  EXPECT_EQ(r.find(1, ExpertKind::bf16), -1);
+  EXPECT_EQ(r.n_free(), 1);
+  AcquireResult n = r.acquire(12, ExpertKind::bf16, AccessKind::prefetch);
+  EXPECT_EQ(n.status, AcquireStatus::miss);
+  EXPECT_EQ(n.evicted_record, -1);
+  EXPECT_EQ(r.counters().prefetch_refused, 1u);
+  r.complete_load(n.slot);
+  // A prefetch never evicts a demand record: with the share full of a loading prediction...
+  AcquireResult m = r.acquire(13, ExpertKind::bf16, AccessKind::prefetch);
+  EXPECT_EQ(m.status, AcquireStatus::miss);
+  EXPECT_EQ(m.evicted_record, 12);  // ...it replaces the older unconfirmed one
+  // A demand miss evicts by policy among demand records: 2 is the least recently used.
+  EXPECT_EQ(demand(4).evicted_record, 2);
   r.check_invariants();
 }
 

@@ -209,6 +209,44 @@ TEST(StreamerStats, IoThroughThePageCacheToo) {
   expect_consistent(*m.streamer, Pack::open(pack, false)->kind(ExpertKind::int8).record_stride);
 }
 
+TEST(StreamerStats, EverythingAtOnceStaysConsistent) {
+  // Deadline, low-bit copies, lookahead, host tier and verification together, real timing:
+  // the results may differ from the resident run (cuts), the books may not.
+  auto be = make_cpu_backend();
+  const fs::path& pack = fixture_pack("qwen3_moe");
+  const std::vector<int32_t> ids = fixture_ids("qwen3_moe");
+  std::shared_ptr<Pack> p = Pack::open(pack, false);
+  for (bool worst : {false, true}) {
+    SCOPED_TRACE(worst ? "worst case" : "real timing");
+    StreamerOptions so;
+    so.slots = 5;
+    so.cut = 0.6;
+    so.miss_kind = ExpertKind::q2;
+    so.lookahead = true;
+    so.host_cache_bytes = 64 << 10;
+    so.verify_reads = true;
+    so.deadline_worst_case = worst;
+    LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+    decode_logits(*m.model, ids);
+    prefill_logits(*m.model, ids);
+    ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+    const RunStats r = m.streamer->stats();
+    for (const std::string& e : r.consistency_errors(p->kind(ExpertKind::q4).record_stride,
+                                                      p->kind(ExpertKind::q2).record_stride))
+      ADD_FAILURE() << e;
+    const LayerStats t = r.totals();
+    // Every read is a miss, a prediction or a low-bit copy the host tier did not answer.
+    EXPECT_LE(r.io_reads + t.host_hits, t.misses + t.prefetch_requests + t.low_bit_reads);
+    EXPECT_GT(r.io_reads, 0u);
+    if (worst) {
+      EXPECT_GT(t.cut, 0u);
+      EXPECT_GT(t.low_bit, 0u);
+    }
+    m.streamer->residency().check_invariants();
+    for (int32_t s = 0; s < m.streamer->n_slots(); ++s) EXPECT_EQ(m.streamer->residency().pins(s), 0);
+  }
+}
+
 // ---- errors ----
 
 TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
@@ -370,4 +408,56 @@ TEST(StreamerErrors, TruncatedExpertFileIsAShortRead) {
   const std::string err = error_of([&] { decode_logits(*m.model, ids); });
   EXPECT_NE(err.find("kind q4"), std::string::npos) << err;
   EXPECT_NE(err.find("short read"), std::string::npos) << err;
+}
+
+// The hook itself, on every family: the shared decoders hand each MoE layer's routing to the
+// provider with the layer's index among the MoE layers and the next MoE layer's router.
+namespace {
+
+struct RecordingProvider : ExpertProvider {
+  std::vector<int64_t> layers;
+  std::vector<bool> has_next;
+  int64_t rows = 0, cols = 0, k = 0;
+  void moe(Backend& be, const MoeLayerCall& c) override {
+    layers.push_back(c.moe_layer);
+    has_next.push_back(!c.next_router.empty());
+    rows = c.h.rows();
+    cols = c.h.cols();
+    k = c.routing->k;
+    EXPECT_EQ(c.out.rows(), c.h.rows());
+    EXPECT_EQ(c.routing->n_rows, c.h.rows());
+    EXPECT_EQ(c.router->n_expert_used, c.routing->k);
+    if (!c.next_router.empty()) {
+      EXPECT_EQ(c.next_router.shape[1], c.h.cols());
+    }
+    be.fill(c.out, 0.0f);
+  }
+};
+
+}  // namespace
+
+TEST(ExpertProviderHook, EveryFamilyRoutesThroughIt) {
+  auto be = make_cpu_backend();
+  for (const std::string& fixture : model_fixtures()) {
+    SCOPED_TRACE(fixture);
+    LoadedModel m = load_model(fixture_dir(fixture), *be);
+    const ModelInfo& info = m.model->info();
+    if (info.moe_layers.empty()) continue;  // a dense family
+    EXPECT_GT(info.n_expert_used, 0);
+    auto provider = std::make_shared<RecordingProvider>();
+    m.model->set_expert_provider(provider);
+    const std::vector<int32_t> ids = {1, 2, 3};
+    auto state = m.model->new_state(3);
+    std::vector<float> logits(3 * static_cast<size_t>(info.n_vocab));
+    m.model->forward(ids, *state, logits, true);
+    const size_t n = info.moe_layers.size();
+    ASSERT_EQ(provider->layers.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(provider->layers[i], static_cast<int64_t>(i));
+      EXPECT_EQ(provider->has_next[i], i + 1 < n) << "MoE layer " << i;
+    }
+    EXPECT_EQ(provider->rows, 3);
+    EXPECT_EQ(provider->cols, info.n_embd);
+    EXPECT_EQ(provider->k, info.n_expert_used);
+  }
 }

@@ -47,6 +47,7 @@ void register_perplexity(CLI::App& app) {
     std::printf("perplexity %.4f (mean NLL %.5f nats over %lld tokens, %lld windows of %lld, %.1f tok/s)\n",
                 r.perplexity, r.mean_nll, static_cast<long long>(r.n_scored), static_cast<long long>(r.n_windows),
                 static_cast<long long>(opt->n_ctx), (r.n_scored + r.n_windows) / r.seconds);
+    std::fflush(stdout);
     RunTokens tokens;
     tokens.prefill_tokens = r.n_scored + r.n_windows;
     tokens.prefill_seconds = r.seconds;
