@@ -7,10 +7,13 @@ DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf
                 libcli11-dev libxxhash-dev libgtest-dev liburing-dev
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
-DEFAULT_MODEL ?= models/demo
+# make run: the demo model (models/demo) as a pack, its 96 experts streamed through a cache of
+# 32 slots, so the summary shows real hits, misses and reads.
+DEMO_PACK    := $(BUILD_DIR)/demo-pack
+DEFAULT_MODEL ?= $(DEMO_PACK)
 DEFAULT_PROMPT ?= The old man walked slowly
 RUN_TOKENS   ?= 64
-RUN_FLAGS    ?= --temperature 0.7 --top-p 0.9 --seed 3
+RUN_FLAGS    ?= --temperature 0.7 --top-p 0.9 --seed 3 --expert-slots 32
 
 .PHONY: all deps build run test clean fuzz fuzz-build
 
@@ -36,7 +39,10 @@ build: deps
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+$(DEMO_PACK)/manifest.json: models/demo/model.safetensors models/demo/config.json | build
+	@$(BUILD_DIR)/bin/sluice convert models/demo $(DEMO_PACK) --kinds bf16 --force -q
+
+run: build $(DEMO_PACK)/manifest.json
 	@printf '%s' "$(DEFAULT_PROMPT)"
 	@$(BUILD_DIR)/bin/sluice run --model $(DEFAULT_MODEL) --prompt "$(DEFAULT_PROMPT)" -n $(RUN_TOKENS) $(RUN_FLAGS)
 

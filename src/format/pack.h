@@ -13,7 +13,7 @@
 // are file offsets, and record r of a kind sits at 4096 + r * record_stride.
 //
 // Record id = moe_layer_index * n_expert + expert, where moe_layer_index counts only the
-// layers that have routed experts (manifest "moe_layers" lists their model layer indices).
+// layers that have routed experts (manifest "experts.layers" lists their model layer indices).
 // Bit layouts of the kinds: core/quant.h and docs/pack-format.md.
 #pragma once
 

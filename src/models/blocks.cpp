@@ -49,6 +49,18 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
   if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
 }
 
+RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n) {
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), n_past);
+  std::vector<float> cos_h, sin_h;
+  rope_tables(rope, pos, cos_h, sin_h);
+  const int64_t half = rope.rot_dim / 2;
+  RopeTables t{be.alloc(DType::f32, {n, half}), be.alloc(DType::f32, {n, half})};
+  be.from_host(t.cos, cos_h.data());
+  be.from_host(t.sin, sin_h.data());
+  return t;
+}
+
 Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows) {
   const int64_t E = spec.n_expert, k = spec.n_expert_used;
   SLUICE_ASSERT(static_cast<int64_t>(logits.size()) == n_rows * E);

@@ -44,6 +44,12 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
                      const Tensor& out);
 
+// cos and sin tables [n, rot_dim / 2] on the backend for positions n_past .. n_past + n - 1.
+struct RopeTables {
+  Tensor cos, sin;
+};
+RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n);
+
 // ---- routing ----
 enum class RouterScoring { softmax };  // probabilities from a softmax over all experts
 struct RouterSpec {

@@ -46,23 +46,9 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
                            bool all_logits) {
   auto& state = static_cast<DecoderState&>(state_base);
   const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
-  SLUICE_CHECK(n > 0, Status::invalid_argument, "forward needs at least one token");
-  SLUICE_CHECK(state.n_past + n <= state.n_ctx, Status::invalid_argument, "context full: ", state.n_past + n,
-               " tokens exceed the context size ", state.n_ctx);
-  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
-               "logits buffer too small");
-  for (int32_t t : tokens)
-    SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+  check_forward_inputs(tokens, state, logits, all_logits);
 
-  // Rotary tables for these positions.
-  std::vector<int64_t> pos(n);
-  std::iota(pos.begin(), pos.end(), state.n_past);
-  std::vector<float> cos_h, sin_h;
-  rope_tables(spec_.rope, pos, cos_h, sin_h);
-  const int64_t half = spec_.rope.rot_dim / 2;
-  Tensor cos = be_.alloc(DType::f32, {n, half}), sin = be_.alloc(DType::f32, {n, half});
-  be_.from_host(cos, cos_h.data());
-  be_.from_host(sin, sin_h.data());
+  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
 
   Tensor x = be_.alloc(DType::f32, {n, d});  // [n, n_embd] residual stream
   be_.get_rows(w_.tok_embd, tokens, x);

@@ -88,22 +88,9 @@ void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_
                           bool all_logits) {
   auto& st = static_cast<HybridState&>(state_base);
   const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
-  SLUICE_CHECK(n > 0, Status::invalid_argument, "forward needs at least one token");
-  SLUICE_CHECK(st.n_past + n <= st.n_ctx, Status::invalid_argument, "context full: ", st.n_past + n,
-               " tokens exceed the context size ", st.n_ctx);
-  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
-               "logits buffer too small");
-  for (int32_t t : tokens)
-    SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+  check_forward_inputs(tokens, st, logits, all_logits);
 
-  std::vector<int64_t> pos(n);
-  std::iota(pos.begin(), pos.end(), st.n_past);
-  std::vector<float> cos_h, sin_h;
-  rope_tables(spec_.rope, pos, cos_h, sin_h);
-  const int64_t half = spec_.rope.rot_dim / 2;
-  Tensor cos = be_.alloc(DType::f32, {n, half}), sin = be_.alloc(DType::f32, {n, half});
-  be_.from_host(cos, cos_h.data());
-  be_.from_host(sin, sin_h.data());
+  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, st.n_past, n);
 
   const bool hyper = spec_.hyper.n_stream > 0;
   const int64_t width = hyper ? spec_.hyper.width() : d;

@@ -50,7 +50,7 @@ Tensor take_f32(WeightLoader& wl, const std::string& name, std::initializer_list
 }
 
 Tensor take_norm_plus_one(WeightLoader& wl, const std::string& name, std::initializer_list<int64_t> shape) {
-  std::vector<float> w = host_values_f32(wl.take_host(name, shape));
+  std::vector<float> w = host_values_f32(wl.take_host(name, shape, WeightHint::zero_centered_norm));
   for (float& x : w) x = 1.0f + x;  // f32, as the reference's 1.0 + weight.float()
   return upload_f32(wl.backend(), w, shape);
 }

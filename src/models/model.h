@@ -65,6 +65,11 @@ class Model {
                        bool all_logits) = 0;
 
  protected:
+  // The checks every forward() starts with: tokens present and inside the vocabulary, room
+  // in the context, a logits buffer large enough.
+  void check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,
+                            bool all_logits) const;
+
   ModelInfo info_;
   RoutingObserver routing_observer_;
   std::shared_ptr<ExpertProvider> expert_provider_;

@@ -27,15 +27,20 @@ Tensor WeightLoader::check(const std::string& full_name, Tensor t, std::initiali
   return backend_.upload(check_host(full_name, std::move(t), shape));
 }
 
-Tensor WeightLoader::take_host(const std::string& name, std::initializer_list<int64_t> shape) {
-  const std::string full = prefix_ + name;
+void WeightLoader::require(const std::string& full, std::initializer_list<int64_t> shape, WeightHint hint) {
+  if (!source_.has(full)) source_.declare(full, std::span<const int64_t>(shape.begin(), shape.size()), hint);
   SLUICE_CHECK(source_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
+}
+
+Tensor WeightLoader::take_host(const std::string& name, std::initializer_list<int64_t> shape, WeightHint hint) {
+  const std::string full = prefix_ + name;
+  require(full, shape, hint);
   return check_host(full, source_.get(full), shape);
 }
 
 Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t> shape) {
   const std::string full = prefix_ + name;
-  SLUICE_CHECK(source_.has(full), Status::not_found, family_, ": checkpoint lacks tensor ", full);
+  require(full, shape, WeightHint::none);
   return check(full, source_.get(full), shape);
 }
 

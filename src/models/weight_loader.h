@@ -23,8 +23,9 @@ class WeightLoader {
   Tensor take(const std::string& name, std::initializer_list<int64_t> shape);
   std::optional<Tensor> take_optional(const std::string& name, std::initializer_list<int64_t> shape);
   // The same checks and accounting, but the host view itself, not uploaded: for a weight the
-  // family transforms at load (upload the result with backend().upload).
-  Tensor take_host(const std::string& name, std::initializer_list<int64_t> shape);
+  // family transforms at load (upload the result with backend().upload). `hint`: see
+  // WeightHint (only a source that makes weights up reads it).
+  Tensor take_host(const std::string& name, std::initializer_list<int64_t> shape, WeightHint hint = WeightHint::none);
   // Whether `prefix + name` exists.
   bool has(const std::string& name) const;
   // Marks tensors deliberately not used (for example a vision tower).
@@ -40,6 +41,7 @@ class WeightLoader {
 
  private:
   Tensor check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
+  void require(const std::string& full_name, std::initializer_list<int64_t> shape, WeightHint hint);
   Tensor check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
 
   WeightSource& source_;

@@ -4,16 +4,22 @@
 #pragma once
 
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
-
-#include <set>
 
 #include "backends/tensor.h"
 #include "format/checkpoint.h"
 #include "format/pack.h"
 
 namespace sluice {
+
+// What a family knows about a weight beyond its name and shape, for a source that makes
+// weights up (MetaSource, behind sluice synth) to pick plausible values; sources of real
+// weights ignore it. zero_centered_norm: an RMSNorm weight stored as an offset from 1 (the
+// loader adds 1), so a made-up one belongs near 0, not near 1.
+enum class WeightHint { none, zero_centered_norm };
 
 class WeightSource {
  public:
@@ -31,6 +37,10 @@ class WeightSource {
   // True when the routed experts are streamed (the model gets none resident: load_experts
   // returns an empty list and the streamer serves them).
   virtual bool streams_experts() const { return false; }
+  // Called by WeightLoader before it takes a tensor the source lacks: a source that makes
+  // tensors up (MetaSource) creates it with this shape; sources of real weights do nothing,
+  // and the take fails as "checkpoint lacks tensor".
+  virtual void declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) {}
 };
 
 class CheckpointSource final : public WeightSource {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/quant.h"
 
 using namespace sluice;
 
@@ -185,6 +186,32 @@ TEST(CudaOps, RowsAndMoeCombine) {
   p.cpu->scatter_rows(gc, idx, src_c);
   p.gpu->scatter_rows(gg, idx, src_g);
   expect_close(read_with_guard(*p.gpu, src_g), read(*p.cpu, src_c), "scatter_rows");
+}
+
+}  // namespace
+
+namespace {
+
+// Quantized weights: the GPU dequantizes exactly as core/quant.cpp; only sums reorder.
+TEST(CudaOps, MatmulQuantized) {
+  Pair p;
+  for (DType q : {DType::q8, DType::q4, DType::q2})
+    for (int64_t n : {1, 5, 19})
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 24}, {33, 40}, {64, 256}, {5, 100}}) {
+        auto wv = random_vec(m * k, 21), xv = random_vec(n * k, 22);
+        std::vector<uint8_t> data(m * quant_row_bytes(q, k)), scales(m * quant_scale_row_bytes(q, k));
+        for (int64_t r = 0; r < m; ++r)
+          quantize_row(q, wv.data() + r * k, k, data.data() + r * quant_row_bytes(q, k),
+                       scales.data() + r * quant_scale_row_bytes(q, k));
+        Tensor w(q, {m, k}, data.data());
+        w.scales = scales.data();
+        Tensor yc = p.cpu->alloc(DType::f32, {n, m});
+        p.cpu->matmul(cpu_f32(*p.cpu, {n, k}, xv), w, yc);
+        Tensor yg = gpu_f32(*p.gpu, {n, m}, {});
+        p.gpu->matmul(gpu_f32(*p.gpu, {n, k}, xv), p.gpu->upload(w), yg);
+        expect_close(read_with_guard(*p.gpu, yg), read(*p.cpu, yc),
+                     ("matmul " + std::string(dtype_name(q)) + " n=" + std::to_string(n) + " k=" + std::to_string(k)).c_str());
+      }
 }
 
 }  // namespace

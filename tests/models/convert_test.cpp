@@ -89,6 +89,37 @@ TEST(Convert, FusedAndPerExpertLayoutsGiveTheSameRecords) {
   EXPECT_TRUE(verify_pack(out).ok);
 }
 
+// A sharded checkpoint (model.safetensors.index.json) converts to the same records and the
+// same dense tensors as the single file.
+TEST(Convert, ShardedCheckpoint) {
+  Checkpoint ck = Checkpoint::open(fixture_dir("mixtral"));
+  std::vector<std::pair<std::string, Tensor>> a, b;
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  for (const std::string& n : ck.names()) {
+    const bool first = n.find("layers.1.") == std::string::npos;  // layer 1 in the second shard
+    (first ? a : b).emplace_back(n, ck.get(n));
+    index["weight_map"][n] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  fs::path dir = pack_test_dir("sharded");
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fixture_dir("mixtral") / f, dir / f);
+  write_safetensors(dir / "model-00001-of-00002.safetensors", a);
+  write_safetensors(dir / "model-00002-of-00002.safetensors", b);
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  const fs::path out = pack_test_dir("sharded-out") / "pack";
+  const fs::path one = pack_test_dir("single-out") / "pack";
+  convert_checkpoint(dir, out, kinds({ExpertKind::int8, ExpertKind::q2}));
+  convert_checkpoint(fixture_dir("mixtral"), one, kinds({ExpertKind::int8, ExpertKind::q2}));
+  for (const char* f : {"experts.int8.bin", "experts.q2.bin"}) EXPECT_TRUE(read_bytes(out / f) == read_bytes(one / f)) << f;
+  std::shared_ptr<Pack> p = Pack::open(out), q = Pack::open(one);
+  ASSERT_EQ(p->dense_names(), q->dense_names());
+  for (const std::string& n : p->dense_names()) {
+    Tensor x = p->dense(n), y = q->dense(n);
+    ASSERT_EQ(x.shape_str(), y.shape_str()) << n;
+    EXPECT_EQ(0, std::memcmp(x.data, y.data, x.nbytes())) << n;
+  }
+  EXPECT_TRUE(verify_pack(out).ok);
+}
+
 TEST(Convert, DefaultsAndDenseDtype) {
   fs::path parent = pack_test_dir("defaults");
   ConvertSummary s = convert_checkpoint(fixture_dir("mixtral"), parent / "pack", {});
@@ -108,7 +139,9 @@ TEST(Convert, DefaultsAndDenseDtype) {
   auto backend = make_cpu_backend();
   LoadedModel m = load_model(parent / "bf16dense", *backend);
   EXPECT_EQ(m.expert_kind, ExpertKind::q4);
-  expect_only(parent, {"pack", "bf16dense"});
+  convert_checkpoint(fixture_dir("olmoe"), (parent / "slash").string() + "/", kinds({ExpertKind::q2}));
+  EXPECT_TRUE(Pack::is_pack(parent / "slash"));
+  expect_only(parent, {"pack", "bf16dense", "slash"});
 }
 
 TEST(Convert, RefusesToOverwriteWithoutForce) {

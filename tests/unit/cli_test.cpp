@@ -49,7 +49,10 @@ Result sluice(const std::string& args) {
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';  // not "," + to_string(...): GCC 12 warns (-Wrestrict, a false positive) on that
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 
@@ -123,8 +126,11 @@ TEST(Cli, BadInputGivesOneClearLine) {
                      "supported: qwen3_moe");
   expect_clean_error(broken("config-field", [](const fs::path& d) {
                        std::string c = slurp(d / "config.json");
-                       c.replace(c.find("\"num_experts_per_tok\": 2"), 24, "\"num_experts_per_tok\": 12");
-                       std::ofstream(d / "config.json") << c;
+                       const std::string key = "\"num_experts_per_tok\": 2";
+                       const size_t at = c.find(key);
+                       ASSERT_NE(at, std::string::npos);
+                       std::ofstream(d / "config.json") << c.substr(0, at) << "\"num_experts_per_tok\": 12"
+                                                        << c.substr(at + key.size());
                      }),
                      "num_experts_per_tok (12) exceeds num_experts (8)");
   expect_clean_error(broken("truncated", [](const fs::path& d) {

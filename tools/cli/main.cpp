@@ -13,6 +13,7 @@ void register_perplexity(CLI::App& app);
 void register_simulate(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_verify(CLI::App& app);
+void register_synth(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   sluice::cli::register_simulate(app);
   sluice::cli::register_convert(app);
   sluice::cli::register_verify(app);
+  sluice::cli::register_synth(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

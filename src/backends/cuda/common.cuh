@@ -10,14 +10,7 @@
 
 #include "core/error.h"
 
-// CUDA_CHECK(call): throws sluice::Error naming the call, file and line on failure.
-#define CUDA_CHECK(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t err_ = (call);                                                                    \
-    if (err_ != cudaSuccess)                                                                      \
-      ::sluice::fail(::sluice::Status::internal, "CUDA error ", cudaGetErrorString(err_), " in ", \
-                     #call, " at ", __FILE__, ":", __LINE__);                                     \
-  } while (0)
+#include "backends/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 

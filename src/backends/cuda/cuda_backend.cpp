@@ -3,14 +3,9 @@
 
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
+#include "core/quant.h"
 
-#define CUDA_CHECK(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t err_ = (call);                                                                    \
-    if (err_ != cudaSuccess)                                                                      \
-      ::sluice::fail(::sluice::Status::internal, "CUDA error ", cudaGetErrorString(err_), " in ", \
-                     #call, " at ", __FILE__, ":", __LINE__);                                     \
-  } while (0)
+#include "backends/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {
@@ -124,6 +119,13 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   SLUICE_CHECK(w.cols() == k && y.rows() == n && y.cols() == m, Status::internal, "cuda matmul: x ", x.shape_str(),
                ", w ", w.shape_str(), ", y ", y.shape_str());
+  if (dtype_is_quantized(w.dtype)) {
+    SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
+    const int qtype = w.dtype == DType::q8 ? 0 : w.dtype == DType::q4 ? 1 : 2;
+    cuda::launch_matmul_quant(x.ptr<float>(), w.data, w.scales, qtype, y.ptr<float>(), n, m, k,
+                              quant_row_bytes(w.dtype, k), quant_scale_row_bytes(w.dtype, k), stream_);
+    return;
+  }
   cuda::launch_matmul(x.ptr<float>(), w.data, wtype_of(w, "matmul"), y.ptr<float>(), n, m, k, stream_);
 }
 

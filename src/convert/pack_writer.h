@@ -1,0 +1,197 @@
+// The pieces of writing a pack that `sluice convert` (convert.cpp: from an HF checkpoint) and
+// `sluice synth` (synth.cpp: random weights of a model's real shapes) share, so that the two
+// lay packs out identically: routed experts found by tensor name, the staging directory that
+// is renamed into place only when complete, dense.bin with its checksum, expert files written
+// a batch of records at a time by a writer thread with large O_DIRECT writes, and the final
+// check that the pack loads as its family. The format itself (layouts, manifest, headers)
+// stays in format/pack.{h,cpp}.
+#pragma once
+
+#include <xxhash.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "experts/io_engine.h"  // AlignedBuffer: 4096-aligned memory for O_DIRECT
+#include "format/pack.h"
+
+namespace sluice {
+
+// ---- finding the routed experts by name ----
+
+// A tensor as a writer sees it: name, dtype and shape (a checkpoint's entry, or one that a
+// family loader asked for).
+struct TensorDecl {
+  std::string name;
+  DType dtype = DType::bf16;
+  std::vector<int64_t> shape;
+};
+
+enum class ExpertProj { gate, up, down };
+
+struct ExpertTensor {
+  std::string name;
+  int64_t expert = -1;  // -1: fused over all experts
+  ExpertProj proj = ExpertProj::gate;
+};
+
+// One MoE layer's experts as the tensors store them.
+struct ExpertLayer {
+  std::string prefix;  // "model.layers.3.mlp.experts."
+  int64_t layer = -1;  // model layer number
+  bool fused = false;
+  std::string source;  // "gate_proj,up_proj,down_proj", "w1,w3,w2" or "fused"
+  std::vector<ExpertTensor> tensors;
+  int64_t n_expert = 0, n_embd = 0, n_ff = 0;
+  // Per expert, the tensor of each projection (per-expert layout).
+  std::vector<std::array<std::string, 3>> names;
+};
+
+// The routed-expert layers among `tensors` (<prefix><e>.gate_proj.weight, ...w1.weight, or
+// the fused <prefix>gate_up_proj / down_proj), ascending by model layer, validated (complete,
+// float, one expert size); their tensor names are added to `expert_names`. `where` (the
+// checkpoint directory) starts every error message.
+std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& tensors, const std::string& where,
+                                            std::set<std::string>& expert_names);
+
+// The pack manifest's expert fields (n_expert, sizes, moe_layers, prefixes, sources) from the
+// layers, and an empty record layout (checksums zeroed) for each kind.
+void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& layers,
+                               const std::vector<ExpertKind>& kinds);
+
+// ---- files ----
+
+// A data file being written: large sequential writes, O_DIRECT when asked for and the file
+// system takes it (every write must then be 4096-aligned in address, size and offset),
+// periodic write-back of buffered writes so the final fsync does not wait for gigabytes.
+class OutFile {
+ public:
+  OutFile(const std::filesystem::path& path, bool direct);
+  ~OutFile();
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+
+  void write(const uint8_t* p, size_t n);
+  void finish();  // fsync and close; errors name the file
+  uint64_t size() const { return size_; }
+  bool direct() const { return direct_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool direct_ = false;
+  uint64_t size_ = 0, synced_ = 0;
+};
+
+// Writes a small file (manifest, tokenizer) with its contents fsynced.
+void write_small_file(const std::filesystem::path& path, const void* data, size_t n);
+void fsync_dir(const std::filesystem::path& dir);
+
+// dense.bin: the header page, then tensors each at a 64-byte aligned offset (zero gaps),
+// hashed as written; finish() records size and checksum in the manifest and writes the real
+// header (the payload size is known only then; the header page is outside the checksum).
+// With `direct`, writes go through O_DIRECT while they are 4096-aligned in address and size
+// (a writer that emits whole aligned chunks from aligned memory); the first one that is not
+// switches the file to buffered writes for good (OutFile), which suits an unaligned tail.
+class DenseFileWriter {
+ public:
+  explicit DenseFileWriter(const std::filesystem::path& path, bool direct = false);
+  ~DenseFileWriter();
+  DenseFileWriter(const DenseFileWriter&) = delete;
+  DenseFileWriter& operator=(const DenseFileWriter&) = delete;
+
+  uint64_t begin_tensor();  // pads to kPackBlockAlign; the offset of the next tensor
+  void write(const uint8_t* p, size_t n);
+  uint64_t size() const { return out_.size(); }
+  void finish(PackManifest& m);  // sets dense_file_bytes and dense_checksum
+
+ private:
+  std::filesystem::path path_;
+  OutFile out_;
+  XXH3_state_t* state_ = nullptr;
+};
+
+// An experts.<kind>.bin with its header page written (O_DIRECT where possible).
+std::unique_ptr<OutFile> open_expert_file(const std::filesystem::path& dir, const PackKindInfo& info,
+                                          int64_t n_records);
+
+// Zeroes a record's bytes outside its blocks: the gaps between blocks and the padding up to
+// the stride (buffers are reused, and verify checks the padding).
+void pack_record_zero_gaps(const PackKindInfo& info, uint8_t* record);
+
+// ---- records, a batch at a time ----
+
+// A batch of records in flight: one output buffer per kind.
+struct RecordBatch {
+  int64_t r0 = 0, count = 0;
+  std::vector<std::unique_ptr<AlignedBuffer>> out;  // per kind: count * stride bytes (4096-aligned)
+};
+
+// The writer thread: writes batches in order, one file per kind. With `checksum`, it also
+// computes each record's checksum into the kind's info; without, the producer has filled them.
+class RecordBatchWriter {
+ public:
+  RecordBatchWriter(std::vector<OutFile*> files, std::vector<PackKindInfo*> kinds, bool checksum = true);
+  ~RecordBatchWriter();
+  // Hands a batch over; waits while one is still queued (so at most two exist besides the
+  // one being computed). Rethrows a write error.
+  void push(RecordBatch* b);
+  // Waits until every batch handed over is written; rethrows a write error.
+  void drain();
+  // Waits until `b` may be refilled; rethrows a write error.
+  void wait_free(const RecordBatch* b);
+
+ private:
+  void run();
+
+  std::vector<OutFile*> files_;
+  std::vector<PackKindInfo*> kinds_;
+  bool checksum_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  RecordBatch* queued_ = nullptr;
+  const RecordBatch* writing_ = nullptr;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+// ---- where the pack goes ----
+
+// The output of a writer: checks OUT (absent, an empty directory, or a pack that `force`
+// may replace; anything else is refused), creates the hidden staging directory
+// ".OUT.partial-PID" beside it, and commit() renames the staging directory into place (with
+// `force`, atomically exchanging it with the old pack, which is then removed). Destroyed
+// without commit, it removes the staging directory: a failed or interrupted writer never
+// leaves something at OUT that looks like a pack. `tool` ("convert", "synth") starts messages.
+class PackStaging {
+ public:
+  PackStaging(const std::filesystem::path& out, bool force, std::string tool);
+  ~PackStaging();
+  PackStaging(const PackStaging&) = delete;
+  PackStaging& operator=(const PackStaging&) = delete;
+
+  const std::filesystem::path& dir() const { return tmp_; }       // write here
+  const std::filesystem::path& out_dir() const { return out_; }   // absolute
+  void commit();
+
+ private:
+  std::string tool_;
+  std::filesystem::path out_, parent_, tmp_;
+  bool replace_ = false, armed_ = true;
+};
+
+// The staged pack must load as its family at every kind (cheap: weights are mapped, not read).
+void check_pack_loads(const std::filesystem::path& dir, const std::vector<ExpertKind>& kinds, std::string_view tool);
+
+}  // namespace sluice

@@ -1,0 +1,253 @@
+// The models `sluice synth --like` knows, as config.json objects, and the config shrinking of
+// --layers / --experts. Real models carry their published config; tiny ones exist so tests
+// run synth end to end in well under a second.
+#include <algorithm>
+
+#include "convert/synth.h"
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Qwen3-30B-A3B's config.json as published (Qwen/Qwen3-30B-A3B): 48 layers, all MoE, 128
+// experts of width 768, top-8, per-head q/k RMSNorm, rope theta 1e6.
+json qwen3_30b_a3b() {
+  return json{{"architectures", {"Qwen3MoeForCausalLM"}},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"bos_token_id", 151643},
+              {"decoder_sparse_step", 1},
+              {"eos_token_id", 151645},
+              {"head_dim", 128},
+              {"hidden_act", "silu"},
+              {"hidden_size", 2048},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 6144},
+              {"max_position_embeddings", 40960},
+              {"max_window_layers", 48},
+              {"mlp_only_layers", json::array()},
+              {"model_type", "qwen3_moe"},
+              {"moe_intermediate_size", 768},
+              {"norm_topk_prob", true},
+              {"num_attention_heads", 32},
+              {"num_experts", 128},
+              {"num_experts_per_tok", 8},
+              {"num_hidden_layers", 48},
+              {"num_key_value_heads", 4},
+              {"output_router_logits", false},
+              {"rms_norm_eps", 1e-6},
+              {"rope_scaling", nullptr},
+              {"rope_theta", 1000000.0},
+              {"router_aux_loss_coef", 0.001},
+              {"sliding_window", nullptr},
+              {"tie_word_embeddings", false},
+              {"torch_dtype", "bfloat16"},
+              {"use_cache", true},
+              {"use_sliding_window", false},
+              {"vocab_size", 151936}};
+}
+
+// Layer types of the hybrid Qwen families: every `interval`-th layer full attention, the
+// others Gated DeltaNet.
+json hybrid_layer_types(int64_t n_layer, int64_t interval) {
+  json t = json::array();
+  for (int64_t l = 0; l < n_layer; ++l) t.push_back((l + 1) % interval ? "linear_attention" : "full_attention");
+  return t;
+}
+
+// A Qwen4-Exp text config from the defaults of transformers' Qwen4ExpTextConfig
+// (configuration_qwen4_exp.py); `over` replaces fields. No PLE (ple_layer_ids defaults to
+// empty) and no QSA (the indexer_* fields default to None), so attention runs dense.
+json qwen4_exp_text(const json& over) {
+  json t = {{"model_type", "qwen4_exp_text"},
+            {"vocab_size", 248320},
+            {"hidden_size", 2048},
+            {"num_hidden_layers", 40},
+            {"num_attention_heads", 16},
+            {"num_key_value_heads", 2},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", 32768},
+            {"initializer_range", 0.02},
+            {"rms_norm_eps", 1e-6},
+            {"use_cache", true},
+            {"tie_word_embeddings", false},
+            // rope_parameters defaults to None, standardized to rope_theta = default_theta
+            // (10000); the mrope_section default [11, 11, 10] covers 32 frequency pairs, i.e.
+            // 64 of the 256 head dims: a partial rotary factor of 0.25 (also the family
+            // loader's default). Written out so that no reader has to guess.
+            {"rope_parameters",
+             {{"rope_type", "default"},
+              {"rope_theta", 10000.0},
+              {"partial_rotary_factor", 0.25},
+              {"mrope_section", {11, 11, 10}},
+              {"mrope_interleaved", true}}},
+            {"attention_bias", false},
+            {"attention_dropout", 0.0},
+            {"head_dim", 256},
+            {"linear_conv_kernel_dim", 4},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 32},
+            {"moe_intermediate_size", 512},
+            {"shared_expert_intermediate_size", 512},
+            {"num_experts_per_tok", 10},
+            {"num_experts", 512},
+            {"norm_topk_prob", true},
+            {"output_router_logits", false},
+            {"router_aux_loss_coef", 0.001},
+            {"pad_token_id", nullptr},
+            {"bos_token_id", nullptr},
+            {"eos_token_id", nullptr},
+            {"hc_count", 4},
+            {"hc_lowrank", 320},
+            {"ple_layer_ids", json::array()},
+            {"ple_conv_kernel_size", 4},
+            {"ngram_size", 3},
+            {"heads_per_ngram", 8},
+            {"ngram_vocab_size_base", 20000000},
+            {"make_ngram_vocab_size_divisible_by", 128},
+            {"seed", 1234},
+            {"split_ngram_parts", 512},
+            {"output_gate_type", nullptr}};
+  t.update(over);
+  t["ple_embed_dim"] = t["hidden_size"];  // the default: hidden_size
+  // The default layer_types: every 4th layer attention (real checkpoints write
+  // "full_attention", which transformers maps to its sparse-attention class).
+  t["layer_types"] = hybrid_layer_types(t["num_hidden_layers"].get<int64_t>(), 4);
+  return t;
+}
+
+// The multimodal wrapper the real checkpoints use (Qwen4ExpForConditionalGeneration): the
+// loader reads text_config and the weights under model.language_model.; a synthetic pack
+// holds no vision tower, so there is no vision_config either.
+json qwen4_exp_config(const json& text) {
+  return json{{"architectures", {"Qwen4ExpForConditionalGeneration"}},
+              {"model_type", "qwen4_exp"},
+              {"text_config", text},
+              {"image_token_id", 248056},
+              {"video_token_id", 248057},
+              {"vision_start_token_id", 248053},
+              {"vision_end_token_id", 248054},
+              {"tie_word_embeddings", false}};
+}
+
+json qwen4_exp() { return qwen4_exp_config(qwen4_exp_text(json::object())); }
+
+// Tiny variants for tests. tiny-qwen3-moe has a dense-MLP layer (mlp_only_layers) and an
+// expert width (40) that is not a multiple of the q4 and q2 group sizes, so the partial
+// groups and the MoE-layer numbering are exercised too.
+json tiny_qwen3_moe() {
+  json c = qwen3_30b_a3b();
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"num_hidden_layers", 3},
+                {"max_window_layers", 3},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 16},
+                {"intermediate_size", 96},
+                {"moe_intermediate_size", 40},
+                {"num_experts", 8},
+                {"num_experts_per_tok", 2},
+                {"mlp_only_layers", {1}},
+                {"max_position_embeddings", 512},
+                {"bos_token_id", nullptr},
+                {"eos_token_id", nullptr}});
+  return c;
+}
+
+json tiny_qwen4_exp() {
+  return qwen4_exp_config(qwen4_exp_text(json{{"vocab_size", 512},
+                                             {"hidden_size", 64},
+                                             {"num_hidden_layers", 4},
+                                             {"num_attention_heads", 4},
+                                             {"num_key_value_heads", 2},
+                                             {"head_dim", 16},
+                                             {"linear_key_head_dim", 16},
+                                             {"linear_value_head_dim", 8},
+                                             {"linear_num_key_heads", 2},
+                                             {"linear_num_value_heads", 4},
+                                             {"moe_intermediate_size", 32},
+                                             {"shared_expert_intermediate_size", 48},
+                                             {"num_experts", 8},
+                                             {"num_experts_per_tok", 3},
+                                             {"hc_lowrank", 16},
+                                             {"max_position_embeddings", 512},
+                                             {"rope_parameters",
+                                              {{"rope_type", "default"},
+                                               {"rope_theta", 10000.0},
+                                               {"partial_rotary_factor", 0.5},
+                                               {"mrope_section", {2, 1, 1}},
+                                               {"mrope_interleaved", true}}}}));
+}
+
+// The first key of `keys` that `j` holds, or null.
+const char* first_key(const json& j, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (j.contains(k) && !j[k].is_null()) return k;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<SynthPreset>& synth_presets() {
+  static const std::vector<SynthPreset> presets = {
+      {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 layers, 128 experts of [768, 2048], top-8", qwen3_30b_a3b},
+      {"qwen4-exp", "Qwen4-Exp (transformers defaults): 40 hybrid layers, 512 experts of [512, 2048], top-10", qwen4_exp},
+      {"tiny-qwen3-moe", "a tiny qwen3_moe for tests: 3 layers (one dense), 8 experts of [40, 64], top-2", tiny_qwen3_moe},
+      {"tiny-qwen4-exp", "a tiny qwen4_exp for tests: 4 hybrid layers, 8 experts of [32, 64], top-3", tiny_qwen4_exp},
+  };
+  return presets;
+}
+
+json synth_preset_config(std::string_view name) {
+  for (const SynthPreset& p : synth_presets())
+    if (p.name == name) return p.config();
+  std::string known;
+  for (const SynthPreset& p : synth_presets()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  fail(Status::invalid_argument, "synth: unknown model '", name, "' for --like; known: ", known);
+}
+
+void synth_scale_config(json& config, std::optional<int64_t> n_layer, std::optional<int64_t> n_expert) {
+  SLUICE_CHECK(config.is_object(), Status::invalid_argument, "synth: the config is not a JSON object");
+  json& t = config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+  if (n_layer) {
+    const char* key = first_key(t, {"num_hidden_layers"});
+    SLUICE_CHECK(key && t[key].is_number_integer(), Status::invalid_argument, "synth: --layers: the config has no num_hidden_layers");
+    const int64_t have = t[key].get<int64_t>();
+    SLUICE_CHECK(*n_layer >= 1 && *n_layer <= have, Status::invalid_argument, "synth: --layers ", *n_layer,
+                 " is outside [1, ", have, "] (the model's num_hidden_layers)");
+    t[key] = *n_layer;
+    if (t.contains("layer_types") && t["layer_types"].is_array() && static_cast<int64_t>(t["layer_types"].size()) > *n_layer) {
+      json cut = json::array();
+      for (int64_t l = 0; l < *n_layer; ++l) cut.push_back(t["layer_types"][static_cast<size_t>(l)]);
+      t["layer_types"] = cut;
+    }
+    // Layer lists: 0-indexed mlp_only_layers, 1-indexed ple_layer_ids.
+    for (const auto& [list, base] : {std::pair<const char*, int64_t>{"mlp_only_layers", 0}, {"ple_layer_ids", 1}}) {
+      if (!t.contains(list) || !t[list].is_array()) continue;
+      json kept = json::array();
+      for (const auto& v : t[list])
+        if (!v.is_number_integer() || v.get<int64_t>() < *n_layer + base) kept.push_back(v);
+      t[list] = kept;
+    }
+    if (t.contains("max_window_layers") && t["max_window_layers"].is_number_integer())
+      t["max_window_layers"] = std::min(t["max_window_layers"].get<int64_t>(), *n_layer);
+  }
+  if (n_expert) {
+    const char* key = first_key(t, {"num_experts", "num_local_experts", "n_routed_experts"});
+    SLUICE_CHECK(key && t[key].is_number_integer(), Status::invalid_argument, "synth: --experts: the config has no num_experts");
+    const int64_t have = t[key].get<int64_t>();
+    SLUICE_CHECK(*n_expert >= 1 && *n_expert <= have, Status::invalid_argument, "synth: --experts ", *n_expert,
+                 " is outside [1, ", have, "] (the model's ", key, ")");
+    t[key] = *n_expert;
+    if (const char* k = first_key(t, {"num_experts_per_tok", "top_k", "moe_topk"}); k && t[k].is_number_integer())
+      t[k] = std::min(t[k].get<int64_t>(), *n_expert);
+  }
+}
+
+}  // namespace sluice

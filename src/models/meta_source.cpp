@@ -1,0 +1,94 @@
+// MetaSource: made-up tensors for a dry run of a family loader.
+#include "models/meta_source.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "format/file_io.h"
+#include "models/registry.h"
+
+namespace sluice {
+
+namespace {
+
+struct ZeroPages {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~ZeroPages() {
+    if (addr) ::munmap(addr, size);
+  }
+};
+
+}  // namespace
+
+void MetaSource::declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) {
+  if (index_.count(name)) return;
+  SLUICE_CHECK(!shape.empty() && shape.size() <= 4, Status::internal, "meta source: tensor ",
+               name, " has ", shape.size(), " dimensions");
+  uint64_t bytes = 2;  // bf16
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 40;  // far beyond any tensor; keeps the product from overflowing
+  for (int64_t d : shape) {
+    SLUICE_CHECK(d > 0, Status::internal, "meta source: tensor ", name, " has a dimension of ", d);
+    SLUICE_CHECK(static_cast<uint64_t>(d) <= kMaxBytes / bytes, Status::invalid_argument, "meta source: tensor ", name,
+                 " would hold more than 1 TiB");
+    bytes *= static_cast<uint64_t>(d);
+  }
+  if (bytes > zeros_bytes_) {
+    // A larger read-only mapping of the zero page; tensors handed out keep the old one alive.
+    auto z = std::make_shared<ZeroPages>();
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    SLUICE_CHECK(p != MAP_FAILED, Status::out_of_memory, "meta source: cannot reserve ", bytes,
+                 " bytes of address space: ", errno_text(errno));
+    z->addr = p;
+    z->size = bytes;
+    zeros_ = z;
+    zeros_bytes_ = bytes;
+  }
+  index_[name] = tensors_.size();
+  tensors_.push_back({name, std::vector<int64_t>(shape.begin(), shape.end()), hint});
+}
+
+Tensor MetaSource::get(const std::string& name) {
+  auto it = index_.find(name);
+  SLUICE_CHECK(it != index_.end(), Status::not_found, "meta source: no tensor ", name);
+  const MetaTensor& m = tensors_[it->second];
+  Tensor t;
+  t.dtype = DType::bf16;
+  for (int64_t d : m.shape) t.shape[t.ndim++] = d;
+  t.data = static_cast<ZeroPages*>(zeros_.get())->addr;  // read-only: never written
+  t.storage = zeros_;
+  consumed_.insert(name);
+  return t;
+}
+
+void MetaSource::consume(const std::string& name) {
+  SLUICE_CHECK(index_.count(name), Status::not_found, "meta source: no tensor ", name);
+  consumed_.insert(name);
+}
+
+std::vector<std::string> MetaSource::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, i] : index_) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> MetaSource::unconsumed() const {
+  std::vector<std::string> out;
+  for (const auto& [name, i] : index_)
+    if (!consumed_.count(name)) out.push_back(name);
+  return out;
+}
+
+std::vector<MetaTensor> family_tensors(const nlohmann::json& config, std::string* model_type) {
+  const Family& family = find_family(config);
+  if (model_type) *model_type = std::string(family.model_type);
+  auto backend = make_cpu_backend();  // upload keeps host views: nothing is copied
+  MetaSource source;
+  family.load(config, source, *backend);
+  return source.declared();
+}
+
+}  // namespace sluice

@@ -1,0 +1,121 @@
+// sluice synth: a pack with a real model's dimensions and random weights, written straight
+// to disk (no HF checkpoint), for speed measurements at scale. Progress on stderr; Ctrl-C
+// stops cleanly, leaving no output. --dry-run prints the sizes without writing.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "cli_common.h"
+#include "convert/synth.h"
+#include "core/thread_pool.h"
+#include "format/json_file.h"
+
+namespace sluice::cli {
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_synth_signal(int) { g_cancel.store(true); }
+
+std::string kinds_text(const std::vector<ExpertKind>& kinds) {
+  std::string s;
+  for (ExpertKind k : kinds) s += (s.empty() ? "" : ",") + std::string(expert_kind_name(k));
+  return s;
+}
+
+}  // namespace
+
+void register_synth(CLI::App& app) {
+  struct Options {
+    std::string like, config, out_dir, kinds = "q4";
+    int64_t layers = 0, experts = 0;
+    uint64_t seed = 1;
+    bool force = false, quiet = false, dry_run = false;
+    int threads = 0;
+  };
+  auto opt = std::make_shared<Options>();
+  std::string like_help = "the model to imitate:";
+  for (const SynthPreset& p : synth_presets()) like_help += str("\n  ", p.name, ": ", p.description);
+  CLI::App* cmd = app.add_subcommand("synth", "write a pack of a model's real dimensions with random weights");
+  cmd->add_option("OUT_DIR", opt->out_dir, "pack directory to create");
+  auto* like = cmd->add_option("--like", opt->like, like_help);
+  auto* config = cmd->add_option("--config", opt->config, "a config.json of any supported family, instead of --like");
+  like->excludes(config);
+  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default q4)");
+  cmd->add_option("--layers", opt->layers, "keep only the first N layers (a smaller pack of the same record size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--experts", opt->experts, "keep only N routed experts per layer (top-k capped to N)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", opt->seed, "random seed (default 1); the bytes depend only on it");
+  cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
+  cmd->add_flag("--dry-run", opt->dry_run, "print the files and sizes the pack would have, write nothing");
+  cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
+  cmd->add_option("--threads", opt->threads, "generator threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([opt] {
+    if (opt->threads > 0) ThreadPool::set_global_threads(opt->threads);
+    SLUICE_CHECK(!opt->like.empty() || !opt->config.empty(), Status::invalid_argument,
+                 "synth needs --like NAME or --config FILE (see sluice synth --help for the names)");
+    SLUICE_CHECK(opt->dry_run || !opt->out_dir.empty(), Status::invalid_argument, "synth needs OUT_DIR (or --dry-run)");
+    nlohmann::json config = opt->like.empty() ? read_json_file(opt->config) : synth_preset_config(opt->like);
+    synth_scale_config(config, opt->layers ? std::optional<int64_t>(opt->layers) : std::nullopt,
+                       opt->experts ? std::optional<int64_t>(opt->experts) : std::nullopt);
+    const std::string name = opt->like.empty() ? opt->config : opt->like;
+    SynthOptions so;
+    so.kinds = parse_expert_kinds(opt->kinds);
+    so.force = opt->force;
+    so.seed = opt->seed;
+
+    if (opt->dry_run) {
+      const SynthPlan plan = synth_plan(config, so.kinds);
+      const PackManifest& m = plan.manifest;
+      std::printf("%s (%s): %lld MoE layers x %lld experts of [%lld, %lld], %zu dense tensors\n", name.c_str(),
+                  m.family.c_str(), static_cast<long long>(m.moe_layers.size()), static_cast<long long>(m.n_expert),
+                  static_cast<long long>(m.n_ff), static_cast<long long>(m.n_embd), m.dense.size());
+      std::printf("  %-18s %16llu bytes  %8.3f GB\n", kPackDenseName, static_cast<unsigned long long>(plan.dense_bytes),
+                  plan.dense_bytes / 1e9);
+      for (const auto& [kind, info] : m.kinds) {
+        const uint64_t bytes = kPackHeaderBytes + static_cast<uint64_t>(m.n_records()) * info.record_stride;
+        std::printf("  %-18s %16llu bytes  %8.3f GB  (%lld records x %llu-byte stride)\n", info.file.c_str(),
+                    static_cast<unsigned long long>(bytes), bytes / 1e9, static_cast<long long>(m.n_records()),
+                    static_cast<unsigned long long>(info.record_stride));
+      }
+      std::printf("  %-18s %16llu bytes  %8.3f GB\n", "total", static_cast<unsigned long long>(plan.total_bytes()),
+                  plan.total_bytes() / 1e9);
+      return;
+    }
+
+    Progress progress("synth");
+    if (!opt->quiet) {
+      so.progress = [&](const SynthProgress& p) {
+        progress.update(str(p.records_done, "/", p.records_total, " records"), p.bytes_done, p.bytes_total, p.seconds);
+      };
+    }
+    so.cancel = &g_cancel;
+    struct sigaction sa {}, old_int {}, old_term {};
+    sa.sa_handler = on_synth_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    struct Restore {
+      struct sigaction *i, *t;
+      ~Restore() {
+        sigaction(SIGINT, i, nullptr);
+        sigaction(SIGTERM, t, nullptr);
+      }
+    } restore{&old_int, &old_term};
+    SynthSummary s;
+    try {
+      s = synth_pack(config, opt->out_dir, so);
+    } catch (...) {
+      progress.finish();
+      throw;
+    }
+    progress.finish();
+    std::fprintf(stderr, "sluice: synthesized %s (%s) at %s: %lld records x {%s}, %.3f GB written in %.1f s, %.0f MB/s (%s)\n",
+                 name.c_str(), s.family.c_str(), s.out_dir.string().c_str(), static_cast<long long>(s.n_records),
+                 kinds_text(s.kinds).c_str(), s.bytes_out / 1e9, s.seconds, s.seconds > 0 ? s.bytes_out / 1e6 / s.seconds : 0.0,
+                 s.direct ? "O_DIRECT" : "buffered");
+  });
+}
+
+}  // namespace sluice::cli
