@@ -19,16 +19,9 @@ HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weight
   info_ = spec_.info;
   info_.n_expert = spec_.router.n_expert;
   info_.n_expert_used = spec_.router.n_expert_used;
-  moe_index_.assign(spec_.layers.size(), -1);
-  next_moe_.assign(spec_.layers.size(), -1);
-  int64_t last = -1;
-  for (size_t l = 0; l < spec_.layers.size(); ++l) {
-    if (!spec_.layers[l].moe) continue;
-    moe_index_[l] = static_cast<int64_t>(info_.moe_layers.size());
-    info_.moe_layers.push_back(static_cast<int64_t>(l));
-    if (last >= 0) next_moe_[static_cast<size_t>(last)] = static_cast<int64_t>(l);
-    last = static_cast<int64_t>(l);
-  }
+  std::vector<bool> is_moe;
+  for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
+  index_moe_layers(is_moe, moe_index_, next_moe_);
 }
 
 std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {

@@ -5,6 +5,21 @@
 
 namespace sluice {
 
+void Model::index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_t>& moe_index,
+                             std::vector<int64_t>& next_moe) {
+  moe_index.assign(is_moe.size(), -1);
+  next_moe.assign(is_moe.size(), -1);
+  info_.moe_layers.clear();
+  int64_t last = -1;
+  for (size_t l = 0; l < is_moe.size(); ++l) {
+    if (!is_moe[l]) continue;
+    moe_index[l] = static_cast<int64_t>(info_.moe_layers.size());
+    info_.moe_layers.push_back(static_cast<int64_t>(l));
+    if (last >= 0) next_moe[static_cast<size_t>(last)] = static_cast<int64_t>(l);
+    last = static_cast<int64_t>(l);
+  }
+}
+
 void Model::check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,
                                  bool all_logits) const {
   const int64_t n = static_cast<int64_t>(tokens.size()), V = info_.n_vocab;

@@ -67,6 +67,10 @@ class Model {
  protected:
   // The checks every forward() starts with: tokens present and inside the vocabulary, room
   // in the context, a logits buffer large enough.
+  // From which layers are MoE layers: info_.moe_layers, and per layer its index among the MoE
+  // layers (-1 otherwise) and the next MoE layer after it (-1 for the last and for others).
+  void index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_t>& moe_index,
+                        std::vector<int64_t>& next_moe);
   void check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,
                             bool all_logits) const;
 
