@@ -15,7 +15,9 @@ namespace sluice {
 
 struct MoeLayerCall {
   int64_t moe_layer = 0;                // index among the MoE layers (the pack's record numbering)
-  const Routing* routing = nullptr;     // ids/weights [rows * k], strongest first
+  const Routing* routing = nullptr;     // ids/weights [rows * k], strongest first; null when
+                                        // the provider routes on the device (routes_on_device)
+  Tensor router_logits;                 // [rows, n_expert] f32 on the backend
   Tensor h;                             // [rows, n_embd] f32, the layer's normalized input
   Tensor out;                           // [rows, n_embd] f32, receives the routed sum
   const RouterSpec* router = nullptr;   // the model's router (top-k, normalization)
@@ -30,6 +32,10 @@ class ExpertProvider {
   // row in rank order (Backend::moe_combine), so the result never depends on which experts
   // were resident or in which order they were computed.
   virtual void moe(Backend& be, const MoeLayerCall& call) = 0;
+  // True: moe() takes call.router_logits and routes on the device itself (call.routing is
+  // null), so the model enqueues the layer without a host round trip. False: the model copies
+  // the logits to the host and routes there (route_topk) before calling moe().
+  virtual bool routes_on_device() const { return false; }
 };
 
 }  // namespace sluice

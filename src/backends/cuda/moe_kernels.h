@@ -1,0 +1,72 @@
+// Device-side MoE dispatch (DESIGN.md, "The streamed decode step", steps 1, 5 and 7): the
+// router's top-k on the device, the routed experts of a batch read through a table of
+// expert weight references, and the combine in routing-rank order. The same kernels serve the
+// fully resident path (a static table: expert e -> its resident weights) and the streaming
+// path (a table the host service thread publishes per layer: expert -> device slot, entries
+// of experts not yet landed marked unavailable; two calls, phase 1 then phase 2).
+// Plain C++ declarations like kernels.h: pointers are device memory (or host-mapped memory
+// where said), sizes in elements, everything enqueued on `s`.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/kernels.h"
+
+namespace sluice::cuda {
+
+// Weight type of an expert table entry: the matmul codes of kernels.h (0 f32, 1 f16, 2 bf16)
+// and the quantized kinds (core/quant.h layouts).
+enum ExpertWType : int32_t {
+  expert_unavailable = -1,  // the expert is not (yet) in device memory: its pairs are skipped
+  expert_f32 = 0,
+  expert_f16 = 1,
+  expert_bf16 = 2,
+  expert_q8 = 10,
+  expert_q4 = 11,
+  expert_q2 = 12,
+};
+
+// One routed expert's three projections in device memory. 64 bytes, so a table entry is one
+// aligned load. Quantized rows are quant_row_bytes(cols) long with quant_scale_row_bytes(cols)
+// of scales per row (core/quant.h), dense rows cols elements.
+struct ExpertRef {
+  const void* data[3] = {nullptr, nullptr, nullptr};    // gate [n_ff, n_embd], up [n_ff, n_embd], down [n_embd, n_ff]
+  const void* scales[3] = {nullptr, nullptr, nullptr};  // quantized kinds only
+  int32_t wtype = expert_unavailable;                   // ExpertWType
+  int32_t pad = 0;
+};
+static_assert(sizeof(ExpertRef) == 56 || sizeof(ExpertRef) == 64, "ExpertRef is a small POD");
+
+struct MoeShape {
+  int64_t n_rows = 0;    // rows of the batch (tokens)
+  int64_t k = 0;         // experts per row (top-k)
+  int64_t n_embd = 0;    // model width: h and out columns
+  int64_t n_ff = 0;      // expert width
+  int64_t n_expert = 0;  // table entries
+};
+
+// ids[n, k] (i32) and weights[n, k] (f32) = transformers' routing of logits[n, n_expert]:
+// f32 softmax over all experts, the k largest probabilities strongest first (equal values:
+// the lower expert id first), renormalized to sum 1 when norm_topk. Matches route_topk
+// (models/blocks.h) on the CPU.
+void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
+                        float* weights, Stream s);
+
+// One dispatch phase. For every pair p = row * k + rank in [0, n_rows * k) with done[p] == 0
+// whose expert's entry table[ids[p]] is available:
+//   pair_out[p, :] = down(silu(gate(h[row])) * up(h[row]))   [n_embd] f32
+//   done[p] = 1
+// Pairs whose expert is unavailable are left alone for a later phase (or, when never
+// computed, count as zero in the combine: a cut). table may be host-mapped memory the host
+// wrote before the stream reached this launch. act: scratch [n_rows * k, n_ff] f32.
+// A pair's result depends only on its row and its expert's weights (not on the batch, the
+// phase or which other pairs ran), so resident and streamed runs agree bit for bit.
+void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
+                        float* pair_out, const MoeShape& shape, Stream s);
+
+// out[row, :] = sum over rank r = 0..k-1 of weights[p] * (done[p] ? pair_out[p, :] : 0),
+// p = row * k + r, accumulated in rank order (Backend::moe_combine with cut pairs as zero).
+void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
+                             const MoeShape& shape, Stream s);
+
+}  // namespace sluice::cuda
