@@ -66,7 +66,7 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
       if (expert_provider_) {
         const int64_t next = next_moe_[l];
         expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
-                                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}});
+                                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, rl});
       } else {
         SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
                      ": no resident experts and no expert provider (a streamed model without its streamer)");

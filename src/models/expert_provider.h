@@ -17,12 +17,12 @@ struct MoeLayerCall {
   int64_t moe_layer = 0;                // index among the MoE layers (the pack's record numbering)
   const Routing* routing = nullptr;     // ids/weights [rows * k], strongest first; null when
                                         // the provider routes on the device (routes_on_device)
-  Tensor router_logits;                 // [rows, n_expert] f32 on the backend
   Tensor h;                             // [rows, n_embd] f32, the layer's normalized input
   Tensor out;                           // [rows, n_embd] f32, receives the routed sum
   const RouterSpec* router = nullptr;   // the model's router (top-k, normalization)
   Tensor next_router;                   // [n_expert, n_embd] router of the next MoE layer, or
                                         // empty at the last one (lookahead predicts with it)
+  Tensor router_logits;                 // [rows, n_expert] f32 on the backend
 };
 
 class ExpertProvider {

@@ -59,7 +59,7 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
   if (expert_provider_) {
     const int64_t next = next_moe_[l];
     expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
-                                next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}});
+                                next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, rl});
   } else {
     SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
                  ": no resident experts and no expert provider (a streamed model without its streamer)");
