@@ -440,10 +440,16 @@ def screen_seeds(names, tok, seconds: float) -> dict:
     workers = max(1, (os.cpu_count() or 2) - 1)
     pool = mp.get_context("fork").Pool(workers)
     try:
-        for name, seed, m in pool.imap_unordered(screen_seed, jobs, chunksize=4):
-            found[name].append((m, seed))
-            if time.time() - t0 > seconds:
+        results = pool.imap_unordered(screen_seed, jobs, chunksize=4)
+        while True:
+            left = seconds - (time.time() - t0)
+            if left <= 0:
                 break
+            try:  # bounded: a stuck worker ends the screening, not the run
+                name, seed, m = results.next(timeout=left)
+            except (StopIteration, mp.TimeoutError):
+                break
+            found[name].append((m, seed))
     finally:
         pool.terminate()
         pool.join()
