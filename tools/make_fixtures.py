@@ -440,7 +440,7 @@ def screen_seeds(names, tok, seconds: float) -> dict:
     workers = max(1, (os.cpu_count() or 2) - 1)
     pool = mp.get_context("fork").Pool(workers)
     try:
-        results = pool.imap_unordered(screen_seed, jobs, chunksize=4)
+        results = pool.imap_unordered(screen_seed, jobs)  # chunksize 1: an iterator with next(timeout)
         while True:
             left = seconds - (time.time() - t0)
             if left <= 0:
