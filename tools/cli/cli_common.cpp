@@ -34,6 +34,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
   cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
   cmd.add_flag("--verify-reads", opt.verify_reads, "check every expert read against its checksum");
+  cmd.add_option("--ple-cache", opt.ple_cache,
+                 "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
 }
 
 std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
@@ -134,6 +136,12 @@ Session open_session(const ModelOptions& opt) {
                  "' (kinds: bf16, int8, q4, q2)");
   }
   lo.streaming = streamer_options(opt);
+  if (!opt.ple_cache.empty()) lo.ngram_tables.cache_bytes = parse_byte_size(opt.ple_cache, "--ple-cache");
+  if (lo.streaming) {  // the tables' rows are read like the experts
+    lo.ngram_tables.io_mode = lo.streaming->io_mode;
+    lo.ngram_tables.verify_reads = lo.streaming->verify_reads;
+    lo.ngram_tables.io_timeout = lo.streaming->io_timeout;
+  }
   Session s;
   // Streaming runs on the CPU backend so far: "auto" picks it.
   s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);

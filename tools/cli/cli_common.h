@@ -32,6 +32,7 @@ struct ModelOptions {
   std::string miss_kind;          // --miss-kind KIND
   std::string stats;              // --stats FILE
   bool verify_reads = false;      // --verify-reads
+  std::string ple_cache;          // --ple-cache: the row cache of each PLE n-gram table of a pack
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);
