@@ -118,7 +118,12 @@ void PackNgramTable::read_units(std::vector<Unit>& units) {
   Status first_status = Status::ok;
   while (left > 0) {
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) fail(Status::timeout, where(), ": ", left, " row reads did not complete in time");
+    if (now >= deadline) {
+      // A read still in flight may yet land in its buffer: leak those rather than free them.
+      for (Unit& u : units)
+        if (!u.done) (void)u.buf.release();
+      fail(Status::timeout, where(), ": ", left, " row reads did not complete in time");
+    }
     done.clear();
     io_->poll(done, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
     for (const ReadCompletion& c : done) {
