@@ -24,8 +24,9 @@ inline std::filesystem::path fixture_dir(const std::string& name) { return sourc
 // measurement and the CUDA backend cover so far.
 inline std::vector<std::string> decoder_fixtures() { return {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"}; }
 
-// The hybrid Qwen families (Gated DeltaNet, QSA, hyper-connections, PLE): CPU only so far;
-// packs of them leave out the vision tower and keep PLE tables in ple.<dtype>.bin.
+// The hybrid Qwen families (Gated DeltaNet, QSA, hyper-connections, PLE): CPU and CUDA
+// (tests/gpu/cuda_parity_test.cpp); packs of them leave out the vision tower and keep PLE
+// tables in ple.<dtype>.bin.
 inline std::vector<std::string> hybrid_fixtures() {
   return {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp_qsa", "qwen4_exp_ple"};
 }

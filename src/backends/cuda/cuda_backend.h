@@ -43,8 +43,7 @@ class CudaBackend final : public Backend {
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
 
-  // Ops of the hybrid Qwen families: not on CUDA yet (cuda/hybrid_ops_pending.cpp), a clear
-  // unsupported error; those families run on the CPU backend.
+  // Ops of the hybrid Qwen families (cuda/hybrid_ops.cpp; kernels in cuda/hybrid_kernels.h).
   void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
   void activate(const Tensor& x, Activation act, float in_div, float out_mul) override;
   void mul(const Tensor& x, const Tensor& y) override;
