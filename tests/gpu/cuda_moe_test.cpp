@@ -328,3 +328,37 @@ TEST(CudaMoe, TwoPhaseDispatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// Backend::moe_routed (router top-k, experts and combine on the device, from router logits)
+// against the host path the decoders use without a table: route_topk + routed_experts.
+TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
+  for (DType dt : {DType::bf16, DType::q4, DType::q2})
+    for (Shape s : {Shape{1, 8, 2, 256, 192}, {13, 8, 2, 256, 192}, {4, 6, 3, 70, 33}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      auto hv = random_vec(s.n * s.n_embd, 17);
+      auto lv = random_vec(s.n * s.E, 18, 1.5f);
+      for (bool norm : {true, false}) {
+        RouterSpec spec{s.E, s.k, norm};
+        auto want = cpu_routed(layer, route_topk(spec, lv, s.n), hv, s.n_embd);
+        auto table = gpu->make_expert_table(layer.device);
+        ASSERT_NE(table, nullptr);
+        Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
+        gpu->from_host(h, hv.data());
+        gpu->from_host(logits, lv.data());
+        Tensor whole = gpu->alloc(DType::f32, {s.n * s.n_embd + kGuard});
+        std::vector<float> init(s.n * s.n_embd + kGuard, kSentinel);
+        gpu->from_host(whole, init.data());
+        Tensor out(DType::f32, {s.n, s.n_embd}, whole.data);
+        gpu->moe_routed(*table, logits, s.k, norm, h, out);
+        std::vector<float> got(init.size());
+        gpu->to_host(whole, got.data());
+        expect_close(got, want, std::string("moe_routed ") + std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) +
+                                    (norm ? " norm" : ""));
+      }
+    }
+}
+
+}  // namespace

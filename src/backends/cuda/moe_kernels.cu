@@ -18,7 +18,9 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kRouterWarps = 4;  // rows per router block
-constexpr int kExpertWarps = 8;  // weight rows per expert block
+constexpr int kExpertWarps = 8;  // warps per expert block
+constexpr int kGateRows = 2;     // ff rows per warp in gate/up (4 weight rows with up)
+constexpr int kDownRows = 4;     // embd rows per warp in down
 
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
@@ -79,72 +81,101 @@ __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef*
   return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != expert_unavailable;
 }
 
-// grid (n_pairs, ceil(n_ff / kExpertWarps)); warp -> (pair, ff row j).
+// grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
+// four rows (two of gate, two of up) share every activation chunk loaded.
 __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
                                    const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
                                    float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
   const int64_t p = blockIdx.x;
   if (!pair_active(ids, table, done, p)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (j >= n_ff) return;
+  const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kGateRows;
+  if (j0 >= n_ff) return;
   const ExpertRef& ref = table[ids[p]];
   const DotType t = static_cast<DotType>(ref.wtype);
   const int64_t rb = dot_row_bytes(t, n_embd), sb = dot_scale_row_bytes(t, n_embd);
   const float* x = h + (p / k) * n_embd;
-  const bool vec_g = row_dot_vec_ok(t, ref.data[0], n_embd, x, n_embd);
-  const bool vec_u = row_dot_vec_ok(t, ref.data[1], n_embd, x, n_embd);
-  const auto* gw = static_cast<const uint8_t*>(ref.data[0]) + j * rb;
-  const auto* uw = static_cast<const uint8_t*>(ref.data[1]) + j * rb;
-  const auto* gs = ref.scales[0] ? static_cast<const uint8_t*>(ref.scales[0]) + j * sb : nullptr;
-  const auto* us = ref.scales[1] ? static_cast<const uint8_t*>(ref.scales[1]) + j * sb : nullptr;
-  const float g = row_dot_any(ref.wtype, gw, gs, x, n_embd, vec_g, lane);
-  const float u = row_dot_any(ref.wtype, uw, us, x, n_embd, vec_u, lane);
-  if (lane == 0) act[p * n_ff + j] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+  const bool vec = row_dot_vec_ok(t, ref.data[0], n_embd, x, n_embd) && row_dot_vec_ok(t, ref.data[1], n_embd, x, n_embd);
+  const uint8_t* w[2 * kGateRows];
+  const uint8_t* sc[2 * kGateRows];
+#pragma unroll
+  for (int r = 0; r < kGateRows; ++r) {
+    const int64_t j = j0 + r < n_ff ? j0 + r : n_ff - 1;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {  // gate, up
+      w[2 * r + m] = static_cast<const uint8_t*>(ref.data[m]) + j * rb;
+      sc[2 * r + m] = ref.scales[m] ? static_cast<const uint8_t*>(ref.scales[m]) + j * sb : nullptr;
+    }
+  }
+  float y[2 * kGateRows];
+  rows_dot_any<2 * kGateRows>(ref.wtype, w, sc, x, n_embd, vec, lane, y);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kGateRows; ++r)
+      if (j0 + r < n_ff) {
+        const float g = y[2 * r], u = y[2 * r + 1];
+        act[p * n_ff + j0 + r] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+      }
 }
 
-// grid (n_pairs, ceil(n_embd / kExpertWarps)); warp -> (pair, embd row i).
+// The down rows i0 .. i0 + kDownRows - 1 of pair p's expert applied to act[p]: y[r].
+__device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __restrict__ a, int64_t i0,
+                                          int64_t n_embd, int64_t n_ff, int lane, float (&y)[kDownRows]) {
+  const DotType t = static_cast<DotType>(ref.wtype);
+  const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
+  const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
+  const uint8_t* w[kDownRows];
+  const uint8_t* sc[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) {
+    const int64_t i = i0 + r < n_embd ? i0 + r : n_embd - 1;
+    w[r] = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
+    sc[r] = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
+  }
+  rows_dot_any<kDownRows>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
+}
+
+// grid (n_pairs, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (pair, embd rows i0..).
 __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
                                 const uint8_t* __restrict__ done, const float* __restrict__ act,
                                 float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
   const int64_t p = blockIdx.x;
   if (!pair_active(ids, table, done, p)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (i >= n_embd) return;
-  const ExpertRef& ref = table[ids[p]];
-  const DotType t = static_cast<DotType>(ref.wtype);
-  const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
-  const float* a = act + p * n_ff;
-  const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
-  const auto* dw = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
-  const auto* ds = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
-  const float y = row_dot_any(ref.wtype, dw, ds, a, n_ff, vec, lane);
-  if (lane == 0) pair_out[p * n_embd + i] = y;
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
+  if (i0 >= n_embd) return;
+  float y[kDownRows];
+  down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+      if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
 }
 
-// grid (n_rows, ceil(n_embd / kExpertWarps)); warp -> (row, embd row i), over the row's k pairs.
+// grid (n_rows, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (row, embd rows i0..), over
+// the row's k pairs in rank order.
 __global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp;
-  if (i >= n_embd) return;
-  float acc = 0.0f;
-  for (int64_t r = 0; r < k; ++r) {
-    const int64_t p = row * k + r;
-    const ExpertRef& ref = table[ids[p]];
-    const DotType t = static_cast<DotType>(ref.wtype);
-    const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
-    const float* a = act + p * n_ff;
-    const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
-    const auto* dw = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
-    const auto* ds = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
-    const float y = row_dot_any(ref.wtype, dw, ds, a, n_ff, vec, lane);
-    acc = fmaf(weights[p], y, acc);  // as moe_combine_done_kernel
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
+  if (i0 >= n_embd) return;
+  float acc[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
+  for (int64_t rank = 0; rank < k; ++rank) {
+    const int64_t p = row * k + rank;
+    float y[kDownRows];
+    down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+    const float wp = weights[p];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) acc[r] = fmaf(wp, y[r], acc[r]);  // as moe_combine_done_kernel
   }
-  if (lane == 0) out[row * n_embd + i] = acc;
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+      if (i0 + r < n_embd) out[row * n_embd + i0 + r] = acc[r];
 }
 
 __global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
@@ -188,10 +219,10 @@ void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* tab
   if (pairs == 0) return;
   auto st = static_cast<cudaStream_t>(s);
   const unsigned threads = kExpertWarps * 32;
-  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps)), threads, 0, st>>>(
+  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
       h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  moe_down_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps)), threads, 0, st>>>(
+  moe_down_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)), threads, 0, st>>>(
       ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
   moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
@@ -205,10 +236,10 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
   auto st = static_cast<cudaStream_t>(s);
   const unsigned threads = kExpertWarps * 32;
   // No done flags (null): every available pair is computed.
-  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps)), threads, 0, st>>>(
+  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
       h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kExpertWarps)),
+  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
                             threads, 0, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }

@@ -3,13 +3,14 @@
 // the decode matrix-vector kernels and the MoE expert kernels.
 //
 // Two paths per type:
-//   - vectorized: each lane loads 16 bytes of the row per step (f32: 4 values, bf16/f16: 8,
-//     q8: 16, q4: one group of 32, q2: four groups of 16), when the row is 16-byte aligned
-//     and k is a multiple of the step's width (row_dot_vec_ok);
-//   - scalar: one element per lane per step, any k (partial quantized groups included).
-// Elements are dequantized exactly as core/quant.cpp does (q4: (q - 8) * d; q2:
-// fma(q, scale, min); q8: q * scale), so only the summation order differs from the CPU.
-// Every lane returns the full sum.
+//   - vectorized: each lane loads 16 bytes of a row per step (f32: 4 values, bf16/f16: 8,
+//     q8: 16, q4: one group of 32, q2: four groups of 16), when the rows are 16-byte aligned
+//     and k is a multiple of the step's width (row_dot_vec_ok); several rows share each
+//     activation chunk loaded;
+//   - scalar: one element per lane per step, any k (partial quantized groups included),
+//     dequantized exactly as core/quant.cpp does.
+// The vectorized path applies a quantized group's scale once to the group's sum (the same
+// weights, summed in another order); only the summation order differs from the CPU.
 #pragma once
 
 #include "backends/cuda/common.cuh"
@@ -79,88 +80,95 @@ __device__ __forceinline__ void f16x2_to_f32(uint32_t v, float& a, float& b) {
   a = f.x;
   b = f.y;
 }
+// Byte b of v (a value 0..255) as the float 2^23 + byte, exactly: one byte permute, no
+// integer-to-float conversion (those run at 1/4 rate and bound a 4-bit matvec otherwise).
+template <int B>
+__device__ __forceinline__ float byte_f(uint32_t v) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440 | B));
+}
+constexpr float kTwo23 = 8388608.0f;
 
-// One 16-byte chunk: the partial dot of chunk c (in units of dot_vec_elems) of a row.
-// wrow: the row's packed values; srow: its scales; x: the activation row.
+// The activations of chunk c (dot_vec_elems values) in registers.
 template <DotType T>
-__device__ __forceinline__ float dot_chunk(const uint4 wv, const uint8_t* __restrict__ srow, const float* __restrict__ x,
-                                           int64_t c, float acc) {
+__device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_t c, float (&xr)[dot_vec_elems<T>()]) {
   constexpr int E = dot_vec_elems<T>();
   const float4* xv = reinterpret_cast<const float4*>(x + c * E);
+#pragma unroll
+  for (int i = 0; i < E / 4; ++i) {
+    const float4 a = __ldg(xv + i);
+    xr[4 * i] = a.x;
+    xr[4 * i + 1] = a.y;
+    xr[4 * i + 2] = a.z;
+    xr[4 * i + 3] = a.w;
+  }
+}
+
+// The dot of one 16-byte weight chunk (chunk c of its row; srow: the row's scales) with the
+// activations xr. Quantized kinds sum q * x per group and apply the group's scale (and min)
+// once: the same weights, summed in another order.
+template <DotType T>
+__device__ __forceinline__ float chunk_dot(const uint4 wv, const uint8_t* __restrict__ srow, int64_t c,
+                                           const float (&xr)[dot_vec_elems<T>()]) {
   const uint32_t w32[4] = {wv.x, wv.y, wv.z, wv.w};
+  float acc = 0.0f;
   if constexpr (T == DotType::f32) {
-    const float4 a = xv[0];
-    acc = fmaf(__uint_as_float(w32[0]), a.x, acc);
-    acc = fmaf(__uint_as_float(w32[1]), a.y, acc);
-    acc = fmaf(__uint_as_float(w32[2]), a.z, acc);
-    acc = fmaf(__uint_as_float(w32[3]), a.w, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fmaf(__uint_as_float(w32[i]), xr[i], acc);
   } else if constexpr (T == DotType::bf16 || T == DotType::f16) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float4 a = xv[i];
-      float w0, w1, w2, w3;
-      if constexpr (T == DotType::bf16) {
-        bf16x2_to_f32(w32[2 * i], w0, w1);
-        bf16x2_to_f32(w32[2 * i + 1], w2, w3);
-      } else {
-        f16x2_to_f32(w32[2 * i], w0, w1);
-        f16x2_to_f32(w32[2 * i + 1], w2, w3);
-      }
-      acc = fmaf(w0, a.x, acc);
-      acc = fmaf(w1, a.y, acc);
-      acc = fmaf(w2, a.z, acc);
-      acc = fmaf(w3, a.w, acc);
+    for (int i = 0; i < 4; ++i) {
+      float w0, w1;
+      if constexpr (T == DotType::bf16) bf16x2_to_f32(w32[i], w0, w1);
+      else f16x2_to_f32(w32[i], w0, w1);
+      acc = fmaf(w0, xr[2 * i], acc);
+      acc = fmaf(w1, xr[2 * i + 1], acc);
     }
   } else if constexpr (T == DotType::q8) {
-    const float scale = *reinterpret_cast<const float*>(srow);
-    float part = 0.0f;
+    // int8 q: q + 128 = byte ^ 0x80, so byte_f - (2^23 + 128) = q exactly.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float4 a = xv[i];
-      const uint32_t v = w32[i];
-      // q * scale per element, as dequantize_row (one f32 multiply), then the dot.
-      part = fmaf(static_cast<float>(static_cast<int8_t>(v & 0xff)) * scale, a.x, part);
-      part = fmaf(static_cast<float>(static_cast<int8_t>((v >> 8) & 0xff)) * scale, a.y, part);
-      part = fmaf(static_cast<float>(static_cast<int8_t>((v >> 16) & 0xff)) * scale, a.z, part);
-      part = fmaf(static_cast<float>(static_cast<int8_t>(v >> 24)) * scale, a.w, part);
+      const uint32_t v = w32[i] ^ 0x80808080u;
+      acc = fmaf(byte_f<0>(v) - (kTwo23 + 128.0f), xr[4 * i], acc);
+      acc = fmaf(byte_f<1>(v) - (kTwo23 + 128.0f), xr[4 * i + 1], acc);
+      acc = fmaf(byte_f<2>(v) - (kTwo23 + 128.0f), xr[4 * i + 2], acc);
+      acc = fmaf(byte_f<3>(v) - (kTwo23 + 128.0f), xr[4 * i + 3], acc);
     }
-    acc += part;
+    acc *= *reinterpret_cast<const float*>(srow);
   } else if constexpr (T == DotType::q4) {
-    // One group of 32: byte j holds element 2j (low nibble) and 2j+1 (high nibble).
-    const float d = __half2float(reinterpret_cast<const __half*>(srow)[c]);
-    float part = 0.0f;
+    // One group of 32: byte j holds element 2j (low nibble) and 2j+1 (high nibble); w = (q - 8) d.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t v = w32[i];
-      const float4 a = xv[2 * i], b = xv[2 * i + 1];
-      part = fmaf(static_cast<float>(static_cast<int>(v & 15) - 8) * d, a.x, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 4) & 15) - 8) * d, a.y, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 8) & 15) - 8) * d, a.z, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 12) & 15) - 8) * d, a.w, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 16) & 15) - 8) * d, b.x, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 20) & 15) - 8) * d, b.y, part);
-      part = fmaf(static_cast<float>(static_cast<int>((v >> 24) & 15) - 8) * d, b.z, part);
-      part = fmaf(static_cast<float>(static_cast<int>(v >> 28) - 8) * d, b.w, part);
+      const uint32_t lo = w32[i] & 0x0F0F0F0Fu, hi = (w32[i] >> 4) & 0x0F0F0F0Fu;
+      acc = fmaf(byte_f<0>(lo) - (kTwo23 + 8.0f), xr[8 * i], acc);
+      acc = fmaf(byte_f<0>(hi) - (kTwo23 + 8.0f), xr[8 * i + 1], acc);
+      acc = fmaf(byte_f<1>(lo) - (kTwo23 + 8.0f), xr[8 * i + 2], acc);
+      acc = fmaf(byte_f<1>(hi) - (kTwo23 + 8.0f), xr[8 * i + 3], acc);
+      acc = fmaf(byte_f<2>(lo) - (kTwo23 + 8.0f), xr[8 * i + 4], acc);
+      acc = fmaf(byte_f<2>(hi) - (kTwo23 + 8.0f), xr[8 * i + 5], acc);
+      acc = fmaf(byte_f<3>(lo) - (kTwo23 + 8.0f), xr[8 * i + 6], acc);
+      acc = fmaf(byte_f<3>(hi) - (kTwo23 + 8.0f), xr[8 * i + 7], acc);
     }
-    acc += part;
+    acc *= __half2float(reinterpret_cast<const __half*>(srow)[c]);
   } else {
-    // Four groups of 16: byte j holds elements 4j..4j+3 in bits 0-1, 2-3, 4-5, 6-7.
-    const __half2* s = reinterpret_cast<const __half2*>(srow) + 4 * c;
+    // Four groups of 16: byte j holds elements 4j..4j+3 in bits 0-1, 2-3, 4-5, 6-7;
+    // w = q scale + min, so the group's dot is scale * sum(q x) + min * sum(x).
+    const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      const float2 sm = __half22float2(s[g]);  // (scale, min)
-      const uint32_t v = w32[g];
-      float part = 0.0f;
+      const float2 s = __half22float2(sm[g]);  // (scale, min)
+      const float* xg = xr + 16 * g;
+      float qx = 0.0f, sx = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 a = xv[4 * g + i];
-        const uint32_t byte = (v >> (8 * i)) & 0xff;
-        part = fmaf(fmaf(static_cast<float>(byte & 3), sm.x, sm.y), a.x, part);
-        part = fmaf(fmaf(static_cast<float>((byte >> 2) & 3), sm.x, sm.y), a.y, part);
-        part = fmaf(fmaf(static_cast<float>((byte >> 4) & 3), sm.x, sm.y), a.z, part);
-        part = fmaf(fmaf(static_cast<float>(byte >> 6), sm.x, sm.y), a.w, part);
+      for (int sh = 0; sh < 4; ++sh) {  // element 4j + sh of byte j
+        const uint32_t t = (w32[g] >> (2 * sh)) & 0x03030303u;
+        qx = fmaf(byte_f<0>(t) - kTwo23, xg[sh], qx);
+        qx = fmaf(byte_f<1>(t) - kTwo23, xg[4 + sh], qx);
+        qx = fmaf(byte_f<2>(t) - kTwo23, xg[8 + sh], qx);
+        qx = fmaf(byte_f<3>(t) - kTwo23, xg[12 + sh], qx);
       }
-      acc += part;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) sx += xg[e];
+      acc = fmaf(s.x, qx, fmaf(s.y, sx, acc));
     }
   }
   return acc;
@@ -185,62 +193,62 @@ __device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const 
   }
 }
 
-// Partial (per lane) dot of a row with NX activation rows x + i * ldx; the caller reduces
-// with warp_sum. vec: the vectorized path (row_dot_vec_ok held on the host).
-template <DotType T, int NX>
-__device__ __forceinline__ void row_dot_partial(const uint8_t* __restrict__ wrow, const uint8_t* __restrict__ srow,
-                                                const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
-                                                int lane, float (&acc)[NX]) {
+// Per-lane partial dots of NW weight rows (any rows of the same type and k: w[r], s[r]) with NX
+// activation rows x + i * ldx: acc[i][r]. Each loaded activation chunk serves all NW rows
+// (the activations, not the weights, would otherwise bound the L1 traffic of a 4-bit row).
+// The caller reduces with warp_sum. vec: the vectorized path (row_dot_vec_ok held for every
+// row and x).
+template <DotType T, int NX, int NW>
+__device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+                                                 const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
+                                                 int lane, float (&acc)[NX][NW]) {
   if (vec) {
     constexpr int E = dot_vec_elems<T>();
     const int64_t chunks = k / E;
-    const uint4* wv = reinterpret_cast<const uint4*>(wrow);
-    int64_t c = lane;
-    // Two loads in flight per lane before the arithmetic.
-    for (; c + 32 < chunks; c += 64) {
-      const uint4 a = __ldg(wv + c), b = __ldg(wv + c + 32);
+#pragma unroll 2
+    for (int64_t c = lane; c < chunks; c += 32) {
+      uint4 wv[NW];
+#pragma unroll
+      for (int r = 0; r < NW; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + c);
 #pragma unroll
       for (int i = 0; i < NX; ++i) {
-        acc[i] = dot_chunk<T>(a, srow, x + i * ldx, c, acc[i]);
-        acc[i] = dot_chunk<T>(b, srow, x + i * ldx, c + 32, acc[i]);
-      }
-    }
-    for (; c < chunks; c += 32) {
-      const uint4 a = __ldg(wv + c);
+        float xr[E];
+        load_x_chunk<T>(x + i * ldx, c, xr);
 #pragma unroll
-      for (int i = 0; i < NX; ++i) acc[i] = dot_chunk<T>(a, srow, x + i * ldx, c, acc[i]);
+        for (int r = 0; r < NW; ++r) acc[i][r] += chunk_dot<T>(wv[r], s[r], c, xr);
+      }
     }
   } else {
     for (int64_t c = lane; c < k; c += 32) {
-      const float wv = load_elem<T>(wrow, srow, c);
 #pragma unroll
-      for (int i = 0; i < NX; ++i) acc[i] = fmaf(wv, x[i * ldx + c], acc[i]);
+      for (int r = 0; r < NW; ++r) {
+        const float wv = load_elem<T>(w[r], s[r], c);
+#pragma unroll
+        for (int i = 0; i < NX; ++i) acc[i][r] = fmaf(wv, x[i * ldx + c], acc[i][r]);
+      }
     }
   }
 }
 
-// The whole dot of one row with one activation row, in every lane.
-template <DotType T>
-__device__ __forceinline__ float row_dot(const uint8_t* __restrict__ wrow, const uint8_t* __restrict__ srow,
-                                         const float* __restrict__ x, int64_t k, bool vec, int lane) {
-  float acc[1] = {0.0f};
-  row_dot_partial<T, 1>(wrow, srow, x, 0, k, vec, lane, acc);
-  return warp_sum(acc[0]);
-}
-
-// Runtime dispatch over the weight type (uniform across a warp, so no divergence).
-__device__ __forceinline__ float row_dot_any(int wtype, const uint8_t* __restrict__ wrow,
-                                             const uint8_t* __restrict__ srow, const float* __restrict__ x, int64_t k,
-                                             bool vec, int lane) {
+// NW whole dots of rows with one activation row, in every lane (runtime type, uniform across
+// the warp).
+template <int NW>
+__device__ __forceinline__ void rows_dot_any(int wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+                                             const float* __restrict__ x, int64_t k, bool vec, int lane,
+                                             float (&out)[NW]) {
+  float acc[1][NW];
+#pragma unroll
+  for (int r = 0; r < NW; ++r) acc[0][r] = 0.0f;
   switch (static_cast<DotType>(wtype)) {
-    case DotType::f32: return row_dot<DotType::f32>(wrow, srow, x, k, vec, lane);
-    case DotType::f16: return row_dot<DotType::f16>(wrow, srow, x, k, vec, lane);
-    case DotType::bf16: return row_dot<DotType::bf16>(wrow, srow, x, k, vec, lane);
-    case DotType::q8: return row_dot<DotType::q8>(wrow, srow, x, k, vec, lane);
-    case DotType::q4: return row_dot<DotType::q4>(wrow, srow, x, k, vec, lane);
-    case DotType::q2: return row_dot<DotType::q2>(wrow, srow, x, k, vec, lane);
+    case DotType::f32: rows_dot_partial<DotType::f32, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::f16: rows_dot_partial<DotType::f16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::bf16: rows_dot_partial<DotType::bf16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q8: rows_dot_partial<DotType::q8, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q4: rows_dot_partial<DotType::q4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q2: rows_dot_partial<DotType::q2, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
   }
-  return 0.0f;
+#pragma unroll
+  for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);
 }
 
 }  // namespace sluice::cuda
