@@ -16,8 +16,10 @@ constexpr int kWarps = 8;            // key splits per (row, head)
 // dynamic shared memory: kWarps * (d + 2) floats.
 __global__ void attention_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                  const float* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
-                                 int64_t hkv, int64_t d, int64_t n_past, float scale, int64_t window) {
+                                 int64_t hkv, int64_t d, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
+                                 float scale, int64_t window) {
   extern __shared__ float smem[];
+  const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t task = blockIdx.x;  // (row i, head h)
   const int64_t i = task / hq, h = task % hq, kvh = h / (hq / hkv);
@@ -87,12 +89,18 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
 
 void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
                       int64_t d, int64_t n_past, float scale, int64_t window, Stream s) {
+  launch_attention_at(q, k, v, out, n, hq, hkv, d, n_past, nullptr, scale, window, s);
+}
+
+void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
+                         int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
+                         int64_t window, Stream s) {
   SLUICE_CHECK(d <= 32 * kMaxDimsPerLane, Status::unsupported, "cuda attention: head_dim ", d, " exceeds ",
                32 * kMaxDimsPerLane);
   if (n == 0) return;
   const size_t smem = static_cast<size_t>(kWarps) * (d + 2) * sizeof(float);
   attention_kernel<<<static_cast<unsigned>(n * hq), kWarps * 32, smem, static_cast<cudaStream_t>(s)>>>(
-      q, k, v, out, n, hq, hkv, d, n_past, scale, window);
+      q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale, window);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -45,6 +45,15 @@ class CudaBackend final : public Backend {
   void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
+  void get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+
+  // CUDA graphs (stream capture), on unless SLUICE_CUDA_GRAPHS=0. While capturing, alloc
+  // draws from a pool the graph owns, so no block a replay writes is ever handed to others.
+  bool graphs_enabled() const override { return graphs_enabled_; }
+  void graph_begin() override;
+  std::unique_ptr<BackendGraph> graph_end() override;
+  void graph_launch(const BackendGraph& graph) override;
 
   // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
   std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) override;
@@ -81,7 +90,9 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  std::shared_ptr<cuda::DevicePool> pool_;
+  std::shared_ptr<cuda::DevicePool> pool_;          // activations
+  std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
+  bool graphs_enabled_ = true;
   std::unique_ptr<cuda::PinnedRing> pinned_;
 };
 
