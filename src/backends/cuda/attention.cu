@@ -139,11 +139,22 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
     for (int t = 0; t < DPL; ++t) acc[t] *= corr;
     const int64_t n_keys = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
     const float* vr = v + j0 * stride + kvh * d + DPL * lane;
-    for (int t = 0; t < n_keys; ++t) {
-      const float pt = __shfl_sync(0xffffffffu, p, t);
-      const float* vt = vr + t * stride;
+    if (n_keys == 32) {
+      // A whole chunk: unrolled, so that the loads of several values rows are in flight.
+#pragma unroll 8
+      for (int t = 0; t < 32; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        const float* vt = vr + t * stride;
 #pragma unroll
-      for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, vt[e], acc[e]);
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+      }
+    } else {
+      for (int t = 0; t < n_keys; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        const float* vt = vr + t * stride;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+      }
     }
     mx = m_new;
   }
