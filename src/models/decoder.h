@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/blocks.h"
+#include "models/moe_layer.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -51,11 +52,21 @@ class DecoderModel : public Model {
   const DecoderSpec& spec() const { return spec_; }
 
  private:
+  // The layers over the residual stream x [n, n_embd] at positions state.n_past.. (positions:
+  // the same as an i32 tensor on the backend, or empty), and the output head.
+  void forward_layers(SequenceState& state, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                      const Tensor& positions);
+  void final_logits(const Tensor& x, const Tensor& out);
+  // Whether a one-token step can be a replayed graph: the backend captures graphs, every
+  // expert is resident in a device table, and nothing observes or streams the routing.
+  bool step_graph_eligible() const;
+
   Backend& be_;
   DecoderSpec spec_;
   DecoderWeights w_;
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
+  std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts
 };
 
 }  // namespace sluice

@@ -1,6 +1,9 @@
 // CudaBackend: memory, transfers and the op entry points (shape checks, then a launcher).
 #include "backends/cuda/cuda_backend.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
 #include "core/quant.h"
@@ -46,17 +49,21 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = str("cuda:", device, " (", prop.name, ")");
+  pool_ = std::make_shared<cuda::DevicePool>(device);
+  if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
+  pinned_ = std::make_unique<cuda::PinnedRing>();
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (scratch_) cudaFree(scratch_);
+  pinned_.reset();
+  pool_->release_cached();  // blocks still owned by tensors return to the pool, freed with it
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t(dtype, shape, nullptr);
-  auto mem = device_alloc(t.nbytes(), device_);
+  auto mem = (capture_pool_ ? capture_pool_ : pool_)->get(t.nbytes());
   t.data = mem.get();
   t.storage = std::move(mem);
   return t;
@@ -65,11 +72,12 @@ Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
 Tensor CudaBackend::upload(const Tensor& host) {
   Tensor t = host;
   const size_t data_bytes = host.nbytes(), scale_bytes = host.scale_nbytes();
-  auto mem = device_alloc(data_bytes + scale_bytes, device_);
+  const size_t scale_offset = (data_bytes + 15) / 16 * 16;  // kernels load scales as f32 / half2
+  auto mem = device_alloc(scale_offset + scale_bytes, device_);
   t.data = mem.get();
   CUDA_CHECK(cudaMemcpy(t.data, host.data, data_bytes, cudaMemcpyHostToDevice));
   if (scale_bytes) {
-    t.scales = static_cast<char*>(t.data) + data_bytes;
+    t.scales = static_cast<char*>(t.data) + scale_offset;
     CUDA_CHECK(cudaMemcpy(t.scales, host.scales, scale_bytes, cudaMemcpyHostToDevice));
   }
   t.storage = std::move(mem);
@@ -77,13 +85,20 @@ Tensor CudaBackend::upload(const Tensor& host) {
 }
 
 void CudaBackend::to_host(const Tensor& src, void* dst) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: to_host while capturing a graph");
   CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::from_host(const Tensor& dst, const void* src) {
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src at once
+void CudaBackend::from_host(const Tensor& dst, const void* src) { copy_from_host(dst.data, src, dst.nbytes()); }
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: from_host while capturing a graph");
+  if (bytes == 0 || pinned_->copy_async(dst, src, bytes, stream_)) return;
+  // Larger than a pinned slot (weights, whole tables): a pageable copy, then wait, since the
+  // caller may reuse src at once.
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
@@ -99,18 +114,11 @@ void CudaBackend::fill(const Tensor& dst, float value) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::stage(const void* host, size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
-    scratch_bytes_ = std::max<size_t>(bytes, 1 << 16);
-    CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
-  }
-  // Earlier kernels may still read the scratch: order the copy behind them on the stream,
-  // and wait for it before the host buffer can change (pageable copies return early).
-  CUDA_CHECK(cudaMemcpyAsync(scratch_, host, bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return scratch_;
+std::shared_ptr<void> CudaBackend::stage(const void* host, size_t bytes) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: a host array passed to an op while capturing a graph");
+  auto mem = pool_->get(bytes);
+  copy_from_host(mem.get(), host, bytes);
+  return mem;
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -119,14 +127,15 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   SLUICE_CHECK(w.cols() == k && y.rows() == n && y.cols() == m, Status::internal, "cuda matmul: x ", x.shape_str(),
                ", w ", w.shape_str(), ", y ", y.shape_str());
-  if (dtype_is_quantized(w.dtype)) {
+  if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
-    const int qtype = w.dtype == DType::q8 ? 0 : w.dtype == DType::q4 ? 1 : 2;
-    cuda::launch_matmul_quant(x.ptr<float>(), w.data, w.scales, qtype, y.ptr<float>(), n, m, k,
-                              quant_row_bytes(w.dtype, k), quant_scale_row_bytes(w.dtype, k), stream_);
-    return;
-  }
-  cuda::launch_matmul(x.ptr<float>(), w.data, wtype_of(w, "matmul"), y.ptr<float>(), n, m, k, stream_);
+  if (n == 0 || m == 0) return;
+  const int code = w.dtype == DType::q8 ? 10 : w.dtype == DType::q4 ? 11 : w.dtype == DType::q2 ? 12
+                                                                                                : wtype_of(w, "matmul");
+  if (n <= cuda::kMatvecMaxRows)  // decode: bandwidth-bound, every weight byte read once
+    cuda::launch_matvec(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
+  else  // prefill: shared-memory tiles, a weight element read once per 64 rows
+    cuda::launch_matmul_tiled(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
 }
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& b) {
@@ -158,8 +167,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.numel() == q.numel() && k.shape[2] == q.shape[2] &&
                    q.shape[1] % k.shape[1] == 0 && p.n_past + q.shape[0] <= k.shape[0],
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
-  cuda::launch_attention(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
-                         k.shape[1], q.shape[2], p.n_past, p.scale, p.sliding_window, stream_);
+  SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
+               "cuda attention: n_past_at must be i32");
+  cuda::launch_attention_at(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
+                         k.shape[1], q.shape[2], p.n_past, p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(),
+                         p.scale, p.sliding_window, stream_);
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -183,21 +195,24 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, co
                ", out ", out.shape_str());
   for (int32_t id : ids)
     SLUICE_CHECK(id >= 0 && id < table.rows(), Status::invalid_argument, "row id ", id, " outside [0, ", table.rows(), ")");
-  auto* d_ids = static_cast<const int32_t*>(stage(ids.data(), ids.size_bytes()));
+  auto staged = stage(ids.data(), ids.size_bytes());
+  auto* d_ids = static_cast<const int32_t*>(staged.get());
   cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), d_ids, out.ptr<float>(), n, cols, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) {
   const int64_t n = static_cast<int64_t>(idx.size());
   SLUICE_CHECK(out.rows() == n && out.cols() == src.cols(), Status::internal, "cuda gather_rows shapes");
-  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  auto staged = stage(idx.data(), idx.size_bytes());
+  auto* d_idx = static_cast<const int32_t*>(staged.get());
   cuda::launch_gather_rows(src.ptr<float>(), d_idx, out.ptr<float>(), n, src.cols(), stream_);
 }
 
 void CudaBackend::scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) {
   const int64_t n = static_cast<int64_t>(idx.size());
   SLUICE_CHECK(src.rows() == n && src.cols() == dst.cols(), Status::internal, "cuda scatter_rows shapes");
-  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  auto staged = stage(idx.data(), idx.size_bytes());
+  auto* d_idx = static_cast<const int32_t*>(staged.get());
   cuda::launch_scatter_rows(src.ptr<float>(), d_idx, dst.ptr<float>(), n, src.cols(), stream_);
 }
 
@@ -206,8 +221,59 @@ void CudaBackend::moe_combine(const Tensor& expert_out, std::span<const float> w
   SLUICE_CHECK(expert_out.rows() == n * k && expert_out.cols() == out.cols() &&
                    static_cast<int64_t>(weights.size()) == n * k,
                Status::internal, "cuda moe_combine shapes");
-  auto* d_w = static_cast<const float*>(stage(weights.data(), weights.size_bytes()));
+  auto staged = stage(weights.data(), weights.size_bytes());
+  auto* d_w = static_cast<const float*>(staged.get());
   cuda::launch_moe_combine(expert_out.ptr<float>(), d_w, out.ptr<float>(), n, k, out.cols(), stream_);
+}
+
+void CudaBackend::get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const int64_t n = ids.numel(), cols = table.cols();
+  SLUICE_CHECK(ids.dtype == DType::i32 && out.rows() == n && out.cols() == cols, Status::internal,
+               "cuda get_rows_at: table ", table.shape_str(), ", ids ", ids.shape_str(), ", out ", out.shape_str());
+  cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), ids.ptr<int32_t>(), out.ptr<float>(), n, cols, stream_);
+}
+
+void CudaBackend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) {
+  const int64_t n = idx.numel();
+  SLUICE_CHECK(idx.dtype == DType::i32 && src.rows() == n && src.cols() == dst.cols(), Status::internal,
+               "cuda scatter_rows_at: src ", src.shape_str(), ", idx ", idx.shape_str(), ", dst ", dst.shape_str());
+  cuda::launch_scatter_rows(src.ptr<float>(), idx.ptr<int32_t>(), dst.ptr<float>(), n, src.cols(), stream_);
+}
+
+namespace {
+struct CudaGraph final : BackendGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::shared_ptr<cuda::DevicePool> pool;  // the memory the graph's ops use
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+}  // namespace
+
+void CudaBackend::graph_begin() {
+  SLUICE_CHECK(graphs_enabled_ && !capture_pool_, Status::internal, "cuda: graph_begin ",
+               capture_pool_ ? "inside a capture" : "with graphs disabled (SLUICE_CUDA_GRAPHS=0)");
+  capture_pool_ = std::make_shared<cuda::DevicePool>(device_);
+  // Relaxed: the pool may cudaMalloc while capturing.
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+}
+
+std::unique_ptr<BackendGraph> CudaBackend::graph_end() {
+  SLUICE_CHECK(capture_pool_ != nullptr, Status::internal, "cuda: graph_end without graph_begin");
+  auto g = std::make_unique<CudaGraph>();
+  g->pool = std::move(capture_pool_);
+  capture_pool_ = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
+  CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  return g;
+}
+
+void CudaBackend::graph_launch(const BackendGraph& graph) {
+  const auto* g = dynamic_cast<const CudaGraph*>(&graph);
+  SLUICE_CHECK(g && g->exec, Status::internal, "cuda: graph_launch of a graph this backend did not capture");
+  CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
