@@ -152,7 +152,7 @@ TEST(CudaOps, Attention) {
                                    {9, 13, 5}, {1, 700, 0}, {3, 700, 300}, {33, 70, 0}}) {
     const int64_t hq = 6, hkv = 2, ctx = n_past + n + 3;
     auto qv = random_vec(n * hq * d, 8), kv = random_vec(ctx * hkv * d, 9), vv = random_vec(ctx * hkv * d, 10);
-    AttentionParams ap{n_past, 0.15f, window};
+    AttentionParams ap{n_past, 0.15f, window, {}};
     Tensor oc = p.cpu->alloc(DType::f32, {n, hq, d});
     p.cpu->attention(cpu_f32(*p.cpu, {n, hq, d}, qv), cpu_f32(*p.cpu, {ctx, hkv, d}, kv),
                      cpu_f32(*p.cpu, {ctx, hkv, d}, vv), oc, ap);

@@ -335,7 +335,7 @@ TEST_F(CpuOps, AttentionMatchesReference) {
     std::vector<float> v = random_floats(rng, n_ctx * c.n_kv_head * c.d);
     // Positions past n_past + n must be invisible: poison them.
     for (size_t i = static_cast<size_t>((c.n_past + c.n) * c.n_kv_head * c.d); i < k.size(); ++i) k[i] = v[i] = 1e30f;
-    AttentionParams params{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window};
+    AttentionParams params{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
     Guarded out({c.n, c.n_head, c.d});
     be.attention(view(q, {c.n, c.n_head, c.d}), view(k, {n_ctx, c.n_kv_head, c.d}), view(v, {n_ctx, c.n_kv_head, c.d}),
                  out.t, params);
@@ -366,7 +366,7 @@ TEST_F(CpuOps, AttentionPrefillEqualsDecodeBitwise) {
     std::vector<float> q = random_floats(rng, n * n_head * d), k = random_floats(rng, n_ctx * n_kv * d),
                        v = random_floats(rng, n_ctx * n_kv * d);
     std::vector<float> batched(q.size()), stepped(q.size());
-    AttentionParams params{n_past, 0.125f, window};
+    AttentionParams params{n_past, 0.125f, window, {}};
     be.attention(view(q, {n, n_head, d}), view(k, {n_ctx, n_kv, d}), view(v, {n_ctx, n_kv, d}),
                  view(batched, {n, n_head, d}), params);
     for (int64_t i = 0; i < n; ++i) {
