@@ -86,7 +86,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
 
 std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens) {
   if (!s.model.streamer) return std::nullopt;
-  ExpertStreamer& st = *s.model.streamer;
+  StreamingProvider& st = *s.model.streamer;
   if (!st.drain(st.options().io_timeout)) LOG_WARN("expert reads still in flight after the run; statistics omit them");
   RunStats r = st.stats();
   r.prefill_tokens = static_cast<uint64_t>(tokens.prefill_tokens);
