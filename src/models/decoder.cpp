@@ -59,18 +59,23 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
       const int64_t E = spec_.router.n_expert;
       Tensor rl = be_.alloc(DType::f32, {n, E});
       be_.matmul(h, lw.router, rl);
-      router_logits.resize(n * E);
-      be_.to_host(rl, router_logits.data());
-      Routing routing = route_topk(spec_.router, router_logits, n);
-      if (routing_observer_) routing_observer_({static_cast<int64_t>(l), state.n_past, &routing});
-      if (expert_provider_) {
-        const int64_t next = next_moe_[l];
-        expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
-                                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, rl});
+      const int64_t next = next_moe_[l];
+      const Tensor next_router = next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{};
+      if (expert_provider_ && expert_provider_->routes_on_device()) {
+        // The provider routes on the device: no host round trip (nor routing observer).
+        expert_provider_->moe(be_, {moe_index_[l], nullptr, h, y, &spec_.router, next_router, rl});
       } else {
-        SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
-                     ": no resident experts and no expert provider (a streamed model without its streamer)");
-        routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+        router_logits.resize(n * E);
+        be_.to_host(rl, router_logits.data());
+        Routing routing = route_topk(spec_.router, router_logits, n);
+        if (routing_observer_) routing_observer_({static_cast<int64_t>(l), state.n_past, &routing});
+        if (expert_provider_) {
+          expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router, next_router, rl});
+        } else {
+          SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
+                       ": no resident experts and no expert provider (a streamed model without its streamer)");
+          routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+        }
       }
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
@@ -85,6 +90,7 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   be_.matmul(xn, w_.output, out);
   be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
 }
 
 }  // namespace sluice

@@ -52,18 +52,23 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
   const int64_t E = spec_.router.n_expert;
   Tensor rl = be_.alloc(DType::f32, {n, E});
   be_.matmul(h, lw.router, rl);
-  std::vector<float> router_logits(n * E);
-  be_.to_host(rl, router_logits.data());
-  Routing routing = route_topk(spec_.router, router_logits, n);
-  if (routing_observer_) routing_observer_({static_cast<int64_t>(l), n_past, &routing});
-  if (expert_provider_) {
-    const int64_t next = next_moe_[l];
-    expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router,
-                                next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, rl});
+  const int64_t next = next_moe_[l];
+  const Tensor next_router = next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{};
+  if (expert_provider_ && expert_provider_->routes_on_device()) {
+    // The provider routes on the device: no host round trip (nor routing observer).
+    expert_provider_->moe(be_, {moe_index_[l], nullptr, h, y, &spec_.router, next_router, rl});
   } else {
-    SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
-                 ": no resident experts and no expert provider (a streamed model without its streamer)");
-    routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+    std::vector<float> router_logits(n * E);
+    be_.to_host(rl, router_logits.data());
+    Routing routing = route_topk(spec_.router, router_logits, n);
+    if (routing_observer_) routing_observer_({static_cast<int64_t>(l), n_past, &routing});
+    if (expert_provider_) {
+      expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router, next_router, rl});
+    } else {
+      SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
+                   ": no resident experts and no expert provider (a streamed model without its streamer)");
+      routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
+    }
   }
   if (spec_.n_ff_shared > 0) {
     // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.
@@ -134,6 +139,7 @@ void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_
   Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   be_.matmul(xn, w_.output, out);
   be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
 }
 
 }  // namespace sluice
