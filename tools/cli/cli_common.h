@@ -32,6 +32,9 @@ struct ModelOptions {
   std::string miss_kind;          // --miss-kind KIND
   std::string stats;              // --stats FILE
   bool verify_reads = false;      // --verify-reads
+  std::string wait;               // --wait spin|block (CUDA streaming; default spin)
+  double wait_timeout = 0;        // --wait-timeout SECONDS (CUDA streaming; default 30)
+  bool fake_experts = false;      // --fake-experts (developer: skip expert reads)
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);
