@@ -1,4 +1,4 @@
-// Backend selection by name.
+// Backend selection by name, and the defaults of optional ops.
 #include "backends/backend.h"
 
 #include <cstdlib>
@@ -20,6 +20,10 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(Status::unsupported, "this sluice was built without CUDA (configure with -DSLUICE_CUDA=ON on a machine with nvcc)");
 }
 #endif
+
+void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&) {
+  fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();

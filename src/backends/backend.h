@@ -13,9 +13,17 @@
 #include <span>
 #include <string>
 
+#include "backends/expert_weights.h"
 #include "backends/tensor.h"
 
 namespace sluice {
+
+// One MoE layer's resident routed experts prepared for a backend's device-side dispatch
+// (Backend::make_expert_table); opaque to model code.
+class ExpertTable {
+ public:
+  virtual ~ExpertTable() = default;
+};
 
 enum class Activation : uint8_t {
   sigmoid,  // 1 / (1 + e^-x)
@@ -90,6 +98,18 @@ class Backend {
   // expert_out [n*k, c], out [n, c], weights has n*k entries (host memory).
   virtual void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                            const Tensor& out) = 0;
+
+  // ---- device-side MoE (every expert of a layer resident) ----
+  // A table over one layer's resident experts (same dtype and shapes: gate/up [n_ff, n_embd],
+  // down [n_embd, n_ff]), built once at load, for moe_routed. Null: this backend routes on the
+  // host (the CPU backend; the reference is route_topk + routed_experts in models/blocks.h).
+  virtual std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) { return nullptr; }
+  // The routed half of a MoE layer with no host round trip: the top-k of softmax(logits[n, E])
+  // as route_topk does it (k = n_expert_used, renormalized when norm_topk), then
+  // out[n, n_embd] = sum over ranks r of weight[r] x expert[id[r]](h[row]) in rank order
+  // (moe_combine). table: from this backend's make_expert_table.
+  virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
+                          const Tensor& h, const Tensor& out);
 
   // ---- hybrid families: Gated DeltaNet, gated attention, QSA, hyper-connections, PLE ----
   // All tensors f32 unless said otherwise; "rows" as above. Outputs may not overlap inputs

@@ -20,6 +20,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   std::vector<bool> is_moe;
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert);
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
@@ -47,7 +48,6 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   be_.get_rows(w_.tok_embd, tokens, x);
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
-  std::vector<float> router_logits;
 
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
@@ -56,27 +56,12 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
     be_.add(x, y);
     be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
     if (spec_.layers[l].moe) {
-      const int64_t E = spec_.router.n_expert;
-      Tensor rl = be_.alloc(DType::f32, {n, E});
-      be_.matmul(h, lw.router, rl);
       const int64_t next = next_moe_[l];
-      const Tensor next_router = next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{};
-      if (expert_provider_ && expert_provider_->routes_on_device()) {
-        // The provider routes on the device: no host round trip (nor routing observer).
-        expert_provider_->moe(be_, {moe_index_[l], nullptr, h, y, &spec_.router, next_router, rl});
-      } else {
-        router_logits.resize(n * E);
-        be_.to_host(rl, router_logits.data());
-        Routing routing = route_topk(spec_.router, router_logits, n);
-        if (routing_observer_) routing_observer_({static_cast<int64_t>(l), state.n_past, &routing});
-        if (expert_provider_) {
-          expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router, next_router, rl});
-        } else {
-          SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
-                       ": no resident experts and no expert provider (a streamed model without its streamer)");
-          routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
-        }
-      }
+      moe_routed_half(be_,
+                      {static_cast<int64_t>(l), moe_index_[l], state.n_past, &spec_.router, lw.router,
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
+                       expert_tables_[l].get()},
+                      expert_provider_.get(), routing_observer_, h, y);
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/blocks.h"
+#include "models/moe_layer.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -56,6 +57,7 @@ class DecoderModel : public Model {
   DecoderWeights w_;
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
+  std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts
 };
 
 }  // namespace sluice

@@ -22,6 +22,7 @@ HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weight
   std::vector<bool> is_moe;
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert);
 }
 
 std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
@@ -49,27 +50,12 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
     swiglu_mlp(be_, lw.mlp, h, y);
     return;
   }
-  const int64_t E = spec_.router.n_expert;
-  Tensor rl = be_.alloc(DType::f32, {n, E});
-  be_.matmul(h, lw.router, rl);
   const int64_t next = next_moe_[l];
-  const Tensor next_router = next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{};
-  if (expert_provider_ && expert_provider_->routes_on_device()) {
-    // The provider routes on the device: no host round trip (nor routing observer).
-    expert_provider_->moe(be_, {moe_index_[l], nullptr, h, y, &spec_.router, next_router, rl});
-  } else {
-    std::vector<float> router_logits(n * E);
-    be_.to_host(rl, router_logits.data());
-    Routing routing = route_topk(spec_.router, router_logits, n);
-    if (routing_observer_) routing_observer_({static_cast<int64_t>(l), n_past, &routing});
-    if (expert_provider_) {
-      expert_provider_->moe(be_, {moe_index_[l], &routing, h, y, &spec_.router, next_router, rl});
-    } else {
-      SLUICE_CHECK(static_cast<int64_t>(lw.experts.size()) == E, Status::internal, "layer ", l,
-                   ": no resident experts and no expert provider (a streamed model without its streamer)");
-      routed_experts(be_, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return lw.experts[e]; });
-    }
-  }
+  moe_routed_half(be_,
+                  {static_cast<int64_t>(l), moe_index_[l], n_past, &spec_.router, lw.router,
+                   next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
+                   expert_tables_[l].get()},
+                  expert_provider_.get(), routing_observer_, h, y);
   if (spec_.n_ff_shared > 0) {
     // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.
     Tensor s = be_.alloc(DType::f32, {n, spec_.info.n_embd});

@@ -16,6 +16,7 @@
 #include "models/gated_delta_net.h"
 #include "models/hyper_connections.h"
 #include "models/model.h"
+#include "models/moe_layer.h"
 #include "models/ple.h"
 
 namespace sluice {
@@ -96,6 +97,7 @@ class HybridModel : public Model {
   HybridWeights w_;
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for other layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
+  std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts
 };
 
 }  // namespace sluice

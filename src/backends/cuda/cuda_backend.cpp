@@ -46,17 +46,20 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = str("cuda:", device, " (", prop.name, ")");
+  pool_ = std::make_shared<cuda::DevicePool>(device);
+  pinned_ = std::make_unique<cuda::PinnedRing>();
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (scratch_) cudaFree(scratch_);
+  pinned_.reset();
+  pool_->release_cached();  // blocks still owned by tensors return to the pool, freed with it
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t(dtype, shape, nullptr);
-  auto mem = device_alloc(t.nbytes(), device_);
+  auto mem = pool_->get(t.nbytes());
   t.data = mem.get();
   t.storage = std::move(mem);
   return t;
@@ -65,11 +68,12 @@ Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
 Tensor CudaBackend::upload(const Tensor& host) {
   Tensor t = host;
   const size_t data_bytes = host.nbytes(), scale_bytes = host.scale_nbytes();
-  auto mem = device_alloc(data_bytes + scale_bytes, device_);
+  const size_t scale_offset = (data_bytes + 15) / 16 * 16;  // kernels load scales as f32 / half2
+  auto mem = device_alloc(scale_offset + scale_bytes, device_);
   t.data = mem.get();
   CUDA_CHECK(cudaMemcpy(t.data, host.data, data_bytes, cudaMemcpyHostToDevice));
   if (scale_bytes) {
-    t.scales = static_cast<char*>(t.data) + data_bytes;
+    t.scales = static_cast<char*>(t.data) + scale_offset;
     CUDA_CHECK(cudaMemcpy(t.scales, host.scales, scale_bytes, cudaMemcpyHostToDevice));
   }
   t.storage = std::move(mem);
@@ -81,9 +85,14 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::from_host(const Tensor& dst, const void* src) {
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src at once
+void CudaBackend::from_host(const Tensor& dst, const void* src) { copy_from_host(dst.data, src, dst.nbytes()); }
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || pinned_->copy_async(dst, src, bytes, stream_)) return;
+  // Larger than a pinned slot (weights, whole tables): a pageable copy, then wait, since the
+  // caller may reuse src at once.
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
@@ -99,18 +108,10 @@ void CudaBackend::fill(const Tensor& dst, float value) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::stage(const void* host, size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
-    scratch_bytes_ = std::max<size_t>(bytes, 1 << 16);
-    CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
-  }
-  // Earlier kernels may still read the scratch: order the copy behind them on the stream,
-  // and wait for it before the host buffer can change (pageable copies return early).
-  CUDA_CHECK(cudaMemcpyAsync(scratch_, host, bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return scratch_;
+std::shared_ptr<void> CudaBackend::stage(const void* host, size_t bytes) {
+  auto mem = pool_->get(bytes);
+  copy_from_host(mem.get(), host, bytes);
+  return mem;
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -119,8 +120,15 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   SLUICE_CHECK(w.cols() == k && y.rows() == n && y.cols() == m, Status::internal, "cuda matmul: x ", x.shape_str(),
                ", w ", w.shape_str(), ", y ", y.shape_str());
-  if (dtype_is_quantized(w.dtype)) {
+  if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
+  if (n >= 1 && n <= cuda::kMatvecMaxRows) {  // decode: the bandwidth-bound kernel
+    const int code = w.dtype == DType::q8 ? 10 : w.dtype == DType::q4 ? 11 : w.dtype == DType::q2 ? 12
+                                                                                                  : wtype_of(w, "matmul");
+    cuda::launch_matvec(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
+    return;
+  }
+  if (dtype_is_quantized(w.dtype)) {
     const int qtype = w.dtype == DType::q8 ? 0 : w.dtype == DType::q4 ? 1 : 2;
     cuda::launch_matmul_quant(x.ptr<float>(), w.data, w.scales, qtype, y.ptr<float>(), n, m, k,
                               quant_row_bytes(w.dtype, k), quant_scale_row_bytes(w.dtype, k), stream_);
@@ -183,21 +191,24 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, co
                ", out ", out.shape_str());
   for (int32_t id : ids)
     SLUICE_CHECK(id >= 0 && id < table.rows(), Status::invalid_argument, "row id ", id, " outside [0, ", table.rows(), ")");
-  auto* d_ids = static_cast<const int32_t*>(stage(ids.data(), ids.size_bytes()));
+  auto staged = stage(ids.data(), ids.size_bytes());
+  auto* d_ids = static_cast<const int32_t*>(staged.get());
   cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), d_ids, out.ptr<float>(), n, cols, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) {
   const int64_t n = static_cast<int64_t>(idx.size());
   SLUICE_CHECK(out.rows() == n && out.cols() == src.cols(), Status::internal, "cuda gather_rows shapes");
-  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  auto staged = stage(idx.data(), idx.size_bytes());
+  auto* d_idx = static_cast<const int32_t*>(staged.get());
   cuda::launch_gather_rows(src.ptr<float>(), d_idx, out.ptr<float>(), n, src.cols(), stream_);
 }
 
 void CudaBackend::scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) {
   const int64_t n = static_cast<int64_t>(idx.size());
   SLUICE_CHECK(src.rows() == n && src.cols() == dst.cols(), Status::internal, "cuda scatter_rows shapes");
-  auto* d_idx = static_cast<const int32_t*>(stage(idx.data(), idx.size_bytes()));
+  auto staged = stage(idx.data(), idx.size_bytes());
+  auto* d_idx = static_cast<const int32_t*>(staged.get());
   cuda::launch_scatter_rows(src.ptr<float>(), d_idx, dst.ptr<float>(), n, src.cols(), stream_);
 }
 
@@ -206,7 +217,8 @@ void CudaBackend::moe_combine(const Tensor& expert_out, std::span<const float> w
   SLUICE_CHECK(expert_out.rows() == n * k && expert_out.cols() == out.cols() &&
                    static_cast<int64_t>(weights.size()) == n * k,
                Status::internal, "cuda moe_combine shapes");
-  auto* d_w = static_cast<const float*>(stage(weights.data(), weights.size_bytes()));
+  auto staged = stage(weights.data(), weights.size_bytes());
+  auto* d_w = static_cast<const float*>(staged.get());
   cuda::launch_moe_combine(expert_out.ptr<float>(), d_w, out.ptr<float>(), n, k, out.cols(), stream_);
 }
 

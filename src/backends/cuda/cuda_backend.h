@@ -1,15 +1,18 @@
-// CudaBackend: Backend on one NVIDIA GPU. Tensors live in device memory (cudaMalloc, owned
-// through Tensor::storage); ops are kernels enqueued on one stream; to_host synchronizes.
-// Host-side index and weight arrays (get_rows, gather/scatter, moe_combine) are copied to a
-// device scratch buffer on the same stream first. Compiled as C++20 by the host compiler:
+// CudaBackend: Backend on one NVIDIA GPU. Tensors live in device memory owned through
+// Tensor::storage: weights (upload) in their own cudaMalloc blocks, activations (alloc) in a
+// caching pool (cuda_memory.h). Ops are kernels enqueued on one stream; only to_host
+// synchronizes. Host-side arrays (token ids, indices, routing weights, from_host) travel
+// through a ring of pinned buffers, asynchronously. Compiled as C++20 by the host compiler:
 // the kernels (.cu, C++17) are reached through kernels.h.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/cuda/cuda_memory.h"
 
 namespace sluice {
 
@@ -46,6 +49,11 @@ class CudaBackend final : public Backend {
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
 
+  // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
+  std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) override;
+  void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
+                  const Tensor& h, const Tensor& out) override;
+
   // Ops of the hybrid Qwen families: not on CUDA yet (cuda/hybrid_ops_pending.cpp), a clear
   // unsupported error; those families run on the CPU backend.
   void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
@@ -67,14 +75,17 @@ class CudaBackend final : public Backend {
                          float scale) override;
 
  private:
-  // Copies host bytes to the device scratch (grown as needed) on the stream; returns it.
-  void* stage(const void* host, size_t bytes);
+  // A device copy of host bytes, enqueued on the stream (the caller keeps the returned owner
+  // alive until its kernel is enqueued; the pool orders any reuse behind that kernel).
+  std::shared_ptr<void> stage(const void* host, size_t bytes);
+  // Host bytes to device memory on the stream; the host buffer may be reused at once.
+  void copy_from_host(void* dst, const void* src, size_t bytes);
 
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
+  std::shared_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<cuda::PinnedRing> pinned_;
 };
 
 }  // namespace sluice

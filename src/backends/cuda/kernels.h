@@ -14,6 +14,11 @@ void launch_matmul(const float* x, const void* w, int wtype, float* y, int64_t n
 // scale_row_bytes are quant_row_bytes / quant_scale_row_bytes of k.
 void launch_matmul_quant(const float* x, const void* w, const void* scales, int qtype, float* y, int64_t n, int64_t m,
                          int64_t k, int64_t row_bytes, int64_t scale_row_bytes, Stream s);
+// Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows: y[n, m] = x[n, k] .
+// w[m, k]^T; dtype: 0 f32, 1 f16, 2 bf16, 10 q8, 11 q4, 12 q2 (scales for the quantized kinds).
+constexpr int64_t kMatvecMaxRows = 4;
+void launch_matvec(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
+                   int64_t k, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype as above).
 void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
 void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s);

@@ -69,4 +69,12 @@ void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* tab
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
                              const MoeShape& shape, Stream s);
 
+// The fully resident case in two launches (every table entry available, no done flags):
+// act as launch_moe_experts' first step, then out[row, :] = sum over ranks r in order of
+// weights[p] * down(act[p]) with p = row * k + r, each pair's down product computed exactly as
+// launch_moe_experts computes pair_out, so out equals launch_moe_experts followed by
+// launch_moe_combine_done with every pair done, bit for bit.
+void launch_moe_experts_combine(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
+                                float* act, float* out, const MoeShape& shape, Stream s);
+
 }  // namespace sluice::cuda

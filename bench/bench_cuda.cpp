@@ -1,0 +1,238 @@
+// bench_cuda: GPU speed against the device's measured memory bandwidth.
+//
+//   bench_cuda --matvec            decode matrix-vector products (n = 1) of large weights in
+//                                  every dtype: GB/s of weight bytes read, next to the measured
+//                                  device-to-device copy bandwidth (read + write bytes / s);
+//   bench_cuda --model PACK [--prefill 512] [--decode 64] [--reps 3]
+//                                  a qwen3_moe-family model fully resident on the GPU: prefill
+//                                  tokens/s for one prompt chunk, decode tokens/s (batch 1),
+//                                  and the decode roofline: bytes one decode step touches
+//                                  (active experts, attention, router, lm head, KV cache, each
+//                                  listed) over the measured copy bandwidth.
+// Prints markdown tables. Without a CUDA build it says so and exits 1.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/quant.h"
+#include "engine/generator.h"
+#include "models/load.h"
+
+#ifdef SLUICE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace sluice;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+#ifdef SLUICE_HAVE_CUDA
+// Device-to-device copy of a 1 GiB buffer: (read + write) bytes per second.
+double copy_bandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  cudaMemset(a, 1, bytes);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const int reps = 10;
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const double s = seconds_since(t0);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * reps / s;
+}
+#endif
+
+// A host weight [m, k] of random values in dtype t (quantized with quantize_row).
+struct HostWeight {
+  std::vector<uint8_t> data, scales;
+  Tensor t;
+  HostWeight(DType dt, int64_t m, int64_t k) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::vector<float> row(k);
+    t = Tensor(dt, {m, k}, nullptr);
+    const bool q = dtype_is_quantized(dt);
+    const int64_t rb = q ? quant_row_bytes(dt, k) : k * static_cast<int64_t>(dtype_size(dt));
+    const int64_t sb = q ? quant_scale_row_bytes(dt, k) : 0;
+    data.resize(m * rb);
+    scales.resize(m * sb);
+    for (int64_t r = 0; r < m; ++r) {
+      for (auto& v : row) v = nd(rng);
+      uint8_t* dst = data.data() + r * rb;
+      if (q) quantize_row(dt, row.data(), k, dst, scales.data() + r * sb);
+      else if (dt == DType::f32) std::memcpy(dst, row.data(), k * 4);
+      else
+        for (int64_t c = 0; c < k; ++c) {
+          uint16_t h = f32_to_bf16(row[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+    }
+    t.data = data.data();
+    t.scales = q ? scales.data() : nullptr;
+  }
+};
+
+int run_matvec(double copy_bw) {
+  auto gpu = make_cuda_backend(0);
+  std::printf("device copy bandwidth (read + write): %.0f GB/s\n\n", copy_bw / 1e9);
+  std::printf("| weight | m x k | MB | us / call | GB/s read | of copy bw |\n|---|---|---|---|---|---|\n");
+  struct Case {
+    DType dt;
+    int64_t m, k;
+  };
+  for (Case c : {Case{DType::f32, 8192, 4096}, {DType::bf16, 16384, 4096}, {DType::bf16, 151936, 2048},
+                 {DType::bf16, 4096, 2048}, {DType::q8, 16384, 4096}, {DType::q4, 16384, 4096},
+                 {DType::q4, 768, 2048}, {DType::q2, 16384, 4096}}) {
+    HostWeight hw(c.dt, c.m, c.k);
+    // Copies rotating over more than the 50 MB L2, so each call reads from HBM.
+    const size_t bytes = hw.t.nbytes() + hw.t.scale_nbytes();
+    const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes + 1));
+    std::vector<Tensor> w;
+    for (int i = 0; i < std::min(copies, 64); ++i) w.push_back(gpu->upload(hw.t));
+    Tensor x = gpu->alloc(DType::f32, {1, c.k}), y = gpu->alloc(DType::f32, {1, c.m});
+    gpu->fill(x, 0.5f);
+    for (auto& wi : w) gpu->matmul(x, wi, y);
+    gpu->synchronize();
+    const int reps = std::max(20, static_cast<int>(4e9 / bytes));
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) gpu->matmul(x, w[i % w.size()], y);
+    gpu->synchronize();
+    const double s = seconds_since(t0) / reps;
+    std::printf("| %s | %lld x %lld | %.1f | %.1f | %.0f | %.0f%% |\n", std::string(dtype_name(c.dt)).c_str(),
+                static_cast<long long>(c.m), static_cast<long long>(c.k), bytes / 1e6, s * 1e6, bytes / s / 1e9,
+                100.0 * bytes / s / copy_bw);
+  }
+  return 0;
+}
+
+double expert_bytes_per_weight(ExpertKind k, int64_t cols) {
+  switch (k) {
+    case ExpertKind::bf16: return 2.0;
+    case ExpertKind::int8: return 1.0 + 4.0 / cols;
+    case ExpertKind::q4: return 18.0 / 32.0;
+    case ExpertKind::q2: return 8.0 / 16.0;
+  }
+  return 0;
+}
+
+int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw) {
+  auto gpu = make_cuda_backend(0);
+  auto t_load = Clock::now();
+  LoadedModel m = load_model(dir, *gpu);
+  const double load_s = seconds_since(t_load);
+  const ModelInfo& info = m.model->info();
+  const auto& cfg = m.config.contains("text_config") ? m.config["text_config"] : m.config;
+  std::vector<int32_t> prompt(n_prefill);
+  for (int64_t i = 0; i < n_prefill; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % info.n_vocab);
+  GenerateOptions opt;
+  opt.n_predict = n_decode;
+  opt.sampling.temperature = 0;
+  opt.prefill_chunk = n_prefill;
+  std::vector<double> prefill, decode;
+  for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms the allocator and caches
+    GenerateStats st = Generator(*m.model).generate(prompt, opt, [](int32_t) { return true; });
+    if (r == 0) continue;
+    prefill.push_back(st.prefill_tokens_per_second());
+    decode.push_back(st.decode_tokens_per_second());
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / v.size();
+  };
+  auto spread = [&](const std::vector<double>& v) {
+    const double m0 = mean(v);
+    double s = 0;
+    for (double x : v) s += (x - m0) * (x - m0);
+    return v.size() > 1 ? std::sqrt(s / (v.size() - 1)) : 0.0;
+  };
+  // Bytes one decode step touches (dense weights at 2 bytes: the packs' bf16 dense precision).
+  const double d = info.n_embd, L = info.n_layer, V = info.n_vocab;
+  const double hd = cfg.value("head_dim", d / cfg.value("num_attention_heads", 1));
+  const double nh = cfg.value("num_attention_heads", 0), nkv = cfg.value("num_key_value_heads", nh);
+  const double ff = cfg.value("moe_intermediate_size", cfg.value("intermediate_size", 0));
+  const double E = static_cast<double>(info.n_expert), k = static_cast<double>(info.n_expert_used);
+  const double moe_layers = static_cast<double>(info.moe_layers.size());
+  const ExpertKind kind = m.expert_kind.value_or(ExpertKind::bf16);
+  const double b_experts = moe_layers * k * 3 * ff * d * expert_bytes_per_weight(kind, static_cast<int64_t>(d));
+  const double b_attn = L * (2 * nh * hd * d + 2 * nkv * hd * d) * 2;
+  const double b_router = moe_layers * E * d * 2;
+  const double b_head = V * d * 2;
+  const double ctx_mid = n_prefill + n_decode / 2.0;  // mean context over the decode steps
+  const double b_kv = L * 2 * ctx_mid * nkv * hd * 4;  // f32 KV cache, K and V
+  const double step = b_experts + b_attn + b_router + b_head + b_kv;
+  const double tps = mean(decode);
+  std::printf("model %s (%s, %s experts), loaded in %.1f s; device copy bandwidth %.0f GB/s\n\n", dir.c_str(),
+              info.family.c_str(), std::string(expert_kind_name(kind)).c_str(), load_s, copy_bw / 1e9);
+  std::printf("| bytes per decode step | MB |\n|---|---|\n");
+  std::printf("| active experts (%g of %g x %g layers) | %.1f |\n", k, E, moe_layers, b_experts / 1e6);
+  std::printf("| attention q/k/v/o (bf16) | %.1f |\n| router (bf16) | %.1f |\n| lm head (bf16) | %.1f |\n",
+              b_attn / 1e6, b_router / 1e6, b_head / 1e6);
+  std::printf("| KV cache read (f32, mean context %.0f) | %.1f |\n| total | %.1f |\n\n", ctx_mid, b_kv / 1e6,
+              step / 1e6);
+  std::printf("| prompt | prefill tok/s | decode tok/s (batch 1) | ms / token | decode GB/s | of roofline |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| %lld | %.0f ± %.0f | %.1f ± %.1f | %.2f | %.0f | %.1f%% |\n", static_cast<long long>(n_prefill),
+              mean(prefill), spread(prefill), tps, spread(decode), 1e3 / tps, tps * step / 1e9,
+              100.0 * tps * step / copy_bw);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifndef SLUICE_HAVE_CUDA
+  std::fprintf(stderr, "bench_cuda: this build has no CUDA\n");
+  return 1;
+#else
+  std::string model;
+  bool matvec = false;
+  int64_t n_prefill = 512, n_decode = 64;
+  int reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_cuda: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--matvec") matvec = true;
+    else if (a == "--model") model = next();
+    else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
+    else if (a == "--decode") n_decode = std::atoll(next().c_str());
+    else if (a == "--reps") reps = std::atoi(next().c_str());
+    else {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+      return 2;
+    }
+  }
+  try {
+    const double bw = copy_bandwidth();
+    if (matvec) run_matvec(bw);
+    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw);
+    if (!matvec && model.empty()) {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+#endif
+}

@@ -1,0 +1,88 @@
+// CudaBackend's device-side MoE: a table of ExpertRef (moe_kernels.h) per layer over the
+// resident experts, built once at load, and moe_routed = router top-k, the experts and the
+// combine, all enqueued on the backend's stream with no host round trip.
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/moe_kernels.h"
+#include "core/quant.h"
+
+#include "backends/cuda/cuda_check.h"
+
+namespace sluice {
+namespace {
+
+struct CudaExpertTable final : ExpertTable {
+  Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
+  int64_t n_expert = 0, n_embd = 0, n_ff = 0;
+};
+
+int32_t expert_wtype(DType t) {
+  switch (t) {
+    case DType::f32: return cuda::expert_f32;
+    case DType::f16: return cuda::expert_f16;
+    case DType::bf16: return cuda::expert_bf16;
+    case DType::q8: return cuda::expert_q8;
+    case DType::q4: return cuda::expert_q4;
+    case DType::q2: return cuda::expert_q2;
+    default: fail(Status::unsupported, "cuda moe: expert weight dtype ", dtype_name(t), " is not supported");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts) {
+  auto table = std::make_unique<CudaExpertTable>();
+  table->n_expert = static_cast<int64_t>(experts.size());
+  SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");
+  table->n_ff = experts[0].gate.shape[0];
+  table->n_embd = experts[0].gate.cols();
+  std::vector<cuda::ExpertRef> refs(experts.size());
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const ExpertWeights& w = experts[e];
+    const DType t = w.gate.dtype;
+    SLUICE_CHECK(w.up.dtype == t && w.down.dtype == t && w.gate.rows() == table->n_ff &&
+                     w.gate.cols() == table->n_embd && w.up.rows() == table->n_ff && w.up.cols() == table->n_embd &&
+                     w.down.rows() == table->n_embd && w.down.cols() == table->n_ff,
+                 Status::internal, "cuda moe: expert ", e, " differs from expert 0 in dtype or shape (gate ",
+                 w.gate.shape_str(), ", up ", w.up.shape_str(), ", down ", w.down.shape_str(), ")");
+    const Tensor* parts[3] = {&w.gate, &w.up, &w.down};
+    for (int i = 0; i < 3; ++i) {
+      refs[e].data[i] = parts[i]->data;
+      refs[e].scales[i] = parts[i]->scales;
+      SLUICE_CHECK(!dtype_is_quantized(t) || parts[i]->scales, Status::internal, "cuda moe: expert ", e,
+                   " is quantized without scales");
+    }
+    refs[e].wtype = expert_wtype(t);
+  }
+  const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));
+  table->refs = alloc(DType::u8, {bytes});
+  from_host(table->refs, refs.data());
+  return table;
+}
+
+void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits, int64_t k, bool norm_topk,
+                             const Tensor& h, const Tensor& out) {
+  const auto* table = dynamic_cast<const CudaExpertTable*>(&table_base);
+  SLUICE_CHECK(table != nullptr, Status::internal, "cuda moe_routed: the table is not a CUDA expert table");
+  const int64_t n = h.rows();
+  SLUICE_CHECK(logits.dtype == DType::f32 && h.dtype == DType::f32 && out.dtype == DType::f32 &&
+                   logits.rows() == n && logits.cols() == table->n_expert && h.cols() == table->n_embd &&
+                   out.rows() == n && out.cols() == table->n_embd && k > 0 && k <= table->n_expert,
+               Status::internal, "cuda moe_routed: logits ", logits.shape_str(), ", h ", h.shape_str(), ", out ",
+               out.shape_str(), ", k ", k, " for a table of ", table->n_expert, " experts [", table->n_ff, ", ",
+               table->n_embd, "]");
+  if (n == 0) return;
+  const cuda::MoeShape shape{n, k, table->n_embd, table->n_ff, table->n_expert};
+  Tensor ids = alloc(DType::i32, {n * k});
+  Tensor weights = alloc(DType::f32, {n * k});
+  Tensor act = alloc(DType::f32, {n * k, table->n_ff});
+  cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
+                           weights.ptr<float>(), stream_);
+  // Every expert resident: no done flags, the down product and the combine in one launch.
+  cuda::launch_moe_experts_combine(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(),
+                                   static_cast<const cuda::ExpertRef*>(table->refs.data), act.ptr<float>(),
+                                   out.ptr<float>(), shape, stream_);
+}
+
+}  // namespace sluice

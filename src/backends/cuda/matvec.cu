@@ -1,0 +1,87 @@
+// Matrix-vector products for decode and small batches: y[n, m] = x[n, k] . w[m, k]^T for
+// n <= kMatvecMaxRows, every weight type (row_dot.cuh). One warp per 4 weight rows (2 when
+// n > 1), 8 warps per block; each lane streams the rows in 16-byte loads and applies each
+// loaded chunk to all n activation rows, so every weight byte is read once. Rows that are not
+// 16-byte aligned (odd k) take the scalar path of row_dot.cuh.
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/row_dot.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+// Warp -> weight rows j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing).
+template <DotType T, int NX, int NW>
+__global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
+                              const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
+                              int64_t row_bytes, int64_t scale_row_bytes, bool vec) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t j0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * NW;
+  if (j0 >= m) return;
+  const uint8_t* wr[NW];
+  const uint8_t* sr[NW];
+#pragma unroll
+  for (int r = 0; r < NW; ++r) {
+    const int64_t j = j0 + r < m ? j0 + r : m - 1;
+    wr[r] = w + j * row_bytes;
+    sr[r] = scales ? scales + j * scale_row_bytes : nullptr;
+  }
+  float acc[NX][NW];
+#pragma unroll
+  for (int i = 0; i < NX; ++i)
+#pragma unroll
+    for (int r = 0; r < NW; ++r) acc[i][r] = 0.0f;
+  rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc);
+#pragma unroll
+  for (int i = 0; i < NX; ++i)
+#pragma unroll
+    for (int r = 0; r < NW; ++r) {
+      const float s = warp_sum(acc[i][r]);
+      if (lane == 0 && j0 + r < m) y[i * m + j0 + r] = s;
+    }
+}
+
+template <DotType T, int NX, int NW>
+void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
+               int64_t sb, bool vec, cudaStream_t st) {
+  const dim3 grid(blocks_for(m, kWarps * NW));
+  matvec_kernel<T, NX, NW><<<grid, kWarps * 32, 0, st>>>(x, static_cast<const uint8_t*>(w),
+                                                          static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
+}
+
+// Decode (n = 1): 4 weight rows per warp; small batches: 2 (registers hold n x 2 sums).
+template <DotType T>
+void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
+              int64_t rb, int64_t sb, bool vec, cudaStream_t st) {
+  switch (n) {
+    case 1: launch_nx<T, 1, 4>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 2: launch_nx<T, 2, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 3: launch_nx<T, 3, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    default: launch_nx<T, 4, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+  }
+}
+
+}  // namespace
+
+void launch_matvec(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
+                   int64_t k, Stream s) {
+  SLUICE_CHECK(n >= 1 && n <= kMatvecMaxRows, Status::internal, "cuda matvec: ", n, " rows (1..", kMatvecMaxRows,
+               ")");
+  if (m == 0) return;
+  const DotType t = static_cast<DotType>(dtype);
+  const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
+  const bool vec = row_dot_vec_ok(t, w, k, x, k);
+  auto st = static_cast<cudaStream_t>(s);
+  switch (t) {
+    case DotType::f32: launch_t<DotType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case DotType::f16: launch_t<DotType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case DotType::bf16: launch_t<DotType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case DotType::q8: launch_t<DotType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case DotType::q4: launch_t<DotType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case DotType::q2: launch_t<DotType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda

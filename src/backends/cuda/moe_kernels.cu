@@ -1,0 +1,256 @@
+// Device-side MoE dispatch (moe_kernels.h): router top-k, the routed experts of a batch read
+// through an ExpertRef table with per-pair done flags (two-phase dispatch), and the combine
+// that counts pairs never computed as zero.
+//
+// Experts: three launches per phase.
+//   1. gate/up: one warp per (pair, ff row): act[p, j] = silu(gate_j . h) * (up_j . h)
+//   2. down:    one warp per (pair, embd row): pair_out[p, i] = down_i . act[p]
+//   3. mark:    done[p] = 1 for the pairs this phase computed
+// Each launch tests the same condition (done[p] == 0 and the expert available), so the marks
+// of launch 3 cannot change which pairs launches 1 and 2 compute. A pair's sums depend only
+// on its row and its expert's weights.
+#include "backends/cuda/moe_kernels.h"
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/row_dot.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kRouterWarps = 4;  // rows per router block
+constexpr int kExpertWarps = 8;  // warps per expert block
+constexpr int kGateRows = 2;     // ff rows per warp in gate/up (4 weight rows with up)
+constexpr int kDownRows = 4;     // embd rows per warp in down
+
+// One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
+// warp arg-max (equal probabilities: the lower expert id), as route_topk does.
+__global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
+                                   int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
+  if (row >= n) return;
+  float* p = smem + static_cast<int64_t>(warp) * E;
+  const float* l = logits + row * E;
+  float mx = -INFINITY;
+  for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t e = lane; e < E; e += 32) {
+    const float v = expf(l[e] - mx);
+    p[e] = v;
+    sum += v;
+  }
+  sum = warp_sum(sum);
+  for (int64_t e = lane; e < E; e += 32) p[e] = p[e] / sum;
+  __syncwarp();
+  float top_sum = 0.0f;
+  for (int64_t r = 0; r < k; ++r) {
+    float best = -1.0f;
+    int32_t best_id = INT32_MAX;
+    for (int64_t e = lane; e < E; e += 32) {
+      const float v = p[e];
+      if (v > best) {  // ascending e per lane: the first of equal values is the lowest id
+        best = v;
+        best_id = static_cast<int32_t>(e);
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+      if (ob > best || (ob == best && oi < best_id)) {
+        best = ob;
+        best_id = oi;
+      }
+    }
+    if (lane == 0) {
+      ids[row * k + r] = best_id;
+      weights[row * k + r] = best;
+      p[best_id] = -2.0f;  // taken; probabilities are >= 0
+    }
+    top_sum += best;  // in rank order, as the CPU sums
+    __syncwarp();
+  }
+  if (norm && lane == 0)
+    for (int64_t r = 0; r < k; ++r) weights[row * k + r] = weights[row * k + r] / top_sum;
+}
+
+// done == null: no flags (the fully resident launch).
+__device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef* table, const uint8_t* done,
+                                            int64_t p) {
+  return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != expert_unavailable;
+}
+
+// grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
+// four rows (two of gate, two of up) share every activation chunk loaded.
+__global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
+                                   const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
+                                   float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
+  const int64_t p = blockIdx.x;
+  if (!pair_active(ids, table, done, p)) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kGateRows;
+  if (j0 >= n_ff) return;
+  const ExpertRef& ref = table[ids[p]];
+  const DotType t = static_cast<DotType>(ref.wtype);
+  const int64_t rb = dot_row_bytes(t, n_embd), sb = dot_scale_row_bytes(t, n_embd);
+  const float* x = h + (p / k) * n_embd;
+  const bool vec = row_dot_vec_ok(t, ref.data[0], n_embd, x, n_embd) && row_dot_vec_ok(t, ref.data[1], n_embd, x, n_embd);
+  const uint8_t* w[2 * kGateRows];
+  const uint8_t* sc[2 * kGateRows];
+#pragma unroll
+  for (int r = 0; r < kGateRows; ++r) {
+    const int64_t j = j0 + r < n_ff ? j0 + r : n_ff - 1;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {  // gate, up
+      w[2 * r + m] = static_cast<const uint8_t*>(ref.data[m]) + j * rb;
+      sc[2 * r + m] = ref.scales[m] ? static_cast<const uint8_t*>(ref.scales[m]) + j * sb : nullptr;
+    }
+  }
+  float y[2 * kGateRows];
+  rows_dot_any<2 * kGateRows>(ref.wtype, w, sc, x, n_embd, vec, lane, y);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kGateRows; ++r)
+      if (j0 + r < n_ff) {
+        const float g = y[2 * r], u = y[2 * r + 1];
+        act[p * n_ff + j0 + r] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+      }
+}
+
+// The down rows i0 .. i0 + kDownRows - 1 of pair p's expert applied to act[p]: y[r].
+__device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __restrict__ a, int64_t i0,
+                                          int64_t n_embd, int64_t n_ff, int lane, float (&y)[kDownRows]) {
+  const DotType t = static_cast<DotType>(ref.wtype);
+  const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
+  const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
+  const uint8_t* w[kDownRows];
+  const uint8_t* sc[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) {
+    const int64_t i = i0 + r < n_embd ? i0 + r : n_embd - 1;
+    w[r] = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
+    sc[r] = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
+  }
+  rows_dot_any<kDownRows>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
+}
+
+// grid (n_pairs, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (pair, embd rows i0..).
+__global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
+                                const uint8_t* __restrict__ done, const float* __restrict__ act,
+                                float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
+  const int64_t p = blockIdx.x;
+  if (!pair_active(ids, table, done, p)) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
+  if (i0 >= n_embd) return;
+  float y[kDownRows];
+  down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+      if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
+}
+
+// grid (n_rows, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (row, embd rows i0..), over
+// the row's k pairs in rank order.
+__global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                        const ExpertRef* __restrict__ table, const float* __restrict__ act,
+                                        float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
+  if (i0 >= n_embd) return;
+  float acc[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
+  for (int64_t rank = 0; rank < k; ++rank) {
+    const int64_t p = row * k + rank;
+    float y[kDownRows];
+    down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+    const float wp = weights[p];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) acc[r] = fmaf(wp, y[r], acc[r]);  // as moe_combine_done_kernel
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+      if (i0 + r < n_embd) out[row * n_embd + i0 + r] = acc[r];
+}
+
+__global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
+                                uint8_t* __restrict__ done, int64_t n_pairs) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p < n_pairs && pair_active(ids, table, done, p)) done[p] = 1;
+}
+
+__global__ void moe_combine_done_kernel(const float* __restrict__ pair_out, const float* __restrict__ w,
+                                        const uint8_t* __restrict__ done, float* __restrict__ out, int64_t n,
+                                        int64_t k, int64_t cols) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * cols) return;
+  const int64_t row = t / cols, c = t % cols;
+  float acc = 0.0f;
+  for (int64_t r = 0; r < k; ++r) {
+    const int64_t p = row * k + r;
+    const float e = done[p] ? pair_out[p * cols + c] : 0.0f;
+    acc = fmaf(w[p], e, acc);  // as launch_moe_combine
+  }
+  out[t] = acc;
+}
+
+}  // namespace
+
+void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
+                        float* weights, Stream s) {
+  SLUICE_CHECK(k > 0 && k <= n_expert, Status::internal, "cuda router_topk: k ", k, " of ", n_expert, " experts");
+  const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
+  SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda router_topk: ", n_expert,
+               " experts exceed the shared-memory softmax (at most ", 48 * 1024 / (4 * kRouterWarps), ")");
+  if (n == 0) return;
+  router_topk_kernel<<<blocks_for(n, kRouterWarps), kRouterWarps * 32, smem, static_cast<cudaStream_t>(s)>>>(
+      logits, n, n_expert, k, norm_topk, ids, weights);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
+                        float* pair_out, const MoeShape& shape, Stream s) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  if (pairs == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  const unsigned threads = kExpertWarps * 32;
+  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
+      h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_down_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)), threads, 0, st>>>(
+      ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_moe_experts_combine(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
+                                float* act, float* out, const MoeShape& shape, Stream s) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  if (pairs == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  const unsigned threads = kExpertWarps * 32;
+  // No done flags (null): every available pair is computed.
+  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
+      h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
+                            threads, 0, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
+                             const MoeShape& shape, Stream s) {
+  const int64_t total = shape.n_rows * shape.n_embd;
+  if (total == 0) return;
+  moe_combine_done_kernel<<<blocks_for(total, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
+      pair_out, weights, done, out, shape.n_rows, shape.k, shape.n_embd);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,254 @@
+// Warp-wide dot products of one weight row with one f32 activation row, for every weight
+// type the backend reads (f32, f16, bf16, and the quantized kinds of core/quant.h). Shared by
+// the decode matrix-vector kernels and the MoE expert kernels.
+//
+// Two paths per type:
+//   - vectorized: each lane loads 16 bytes of a row per step (f32: 4 values, bf16/f16: 8,
+//     q8: 16, q4: one group of 32, q2: four groups of 16), when the rows are 16-byte aligned
+//     and k is a multiple of the step's width (row_dot_vec_ok); several rows share each
+//     activation chunk loaded;
+//   - scalar: one element per lane per step, any k (partial quantized groups included),
+//     dequantized exactly as core/quant.cpp does.
+// The vectorized path applies a quantized group's scale once to the group's sum (the same
+// weights, summed in another order); only the summation order differs from the CPU.
+#pragma once
+
+#include "backends/cuda/common.cuh"
+
+namespace sluice::cuda {
+
+// Weight codes of the dot products: WType's 0..2 and the quantized kinds.
+enum class DotType : int { f32 = 0, f16 = 1, bf16 = 2, q8 = 10, q4 = 11, q2 = 12 };
+
+// Elements one lane consumes per 16-byte load.
+template <DotType T> __host__ __device__ constexpr int dot_vec_elems() {
+  if constexpr (T == DotType::f32) return 4;
+  else if constexpr (T == DotType::f16 || T == DotType::bf16) return 8;
+  else if constexpr (T == DotType::q8) return 16;
+  else if constexpr (T == DotType::q4) return 32;
+  else return 64;
+}
+
+// Bytes of one row's packed values and of its scales, for k columns.
+__host__ __device__ inline int64_t dot_row_bytes(DotType t, int64_t k) {
+  switch (t) {
+    case DotType::f32: return 4 * k;
+    case DotType::f16:
+    case DotType::bf16: return 2 * k;
+    case DotType::q8: return k;
+    case DotType::q4: return (k + 31) / 32 * 16;
+    case DotType::q2: return (k + 15) / 16 * 4;
+  }
+  return 0;
+}
+__host__ __device__ inline int64_t dot_scale_row_bytes(DotType t, int64_t k) {
+  switch (t) {
+    case DotType::q8: return 4;
+    case DotType::q4: return (k + 31) / 32 * 2;
+    case DotType::q2: return (k + 15) / 16 * 4;
+    default: return 0;
+  }
+}
+
+__host__ __device__ inline int dot_vec_width(DotType t) {
+  switch (t) {
+    case DotType::f32: return 4;
+    case DotType::f16:
+    case DotType::bf16: return 8;
+    case DotType::q8: return 16;
+    case DotType::q4: return 32;
+    case DotType::q2: return 64;
+  }
+  return 1;
+}
+
+// Whether the vectorized path applies: k a multiple of the load width, row starts (base and
+// stride) 16-byte aligned, x rows 16-byte aligned.
+__host__ __device__ inline bool row_dot_vec_ok(DotType t, const void* w, int64_t k, const float* x, int64_t ldx) {
+  const int64_t rb = dot_row_bytes(t, k);
+  return k % dot_vec_width(t) == 0 && rb % 16 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(x) & 15) == 0 && ldx % 4 == 0;
+}
+
+__device__ __forceinline__ void bf16x2_to_f32(uint32_t v, float& a, float& b) {
+  a = __uint_as_float(v << 16);
+  b = __uint_as_float(v & 0xffff0000u);
+}
+__device__ __forceinline__ void f16x2_to_f32(uint32_t v, float& a, float& b) {
+  const __half2 h = *reinterpret_cast<const __half2*>(&v);
+  const float2 f = __half22float2(h);
+  a = f.x;
+  b = f.y;
+}
+// Byte b of v (a value 0..255) as the float 2^23 + byte, exactly: one byte permute, no
+// integer-to-float conversion (those run at 1/4 rate and bound a 4-bit matvec otherwise).
+template <int B>
+__device__ __forceinline__ float byte_f(uint32_t v) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440 | B));
+}
+constexpr float kTwo23 = 8388608.0f;
+
+// The activations of chunk c (dot_vec_elems values) in registers.
+template <DotType T>
+__device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_t c, float (&xr)[dot_vec_elems<T>()]) {
+  constexpr int E = dot_vec_elems<T>();
+  const float4* xv = reinterpret_cast<const float4*>(x + c * E);
+#pragma unroll
+  for (int i = 0; i < E / 4; ++i) {
+    const float4 a = __ldg(xv + i);
+    xr[4 * i] = a.x;
+    xr[4 * i + 1] = a.y;
+    xr[4 * i + 2] = a.z;
+    xr[4 * i + 3] = a.w;
+  }
+}
+
+// The dot of one 16-byte weight chunk (chunk c of its row; srow: the row's scales) with the
+// activations xr. Quantized kinds sum q * x per group and apply the group's scale (and min)
+// once: the same weights, summed in another order.
+template <DotType T>
+__device__ __forceinline__ float chunk_dot(const uint4 wv, const uint8_t* __restrict__ srow, int64_t c,
+                                           const float (&xr)[dot_vec_elems<T>()]) {
+  const uint32_t w32[4] = {wv.x, wv.y, wv.z, wv.w};
+  float acc = 0.0f;
+  if constexpr (T == DotType::f32) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fmaf(__uint_as_float(w32[i]), xr[i], acc);
+  } else if constexpr (T == DotType::bf16 || T == DotType::f16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float w0, w1;
+      if constexpr (T == DotType::bf16) bf16x2_to_f32(w32[i], w0, w1);
+      else f16x2_to_f32(w32[i], w0, w1);
+      acc = fmaf(w0, xr[2 * i], acc);
+      acc = fmaf(w1, xr[2 * i + 1], acc);
+    }
+  } else if constexpr (T == DotType::q8) {
+    // int8 q: q + 128 = byte ^ 0x80, so byte_f - (2^23 + 128) = q exactly.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t v = w32[i] ^ 0x80808080u;
+      acc = fmaf(byte_f<0>(v) - (kTwo23 + 128.0f), xr[4 * i], acc);
+      acc = fmaf(byte_f<1>(v) - (kTwo23 + 128.0f), xr[4 * i + 1], acc);
+      acc = fmaf(byte_f<2>(v) - (kTwo23 + 128.0f), xr[4 * i + 2], acc);
+      acc = fmaf(byte_f<3>(v) - (kTwo23 + 128.0f), xr[4 * i + 3], acc);
+    }
+    acc *= *reinterpret_cast<const float*>(srow);
+  } else if constexpr (T == DotType::q4) {
+    // One group of 32: byte j holds element 2j (low nibble) and 2j+1 (high nibble); w = (q - 8) d.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = w32[i] & 0x0F0F0F0Fu, hi = (w32[i] >> 4) & 0x0F0F0F0Fu;
+      acc = fmaf(byte_f<0>(lo) - (kTwo23 + 8.0f), xr[8 * i], acc);
+      acc = fmaf(byte_f<0>(hi) - (kTwo23 + 8.0f), xr[8 * i + 1], acc);
+      acc = fmaf(byte_f<1>(lo) - (kTwo23 + 8.0f), xr[8 * i + 2], acc);
+      acc = fmaf(byte_f<1>(hi) - (kTwo23 + 8.0f), xr[8 * i + 3], acc);
+      acc = fmaf(byte_f<2>(lo) - (kTwo23 + 8.0f), xr[8 * i + 4], acc);
+      acc = fmaf(byte_f<2>(hi) - (kTwo23 + 8.0f), xr[8 * i + 5], acc);
+      acc = fmaf(byte_f<3>(lo) - (kTwo23 + 8.0f), xr[8 * i + 6], acc);
+      acc = fmaf(byte_f<3>(hi) - (kTwo23 + 8.0f), xr[8 * i + 7], acc);
+    }
+    acc *= __half2float(reinterpret_cast<const __half*>(srow)[c]);
+  } else {
+    // Four groups of 16: byte j holds elements 4j..4j+3 in bits 0-1, 2-3, 4-5, 6-7;
+    // w = q scale + min, so the group's dot is scale * sum(q x) + min * sum(x).
+    const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const float2 s = __half22float2(sm[g]);  // (scale, min)
+      const float* xg = xr + 16 * g;
+      float qx = 0.0f, sx = 0.0f;
+#pragma unroll
+      for (int sh = 0; sh < 4; ++sh) {  // element 4j + sh of byte j
+        const uint32_t t = (w32[g] >> (2 * sh)) & 0x03030303u;
+        qx = fmaf(byte_f<0>(t) - kTwo23, xg[sh], qx);
+        qx = fmaf(byte_f<1>(t) - kTwo23, xg[4 + sh], qx);
+        qx = fmaf(byte_f<2>(t) - kTwo23, xg[8 + sh], qx);
+        qx = fmaf(byte_f<3>(t) - kTwo23, xg[12 + sh], qx);
+      }
+#pragma unroll
+      for (int e = 0; e < 16; ++e) sx += xg[e];
+      acc = fmaf(s.x, qx, fmaf(s.y, sx, acc));
+    }
+  }
+  return acc;
+}
+
+// Element c of a row (scalar path).
+template <DotType T>
+__device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const uint8_t* __restrict__ s, int64_t c) {
+  if constexpr (T == DotType::f32) return reinterpret_cast<const float*>(w)[c];
+  else if constexpr (T == DotType::f16) return __half2float(reinterpret_cast<const __half*>(w)[c]);
+  else if constexpr (T == DotType::bf16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(w)[c]);
+  else if constexpr (T == DotType::q8)
+    return static_cast<float>(reinterpret_cast<const int8_t*>(w)[c]) * *reinterpret_cast<const float*>(s);
+  else if constexpr (T == DotType::q4) {
+    const float d = __half2float(reinterpret_cast<const __half*>(s)[c / 32]);
+    const int q = (w[c / 2] >> (4 * (c & 1))) & 15;
+    return static_cast<float>(q - 8) * d;
+  } else {
+    const __half* sc = reinterpret_cast<const __half*>(s) + 2 * (c / 16);
+    const int q = (w[c / 4] >> (2 * (c & 3))) & 3;
+    return fmaf(static_cast<float>(q), __half2float(sc[0]), __half2float(sc[1]));
+  }
+}
+
+// Per-lane partial dots of NW weight rows (any rows of the same type and k: w[r], s[r]) with NX
+// activation rows x + i * ldx: acc[i][r]. Each loaded activation chunk serves all NW rows
+// (the activations, not the weights, would otherwise bound the L1 traffic of a 4-bit row).
+// The caller reduces with warp_sum. vec: the vectorized path (row_dot_vec_ok held for every
+// row and x).
+template <DotType T, int NX, int NW>
+__device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+                                                 const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
+                                                 int lane, float (&acc)[NX][NW]) {
+  if (vec) {
+    constexpr int E = dot_vec_elems<T>();
+    const int64_t chunks = k / E;
+#pragma unroll 2
+    for (int64_t c = lane; c < chunks; c += 32) {
+      uint4 wv[NW];
+#pragma unroll
+      for (int r = 0; r < NW; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + c);
+#pragma unroll
+      for (int i = 0; i < NX; ++i) {
+        float xr[E];
+        load_x_chunk<T>(x + i * ldx, c, xr);
+#pragma unroll
+        for (int r = 0; r < NW; ++r) acc[i][r] += chunk_dot<T>(wv[r], s[r], c, xr);
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < k; c += 32) {
+#pragma unroll
+      for (int r = 0; r < NW; ++r) {
+        const float wv = load_elem<T>(w[r], s[r], c);
+#pragma unroll
+        for (int i = 0; i < NX; ++i) acc[i][r] = fmaf(wv, x[i * ldx + c], acc[i][r]);
+      }
+    }
+  }
+}
+
+// NW whole dots of rows with one activation row, in every lane (runtime type, uniform across
+// the warp).
+template <int NW>
+__device__ __forceinline__ void rows_dot_any(int wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+                                             const float* __restrict__ x, int64_t k, bool vec, int lane,
+                                             float (&out)[NW]) {
+  float acc[1][NW];
+#pragma unroll
+  for (int r = 0; r < NW; ++r) acc[0][r] = 0.0f;
+  switch (static_cast<DotType>(wtype)) {
+    case DotType::f32: rows_dot_partial<DotType::f32, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::f16: rows_dot_partial<DotType::f16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::bf16: rows_dot_partial<DotType::bf16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q8: rows_dot_partial<DotType::q8, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q4: rows_dot_partial<DotType::q4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case DotType::q2: rows_dot_partial<DotType::q2, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+  }
+#pragma unroll
+  for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);
+}
+
+}  // namespace sluice::cuda

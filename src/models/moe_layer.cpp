@@ -1,0 +1,34 @@
+// The routed half of a MoE layer (moe_layer.h).
+#include "models/moe_layer.h"
+
+namespace sluice {
+
+void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
+                     const Tensor& h, const Tensor& y) {
+  const RouterSpec& spec = *refs.router;
+  const int64_t n = h.rows(), E = spec.n_expert;
+  Tensor logits = be.alloc(DType::f32, {n, E});  // [n, n_expert]
+  be.matmul(h, refs.router_w, logits);
+
+  const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
+  if (device_routes && !observer) {
+    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits});
+    else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
+    return;
+  }
+
+  std::vector<float> host_logits(n * E);
+  be.to_host(logits, host_logits.data());
+  Routing routing = route_topk(spec, host_logits, n);
+  if (observer) observer({refs.layer, refs.first_position, &routing});
+  if (provider) {
+    provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
+                       refs.next_router, logits});
+    return;
+  }
+  SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",
+               refs.layer, ": no resident experts and no expert provider (a streamed model without its streamer)");
+  routed_experts(be, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return (*refs.experts)[e]; });
+}
+
+}  // namespace sluice

@@ -1,0 +1,49 @@
+// The routed half of a MoE layer, shared by the decoders (decoder.cpp, hybrid_decoder.cpp):
+// router logits, then one of three paths, all with the same result:
+//   - device: every expert resident in an ExpertTable of the backend and nobody observing the
+//     routing: Backend::moe_routed routes and computes on the device, no host round trip;
+//   - provider (the streamer): routes on the device itself when it says so, else gets the
+//     routing computed on the host;
+//   - host: the logits are copied to the host, route_topk, then routed_experts.
+// A routing observer (--trace-routing) always gets the host routing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/backend.h"
+#include "models/blocks.h"
+#include "models/expert_provider.h"
+#include "models/routing.h"
+
+namespace sluice {
+
+struct MoeLayerRefs {
+  int64_t layer = 0;                                 // model layer index
+  int64_t moe_layer = 0;                             // index among the MoE layers
+  int64_t first_position = 0;                        // sequence position of row 0
+  const RouterSpec* router = nullptr;
+  Tensor router_w;                                   // [n_expert, n_embd]
+  Tensor next_router;                                // the next MoE layer's router, or empty
+  const std::vector<ExpertWeights>* experts = nullptr;  // resident experts ([n_expert]) or empty
+  const ExpertTable* table = nullptr;                // the backend's table over them, or null
+};
+
+// y[n, n_embd] = the routed experts' sum for h[n, n_embd].
+void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
+                     const Tensor& h, const Tensor& y);
+
+// The backend's tables over every layer's resident experts ([n_layer], null where a layer has
+// none, or the backend routes on the host).
+template <typename LayerWeights>
+std::vector<std::unique_ptr<ExpertTable>> make_expert_tables(Backend& be, const std::vector<LayerWeights>& layers,
+                                                             int64_t n_expert) {
+  std::vector<std::unique_ptr<ExpertTable>> tables(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (n_expert > 0 && static_cast<int64_t>(layers[l].experts.size()) == n_expert)
+      tables[l] = be.make_expert_table(layers[l].experts);
+  return tables;
+}
+
+}  // namespace sluice

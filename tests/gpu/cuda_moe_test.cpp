@@ -1,0 +1,364 @@
+// Device MoE kernels (backends/cuda/moe_kernels.h) against the CPU reference:
+//   - router top-k: ids identical to route_topk, weights within 1e-6 (relative);
+//   - routed experts through an ExpertRef table for f32/bf16/q8/q4/q2 weights, sizes where the
+//     16-byte vector path applies and odd ones where it does not: 8 experts with 2 used, an
+//     expert nobody routes to, every token routed to one expert; within 1e-6 normalized
+//     squared error of routed_experts (the GPU dequantizes exactly as the CPU: only the
+//     summation order differs);
+//   - two-phase dispatch: unavailable experts are skipped and their pairs left not done, the
+//     combine counts them as zero, the second phase fills exactly the rest (a done pair is
+//     never recomputed), and the result then equals the one-phase result.
+// Sentinels after every device output catch out-of-bounds writes.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cuda/moe_kernels.h"
+#include "core/quant.h"
+#include "models/blocks.h"
+
+using namespace sluice;
+
+namespace {
+
+constexpr double kMaxNse = 1e-6;
+constexpr float kSentinel = 1234.5f;
+constexpr int64_t kGuard = 64;
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A weight matrix [rows, cols] in host memory in the given dtype (quantized with
+// quantize_row for q8/q4/q2).
+struct HostWeight {
+  std::vector<uint8_t> data, scales;
+  Tensor t;
+  HostWeight(DType dt, int64_t rows, int64_t cols, uint32_t seed) {
+    auto v = random_vec(rows * cols, seed, 0.5f);
+    t = Tensor(dt, {rows, cols}, nullptr);
+    if (dtype_is_quantized(dt)) {
+      const int64_t rb = quant_row_bytes(dt, cols), sb = quant_scale_row_bytes(dt, cols);
+      data.resize(rows * rb);
+      scales.resize(rows * sb);
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_TRUE(quantize_row(dt, v.data() + r * cols, cols, data.data() + r * rb, scales.data() + r * sb));
+      t.data = data.data();
+      t.scales = scales.data();
+    } else {
+      data.resize(t.nbytes());
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        if (dt == DType::f32) std::memcpy(data.data() + 4 * i, &v[i], 4);
+        else {
+          uint16_t h = dt == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+          std::memcpy(data.data() + 2 * i, &h, 2);
+        }
+      }
+      t.data = data.data();
+    }
+  }
+};
+
+int32_t wtype_code(DType dt) {
+  switch (dt) {
+    case DType::f32: return cuda::expert_f32;
+    case DType::f16: return cuda::expert_f16;
+    case DType::bf16: return cuda::expert_bf16;
+    case DType::q8: return cuda::expert_q8;
+    case DType::q4: return cuda::expert_q4;
+    case DType::q2: return cuda::expert_q2;
+    default: return cuda::expert_unavailable;
+  }
+}
+
+// Raw device buffers (the kernels take plain pointers), freed at the end of the test.
+struct DeviceBuffers {
+  std::vector<void*> ptrs;
+  ~DeviceBuffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <typename T>
+  T* put(const std::vector<T>& host, size_t guard_elems = 0, T guard_value = T{}) {
+    std::vector<T> v(host);
+    v.resize(host.size() + guard_elems, guard_value);
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, v.size() * sizeof(T) + 1), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    ptrs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> get(const T* p, size_t n) {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+void expect_close(const std::vector<float>& got_with_guard, const std::vector<float>& want, const std::string& what) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got_with_guard[i]) - want[i]) * (double(got_with_guard[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  EXPECT_LE(num / std::max(den, 1e-30), kMaxNse) << what;
+  for (size_t i = want.size(); i < got_with_guard.size(); ++i)
+    ASSERT_EQ(got_with_guard[i], kSentinel) << what << ": write past the end at +" << i - want.size();
+}
+
+TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
+  struct Case {
+    int64_t n, E, k;
+    bool norm;
+    bool ties;
+  };
+  for (Case c : {Case{7, 8, 2, true, false}, {7, 8, 2, false, false}, {1, 128, 8, true, false},
+                 {33, 128, 8, false, false}, {5, 60, 4, true, false}, {3, 512, 10, true, false},
+                 {6, 16, 3, true, true}}) {
+    auto logits = random_vec(c.n * c.E, 31 + static_cast<uint32_t>(c.E), 2.0f);
+    if (c.ties)  // equal logits: the lower expert id ranks first
+      for (int64_t i = 0; i < c.n * c.E; ++i) logits[i] = std::round(logits[i]);
+    RouterSpec spec{c.E, c.k, c.norm};
+    Routing want = route_topk(spec, logits, c.n);
+    DeviceBuffers d;
+    const float* dl = d.put(logits);
+    int32_t* ids = d.put(std::vector<int32_t>(c.n * c.k, -7), kGuard, int32_t{-9});
+    float* w = d.put(std::vector<float>(c.n * c.k, 0.0f), kGuard, kSentinel);
+    cuda::launch_router_topk(dl, c.n, c.E, c.k, c.norm, ids, w, nullptr);
+    auto got_ids = d.get(ids, c.n * c.k + kGuard);
+    auto got_w = d.get(w, c.n * c.k + kGuard);
+    const std::string what = "router n=" + std::to_string(c.n) + " E=" + std::to_string(c.E) +
+                             " k=" + std::to_string(c.k) + (c.norm ? " norm" : "") + (c.ties ? " ties" : "");
+    for (int64_t i = 0; i < c.n * c.k; ++i) {
+      ASSERT_EQ(got_ids[i], want.ids[i]) << what << " pair " << i;
+      EXPECT_NEAR(got_w[i], want.weights[i], 1e-6 * std::max(1.0f, want.weights[i])) << what << " pair " << i;
+    }
+    for (int64_t i = c.n * c.k; i < c.n * c.k + kGuard; ++i) {
+      ASSERT_EQ(got_ids[i], -9) << what << ": ids written past the end";
+      ASSERT_EQ(got_w[i], kSentinel) << what << ": weights written past the end";
+    }
+  }
+}
+
+// A layer of E experts of one dtype, on both sides: host tensors for the CPU reference and
+// device copies referenced by an ExpertRef table.
+struct ExpertLayer {
+  std::vector<HostWeight> gate, up, down;
+  std::vector<ExpertWeights> host;
+  std::vector<ExpertWeights> device;
+  std::vector<cuda::ExpertRef> table;
+  ExpertLayer(Backend& gpu, DType dt, int64_t E, int64_t n_embd, int64_t n_ff) {
+    gate.reserve(E);
+    up.reserve(E);
+    down.reserve(E);
+    for (int64_t e = 0; e < E; ++e) {
+      gate.emplace_back(dt, n_ff, n_embd, 100 + 3 * static_cast<uint32_t>(e));
+      up.emplace_back(dt, n_ff, n_embd, 101 + 3 * static_cast<uint32_t>(e));
+      down.emplace_back(dt, n_embd, n_ff, 102 + 3 * static_cast<uint32_t>(e));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      host.push_back({gate[e].t, up[e].t, down[e].t});
+      ExpertWeights dw{gpu.upload(gate[e].t), gpu.upload(up[e].t), gpu.upload(down[e].t)};
+      cuda::ExpertRef ref;
+      ref.data[0] = dw.gate.data, ref.data[1] = dw.up.data, ref.data[2] = dw.down.data;
+      ref.scales[0] = dw.gate.scales, ref.scales[1] = dw.up.scales, ref.scales[2] = dw.down.scales;
+      ref.wtype = wtype_code(dt);
+      table.push_back(ref);
+      device.push_back(std::move(dw));
+    }
+  }
+};
+
+// out = the CPU routed experts (the reference).
+std::vector<float> cpu_routed(const ExpertLayer& layer, const Routing& routing, const std::vector<float>& hv,
+                              int64_t n_embd) {
+  auto cpu = make_cpu_backend();
+  Tensor h = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
+  cpu->from_host(h, hv.data());
+  Tensor out = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
+  routed_experts(*cpu, routing, h, out, [&](int32_t e) -> const ExpertWeights& { return layer.host[e]; });
+  std::vector<float> v(out.numel());
+  cpu->to_host(out, v.data());
+  return v;
+}
+
+Routing make_routing(int64_t n, int64_t E, int64_t k, uint32_t seed, int32_t never, int32_t always) {
+  std::mt19937 rng(seed);
+  Routing r;
+  r.n_rows = n;
+  r.k = k;
+  for (int64_t row = 0; row < n; ++row) {
+    std::vector<int32_t> pool;
+    for (int32_t e = 0; e < E; ++e)
+      if (e != never && e != always) pool.push_back(e);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    if (always >= 0) pool.insert(pool.begin() + static_cast<int64_t>(row % k), always);
+    float sum = 0;
+    std::vector<float> w(k);
+    for (int64_t j = 0; j < k; ++j) sum += w[j] = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+    for (int64_t j = 0; j < k; ++j) {
+      r.ids.push_back(pool[j]);
+      r.weights.push_back(w[j] / sum);
+    }
+  }
+  return r;
+}
+
+struct GpuRun {
+  std::vector<float> out;          // [n, n_embd] + guard
+  std::vector<uint8_t> done;       // [n * k]
+};
+
+// Runs the phases over tables (each a per-expert availability mask over layer.table, with
+// optional replacement weights) and then the combine.
+GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::vector<float>& hv, int64_t n_embd,
+                  int64_t n_ff, const std::vector<std::vector<cuda::ExpertRef>>& phases) {
+  const int64_t n = routing.n_rows, k = routing.k, pairs = n * k;
+  DeviceBuffers d;
+  const float* h = d.put(hv);
+  const int32_t* ids = d.put(routing.ids);
+  const float* w = d.put(routing.weights);
+  uint8_t* done = d.put(std::vector<uint8_t>(pairs, 0), kGuard, uint8_t{77});
+  float* act = d.put(std::vector<float>(pairs * n_ff, 0.0f), kGuard, kSentinel);
+  float* pair_out = d.put(std::vector<float>(pairs * n_embd, 0.0f), kGuard, kSentinel);
+  float* out = d.put(std::vector<float>(n * n_embd, 0.0f), kGuard, kSentinel);
+  cuda::MoeShape shape{n, k, n_embd, n_ff, static_cast<int64_t>(layer.table.size())};
+  for (const auto& table : phases) {
+    const cuda::ExpertRef* t = d.put(table);
+    cuda::launch_moe_experts(h, ids, t, done, act, pair_out, shape, nullptr);
+  }
+  cuda::launch_moe_combine_done(pair_out, w, done, out, shape, nullptr);
+  GpuRun r;
+  r.out = d.get(out, n * n_embd + kGuard);
+  r.done = d.get(done, pairs + kGuard);
+  auto act_h = d.get(act, pairs * n_ff + kGuard);
+  auto po_h = d.get(pair_out, pairs * n_embd + kGuard);
+  for (int64_t i = 0; i < kGuard; ++i) {
+    EXPECT_EQ(r.done[pairs + i], 77) << "done written past the end";
+    EXPECT_EQ(act_h[pairs * n_ff + i], kSentinel) << "act written past the end";
+    EXPECT_EQ(po_h[pairs * n_embd + i], kSentinel) << "pair_out written past the end";
+  }
+  return r;
+}
+
+struct Shape {
+  int64_t n, E, k, n_embd, n_ff;
+};
+
+TEST(CudaMoe, ExpertsMatchRoutedExperts) {
+  // 256 x 192: every type takes the 16-byte path; 100 x 40 and 70 x 33: none does (partial
+  // quantized groups, unaligned rows).
+  for (DType dt : {DType::f32, DType::bf16, DType::q8, DType::q4, DType::q2})
+    for (Shape s : {Shape{9, 8, 2, 256, 192}, {5, 8, 2, 100, 40}, {3, 6, 3, 70, 33}, {1, 8, 2, 256, 192}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      auto hv = random_vec(s.n * s.n_embd, 7);
+      struct R {
+        const char* name;
+        Routing routing;
+      };
+      for (const R& r : {R{"random, expert 3 unused", make_routing(s.n, s.E, s.k, 5, 3, -1)},
+                         R{"every row to expert 5", make_routing(s.n, s.E, s.k, 6, -1, 5)},
+                         R{"k=1 every row to expert 2", make_routing(s.n, s.E, 1, 8, -1, 2)}}) {
+        const std::string what = std::string(dtype_name(dt)) + " " + r.name + " n=" + std::to_string(s.n) +
+                                 " embd=" + std::to_string(s.n_embd) + " ff=" + std::to_string(s.n_ff);
+        auto want = cpu_routed(layer, r.routing, hv, s.n_embd);
+        GpuRun got = gpu_routed(layer, r.routing, hv, s.n_embd, s.n_ff, {layer.table});
+        expect_close(got.out, want, what);
+        for (int64_t p = 0; p < r.routing.n_rows * r.routing.k; ++p) ASSERT_EQ(got.done[p], 1) << what;
+      }
+    }
+}
+
+TEST(CudaMoe, TwoPhaseDispatch) {
+  for (DType dt : {DType::bf16, DType::q4}) {
+    const Shape s{11, 8, 2, 256, 192};
+    auto gpu = make_cuda_backend(0);
+    ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+    auto hv = random_vec(s.n * s.n_embd, 9);
+    Routing routing = make_routing(s.n, s.E, s.k, 12, -1, -1);
+    auto unavailable = [](int32_t e) { return e % 3 == 1; };  // experts 1, 4, 7 miss in phase 1
+    std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
+    for (int32_t e = 0; e < s.E; ++e) {
+      if (unavailable(e)) phase1[e].wtype = cuda::expert_unavailable;
+      // Phase 2 gives the phase-1 experts another expert's weights: a done pair that were
+      // computed again would change the result.
+      else phase2[e] = layer.table[(e + 1) % s.E];
+    }
+    // Phase 1 alone: the missed pairs are not done and count as zero (a cut).
+    Routing cut = routing;
+    for (size_t p = 0; p < cut.ids.size(); ++p)
+      if (unavailable(cut.ids[p])) cut.weights[p] = 0.0f;
+    GpuRun one = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {phase1});
+    expect_close(one.out, cpu_routed(layer, cut, hv, s.n_embd), std::string(dtype_name(dt)) + " phase 1 only");
+    for (size_t p = 0; p < routing.ids.size(); ++p)
+      ASSERT_EQ(one.done[p], unavailable(routing.ids[p]) ? 0 : 1) << "done after phase 1, pair " << p;
+    // Both phases: every pair done, the full result.
+    GpuRun both = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {phase1, phase2});
+    expect_close(both.out, cpu_routed(layer, routing, hv, s.n_embd), std::string(dtype_name(dt)) + " two phases");
+    for (size_t p = 0; p < routing.ids.size(); ++p) ASSERT_EQ(both.done[p], 1) << "done after phase 2, pair " << p;
+    // One phase with the full table gives the same bits as two (a pair depends only on its
+    // row and its expert).
+    GpuRun single = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table});
+    for (int64_t i = 0; i < s.n * s.n_embd; ++i) ASSERT_EQ(single.out[i], both.out[i]) << "element " << i;
+    // The fully resident launch (no done flags, down and combine fused) gives the same bits.
+    DeviceBuffers d;
+    const float* h = d.put(hv);
+    const int32_t* ids = d.put(routing.ids);
+    const float* w = d.put(routing.weights);
+    float* act = d.put(std::vector<float>(s.n * s.k * s.n_ff, 0.0f), kGuard, kSentinel);
+    float* out = d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel);
+    cuda::launch_moe_experts_combine(h, ids, w, d.put(layer.table), act, out, {s.n, s.k, s.n_embd, s.n_ff, s.E},
+                                     nullptr);
+    auto fused = d.get(out, s.n * s.n_embd + kGuard);
+    for (int64_t i = 0; i < s.n * s.n_embd; ++i) ASSERT_EQ(fused[i], both.out[i]) << "fused, element " << i;
+    for (int64_t i = 0; i < kGuard; ++i) ASSERT_EQ(fused[s.n * s.n_embd + i], kSentinel) << "fused: write past the end";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Backend::moe_routed (router top-k, experts and combine on the device, from router logits)
+// against the host path the decoders use without a table: route_topk + routed_experts.
+TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
+  for (DType dt : {DType::bf16, DType::q4, DType::q2})
+    for (Shape s : {Shape{1, 8, 2, 256, 192}, {13, 8, 2, 256, 192}, {4, 6, 3, 70, 33}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      auto hv = random_vec(s.n * s.n_embd, 17);
+      auto lv = random_vec(s.n * s.E, 18, 1.5f);
+      for (bool norm : {true, false}) {
+        RouterSpec spec{s.E, s.k, norm};
+        auto want = cpu_routed(layer, route_topk(spec, lv, s.n), hv, s.n_embd);
+        auto table = gpu->make_expert_table(layer.device);
+        ASSERT_NE(table, nullptr);
+        Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
+        gpu->from_host(h, hv.data());
+        gpu->from_host(logits, lv.data());
+        Tensor whole = gpu->alloc(DType::f32, {s.n * s.n_embd + kGuard});
+        std::vector<float> init(s.n * s.n_embd + kGuard, kSentinel);
+        gpu->from_host(whole, init.data());
+        Tensor out(DType::f32, {s.n, s.n_embd}, whole.data);
+        gpu->moe_routed(*table, logits, s.k, norm, h, out);
+        std::vector<float> got(init.size());
+        gpu->to_host(whole, got.data());
+        expect_close(got, want, std::string("moe_routed ") + std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) +
+                                    (norm ? " norm" : ""));
+      }
+    }
+}
+
+}  // namespace
