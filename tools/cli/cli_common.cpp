@@ -38,6 +38,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--wait-timeout", opt.wait_timeout,
                  "CUDA streaming: seconds any host/device wait may take before the run fails (default 30)")
       ->check(CLI::PositiveNumber);
+  cmd.add_flag("--host-cache-preload", opt.host_cache_preload,
+               "benchmarks (CUDA): fill the --host-cache tier from the pack at start-up and report read and H2D GB/s");
   cmd.add_flag("--fake-experts", opt.fake_experts,
                "developer: skip expert reads and compute with whatever the slots hold (output is meaningless)");
 }
@@ -96,6 +98,9 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
   if (opt.wait_timeout > 0)
     so.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.wait_timeout * 1000 + 0.5));
   so.fake_experts = opt.fake_experts;
+  so.host_cache_preload = opt.host_cache_preload;
+  SLUICE_CHECK(!so.host_cache_preload || so.host_cache_bytes > 0, Status::invalid_argument,
+               "--host-cache-preload needs --host-cache SIZE");
   if (so.fake_experts) LOG_WARN("--fake-experts: expert reads are skipped; the output is meaningless (a speed bound only)");
   return so;
 }

@@ -35,6 +35,7 @@ struct ModelOptions {
   std::string wait;               // --wait spin|block (CUDA streaming; default spin)
   double wait_timeout = 0;        // --wait-timeout SECONDS (CUDA streaming; default 30)
   bool fake_experts = false;      // --fake-experts (developer: skip expert reads)
+  bool host_cache_preload = false;  // --host-cache-preload (benchmarks, CUDA)
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);

@@ -3,6 +3,7 @@
 // batches, and the statistics.
 #include "backends/cuda/cuda_streamer.h"
 
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -18,6 +20,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/expert_copy.h"
 #include "backends/cuda/handshake.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/log.h"
@@ -39,30 +42,78 @@ std::string hex16(uint64_t v) {
   return buf;
 }
 
-// Pinned host memory (cudaHostAlloc; `mapped` also maps it into the device's address space).
+// Host memory the device reads: cudaHostAlloc'ed and mapped into the device's address space.
+// For the handshake tables only: direct reads cannot land in it (its pages belong to the
+// driver's device file, and O_DIRECT answers EFAULT).
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
-    cudaError_t err = cudaHostAlloc(&p_, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+  PinnedBuffer(size_t bytes, const char* what) {
+    cudaError_t err = cudaHostAlloc(&p_, std::max<size_t>(bytes, 1), cudaHostAllocPortable | cudaHostAllocMapped);
     SLUICE_CHECK(err == cudaSuccess, Status::out_of_memory, "cuda: cannot pin ", byte_size_text(bytes),
                  " of host memory for ", what, ": ", cudaGetErrorString(err));
     std::memset(p_, 0, std::max<size_t>(bytes, 1));
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev_, p_, 0));
   }
   ~PinnedBuffer() {
     if (p_) cudaFreeHost(p_);
   }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
+  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), dev_(o.dev_) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     std::swap(p_, o.p_);
+    std::swap(dev_, o.dev_);
+    return *this;
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(p_); }
+  // The device's address of host address `h` inside this buffer.
+  template <typename T>
+  T* dev(T* h) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(dev_) + (reinterpret_cast<uint8_t*>(h) - data()));
+  }
+
+ private:
+  void* p_ = nullptr;
+  void* dev_ = nullptr;
+};
+
+// Page-aligned anonymous host memory, page-locked and mapped for the device
+// (cudaHostRegister): direct reads land in it, and the copy kernel reads it over PCIe.
+class HostMem {
+ public:
+  HostMem() = default;
+  HostMem(size_t bytes, const char* what) : bytes_(std::max<size_t>(io_align_up(bytes), kIoAlign)) {
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    SLUICE_CHECK(p != MAP_FAILED, Status::out_of_memory, "cannot allocate ", byte_size_text(bytes_),
+                 " of host memory for ", what);
+    p_ = p;
+    cudaError_t err = cudaHostRegister(p_, bytes_, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (err != cudaSuccess) {
+      ::munmap(p_, bytes_);
+      p_ = nullptr;
+      fail(Status::out_of_memory, "cuda: cannot page-lock ", byte_size_text(bytes_), " of host memory for ", what, ": ",
+           cudaGetErrorString(err), " (a smaller --host-cache or --expert-cache needs less)");
+    }
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev_, p_, 0));
+  }
+  ~HostMem() {
+    if (!p_) return;
+    cudaHostUnregister(p_);
+    ::munmap(p_, bytes_);
+  }
+  HostMem(HostMem&& o) noexcept : p_(std::exchange(o.p_, nullptr)), dev_(o.dev_), bytes_(o.bytes_) {}
+  HostMem& operator=(HostMem&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(dev_, o.dev_);
     std::swap(bytes_, o.bytes_);
     return *this;
   }
   uint8_t* data() const { return static_cast<uint8_t*>(p_); }
-  void leak() { p_ = nullptr; }  // reads may still write into it: never free
+  const void* dev(const uint8_t* h) const { return static_cast<uint8_t*>(dev_) + (h - data()); }
+  void leak() { p_ = nullptr; }  // reads may still write into it: never unmap
 
  private:
   void* p_ = nullptr;
+  void* dev_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -106,15 +157,17 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 struct CudaStreamer::Impl {
-  // One read of a record into pinned memory and its copy into a device slot.
+  // One record on its way into a device slot: read into page-locked host memory (reading),
+  // landed there (landed), then listed for a copy kernel the device runs later (retiring:
+  // the slot counts as resident from then on, since every reader of the slot runs after the
+  // copy on the same stream; the host memory is reused once the device passed the copy).
   struct Fill {
-    int32_t slot = -1;      // device slot (state loading until the copy landed)
+    int32_t slot = -1;      // device slot (state loading until its copy is listed)
     int64_t record = -1;
     ExpertKind kind = ExpertKind::bf16;
     IoPriority priority = IoPriority::demand;
-    int32_t staging = -1;   // the pinned source: a staging buffer, or
-    int32_t host_slot = -1; // a host-tier record (pinned in the tier until the copy landed)
-    cudaEvent_t event = nullptr;
+    int32_t staging = -1;   // the host source: a staging buffer, or
+    int32_t host_slot = -1; // a host-tier record (pinned in the tier until retired)
   };
   // One distinct expert of a step and what the step did with it.
   struct Want : StepExpert {
@@ -131,8 +184,9 @@ struct CudaStreamer::Impl {
     int64_t n = 0;
     bool lookahead = false;
   };
-  // The pinned per-layer handshake memory: ids, weights, predicted ids and weights [cap * k],
-  // table 1 and table 2 [n_expert].
+  // The host-mapped per-layer handshake memory: ids, weights, predicted ids and weights
+  // [cap * k], table 1 and table 2 [n_expert], the copy lists of both phases [n_slots] and
+  // their lengths.
   struct LayerView {
     int32_t* ids;
     float* weights;
@@ -140,6 +194,10 @@ struct CudaStreamer::Impl {
     float* pred_weights;
     cuda::ExpertRef* table1;
     cuda::ExpertRef* table2;
+    cuda::CopyDesc* copies1;
+    cuda::CopyDesc* copies2;
+    uint32_t* count1;
+    uint32_t* count2;
   };
 
   Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, CudaBackend& b, const StreamerOptions& o);
@@ -159,19 +217,27 @@ struct CudaStreamer::Impl {
   }
   bool start_fill(const AcquireResult& a, int64_t record, ExpertKind k, IoPriority priority);
   void submit_read(Fill f, void* dest);
-  void start_copy(Fill f, const void* src);
   void fail_fill(const Fill& f);
   void on_read(const ReadCompletion& c);
-  size_t pump();
-  size_t in_flight() const { return reading.size() + copying.size() + waiting.size(); }
+  size_t pump();  // lands read completions; no CUDA call
+  const uint8_t* source(const Fill& f) const { return f.host_slot >= 0 ? host_ptr(f.host_slot) : staging_ptr(f.staging); }
+  // Lists every landed fill in a copy list (descs[*count ...]) and counts its slot resident.
+  size_t list_landed(cuda::CopyDesc* descs, uint32_t& count);
+  // The model thread's variant: copies landed fills on the stream itself.
+  void copy_landed_on_stream();
+  void retire();  // the device passed every listed copy: their host memory is free again
+  size_t in_flight() const { return reading.size() + waiting.size() + landed.size(); }
   void release_pins();
+  void preload_host_tier();
 
   // ---- the service thread ----
   void service_loop();
   void run_layer(const Job& j);
   void release_device(const Job& j);
   void wait_signal(int64_t layer, cuda::Signal sig, uint64_t value);
-  void plan_step(std::vector<Want>& wants, int64_t L, LayerStats& ls, bool deadline);
+  // land: lists (or copies) the landed fills, so their slots stop loading; returns how many.
+  void plan_step(std::vector<Want>& wants, int64_t L, LayerStats& ls, bool deadline,
+                 const std::function<size_t()>& land);
   void lookahead(const Job& j, const LayerView& lv);
   void set_error(const Error& e);
   int64_t model_layer(int64_t L) const { return pack->manifest().moe_layers[static_cast<size_t>(L)]; }
@@ -197,19 +263,18 @@ struct CudaStreamer::Impl {
   // record read from the pack), staging buffers for reads when there is no tier.
   DeviceBuffer slots;
   std::unique_ptr<Residency> residency;
-  PinnedBuffer host_mem;
+  HostMem host_mem;
   std::unique_ptr<Residency> host;
-  PinnedBuffer staging_mem;
+  HostMem staging_mem;
   std::vector<int32_t> staging_free;
-  cudaStream_t copy_stream = nullptr;
-  std::vector<cudaEvent_t> events;  // free events
 
   std::unique_ptr<IoEngine> io;
   std::map<ExpertKind, int32_t> files;
   std::unordered_map<uint64_t, Fill> reading;  // by tag
   uint64_t next_tag = 1;
-  std::deque<Fill> copying;  // in copy-stream order
-  std::deque<Fill> waiting;  // reads waiting for a staging buffer
+  std::vector<Fill> landed;    // read, not yet listed for a copy
+  std::vector<Fill> retiring;  // listed; their host memory is held until the device passed them
+  std::deque<Fill> waiting;    // reads waiting for a staging buffer
   std::vector<ReadCompletion> completions;
   uint64_t h2d_bytes = 0, h2d_base = 0;
 
@@ -271,13 +336,13 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t to
     ho.n_records = m.n_records();
     ho.policy = PolicyKind::lru;
     host = std::make_unique<Residency>(ho);
-    host_mem = PinnedBuffer(static_cast<size_t>(layout.host_slots) * slot_bytes, "the host-RAM expert tier");
+    host_mem = HostMem(static_cast<size_t>(layout.host_slots) * slot_bytes, "the host-RAM expert tier");
   }
-  // Staging: enough for the reads in flight plus the copies behind them.
-  const int32_t n_staging = std::max(4, 2 * opt.io_depth);
-  staging_mem = PinnedBuffer(static_cast<size_t>(n_staging) * slot_bytes, "expert read staging");
+  // Staging: a buffer per device slot (a slot's record waits in it until the device copied
+  // it), fewer with a host tier, where reads land in the tier.
+  const int32_t n_staging = host ? std::max(4, 2 * opt.io_depth) : layout.n_slots;
+  staging_mem = HostMem(static_cast<size_t>(n_staging) * slot_bytes, "expert read staging");
   for (int32_t i = n_staging - 1; i >= 0; --i) staging_free.push_back(i);
-  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
 
   IoEngineOptions io_opt;
   io_opt.mode = opt.io_mode;
@@ -290,6 +355,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t to
   if (opt.miss_kind) files[*opt.miss_kind] = io->add_file(pack->expert_file(*opt.miss_kind));
   io_base = io->counters();
 
+  if (host && opt.host_cache_preload) preload_host_tier();
   hs = std::make_unique<cuda::Handshake>(n_layers);
   calls.assign(static_cast<size_t>(n_layers), 0);
   layers.assign(static_cast<size_t>(n_layers), LayerStats{});
@@ -330,12 +396,80 @@ CudaStreamer::Impl::~Impl() {
     host_mem.leak();
     staging_mem.leak();
   }
-  if (copy_stream) {
-    cudaStreamSynchronize(copy_stream);
-    for (const Fill& f : copying) cudaEventDestroy(f.event);
-    cudaStreamDestroy(copy_stream);
+}
+
+// Reads the first records of the pack into the host tier (as many as it holds), then measures
+// host-to-device bandwidth from it: the copy engine and the copy kernel, each over up to 1 GiB.
+void CudaStreamer::Impl::preload_host_tier() {
+  const int64_t n = std::min<int64_t>(host->n_slots(), pack->manifest().n_records());
+  const uint64_t stride = pack->kind(kind).record_stride;
+  std::unordered_map<uint64_t, int32_t> slot_of_tag;
+  std::vector<ReadCompletion> done;
+  int64_t next = 0, landed_n = 0;
+  const auto t0 = Clock::now();
+  auto since = t0;
+  while (landed_n < n) {
+    while (next < n && static_cast<int64_t>(slot_of_tag.size()) < 4 * opt.io_depth) {
+      const AcquireResult a = host->acquire(next, kind);
+      SLUICE_ASSERT(a.status == AcquireStatus::miss);
+      ReadRequest q;
+      q.file = files.at(kind);
+      q.offset = pack->record_offset(kind, next);
+      q.bytes = stride;
+      q.dest = host_ptr(a.slot);
+      q.record = next;
+      q.tag = next_tag++;
+      slot_of_tag[q.tag] = a.slot;
+      io->submit(q);
+      ++next;
+    }
+    done.clear();
+    io->poll(done, std::chrono::milliseconds(50));
+    for (const ReadCompletion& c : done) {
+      const int32_t hs_slot = slot_of_tag.at(c.tag);
+      slot_of_tag.erase(c.tag);
+      SLUICE_CHECK(c.status == Status::ok, c.status, "--host-cache-preload: ", describe(c.record, kind), ": ", c.error);
+      host->complete_load(hs_slot);
+      host->release(hs_slot);
+      ++landed_n;
+      since = Clock::now();
+    }
+    SLUICE_CHECK(Clock::now() - since < opt.io_timeout, Status::timeout, "--host-cache-preload: no read landed for ",
+                 std::chrono::duration<double>(opt.io_timeout).count(), " s");
   }
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  const double s_read = seconds_between(t0, Clock::now());
+  const double gb = static_cast<double>(n) * static_cast<double>(stride) / 1e9;
+  // H2D peaks from the tier into the slots (nothing is resident yet).
+  const size_t bytes = std::min<size_t>({size_t{1} << 30, static_cast<size_t>(n) * stride,
+                                         static_cast<size_t>(residency->n_slots()) * slot_bytes}) / 4096 * 4096;
+  PinnedBuffer probe(sizeof(cuda::CopyDesc) + 64, "the H2D probe");
+  auto* desc = reinterpret_cast<cuda::CopyDesc*>(probe.data());
+  auto* count = reinterpret_cast<uint32_t*>(probe.data() + sizeof(cuda::CopyDesc));
+  *desc = cuda::CopyDesc{host_mem.dev(host_mem.data()), slots.as(), bytes};
+  *count = 1;
+  double best_ce = 0, best_kernel = 0;
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      CUDA_CHECK(cudaEventRecord(e0, stream));
+      if (kernel) cuda::launch_expert_copies(probe.dev(desc), probe.dev(count), stream);
+      else CUDA_CHECK(cudaMemcpyAsync(slots.as(), host_mem.data(), bytes, cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaEventRecord(e1, stream));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      const double gbs = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+      (kernel ? best_kernel : best_ce) = std::max(kernel ? best_kernel : best_ce, gbs);
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  io_base = io->counters();
+  LOG_WARN("host tier preloaded: ", n, " records, ", gb, " GB in ", s_read, " s = ", gb / s_read,
+           " GB/s read; H2D from the tier over ", bytes / 1048576, " MiB: copy engine ", best_ce,
+           " GB/s, copy kernel ", best_kernel, " GB/s");
 }
 
 cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, ExpertKind k) const {
@@ -366,9 +500,9 @@ bool CudaStreamer::Impl::start_fill(const AcquireResult& a, int64_t record, Expe
   if (host) {
     const int32_t h = host->find(record, k);
     if (h >= 0 && host->state(h) == SlotState::resident) {
-      const AcquireResult ha = host->acquire(record, k);  // a hit: pinned until the copy landed
+      const AcquireResult ha = host->acquire(record, k);  // a hit: pinned until retired
       f.host_slot = ha.slot;
-      start_copy(f, host_ptr(ha.slot));
+      landed.push_back(f);
       return true;
     }
     if (h < 0) {
@@ -410,21 +544,6 @@ void CudaStreamer::Impl::submit_read(Fill f, void* dest) {
   }
 }
 
-void CudaStreamer::Impl::start_copy(Fill f, const void* src) {
-  if (events.empty()) {
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    events.push_back(e);
-  }
-  f.event = events.back();
-  events.pop_back();
-  const uint64_t bytes = pack->kind(f.kind).record_bytes;
-  CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), src, bytes, cudaMemcpyHostToDevice, copy_stream));
-  CUDA_CHECK(cudaEventRecord(f.event, copy_stream));
-  h2d_bytes += bytes;
-  copying.push_back(f);
-}
-
 void CudaStreamer::Impl::fail_fill(const Fill& f) {
   if (residency->state(f.slot) == SlotState::loading) residency->fail_load(f.slot);
   if (f.host_slot >= 0 && host->state(f.host_slot) == SlotState::loading) host->fail_load(f.host_slot);
@@ -453,7 +572,7 @@ void CudaStreamer::Impl::on_read(const ReadCompletion& c) {
     }
   }
   if (f.host_slot >= 0) host->complete_load(f.host_slot);
-  start_copy(f, src);
+  landed.push_back(f);
 }
 
 size_t CudaStreamer::Impl::pump() {
@@ -469,19 +588,6 @@ size_t CudaStreamer::Impl::pump() {
       if (!first) first = e;
     }
   }
-  // One copy stream: copies land in the order they were issued.
-  while (!copying.empty()) {
-    const cudaError_t e = cudaEventQuery(copying.front().event);
-    if (e == cudaErrorNotReady) break;
-    CUDA_CHECK(e);
-    const Fill f = copying.front();
-    copying.pop_front();
-    events.push_back(f.event);
-    residency->complete_load(f.slot);
-    if (f.host_slot >= 0) host->release(f.host_slot);
-    if (f.staging >= 0) staging_free.push_back(f.staging);
-    ++progress;
-  }
   while (!waiting.empty() && !staging_free.empty()) {
     Fill f = waiting.front();
     waiting.pop_front();
@@ -491,6 +597,48 @@ size_t CudaStreamer::Impl::pump() {
   }
   if (first) throw *first;
   return progress;
+}
+
+size_t CudaStreamer::Impl::list_landed(cuda::CopyDesc* descs, uint32_t& count) {
+  const size_t n = landed.size();
+  SLUICE_ASSERT(count + n <= static_cast<size_t>(residency->n_slots()));
+  for (const Fill& f : landed) {
+    const uint64_t bytes = (pack->kind(f.kind).record_bytes + 15) / 16 * 16;  // within the stride
+    const uint8_t* src = source(f);
+    descs[count++] = cuda::CopyDesc{f.host_slot >= 0 ? host_mem.dev(src) : staging_mem.dev(src), slot_ptr(f.slot), bytes};
+    residency->complete_load(f.slot);
+    h2d_bytes += bytes;
+    retiring.push_back(f);
+  }
+  landed.clear();
+  return n;
+}
+
+void CudaStreamer::Impl::copy_landed_on_stream() {
+  for (const Fill& f : landed) {
+    const uint64_t bytes = pack->kind(f.kind).record_bytes;
+    CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, stream));
+    residency->complete_load(f.slot);
+    h2d_bytes += bytes;
+    retiring.push_back(f);
+  }
+  landed.clear();
+}
+
+void CudaStreamer::Impl::retire() {
+  for (const Fill& f : retiring) {
+    if (f.host_slot >= 0 && host->state(f.host_slot) != SlotState::free && host->pins(f.host_slot) > 0)
+      host->release(f.host_slot);
+    if (f.staging >= 0) staging_free.push_back(f.staging);
+  }
+  retiring.clear();
+  while (!waiting.empty() && !staging_free.empty()) {
+    Fill f = waiting.front();
+    waiting.pop_front();
+    f.staging = staging_free.back();
+    staging_free.pop_back();
+    submit_read(f, staging_ptr(f.staging));
+  }
 }
 
 void CudaStreamer::Impl::release_pins() {
@@ -572,10 +720,12 @@ void CudaStreamer::Impl::service_loop() {
 void CudaStreamer::Impl::release_device(const Job& j) {
   const LayerView lv = layer_view(j.layer);
   if (!published_resident) {
+    *lv.count1 = 0;
     std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
     hs->store(j.layer, cuda::Signal::resident_ready, j.value);
   }
   if (!published_misses) {
+    *lv.count2 = 0;
     std::fill(lv.table2, lv.table2 + n_expert, cuda::ExpertRef{});
     hs->store(j.layer, cuda::Signal::misses_ready, j.value);
   }
@@ -596,7 +746,8 @@ void CudaStreamer::Impl::wait_signal(int64_t L, cuda::Signal sig, uint64_t value
 // Acquire (hits pinned first, misses reserve slots strongest first; no slot: wait for fills
 // in flight) and issue the reads: misses strongest first, then the low-bit copies of the
 // candidates a deadline may cut, then the candidates themselves.
-void CudaStreamer::Impl::plan_step(std::vector<Want>& wants, int64_t L, LayerStats& ls, bool deadline) {
+void CudaStreamer::Impl::plan_step(std::vector<Want>& wants, int64_t L, LayerStats& ls, bool deadline,
+                                   const std::function<size_t()>& land) {
   const uint64_t stride = pack->kind(kind).record_stride;
   std::vector<int64_t> records(wants.size());
   for (size_t i = 0; i < wants.size(); ++i) records[i] = wants[i].record;
@@ -614,10 +765,14 @@ void CudaStreamer::Impl::plan_step(std::vector<Want>& wants, int64_t L, LayerSta
       else pins.push_back(acq[i].slot);
     }
     if (!missing) break;
+    const size_t progress = pump() + land();
+    if (progress) {
+      since = Clock::now();
+      continue;
+    }
     SLUICE_CHECK(in_flight() > 0, Status::internal, "expert cache: no slot for MoE layer ", L,
                  " and nothing loading (", residency->n_slots(), " slots, ", wants.size(), " experts in the step)");
-    if (pump()) since = Clock::now();
-    else cuda::host_idle(wait_mode);
+    cuda::host_idle(wait_mode);
     SLUICE_CHECK(Clock::now() - since < opt.wait_timeout, Status::timeout, "expert cache: MoE layer ", L,
                  " waited ", std::chrono::duration<double>(opt.wait_timeout).count(), " s for a free slot");
   }
@@ -685,7 +840,8 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   wait_signal(L, cuda::Signal::router_ready, v);
   const auto wall0 = Clock::now();
   const double cpu0 = thread_cpu_seconds();
-  // The device reached this layer: the previous step's experts are computed.
+  // The device reached this layer: the previous steps' copies and experts are done.
+  retire();
   release_pins();
   const LayerView lv = layer_view(L);
   const size_t nk = static_cast<size_t>(n * k);
@@ -705,11 +861,14 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   }
   ls.unique += wants.size();
   const bool deadline = opt.cut > 0 || opt.miss_kind.has_value();
-  plan_step(wants, L, ls, deadline);
+  uint32_t n1 = 0, n2 = 0;
+  plan_step(wants, L, ls, deadline, [&] { return list_landed(lv.copies1, n1); });
   lookahead(j, lv);
   pump();
 
-  // Phase 1: the experts resident now.
+  // Phase 1: the experts resident now, with the records that landed copied first.
+  list_landed(lv.copies1, n1);
+  *lv.count1 = n1;
   std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
   for (Want& w : wants) {
     if (!resident(w.slot, w.record, kind) || (w.candidate && opt.deadline_worst_case)) continue;
@@ -728,6 +887,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   auto since = Clock::now();
   for (;;) {
     size_t progress = pump();
+    list_landed(lv.copies2, n2);
     if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) phase1_done = Clock::now();
     if (!decided && phase1_done) {
       for (auto it = wants.rbegin(); it != wants.rend(); ++it) {  // weakest first
@@ -738,6 +898,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
           const auto t0 = Clock::now();
           while (!resident(w.low_slot, w.record, *opt.miss_kind)) {
             if (pump() == 0) cuda::host_idle(wait_mode);
+            list_landed(lv.copies2, n2);
             SLUICE_CHECK(Clock::now() - t0 < opt.wait_timeout, Status::timeout, "MoE layer ", L,
                          ": the low-bit copy of ", describe(w.record, *opt.miss_kind), " did not land");
           }
@@ -780,9 +941,11 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
       for (const Want& w : wants) late += w.done ? 0 : 1;
       fail(Status::timeout, "MoE layer ", L, " (model layer ", model_layer(L), "): ", late, " expert",
            late == 1 ? "" : "s", " did not land within ", std::chrono::duration<double>(opt.wait_timeout).count(),
-           " s (", reading.size(), " reads and ", copying.size(), " copies in flight; misses_ready not sent)");
+           " s (", reading.size(), " reads in flight, ", waiting.size(), " waiting for staging; misses_ready not sent)");
     }
   }
+  list_landed(lv.copies2, n2);
+  *lv.count2 = n2;
   std::copy(lv.table1, lv.table1 + n_expert, lv.table2);
   for (const Want& w : wants) {
     if (w.dropped) continue;
@@ -827,6 +990,12 @@ CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L) const {
   v.pred_weights = reinterpret_cast<float*>(base + 3 * nk);
   v.table1 = reinterpret_cast<cuda::ExpertRef*>(base + 4 * nk);
   v.table2 = v.table1 + n_expert;
+  const size_t copies = static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc);
+  uint8_t* c = base + 4 * nk + align64(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef));
+  v.copies1 = reinterpret_cast<cuda::CopyDesc*>(c);
+  v.copies2 = reinterpret_cast<cuda::CopyDesc*>(c + align64(copies));
+  v.count1 = reinterpret_cast<uint32_t*>(c + 2 * align64(copies));
+  v.count2 = v.count1 + 16;
   return v;
 }
 
@@ -837,10 +1006,12 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
     barrier();
     CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+  std::lock_guard<std::mutex> g(mu);
   const int64_t cap = std::max<int64_t>(n, 16);
   const size_t pairs = static_cast<size_t>(cap * top_k);
   const size_t nk = align64(pairs * 4);
-  layer_stride = align64(4 * nk + 2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef));
+  layer_stride = 4 * nk + align64(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef)) +
+                 2 * align64(static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc)) + 128;
   layer_mem = PinnedBuffer(static_cast<size_t>(n_layers) * layer_stride, "the expert handshake tables");
   d_ids = DeviceBuffer(pairs * 4, "routing ids");
   d_w = DeviceBuffer(pairs * 4, "routing weights");
@@ -866,6 +1037,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   CUDA_CHECK(cudaMemsetAsync(d_done.as(), 0, nk, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::lock_guard<std::mutex> g(mu);
+  retire();  // the device is idle
   const std::span<const int32_t> ids(lv.ids, nk);
   const std::span<const float> weights(lv.weights, nk);
   if (observer) {
@@ -884,10 +1056,15 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       wants.push_back(std::move(w));
     }
     ls.unique += wants.size();
-    plan_step(wants, L, ls, false);
+    plan_step(wants, L, ls, false, [&] {
+      const size_t n_landed = landed.size();
+      copy_landed_on_stream();
+      return n_landed;
+    });
     const auto t0 = Clock::now();
     auto since = t0;
     for (;;) {
+      copy_landed_on_stream();
       bool all = true;
       for (const Want& w : wants) all &= resident(w.slot, w.record, kind);
       if (all) break;
@@ -905,6 +1082,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
                              d_act.as<float>(), d_pair.as<float>(), shape, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
+    retire();
     release_pins();
     row0 = row1;
   }
@@ -962,13 +1140,16 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const size_t table_bytes = static_cast<size_t>(E) * sizeof(cuda::ExpertRef);
   m.hs->device_write(s, L, cuda::Signal::router_ready, v);
   m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
-  // The table is copied to the device after the wait: the copy reads what the host published.
+  // Everything below reads what the host published before the signal: the landed records'
+  // copies, then the table (copied to the device when the stream gets there).
+  cuda::launch_expert_copies(m.layer_mem.dev(lv.copies1), m.layer_mem.dev(lv.count1), s);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table1, table_bytes, cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(m.d_done.as(), 0, nk, s));
   cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
                            m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
   m.hs->device_write(s, L, cuda::Signal::resident_done, v);
   m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
+  cuda::launch_expert_copies(m.layer_mem.dev(lv.copies2), m.layer_mem.dev(lv.count2), s);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table2, table_bytes, cudaMemcpyHostToDevice, s));
   cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
                            m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
@@ -988,6 +1169,8 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
 void CudaStreamer::forward_done() {
   impl_->barrier();
   impl_->throw_if_failed();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->retire();  // the logits reached the host: the device is idle
 }
 
 RunStats CudaStreamer::stats() const {
@@ -1021,9 +1204,13 @@ bool CudaStreamer::drain(std::chrono::milliseconds wait) {
   m.barrier();
   const auto until = Clock::now() + wait;
   std::lock_guard<std::mutex> g(m.mu);
-  while (m.in_flight() > 0) {
+  // Background reads (cut experts, prefetches) land and are copied here, on this thread.
+  while (m.in_flight() > 0 || !m.retiring.empty()) {
     if (Clock::now() >= until) return false;
     if (m.pump() == 0) cuda::host_idle(m.wait_mode);
+    m.copy_landed_on_stream();
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    m.retire();
   }
   return true;
 }
