@@ -382,7 +382,23 @@ CudaStreamer::Impl::~Impl() {
   }
   q_cv.notify_all();
   if (service.joinable()) service.join();
-  // Every signal was answered: the stream drains. Errors here are not actionable.
+  // The service thread is gone: answer whatever the device may still wait for (a call whose
+  // enqueue failed half-way), so the stream drains. Errors here are not actionable.
+  if (hs && layer_mem.data()) {
+    for (int64_t L = 0; L < n_layers; ++L) {
+      const uint64_t v = calls[static_cast<size_t>(L)];
+      if (hs->load(L, cuda::Signal::resident_ready) < v) {
+        *layer_view(L).count1 = 0;
+        std::fill(layer_view(L).table1, layer_view(L).table1 + n_expert, cuda::ExpertRef{});
+        hs->store(L, cuda::Signal::resident_ready, v);
+      }
+      if (hs->load(L, cuda::Signal::misses_ready) < v) {
+        *layer_view(L).count2 = 0;
+        std::fill(layer_view(L).table2, layer_view(L).table2 + n_expert, cuda::ExpertRef{});
+        hs->store(L, cuda::Signal::misses_ready, v);
+      }
+    }
+  }
   cudaStreamSynchronize(stream);
   bool drained = true;
   try {
@@ -579,7 +595,7 @@ size_t CudaStreamer::Impl::pump() {
   size_t progress = 0;
   std::optional<Error> first;
   completions.clear();
-  io->poll(completions, std::chrono::milliseconds(0));
+  if (io->has_completions()) io->poll(completions, std::chrono::milliseconds(0));
   for (const ReadCompletion& c : completions) {
     try {
       on_read(c);
@@ -954,6 +970,8 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   }
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;
+  LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", wants.size(), " experts, ", n1, " + ", n2,
+            " copies, misses_ready after ", seconds_between(wall0, Clock::now()) * 1e3, " ms");
   // The device waited from the end of phase 1 until now.
   if (phase1_done) ls.demand_wait_seconds += seconds_between(*phase1_done, Clock::now());
 }
@@ -1138,6 +1156,18 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   CUDA_CHECK(cudaMemcpyAsync(lv.weights, m.d_w.as(), nk * 4, cudaMemcpyDeviceToHost, s));
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
   const size_t table_bytes = static_cast<size_t>(E) * sizeof(cuda::ExpertRef);
+  // The job goes first: whatever of this call reaches the device gets its signals answered,
+  // also when enqueueing the rest fails (the service thread then times out on router_ready).
+  Impl::Job j;
+  j.layer = L;
+  j.value = v;
+  j.n = n;
+  j.lookahead = look;
+  {
+    std::lock_guard<std::mutex> lk(m.q_mu);
+    m.jobs.push_back(j);
+  }
+  m.q_cv.notify_all();
   m.hs->device_write(s, L, cuda::Signal::router_ready, v);
   m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
   // Everything below reads what the host published before the signal: the landed records'
@@ -1154,16 +1184,6 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
                            m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
   cuda::launch_moe_combine_done(m.d_pair.as<float>(), m.d_w.as<float>(), m.d_done.as(), c.out.ptr<float>(), shape, s);
-  Impl::Job j;
-  j.layer = L;
-  j.value = v;
-  j.n = n;
-  j.lookahead = look;
-  {
-    std::lock_guard<std::mutex> lk(m.q_mu);
-    m.jobs.push_back(j);
-  }
-  m.q_cv.notify_all();
 }
 
 void CudaStreamer::forward_done() {
