@@ -2,6 +2,7 @@
 #include "backends/backend.h"
 
 #include <cstdlib>
+#include <vector>
 
 #include "core/log.h"
 
@@ -24,6 +25,24 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&) {
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
 }
+
+void Backend::get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  SLUICE_CHECK(ids.dtype == DType::i32, Status::internal, name(), " get_rows_at: ids must be i32");
+  std::vector<int32_t> host(static_cast<size_t>(ids.numel()));
+  to_host(ids, host.data());
+  get_rows(table, host, out);
+}
+
+void Backend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) {
+  SLUICE_CHECK(idx.dtype == DType::i32, Status::internal, name(), " scatter_rows_at: idx must be i32");
+  std::vector<int32_t> host(static_cast<size_t>(idx.numel()));
+  to_host(idx, host.data());
+  scatter_rows(src, host, dst);
+}
+
+void Backend::graph_begin() { fail(Status::unsupported, name(), ": no captured graphs"); }
+std::unique_ptr<BackendGraph> Backend::graph_end() { fail(Status::unsupported, name(), ": no captured graphs"); }
+void Backend::graph_launch(const BackendGraph&) { fail(Status::unsupported, name(), ": no captured graphs"); }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();

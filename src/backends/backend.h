@@ -44,6 +44,16 @@ struct AttentionParams {
   int64_t n_past = 0;          // position of query row 0; query row i sits at n_past + i
   float scale = 1.0f;          // applied to q.k, usually 1/sqrt(head_dim)
   int64_t sliding_window = 0;  // 0: full causal; w > 0: query at p sees keys in (p - w, p]
+  // Optional i32 tensor on the backend whose element 0 is n_past, read when the op runs (a
+  // captured decode graph replays at every position). It holds n_past whenever the op is
+  // enqueued eagerly; a backend that does not capture graphs may use n_past instead.
+  Tensor n_past_at;
+};
+
+// A captured sequence of ops that can be replayed (graph_begin / graph_end).
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
 };
 
 class Backend {
@@ -93,6 +103,11 @@ class Backend {
   virtual void gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) = 0;
   // dst[idx[i], :] = src[i, :] (f32).
   virtual void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) = 0;
+  // get_rows and scatter_rows with the indices in a tensor of this backend (i32 [n]), so that
+  // nothing goes through the host (a captured graph reads them at replay). Default: copy
+  // the indices to the host, then the span form.
+  virtual void get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out);
+  virtual void scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst);
   // Mixture combine, in routing-rank order so the result never depends on which expert ran
   // first: out[t, :] = sum over r = 0..k-1 of weights[t*k + r] * expert_out[t*k + r, :].
   // expert_out [n*k, c], out [n, c], weights has n*k entries (host memory).
@@ -110,6 +125,17 @@ class Backend {
   // (moe_combine). table: from this backend's make_expert_table.
   virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                           const Tensor& h, const Tensor& out);
+
+  // ---- captured graphs (CUDA graphs; optional) ----
+  // True when this backend can capture the ops between graph_begin and graph_end into a
+  // graph that graph_launch replays with the same buffers. While capturing, ops are recorded,
+  // not run; allocations come from memory the graph owns; to_host, from_host and host-side
+  // index spans are not allowed. Default: false, and the three calls fail.
+  virtual bool graphs_enabled() const { return false; }
+  virtual void graph_begin();
+  // Ends the capture (also after an error inside it: the caller then drops the result).
+  virtual std::unique_ptr<BackendGraph> graph_end();
+  virtual void graph_launch(const BackendGraph& graph);
 
   // ---- hybrid families: Gated DeltaNet, gated attention, QSA, hyper-connections, PLE ----
   // All tensors f32 unless said otherwise; "rows" as above. Outputs may not overlap inputs

@@ -5,6 +5,7 @@
 #include "convert/convert.h"
 
 #include <fcntl.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -25,6 +27,7 @@
 #include "format/file_io.h"
 #include "format/json_file.h"
 #include "models/load.h"
+#include "models/ple.h"
 #include "models/registry.h"
 
 namespace sluice {
@@ -102,6 +105,99 @@ void check_cancel(const ConvertOptions& opt) {
   if (opt.cancel && opt.cancel->load()) fail(Status::io, "convert interrupted; nothing was written to the output");
 }
 
+// ple.<dtype>.bin: the header page, then each n-gram table (its shards concatenated by row,
+// tables in name order) at a 4096-aligned offset, row r at offset + r * row_stride with zero
+// padding, one checksum per chunk of rows (format/pack.h, PackRowTable); the file is padded to
+// a multiple of 4096. Values are converted to the pack's dense dtype. Read and written a few
+// MB at a time, so a table of any size streams through bounded memory. Returns the file size.
+uint64_t write_ple_tables(const Checkpoint& ck, const std::map<std::string, std::vector<std::pair<int64_t, std::string>>>& tables,
+                          PackManifest& m, const fs::path& dir, const ConvertOptions& opt,
+                          const std::function<void(uint64_t)>& progress) {
+  PackPleInfo ple;
+  ple.dtype = m.dense_dtype;
+  ple.file = str("ple.", dtype_name(ple.dtype), ".bin");
+  const std::string where = ck.dir().string();
+  uint64_t at = kPackHeaderBytes;
+  for (const auto& [prefix, parts_in] : tables) {
+    auto parts = parts_in;
+    std::sort(parts.begin(), parts.end());
+    int64_t rows = 0, cols = -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const auto& [shard, name] = parts[i];
+      const SafetensorsEntry& e = ck.entry(name);
+      SLUICE_CHECK(shard == static_cast<int64_t>(i) && (parts.size() == 1 || ngram_table_tensor(name)->sharded),
+                   Status::corrupt, where, ": n-gram table ", prefix, " has tensors that are not one whole table or shards ",
+                   "0, 1, ... (", name, ")");
+      SLUICE_CHECK(e.shape.size() == 2 && is_float(e.dtype) && (cols < 0 || e.shape[1] == cols), Status::corrupt, where,
+                   ": tensor ", name, " is ", dtype_name(e.dtype), " with ", e.shape.size(), " dimensions; an n-gram table ",
+                   "shard is a float [rows, ", cols < 0 ? std::string("dim") : std::to_string(cols), "] matrix");
+      cols = e.shape[1];
+      rows += e.shape[0];
+    }
+    PackRowTable t = pack_row_table_layout(rows, cols, ple.dtype, at);
+    t.prefix = prefix;
+    for (const auto& part : parts) t.sources.push_back(part.second);
+    at = (t.row_offset(t.rows) + kPackRecordAlign - 1) / kPackRecordAlign * kPackRecordAlign;
+    ple.tables.push_back(std::move(t));
+  }
+  ple.file_bytes = at;
+
+  OutFile out(dir / ple.file, false);
+  const std::vector<uint8_t> header = pack_file_header(kPackPleRole, ple.file_bytes - kPackHeaderBytes);
+  out.write(header.data(), header.size());
+  XXH3_state_t* st = XXH3_createState();
+  SLUICE_CHECK(st, Status::out_of_memory, "convert: XXH3 state");
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(st, XXH3_freeState);
+  constexpr uint64_t kPieceBytes = uint64_t{4} << 20;  // input bytes per read
+  std::vector<uint8_t> in, row_out, zeros(kPackRecordAlign, 0);
+  std::vector<float> tmp;
+  for (PackRowTable& t : ple.tables) {
+    const uint64_t pad = t.offset - out.size();  // the previous table's tail up to this page
+    for (uint64_t z = 0; z < pad; z += kPackRecordAlign) out.write(zeros.data(), std::min<uint64_t>(kPackRecordAlign, pad - z));
+    SLUICE_ASSERT(out.size() == t.offset);
+    int64_t row = 0;  // rows of the table written
+    XXH3_64bits_reset(st);
+    for (const std::string& name : t.sources) {
+      const SafetensorsEntry& e = ck.entry(name);
+      const uint64_t in_row = static_cast<uint64_t>(t.cols) * dtype_size(e.dtype);
+      const int64_t piece_rows = static_cast<int64_t>(std::max<uint64_t>(1, kPieceBytes / in_row));
+      const int fd = ::open(ck.file_of(name).path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) fail(Status::io, ck.file_of(name).path().string(), ": cannot open: ", errno_text(errno));
+      struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+      } closer{fd};
+      const uint64_t base = ck.file_of(name).data_offset() + e.begin;
+      for (int64_t r0 = 0; r0 < e.shape[0]; r0 += piece_rows) {
+        check_cancel(opt);
+        const int64_t nr = std::min(piece_rows, e.shape[0] - r0);
+        in.resize(static_cast<size_t>(nr * in_row));
+        pread_all(fd, in.data(), in.size(), base + static_cast<uint64_t>(r0) * in_row, str(where, ": tensor ", name));
+        row_out.assign(static_cast<size_t>(nr) * t.row_stride, 0);
+        for (int64_t i = 0; i < nr; ++i)
+          convert_elements(in.data() + i * in_row, e.dtype, row_out.data() + i * t.row_stride, ple.dtype, t.cols, tmp);
+        // Hash by chunk: a chunk boundary may fall inside this piece.
+        for (int64_t i = 0; i < nr; ++i, ++row) {
+          XXH3_64bits_update(st, row_out.data() + i * t.row_stride, t.row_stride);
+          if ((row + 1) % t.chunk_rows == 0 || row + 1 == t.rows) {
+            t.checksums.push_back(XXH3_64bits_digest(st));
+            XXH3_64bits_reset(st);
+          }
+        }
+        out.write(row_out.data(), row_out.size());
+        progress(in.size());
+      }
+    }
+    SLUICE_ASSERT(row == t.rows && static_cast<int64_t>(t.checksums.size()) == t.n_chunks());
+  }
+  const uint64_t tail = ple.file_bytes - out.size();
+  for (uint64_t z = 0; z < tail; z += kPackRecordAlign) out.write(zeros.data(), std::min<uint64_t>(kPackRecordAlign, tail - z));
+  out.finish();
+  LOG_INFO("convert: ", ple.tables.size(), " n-gram tables in ", ple.file, " (", ple.file_bytes, " bytes)");
+  m.ple = std::move(ple);
+  return m.ple->file_bytes;
+}
+
 }  // namespace
 
 ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_arg, const ConvertOptions& opt) {
@@ -118,17 +214,35 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   const Family& family = find_family(config);
   validate_against_family(config, family, hf_dir);
   Checkpoint ck = Checkpoint::open(hf_dir);
+  // What stays out of dense.bin: the vision tower of a multimodal checkpoint (left out of the
+  // pack), the PLE n-gram tables (their own row-addressable file), the routed experts.
+  std::set<std::string> left_out;
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> tables;  // table -> (shard, tensor)
   std::vector<TensorDecl> decls;
-  for (const std::string& name : ck.names()) decls.push_back({name, ck.entry(name).dtype, ck.entry(name).shape});
+  for (const std::string& name : ck.names()) {
+    if (!family.vision_prefix.empty() && name.rfind(family.vision_prefix, 0) == 0) {
+      left_out.insert(name);
+      continue;
+    }
+    if (auto t = ngram_table_tensor(name)) {
+      tables[t->table].push_back({t->shard, name});
+      continue;
+    }
+    decls.push_back({name, ck.entry(name).dtype, ck.entry(name).shape});
+  }
+  if (!left_out.empty())
+    LOG_INFO("convert: ", family.model_type, ": leaving out the vision tower (", left_out.size(), " tensors under ",
+             family.vision_prefix, "); the pack holds the text model");
   std::set<std::string> expert_names;
-  std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names);
+  std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names, true);
+  if (layers.empty()) LOG_INFO("convert: ", family.model_type, ": no routed experts; the pack holds dense weights only");
 
   // 2. The output location.
   PackStaging staging(out_arg, opt.force, "convert");
   const fs::path& tmp_dir = staging.dir();
 
   // 3. The manifest skeleton.
-  std::vector<ExpertKind> kinds = opt.kinds;
+  std::vector<ExpertKind> kinds = layers.empty() ? std::vector<ExpertKind>{} : opt.kinds;
   std::sort(kinds.begin(), kinds.end());
   PackManifest m;
   m.family = std::string(family.model_type);
@@ -140,7 +254,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   for (const std::string& name : ck.names()) {
     const SafetensorsEntry& e = ck.entry(name);
     bytes_total += e.end - e.begin;
-    if (expert_names.count(name)) continue;
+    if (expert_names.count(name) || left_out.count(name) || ngram_table_tensor(name)) continue;
     dense_names.push_back(name);
     if (is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
   }
@@ -215,7 +329,15 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     bytes_out += m.dense_file_bytes;
   }
 
-  // 5. Expert records, a batch at a time.
+  // 5. The PLE n-gram tables: ple.<dtype>.bin, rows at a fixed stride.
+  if (!tables.empty()) {
+    bytes_out += write_ple_tables(ck, tables, m, tmp_dir, opt, [&](uint64_t in_bytes) {
+      prog.bytes_done += in_bytes;
+      report("n-gram tables");
+    });
+  }
+
+  // 6. Expert records, a batch at a time.
   std::vector<std::unique_ptr<OutFile>> files;
   std::vector<OutFile*> file_ptrs;
   std::vector<PackKindInfo*> infos;
@@ -226,11 +348,11 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     infos.push_back(&info);
   }
   const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
-  const uint64_t src_elem = dtype_size(ck.entry(layers[0].fused ? layers[0].prefix + "gate_up_proj" : layers[0].names[0][0]).dtype);
+  const uint64_t src_elem = layers.empty() ? 2 : dtype_size(ck.entry(layers[0].fused ? layers[0].prefix + "gate_up_proj" : layers[0].names[0][0]).dtype);
   const uint64_t record_in_bytes = static_cast<uint64_t>(3 * ff * d) * std::max<uint64_t>(src_elem, 2);
   // Records per batch: about batch_bytes of checkpoint data, at least one record, and at
   // most four layers' worth (tiny experts would otherwise make one batch of everything).
-  const int64_t per_batch = std::clamp<int64_t>(static_cast<int64_t>(opt.batch_bytes / std::max<uint64_t>(1, record_in_bytes)), 1, E * 4);
+  const int64_t per_batch = std::clamp<int64_t>(static_cast<int64_t>(opt.batch_bytes / std::max<uint64_t>(1, record_in_bytes)), 1, std::max<int64_t>(1, E * 4));
   RecordBatch batches[2];
   for (RecordBatch& b : batches)
     for (ExpertKind k : kinds) b.out.push_back(std::make_unique<AlignedBuffer>(per_batch * m.kinds[k].record_stride));
@@ -339,7 +461,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     files[k]->finish();
   }
 
-  // 6. Tokenizer files and the manifest (last: a directory without it is not a pack).
+  // 7. Tokenizer files and the manifest (last: a directory without it is not a pack).
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     if (!fs::is_regular_file(hf_dir / name, ec)) continue;
     std::string bytes = read_file_bytes(hf_dir / name, json_file_max, "a tokenizer file");
@@ -350,7 +472,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   write_small_file(tmp_dir / kPackManifestName, manifest.data(), manifest.size());
   fsync_dir(tmp_dir);
 
-  // 7. The result must load as its family at every kind; 8. into place.
+  // 8. The result must load as its family at every kind; 9. into place.
   check_pack_loads(tmp_dir, kinds, "convert");
   staging.commit();
 

@@ -61,11 +61,14 @@ struct ExpertLayer {
 // the fused <prefix>gate_up_proj / down_proj), ascending by model layer, validated (complete,
 // float, one expert size); their tensor names are added to `expert_names`. `where` (the
 // checkpoint directory) starts every error message.
+// With allow_none, a model without routed experts gives an empty list (a pack of dense
+// weights only, format version 2); without, that is an error.
 std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& tensors, const std::string& where,
-                                            std::set<std::string>& expert_names);
+                                            std::set<std::string>& expert_names, bool allow_none = false);
 
 // The pack manifest's expert fields (n_expert, sizes, moe_layers, prefixes, sources) from the
-// layers, and an empty record layout (checksums zeroed) for each kind.
+// layers, and an empty record layout (checksums zeroed) for each kind. No layers: no experts
+// and no kinds.
 void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& layers,
                                const std::vector<ExpertKind>& kinds);
 

@@ -1,48 +1,98 @@
-// ThreadPool: workers wait on a generation counter; chunks are handed out under a mutex
-// (the chunks are coarse, a few per thread, so the lock is not contended).
+// ThreadPool: spin-then-sleep workers and generation-tagged chunk claiming (thread_pool.h).
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLUICE_CPU_RELAX() _mm_pause()
+#else
+#define SLUICE_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace sluice {
+namespace {
+
+constexpr uint64_t pack_claim(uint32_t gen, uint32_t next) { return (static_cast<uint64_t>(gen) << 32) | next; }
+constexpr uint32_t claim_gen(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
+constexpr uint32_t claim_next(uint64_t c) { return static_cast<uint32_t>(c); }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    stop_.store(true);
   }
-  cv_work_.notify_all();
+  sleep_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int) {
-  uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
+void ThreadPool::record_error() {
+  std::lock_guard<std::mutex> g(error_mutex_);
+  if (!error_) error_ = std::current_exception();
+}
+
+bool ThreadPool::run_chunks(uint32_t gen) {
+  bool ran = false;
+  uint64_t c = claim_.load(std::memory_order_acquire);
   for (;;) {
-    cv_work_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    while (job_ && next_chunk_ < n_chunks_) {
-      int64_t c = next_chunk_++;
-      const auto* fn = job_;
-      int64_t begin = c * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
-      lock.unlock();
-      try {
-        (*fn)(begin, end);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mutex_);
-        if (!error_) error_ = std::current_exception();
-      }
-      lock.lock();
-      if (++chunks_done_ == n_chunks_) cv_done_.notify_all();
+    if (claim_gen(c) != gen) return ran;
+    const uint32_t i = claim_next(c);
+    // n_chunks_ may already be the next loop's when every chunk of `gen` was claimed: then the
+    // compare-exchange below fails on the new generation and the loop returns.
+    if (static_cast<int64_t>(i) >= n_chunks_.load(std::memory_order_relaxed)) return ran;
+    if (!claim_.compare_exchange_weak(c, pack_claim(gen, i + 1), std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    const int64_t begin = static_cast<int64_t>(i) * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
+    try {
+      (*job_)(begin, end);
+    } catch (...) {
+      record_error();
     }
+    ran = true;
+    chunks_done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint32_t seen = 0;  // the last generation this worker looked at
+  for (;;) {
+    // Spin while loops keep coming; sleep after kSpinNs without one.
+    int64_t idle_since = now_ns();
+    for (;;) {
+      if (stop_.load(std::memory_order_acquire)) return;
+      const uint32_t gen = claim_gen(claim_.load(std::memory_order_acquire));
+      if (gen != seen) {
+        seen = gen;
+        run_chunks(gen);
+        idle_since = now_ns();
+        continue;
+      }
+      SLUICE_CPU_RELAX();
+      if (now_ns() - idle_since > kSpinNs) break;
+    }
+    std::unique_lock<std::mutex> lock(sleep_mutex_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    sleep_cv_.wait(lock, [&] {
+      return stop_.load(std::memory_order_seq_cst) || claim_gen(claim_.load(std::memory_order_seq_cst)) != seen;
+    });
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
@@ -57,36 +107,39 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
     return;
   }
   std::lock_guard<std::mutex> call(call_mutex_);
-  int64_t chunk = (n + n_chunks - 1) / n_chunks;
-  n_chunks = (n + chunk - 1) / chunk;
-  std::unique_lock<std::mutex> lock(mutex_);
+  const int64_t chunk = (n + n_chunks - 1) / n_chunks;
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = chunk;
-  next_chunk_ = 0;
-  n_chunks_ = n_chunks;
-  chunks_done_ = 0;
-  error_ = nullptr;
-  ++generation_;
-  cv_work_.notify_all();
-  while (next_chunk_ < n_chunks_) {
-    int64_t c = next_chunk_++;
-    int64_t begin = c * chunk, end = std::min(n, begin + chunk);
-    lock.unlock();
-    try {
-      fn(begin, end);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    lock.lock();
-    ++chunks_done_;
+  n_chunks = (n + chunk - 1) / chunk;
+  n_chunks_.store(n_chunks, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = ++generation_;
+  // Publishes the fields above (release) and wakes sleepers; the seq_cst pair (this store, the
+  // sleepers load) against (sleepers add, claim load) in worker_loop loses no wake-up.
+  claim_.store(pack_claim(gen, 0), std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    sleep_cv_.notify_all();
   }
-  cv_done_.wait(lock, [&] { return chunks_done_ == n_chunks_; });
+  run_chunks(gen);
+  // The remaining chunks are running on workers: spin (a decode step's chunks take
+  // microseconds), then yield the core for long chunks or an oversubscribed machine.
+  const int64_t wait_from = now_ns();
+  while (chunks_done_.load(std::memory_order_acquire) < n_chunks) {
+    if (now_ns() - wait_from < kSpinNs) {
+      SLUICE_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
-  std::exception_ptr err = error_;
-  error_ = nullptr;
-  lock.unlock();
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> g(error_mutex_);
+    err = error_;
+    error_ = nullptr;
+  }
   if (err) std::rethrow_exception(err);
 }
 

@@ -93,6 +93,11 @@ namespace {
 
 using io_detail::ReadAction;
 
+// What a read fetches, for messages: an expert record, or (record -1) rows of an n-gram table.
+std::string read_what(const ReadRequest& r) {
+  return r.record >= 0 ? str("expert record ", r.record) : std::string("n-gram table rows");
+}
+
 constexpr uint64_t kEventTag = ~uint64_t{0};      // user_data of the eventfd read
 constexpr uint64_t kCancelTag = ~uint64_t{0} - 1;  // user_data of cancel requests
 constexpr uint64_t kMaxReadChunk = uint64_t{1} << 30;  // Linux moves at most ~2 GiB per read
@@ -180,7 +185,7 @@ struct IoEngine::Impl {
     c.bytes = op->prog.done;
     c.seconds = std::chrono::duration<double>(Clock::now() - op->queued).count();
     if (status != Status::ok)
-      c.error = str("reading expert record ", op->req.record, " (", op->req.bytes, " bytes at offset ", op->req.offset,
+      c.error = str("reading ", read_what(op->req), " (", op->req.bytes, " bytes at offset ", op->req.offset,
                     " of ", op->path, "): ", reason);
     std::function<void(const ReadCompletion&)> callback;
     {
@@ -403,7 +408,7 @@ struct IoEngine::Impl {
       c.tag = op->req.tag;
       c.record = op->req.record;
       c.status = Status::timeout;
-      c.error = str("reading expert record ", op->req.record, " (", op->req.bytes, " bytes at offset ", op->req.offset,
+      c.error = str("reading ", read_what(op->req), " (", op->req.bytes, " bytes at offset ", op->req.offset,
                     " of ", op->path, "): no answer from the disk within ", 2 * opt.request_timeout.count(), " ms");
       {
         std::lock_guard<std::mutex> lock(mu);

@@ -315,7 +315,95 @@ PackDenseTensor parse_dense_tensor(const json& v, const Fields& f, const std::st
   return t;
 }
 
+PackRowTable parse_row_table(const json& v, const Fields& f, const std::string& path, DType dtype, uint64_t file_bytes) {
+  f.object(v, path);
+  PackRowTable t;
+  t.prefix = f.string(f.member(v, path, "prefix"), path + ".prefix");
+  if (t.prefix.empty()) f.bad(path + ".prefix", "is empty");
+  const json& sources = f.array(f.member(v, path, "sources"), path + ".sources");
+  if (sources.empty() || sources.size() > 4096) f.bad(path + ".sources", str("has ", sources.size(), " entries (1 to 4096)"));
+  for (size_t i = 0; i < sources.size(); ++i) t.sources.push_back(f.string(sources[i], str(path, ".sources[", i, "]")));
+  t.rows = f.count(f.member(v, path, "rows"), path + ".rows", 1, kPackMaxTableRows);
+  t.cols = f.count(f.member(v, path, "cols"), path + ".cols", 1, kPackMaxDim);
+  t.offset = f.u64(f.member(v, path, "offset"), path + ".offset", kPackMaxFileBytes);
+  t.row_stride = f.u64(f.member(v, path, "row_stride"), path + ".row_stride", kPackMaxRecordBytes);
+  t.chunk_rows = f.count(f.member(v, path, "chunk_rows"), path + ".chunk_rows", 1, kPackMaxTableRows);
+  const uint64_t row_bytes = static_cast<uint64_t>(t.cols) * dtype_size(dtype);  // below 2^25
+  if (t.row_stride < row_bytes) f.bad(path + ".row_stride", str(t.row_stride, " is smaller than a row (", row_bytes, " bytes)"));
+  const bool pow2 = t.row_stride <= kPackRecordAlign && (t.row_stride & (t.row_stride - 1)) == 0;
+  if (!pow2 && t.row_stride % kPackRecordAlign)
+    f.bad(path + ".row_stride", str(t.row_stride, " is neither a power of two up to ", kPackRecordAlign, " nor a multiple of it"));
+  if (t.offset < kPackHeaderBytes || t.offset % kPackRecordAlign)
+    f.bad(path + ".offset", str(t.offset, " is not a ", kPackRecordAlign, "-aligned offset after the header page"));
+  uint64_t bytes = 0, chunk = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(t.rows), t.row_stride, &bytes) || bytes > kPackMaxFileBytes ||
+      t.offset + bytes > file_bytes)
+    f.bad(path, str(t.rows, " rows of ", t.row_stride, " bytes from offset ", t.offset, " run past the end of the file (",
+                    file_bytes, " bytes)"));
+  if (__builtin_mul_overflow(static_cast<uint64_t>(t.chunk_rows), t.row_stride, &chunk) || chunk % kPackRecordAlign)
+    f.bad(path + ".chunk_rows", str(t.chunk_rows, " rows of ", t.row_stride, " bytes are not a multiple of ", kPackRecordAlign,
+                                    " bytes (chunks start page-aligned)"));
+  if (t.n_chunks() > kPackMaxTableChunks) f.bad(path + ".chunk_rows", str("gives ", t.n_chunks(), " chunks (at most ", kPackMaxTableChunks, ")"));
+  const json& sums = f.array(f.member(v, path, "checksums"), path + ".checksums");
+  if (static_cast<int64_t>(sums.size()) != t.n_chunks())
+    f.bad(path + ".checksums", str("has ", sums.size(), " entries for ", t.n_chunks(), " chunks of ", t.chunk_rows, " rows"));
+  for (size_t i = 0; i < sums.size(); ++i) t.checksums.push_back(f.checksum(sums[i], str(path, ".checksums[", i, "]")));
+  return t;
+}
+
+PackPleInfo parse_ple(const json& v, const Fields& f) {
+  f.object(v, "ple");
+  PackPleInfo p;
+  p.file = f.string(f.member(v, "ple", "file"), "ple.file");
+  if (!plain_file_name(p.file) || p.file == kPackManifestName || p.file == kPackDenseName)
+    f.bad("ple.file", str("'", p.file, "' is not a plain data file name in the pack directory"));
+  const std::string& dt = f.string(f.member(v, "ple", "dtype"), "ple.dtype");
+  std::optional<DType> dtype = dtype_from_name(dt);
+  if (!dtype || !(*dtype == DType::f32 || *dtype == DType::bf16 || *dtype == DType::f16))
+    f.bad("ple.dtype", str("'", dt, "' does not fit n-gram tables (f32, bf16 or f16)"));
+  p.dtype = *dtype;
+  p.file_bytes = f.u64(f.member(v, "ple", "bytes"), "ple.bytes", kPackMaxFileBytes);
+  if (p.file_bytes < kPackHeaderBytes || p.file_bytes % kPackRecordAlign)
+    f.bad("ple.bytes", str(p.file_bytes, " is not a multiple of ", kPackRecordAlign, " holding the header page"));
+  const json& tables = f.array(f.member(v, "ple", "tables"), "ple.tables");
+  if (tables.empty() || tables.size() > static_cast<size_t>(kPackMaxLayers))
+    f.bad("ple.tables", str("has ", tables.size(), " entries (1 to ", kPackMaxLayers, ")"));
+  std::set<std::string> prefixes;
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const std::string path = str("ple.tables[", i, "]");
+    PackRowTable t = parse_row_table(tables[i], f, path, p.dtype, p.file_bytes);
+    if (!prefixes.insert(t.prefix).second) f.bad(path + ".prefix", str("'", t.prefix.substr(0, 200), "' is repeated"));
+    if (!p.tables.empty() && t.offset <= p.tables.back().offset) f.bad(path + ".offset", "tables must ascend");
+    ranges.push_back({t.offset, static_cast<uint64_t>(t.rows) * t.row_stride, path});
+    p.tables.push_back(std::move(t));
+  }
+  check_disjoint(std::move(ranges), f, "ple.tables");
+  return p;
+}
+
 }  // namespace
+
+PackRowTable pack_row_table_layout(int64_t rows, int64_t cols, DType dtype, uint64_t offset) {
+  PackRowTable t;
+  t.rows = rows;
+  t.cols = cols;
+  t.offset = offset;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * dtype_size(dtype);
+  if (row_bytes <= kPackRecordAlign) {
+    t.row_stride = 1;
+    while (t.row_stride < row_bytes) t.row_stride *= 2;
+  } else {
+    t.row_stride = round_up(row_bytes, kPackRecordAlign);
+  }
+  // A chunk is one page (or one row) while that keeps the count at kPleTargetChunks; larger
+  // tables double it until it does. A one-page chunk is what an on-demand read fetches
+  // anyway, so every row read of such a table is verified at no extra cost.
+  uint64_t chunk = std::max<uint64_t>(kPackRecordAlign, t.row_stride);
+  while ((static_cast<uint64_t>(rows) * t.row_stride + chunk - 1) / chunk > static_cast<uint64_t>(kPleTargetChunks)) chunk *= 2;
+  t.chunk_rows = static_cast<int64_t>(chunk / t.row_stride);
+  return t;
+}
 
 PackManifest parse_pack_manifest(std::string_view text, std::string_view file_name) {
   json root;
@@ -336,9 +424,10 @@ PackManifest parse_pack_manifest(std::string_view text, std::string_view file_na
     fail(Status::corrupt, file_name, ": \"format\" is not \"", kPackFormatName, "\" (not a sluice pack manifest)");
   const json& version = f.member(root, "", "version");
   if (!version.is_number_integer()) f.bad("version", "is not an integer");
-  if (version != kPackFormatVersion)
-    fail(Status::unsupported, file_name, ": pack format version ", version.dump(), "; this sluice reads version ",
-         kPackFormatVersion, " (convert the checkpoint again)");
+  if (version < kPackMinFormatVersion || version > kPackFormatVersion)
+    fail(Status::unsupported, file_name, ": pack format version ", version.dump(), "; this sluice reads versions ",
+         kPackMinFormatVersion, " to ", kPackFormatVersion, " (convert the checkpoint again)");
+  m.version = version.get<int>();
   m.family = f.string(f.member(root, "", "family"), "family");
   if (m.family.empty()) f.bad("family", "is empty");
   m.config = f.object(f.member(root, "", "config"), "config");
@@ -353,12 +442,14 @@ PackManifest parse_pack_manifest(std::string_view text, std::string_view file_na
   }
 
   // Experts first: the kinds' checks need n_expert and the layer count.
+  // Version 2: a model without routed experts has none (layers empty, sizes 0, no kinds).
   const json& ex = f.object(f.member(root, "", "experts"), "experts");
-  m.n_expert = f.count(f.member(ex, "experts", "n_expert"), "experts.n_expert", 1, kPackMaxExperts);
-  m.n_embd = f.count(f.member(ex, "experts", "n_embd"), "experts.n_embd", 1, kPackMaxDim);
-  m.n_ff = f.count(f.member(ex, "experts", "n_ff"), "experts.n_ff", 1, kPackMaxDim);
   const json& layers = f.array(f.member(ex, "experts", "layers"), "experts.layers");
-  if (layers.empty()) f.bad("experts.layers", "is empty (a pack holds routed experts)");
+  if (layers.empty() && m.version < 2) f.bad("experts.layers", "is empty (a version-1 pack holds routed experts)");
+  const int64_t min_size = layers.empty() ? 0 : 1, max_size = layers.empty() ? 0 : kPackMaxDim;
+  m.n_expert = f.count(f.member(ex, "experts", "n_expert"), "experts.n_expert", min_size, layers.empty() ? 0 : kPackMaxExperts);
+  m.n_embd = f.count(f.member(ex, "experts", "n_embd"), "experts.n_embd", min_size, max_size);
+  m.n_ff = f.count(f.member(ex, "experts", "n_ff"), "experts.n_ff", min_size, max_size);
   if (layers.size() > static_cast<size_t>(kPackMaxLayers)) f.bad("experts.layers", str("has more than ", kPackMaxLayers, " entries"));
   std::set<std::string> prefixes;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -397,11 +488,17 @@ PackManifest parse_pack_manifest(std::string_view text, std::string_view file_na
   check_disjoint(std::move(ranges), f, "dense.tensors");
 
   const json& kinds = f.object(f.member(root, "", "kinds"), "kinds");
-  if (kinds.empty()) f.bad("kinds", "is empty (a pack holds at least one expert kind)");
+  if (kinds.empty() && !m.moe_layers.empty()) f.bad("kinds", "is empty (a pack with routed experts holds at least one kind)");
+  if (!kinds.empty() && m.moe_layers.empty()) f.bad("kinds", "lists expert kinds but the pack has no routed experts");
   for (auto it = kinds.begin(); it != kinds.end(); ++it) {
     PackKindInfo info = parse_kind(it.key(), *it, f, m);
     if (!files.insert(info.file).second) f.bad("kinds." + it.key() + ".file", str("'", info.file, "' is used twice"));
     m.kinds[info.kind] = std::move(info);
+  }
+  if (const json* ple = f.optional(root, "ple")) {
+    if (m.version < 2) f.bad("ple", "needs pack format version 2");
+    m.ple = parse_ple(*ple, f);
+    if (!files.insert(m.ple->file).second) f.bad("ple.file", str("'", m.ple->file, "' is used twice"));
   }
   return m;
 }
@@ -412,7 +509,7 @@ std::string pack_manifest_to_json(const PackManifest& m) {
   using ojson = nlohmann::ordered_json;
   ojson root;
   root["format"] = kPackFormatName;
-  root["version"] = m.version;
+  root["version"] = m.needed_version();
   root["family"] = m.family;
   root["config"] = m.config;
   root["tokenizer_files"] = m.tokenizer_files;
@@ -454,13 +551,34 @@ std::string pack_manifest_to_json(const PackManifest& m) {
     kinds[std::string(expert_kind_name(kind))] = std::move(j);
   }
   root["kinds"] = std::move(kinds);
+  if (m.ple) {
+    ojson ple;
+    ple["file"] = m.ple->file;
+    ple["dtype"] = dtype_name(m.ple->dtype);
+    ple["bytes"] = m.ple->file_bytes;
+    ple["tables"] = ojson::array();
+    for (const PackRowTable& t : m.ple->tables) {
+      ojson j;
+      j["prefix"] = t.prefix;
+      j["sources"] = t.sources;
+      j["rows"] = t.rows;
+      j["cols"] = t.cols;
+      j["offset"] = t.offset;
+      j["row_stride"] = t.row_stride;
+      j["chunk_rows"] = t.chunk_rows;
+      j["checksums"] = ojson::array();
+      for (uint64_t c : t.checksums) j["checksums"].push_back(hex16(c));
+      ple["tables"].push_back(std::move(j));
+    }
+    root["ple"] = std::move(ple);
+  }
   return root.dump(1) + "\n";
 }
 
 std::vector<uint8_t> pack_file_header(std::string_view kind, uint64_t payload_bytes) {
   std::vector<uint8_t> h(kPackHeaderBytes, 0);
   std::memcpy(h.data(), kPackFileMagic, 8);
-  const uint32_t version = kPackFormatVersion;
+  const uint32_t version = kPackDataVersion;
   std::memcpy(h.data() + 8, &version, 4);
   std::memcpy(h.data() + 16, kind.data(), std::min<size_t>(kind.size(), 15));
   std::memcpy(h.data() + 32, &payload_bytes, 8);
@@ -484,8 +602,8 @@ void check_data_header(const uint8_t* h, uint64_t size, const std::string& name,
   SLUICE_CHECK(std::memcmp(h, kPackFileMagic, 8) == 0, Status::corrupt, name, ": bad magic (not a sluice pack data file)");
   uint32_t version;
   std::memcpy(&version, h + 8, 4);
-  SLUICE_CHECK(version == kPackFormatVersion, Status::unsupported, name, ": pack data version ", version,
-               "; this sluice reads version ", kPackFormatVersion);
+  SLUICE_CHECK(version == kPackDataVersion, Status::unsupported, name, ": pack data version ", version,
+               "; this sluice reads version ", kPackDataVersion);
   char got_kind[16] = {};
   std::memcpy(got_kind, h + 16, 15);
   SLUICE_CHECK(kind == got_kind, Status::corrupt, name, ": holds '", std::string(got_kind).substr(0, 15),
@@ -566,7 +684,21 @@ std::shared_ptr<Pack> Pack::open(const fs::path& dir, bool map_experts) {
     pack->expert_bytes_[kind] = {static_cast<const uint8_t*>(map->addr), map->size};
     pack->expert_maps_[kind] = map;
   }
+  // The n-gram tables are never mapped: rows are read on demand (models/pack_ngram_table.h).
+  if (m.ple) open_data_file(dir / m.ple->file, m.ple->file_bytes, kPackPleRole, false);
   return pack;
+}
+
+const PackRowTable* Pack::row_table(const std::string& prefix) const {
+  if (!manifest_.ple) return nullptr;
+  for (const PackRowTable& t : manifest_.ple->tables)
+    if (t.prefix == prefix) return &t;
+  return nullptr;
+}
+
+fs::path Pack::ple_file() const {
+  SLUICE_CHECK(manifest_.ple.has_value(), Status::internal, dir_.string(), ": the pack has no n-gram tables");
+  return dir_ / manifest_.ple->file;
 }
 
 const PackKindInfo& Pack::kind(ExpertKind k) const {
@@ -672,6 +804,8 @@ PackVerifyResult verify_pack(const fs::path& dir, const std::function<void(const
   PackVerifyProgress p;
   p.bytes_total = m.dense_file_bytes - kPackHeaderBytes;
   for (const auto& [kind, info] : m.kinds) p.bytes_total += static_cast<uint64_t>(m.n_records()) * info.record_stride;
+  if (m.ple)
+    for (const PackRowTable& t : m.ple->tables) p.bytes_total += static_cast<uint64_t>(t.rows) * t.row_stride;
   auto problem = [&](std::string what) {
     r.ok = false;
     if (r.problems.size() < max_problems) r.problems.push_back(std::move(what));
@@ -748,6 +882,46 @@ PackVerifyResult verify_pack(const fs::path& dir, const std::function<void(const
       p.bytes_done += n;
       r.bytes_checked += n;
       if (progress) progress(p);
+    }
+  }
+  // The n-gram tables: each chunk's checksum and the zero padding of each row, read in
+  // pieces of whole rows.
+  if (m.ple) {
+    const fs::path path = dir / m.ple->file;
+    Fd fd(path);
+    const uint64_t row_bytes_of = dtype_size(m.ple->dtype);
+    for (size_t ti = 0; ti < m.ple->tables.size(); ++ti) {
+      const PackRowTable& t = m.ple->tables[ti];
+      const uint64_t row_bytes = static_cast<uint64_t>(t.cols) * row_bytes_of;
+      const uint64_t piece_rows = std::max<uint64_t>(1, kVerifyChunk / t.row_stride);
+      for (int64_t c = 0; c < t.n_chunks(); ++c) {
+        const int64_t r0 = c * t.chunk_rows, r1 = std::min(t.rows, r0 + t.chunk_rows);
+        XXH3_64bits_reset(st);
+        bool padding_ok = true;
+        for (int64_t at = r0; at < r1;) {
+          const int64_t nr = std::min<int64_t>(static_cast<int64_t>(piece_rows), r1 - at);
+          const size_t n = static_cast<size_t>(nr) * t.row_stride;
+          buf.resize(n);
+          pread_all(fd.fd, buf.data(), n, t.row_offset(at), path.string());
+          XXH3_64bits_update(st, buf.data(), n);
+          for (int64_t i = 0; i < nr; ++i) {
+            const uint8_t* row = buf.data() + static_cast<size_t>(i) * t.row_stride;
+            padding_ok = padding_ok && std::all_of(row + row_bytes, row + t.row_stride, [](uint8_t b) { return b == 0; });
+          }
+          at += nr;
+          p.bytes_done += n;
+          r.bytes_checked += n;
+          if (progress) progress(p);
+        }
+        const uint64_t got = XXH3_64bits_digest(st);
+        if (got != t.checksums[static_cast<size_t>(c)])
+          problem(str(path.string(), ": n-gram table ", t.prefix, " rows [", r0, ", ", r1, ") (chunk ", c, ") at offset ",
+                      t.row_offset(r0), ": checksum mismatch (manifest ", hex16(t.checksums[static_cast<size_t>(c)]),
+                      ", data ", hex16(got), ")"));
+        else if (!padding_ok)
+          problem(str(path.string(), ": n-gram table ", t.prefix, " rows [", r0, ", ", r1, "): the padding after a row is not zero"));
+        ++r.table_chunks_checked;
+      }
     }
   }
   return r;

@@ -6,7 +6,13 @@
 //   DIR/experts.<kind>.bin   one record per (MoE layer, expert): gate, up and down blocks and
 //                            their scales; records 4096-aligned at a fixed stride, so one
 //                            direct read fetches one expert
+//   DIR/ple.<dtype>.bin      (version 2) the PLE n-gram tables of qwen4_exp: rows at a fixed
+//                            stride, read row by row on demand, one checksum per chunk of rows
 //   DIR/tokenizer.json, tokenizer_config.json   copied from the checkpoint
+//
+// Version 2 adds the n-gram tables and packs without routed experts (a dense model such as
+// qwen3_5); a pack that uses neither is written as version 1, so older readers keep reading
+// the decoder families' packs. This reader takes both.
 //
 // dense.bin and each experts.<kind>.bin open with a 4096-byte header page (magic
 // "SLUICEPK", format version, the file's role and kind, payload bytes); dense tensor offsets
@@ -17,6 +23,7 @@
 // Bit layouts of the kinds: core/quant.h and docs/pack-format.md.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -33,7 +40,9 @@
 
 namespace sluice {
 
-constexpr int kPackFormatVersion = 1;
+constexpr int kPackFormatVersion = 2;     // the newest version this sluice reads and writes
+constexpr int kPackMinFormatVersion = 1;  // the oldest it reads
+constexpr int kPackDataVersion = 1;       // the version field of every data file's header page
 constexpr uint64_t kPackRecordAlign = 4096;  // O_DIRECT alignment of records and strides
 constexpr uint64_t kPackHeaderBytes = 4096;  // the header page of dense.bin and experts.<kind>.bin
 constexpr uint64_t kPackBlockAlign = 64;     // dense tensors and the blocks inside a record
@@ -41,6 +50,7 @@ constexpr const char* kPackFormatName = "sluice-pack";  // manifest.json "format
 constexpr const char* kPackFileMagic = "SLUICEPK";      // first 8 bytes of every data file
 constexpr const char* kPackManifestName = "manifest.json";
 constexpr const char* kPackDenseName = "dense.bin";
+constexpr const char* kPackPleRole = "ple";  // the header role of ple.<dtype>.bin
 
 // Bounds a manifest must respect: far beyond any real model (Qwen3-235B has 94 MoE layers of
 // 128 experts, n_embd 4096, n_ff 1536), small enough that nothing derived from them can
@@ -52,6 +62,8 @@ constexpr int64_t kPackMaxDim = 1 << 22;                    // n_embd, n_ff, a d
 constexpr uint64_t kPackMaxRecordBytes = uint64_t{1} << 36;  // 64 GiB
 constexpr uint64_t kPackMaxFileBytes = uint64_t{1} << 50;    // 1 PiB
 constexpr int kPackMaxJsonDepth = 64;
+constexpr int64_t kPackMaxTableRows = int64_t{1} << 40;     // rows of one n-gram table
+constexpr int64_t kPackMaxTableChunks = int64_t{1} << 20;   // checksums of one n-gram table
 
 // Expert precisions a pack can hold. bf16 is the checkpoint's precision (f16/f32 experts
 // are converted to bf16); the others are quantized (core/quant.h).
@@ -93,6 +105,41 @@ struct PackDenseTensor {
   uint64_t offset = 0, bytes = 0;  // in dense.bin
 };
 
+// One PLE n-gram table (qwen4_exp) in ple.<dtype>.bin: the checkpoint's shards concatenated
+// by row, row r at offset + r * row_stride (the row's cols values, then zero padding). A
+// row_stride of at most 4096 is a power of two, so no row straddles a page and one aligned
+// 4096-byte read fetches it; a larger one is a multiple of 4096. Chunk c (rows
+// [c * chunk_rows, ...), the last one shorter) has one XXH3-64 checksum over its rows'
+// strides; a chunk starts page-aligned.
+struct PackRowTable {
+  std::string prefix;                // "model.language_model.layers.0.ple.ple_embedding.ngram_embedding."
+  std::vector<std::string> sources;  // the checkpoint tensors, in row order
+  int64_t rows = 0, cols = 0;
+  uint64_t offset = 0;               // file offset of row 0, a multiple of 4096
+  uint64_t row_stride = 0;           // bytes
+  int64_t chunk_rows = 0;            // rows per checksum
+  std::vector<uint64_t> checksums;   // per chunk
+
+  int64_t n_chunks() const { return chunk_rows ? (rows + chunk_rows - 1) / chunk_rows : 0; }
+  uint64_t row_offset(int64_t r) const { return offset + static_cast<uint64_t>(r) * row_stride; }
+  uint64_t chunk_bytes(int64_t c) const {  // the hashed bytes of chunk c
+    return static_cast<uint64_t>(std::min(chunk_rows, rows - c * chunk_rows)) * row_stride;
+  }
+};
+
+struct PackPleInfo {
+  std::string file;                  // "ple.bf16.bin"
+  DType dtype = DType::bf16;         // of the values (f32, bf16 or f16)
+  uint64_t file_bytes = 0;           // a multiple of 4096
+  std::vector<PackRowTable> tables;  // ascending offsets
+};
+
+// The layout of an n-gram table of [rows, cols] values of `dtype` starting at `offset`:
+// row_stride as above, chunk_rows so that a chunk is one page when the table is small and
+// there are at most kPleTargetChunks chunks otherwise. Checksums are left empty.
+PackRowTable pack_row_table_layout(int64_t rows, int64_t cols, DType dtype, uint64_t offset);
+constexpr int64_t kPleTargetChunks = 65536;
+
 struct PackManifest {
   int version = kPackFormatVersion;
   std::string family;              // registry model_type
@@ -108,8 +155,11 @@ struct PackManifest {
   std::vector<std::string> expert_sources;   // per MoE layer, how the checkpoint stored them:
                                              // "gate_proj,up_proj,down_proj", "w1,w3,w2" or "fused"
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
-  std::map<ExpertKind, PackKindInfo> kinds;
+  std::map<ExpertKind, PackKindInfo> kinds;  // empty for a pack without routed experts (version 2)
+  std::optional<PackPleInfo> ple;            // version 2
 
+  // The version the writer puts in manifest.json: 2 when the pack uses what version 2 added.
+  int needed_version() const { return ple || moe_layers.empty() ? 2 : 1; }
   int64_t n_records() const { return static_cast<int64_t>(moe_layers.size()) * n_expert; }
 };
 
@@ -119,7 +169,8 @@ PackManifest parse_pack_manifest(std::string_view json_text, std::string_view fi
 // The manifest as JSON text (what the writer puts in manifest.json; parses back equal).
 std::string pack_manifest_to_json(const PackManifest& m);
 
-// The header page of a data file. kind: "dense" or an expert kind name.
+// The header page of a data file. kind: "dense", "ple" or an expert kind name. Its version
+// field is kPackDataVersion whatever the manifest's version (the data layout is unchanged).
 std::vector<uint8_t> pack_file_header(std::string_view kind, uint64_t payload_bytes);
 
 // An open pack: the manifest plus read-only mappings of dense.bin and the expert files.
@@ -155,6 +206,10 @@ class Pack {
   // "layer L, expert E, kind K" for messages (L is the model layer index).
   std::string describe_record(ExpertKind k, int64_t record) const;
 
+  // The n-gram table stored under this prefix, or null.
+  const PackRowTable* row_table(const std::string& prefix) const;
+  std::filesystem::path ple_file() const;  // an error when the pack has no tables
+
  private:
   std::filesystem::path dir_;
   PackManifest manifest_;
@@ -178,6 +233,7 @@ struct PackVerifyProgress {
 struct PackVerifyResult {
   bool ok = true;
   uint64_t records_checked = 0, bytes_checked = 0;
+  uint64_t table_chunks_checked = 0;  // n-gram table chunks
   std::vector<std::string> problems;  // first bad record first; empty when ok
 };
 // Throws for a pack that cannot be opened at all (missing or corrupt manifest, wrong file

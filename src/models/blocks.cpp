@@ -9,7 +9,7 @@ namespace sluice {
 
 void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
-                     const Tensor& out) {
+                     const Tensor& out, const Tensor& positions) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
   Tensor q = be.alloc(DType::f32, {n, nh * hd});
   Tensor k = be.alloc(DType::f32, {n, nkv * hd});
@@ -37,11 +37,18 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
   be.rope(k3, cos, sin, rope.rot_dim, rope.interleaved);
   SLUICE_CHECK(n_past + n <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + n,
                " tokens exceed the context size ", kv.k.shape[0]);
-  be.copy(k3, kv.k.slice_rows(n_past, n));
-  be.copy(v.reshape({n, nkv, hd}), kv.v.slice_rows(n_past, n));
+  if (positions.empty()) {
+    be.copy(k3, kv.k.slice_rows(n_past, n));
+    be.copy(v.reshape({n, nkv, hd}), kv.v.slice_rows(n_past, n));
+  } else {
+    const int64_t n_ctx = kv.k.shape[0];
+    be.scatter_rows_at(k, positions, kv.k.reshape({n_ctx, nkv * hd}));
+    be.scatter_rows_at(v, positions, kv.v.reshape({n_ctx, nkv * hd}));
+  }
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
   AttentionParams params;
   params.n_past = n_past;
+  params.n_past_at = positions;
   params.scale = spec.scale;
   params.sliding_window = spec.sliding_window;
   be.attention(q3, kv.k, kv.v, att, params);

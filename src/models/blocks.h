@@ -39,10 +39,12 @@ struct KvLayer {
 };
 
 // out[n, n_embd] = attention(h[n, n_embd]) for tokens at positions n_past.., appending their
-// keys and values to kv. cos/sin: [n, rot_dim/2] for these positions.
+// keys and values to kv. cos/sin: [n, rot_dim/2] for these positions. positions: empty, or
+// the same positions as an i32 [n] tensor on the backend, which the KV append and the
+// attention then read on the device (a captured decode graph replays at any position).
 void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
-                     const Tensor& out);
+                     const Tensor& out, const Tensor& positions = {});
 
 // cos and sin tables [n, rot_dim / 2] on the backend for positions n_past .. n_past + n - 1.
 struct RopeTables {

@@ -1,4 +1,5 @@
-// DecoderModel forward pass and its KV-cache state.
+// DecoderModel forward pass and its KV-cache state. On backends with graphs (CUDA), a one-token
+// decode step of a fully resident model is captured once per sequence state and replayed.
 #include "models/decoder.h"
 
 #include <numeric>
@@ -8,6 +9,13 @@ namespace {
 
 struct DecoderState : SequenceState {
   std::vector<KvLayer> kv;
+  // Decode graphs (backends with graphs_enabled): the rope tables of every position of the
+  // context, the persistent inputs and output of the captured one-token step, and the graph.
+  // The graph bakes in this state's KV buffers, so it lives here.
+  Tensor rope_cos, rope_sin;      // [n_ctx, rot_dim / 2] f32
+  Tensor step_token, step_pos;    // i32 [1]: the token and its position, written before a replay
+  Tensor step_logits;             // [1, n_vocab] f32
+  std::unique_ptr<BackendGraph> step_graph;
 };
 
 }  // namespace
@@ -33,7 +41,19 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
                be_.alloc(DType::f32, {n_ctx, a.n_head_kv, a.head_dim})};
     st->kv.push_back(std::move(kv));
   }
+  if (be_.graphs_enabled()) {
+    st->step_token = be_.alloc(DType::i32, {1});
+    st->step_pos = be_.alloc(DType::i32, {1});
+    st->step_logits = be_.alloc(DType::f32, {1, spec_.info.n_vocab});
+  }
   return st;
+}
+
+bool DecoderModel::step_graph_eligible() const {
+  if (!be_.graphs_enabled() || expert_provider_ || routing_observer_) return false;
+  for (size_t l = 0; l < spec_.layers.size(); ++l)
+    if (spec_.layers[l].moe && !expert_tables_[l]) return false;  // host routing inside
+  return true;
 }
 
 void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
@@ -42,17 +62,69 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
   check_forward_inputs(tokens, state, logits, all_logits);
 
-  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
+  if (n == 1 && step_graph_eligible()) {
+    // One decode token: replay the captured step (captured at the first such call). Only
+    // the token and its position go to the device; only the logits come back.
+    if (state.rope_cos.empty()) {
+      std::vector<int64_t> pos(static_cast<size_t>(state.n_ctx));
+      for (int64_t i = 0; i < state.n_ctx; ++i) pos[i] = i;
+      std::vector<float> cos_h, sin_h;
+      rope_tables(spec_.rope, pos, cos_h, sin_h);
+      const int64_t half = spec_.rope.rot_dim / 2;
+      state.rope_cos = be_.alloc(DType::f32, {state.n_ctx, half});
+      state.rope_sin = be_.alloc(DType::f32, {state.n_ctx, half});
+      be_.from_host(state.rope_cos, cos_h.data());
+      be_.from_host(state.rope_sin, sin_h.data());
+    }
+    const int32_t pos = static_cast<int32_t>(state.n_past);
+    be_.from_host(state.step_token, tokens.data());
+    be_.from_host(state.step_pos, &pos);
+    if (!state.step_graph) {
+      be_.graph_begin();
+      try {
+        const int64_t half = spec_.rope.rot_dim / 2;
+        Tensor x = be_.alloc(DType::f32, {1, d});
+        be_.get_rows_at(w_.tok_embd, state.step_token, x);
+        Tensor cos = be_.alloc(DType::f32, {1, half}), sin = be_.alloc(DType::f32, {1, half});
+        be_.get_rows_at(state.rope_cos, state.step_pos, cos);
+        be_.get_rows_at(state.rope_sin, state.step_pos, sin);
+        forward_layers(state, x, cos, sin, state.step_pos);
+        final_logits(x, state.step_logits);
+      } catch (...) {
+        be_.graph_end();  // ends the capture; the partial graph is dropped
+        throw;
+      }
+      state.step_graph = be_.graph_end();
+    }
+    be_.graph_launch(*state.step_graph);
+    state.n_past += 1;
+    be_.to_host(state.step_logits, logits.data());
+    return;
+  }
 
+  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
   Tensor x = be_.alloc(DType::f32, {n, d});  // [n, n_embd] residual stream
   be_.get_rows(w_.tok_embd, tokens, x);
+  forward_layers(state, x, cos, sin, Tensor{});
+  state.n_past += n;
+
+  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
+  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+  final_logits(xs, out);
+  be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
+}
+
+void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                  const Tensor& positions) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t n = x.rows(), d = spec_.info.n_embd;
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
-
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
     be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
-    attention_block(be_, spec_.attn, spec_.rope, lw.attn, h, state.kv[l], state.n_past, cos, sin, y);
+    attention_block(be_, spec_.attn, spec_.rope, lw.attn, h, state.kv[l], state.n_past, cos, sin, y, positions);
     be_.add(x, y);
     be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
     if (spec_.layers[l].moe) {
@@ -67,15 +139,12 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
     }
     be_.add(x, y);
   }
-  state.n_past += n;
+}
 
-  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
-  Tensor xn = be_.alloc(DType::f32, {xs.rows(), d});
-  be_.rms_norm(xs, w_.output_norm, spec_.norm_eps, xn);
-  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+void DecoderModel::final_logits(const Tensor& x, const Tensor& out) {
+  Tensor xn = be_.alloc(DType::f32, {x.rows(), spec_.info.n_embd});
+  be_.rms_norm(x, w_.output_norm, spec_.norm_eps, xn);
   be_.matmul(xn, w_.output, out);
-  be_.to_host(out, logits.data());
-  if (expert_provider_) expert_provider_->forward_done();
 }
 
 }  // namespace sluice

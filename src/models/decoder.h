@@ -52,6 +52,15 @@ class DecoderModel : public Model {
   const DecoderSpec& spec() const { return spec_; }
 
  private:
+  // The layers over the residual stream x [n, n_embd] at positions state.n_past.. (positions:
+  // the same as an i32 tensor on the backend, or empty), and the output head.
+  void forward_layers(SequenceState& state, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                      const Tensor& positions);
+  void final_logits(const Tensor& x, const Tensor& out);
+  // Whether a one-token step can be a replayed graph: the backend captures graphs, every
+  // expert is resident in a device table, and nothing observes or streams the routing.
+  bool step_graph_eligible() const;
+
   Backend& be_;
   DecoderSpec spec_;
   DecoderWeights w_;

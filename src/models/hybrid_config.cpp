@@ -93,12 +93,16 @@ void skip_unused_parts(WeightLoader& wl, const HybridCheckpoint& ck) {
   if (ck.multimodal) {
     int64_t n = 0;
     for (const auto& name : wl.source().names())
-      if (name.rfind("model.visual.", 0) == 0) {
+      if (name.rfind(kVisionTowerPrefix, 0) == 0) {
         wl.source().consume(name);
         ++n;
       }
-    LOG_INFO(wl.family(), ": multimodal checkpoint: loading the text model under ", ck.prefix,
-             ", skipping the vision tower (", n, " tensors under model.visual.)");
+    if (wl.source().pack())  // convert left the tower out
+      LOG_INFO(wl.family(), ": multimodal model: loading the text model under ", ck.prefix,
+               " (the pack holds no vision tower)");
+    else
+      LOG_INFO(wl.family(), ": multimodal checkpoint: loading the text model under ", ck.prefix,
+               ", skipping the vision tower (", n, " tensors under ", kVisionTowerPrefix, ")");
   }
   wl.skip_matching("mtp.");  // multi-token prediction: not used for decoding here
 }

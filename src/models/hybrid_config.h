@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,9 @@ namespace sluice {
 // and the weights under "model."; the multimodal ForConditionalGeneration checkpoints of
 // qwen3_5(_moe) and qwen4_exp nest the text model's config in text_config and its weights
 // under "model.language_model." (the vision tower under "model.visual.", lm_head at the top).
+// Where a multimodal checkpoint keeps its vision tower (skipped here, left out of packs).
+inline constexpr std::string_view kVisionTowerPrefix = "model.visual.";
+
 struct HybridCheckpoint {
   nlohmann::json text;     // the text config, with the family's partial_rotary_factor default applied
   std::string prefix;      // of the language model's weights: "model." or "model.language_model."

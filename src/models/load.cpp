@@ -26,15 +26,20 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     std::shared_ptr<Pack> pack = Pack::open(dir, !streamed);
     std::vector<ExpertKind> kinds;
     for (const auto& [k, info] : pack->manifest().kinds) kinds.push_back(k);
-    const ExpertKind kind = options.expert_kind.value_or(default_expert_kind(kinds));
-    pack->kind(kind);  // an error naming the kinds the pack has
+    const bool has_experts = !kinds.empty();
+    SLUICE_CHECK(has_experts || !options.expert_kind, Status::invalid_argument, "--expert-kind: ", dir.string(),
+                 " is a pack without routed experts");
+    SLUICE_CHECK(has_experts || !streamed, Status::invalid_argument, dir.string(),
+                 ": a pack without routed experts has nothing to stream");
+    const ExpertKind kind = has_experts ? options.expert_kind.value_or(default_expert_kind(kinds)) : ExpertKind::bf16;
+    if (has_experts) pack->kind(kind);  // an error naming the kinds the pack has
     out.config = pack->manifest().config;
     const Family& family = find_family(out.config);
     SLUICE_CHECK(family.model_type == pack->manifest().family, Status::corrupt, dir.string(), ": manifest family '",
                  pack->manifest().family, "' does not match its config (", family.model_type, ")");
-    PackSource source(pack, kind, streamed);
+    PackSource source(pack, kind, streamed, options.ngram_tables);
     out.model = family.load(out.config, source, backend);
-    out.expert_kind = kind;
+    if (has_experts) out.expert_kind = kind;
     if (streamed) {
       const ModelInfo& info = out.model->info();
       SLUICE_CHECK(!info.moe_layers.empty(), Status::invalid_argument, dir.string(), ": a ", family.model_type,

@@ -14,6 +14,7 @@
 #include "experts/streaming_provider.h"
 #include "format/pack.h"
 #include "format/tokenizer.h"
+#include "models/ngram_table_options.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -26,11 +27,13 @@ struct LoadOptions {
   // them all (experts/streamer.h). Unset or not enabled(): every expert is resident. Asking
   // for it with a checkpoint is an invalid_argument error.
   std::optional<StreamerOptions> streaming = std::nullopt;
+  // How a pack's PLE n-gram tables are read (row cache size, IO mode, verification).
+  NgramTableOptions ngram_tables = {};
 };
 
 struct LoadedModel {
   std::filesystem::path dir;
-  std::optional<ExpertKind> expert_kind;  // set when loaded from a pack
+  std::optional<ExpertKind> expert_kind;  // set when loaded from a pack with routed experts
   nlohmann::json config;
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the directory holds a tokenizer.json

@@ -4,11 +4,20 @@
 
 #include <algorithm>
 
+#include "models/pack_ngram_table.h"
+
 namespace sluice {
 
-PackSource::PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed)
-    : pack_(std::move(pack)), kind_(kind), streamed_(streamed) {
-  pack_->kind(kind);  // an error naming the kinds the pack has
+PackSource::PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed, NgramTableOptions tables)
+    : pack_(std::move(pack)), kind_(kind), streamed_(streamed), tables_(tables) {
+  if (!pack_->manifest().kinds.empty()) pack_->kind(kind);  // an error naming the kinds the pack has
+}
+
+std::shared_ptr<NgramTable> PackSource::ngram_table(const std::string& table) {
+  const PackRowTable* t = pack_->row_table(table);
+  if (!t) return nullptr;
+  consumed_.insert(table);
+  return std::make_shared<PackNgramTable>(pack_, *t, tables_);
 }
 
 Tensor PackSource::get(const std::string& name) {
@@ -29,6 +38,9 @@ std::vector<std::string> PackSource::unconsumed() const {
     if (!consumed_.count(n)) out.push_back(n);
   for (const std::string& p : pack_->manifest().expert_prefixes)
     if (!consumed_.count(p)) out.push_back(p + "* (routed experts)");
+  if (pack_->manifest().ple)
+    for (const PackRowTable& t : pack_->manifest().ple->tables)
+      if (!consumed_.count(t.prefix)) out.push_back(t.prefix + "* (n-gram table)");
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -10,6 +10,25 @@ namespace sluice {
 
 // ---- table ----
 
+std::optional<NgramTableTensor> ngram_table_tensor(const std::string& name) {
+  static const std::string kTable = "ple_embedding.ngram_embedding.";
+  const size_t at = name.find(kTable);
+  if (at == std::string::npos) return std::nullopt;
+  NgramTableTensor t;
+  t.table = name.substr(0, at + kTable.size());
+  const std::string rest = name.substr(at + kTable.size());
+  if (rest == "weight") return t;
+  const std::string head = "shard_", tail = ".weight";
+  if (rest.size() <= head.size() + tail.size() || rest.compare(0, head.size(), head) != 0 ||
+      rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0)
+    return std::nullopt;
+  const std::string digits = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  t.shard = std::stoll(digits);
+  t.sharded = true;
+  return t;
+}
+
 ResidentNgramTable::ResidentNgramTable(std::vector<Tensor> host_shards) : shards_(std::move(host_shards)) {
   SLUICE_ASSERT(!shards_.empty());
   first_row_.push_back(0);
@@ -156,6 +175,13 @@ void check_buffer(WeightLoader& wl, const std::string& name, const std::vector<i
 PleWeights load_ple(WeightLoader& wl, const std::string& p, const PleSpec& s, NgramHash hash) {
   PleWeights w;
   const std::string e = p + "ple_embedding.";
+  if (std::shared_ptr<NgramTable> stored = wl.source().ngram_table(e + "ngram_embedding.")) {
+    // A pack: rows read on demand (models/pack_ngram_table.h).
+    SLUICE_CHECK(stored->dim() == s.head_dim(), Status::corrupt, wl.family(), ": the n-gram table under ", e, " has rows of ",
+                 stored->dim(), " values, expected ", s.head_dim(), " (ple_embed_dim / n-gram heads)");
+    wl.count_params(stored->n_rows() * stored->dim());
+    w.table = std::move(stored);
+  }
   std::vector<Tensor> shards;
   auto take_shard = [&](const std::string& name) {
     Tensor t = wl.source().get(name);  // host view; shape checked below
@@ -165,15 +191,15 @@ PleWeights load_ple(WeightLoader& wl, const std::string& p, const PleSpec& s, Ng
                  ", expected a float table [rows, ", s.head_dim(), "] (ple_embed_dim / n-gram heads)");
     shards.push_back(wl.take_host(name, {t.shape[0], t.shape[1]}));
   };
-  if (wl.has(e + "ngram_embedding.weight")) {
+  if (!w.table && wl.has(e + "ngram_embedding.weight")) {
     take_shard(e + "ngram_embedding.weight");
-  } else {
+  } else if (!w.table) {
     for (int i = 0; wl.has(e + "ngram_embedding.shard_" + std::to_string(i) + ".weight"); ++i)
       take_shard(e + "ngram_embedding.shard_" + std::to_string(i) + ".weight");
   }
-  SLUICE_CHECK(!shards.empty(), Status::not_found, wl.family(), ": checkpoint lacks tensor ", e,
+  SLUICE_CHECK(w.table || !shards.empty(), Status::not_found, wl.family(), ": checkpoint lacks tensor ", e,
                "ngram_embedding.weight (or its shards ngram_embedding.shard_<i>.weight)");
-  w.table = std::make_shared<ResidentNgramTable>(std::move(shards));
+  if (!w.table) w.table = std::make_shared<ResidentNgramTable>(std::move(shards));
   SLUICE_CHECK(w.table->n_rows() == hash.n_rows, Status::corrupt, wl.family(), ": the n-gram table under ", e,
                " has ", w.table->n_rows(), " rows; config.json (ngram_vocab_size_base, ngram_size, heads_per_ngram, ",
                "make_ngram_vocab_size_divisible_by) gives ", hash.n_rows);

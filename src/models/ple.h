@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ class NgramTable {
   // out[i, :] = row ids[i] as f32; out is [ids.size(), dim()] on be. Ids are in [0, n_rows()).
   virtual void gather(Backend& be, std::span<const int64_t> ids, const Tensor& out) = 0;
 };
+
+// A checkpoint tensor that is (a shard of) an n-gram table: "<p>ple_embedding.ngram_embedding.weight"
+// (the whole table) or "<p>ple_embedding.ngram_embedding.shard_<i>.weight". `table` is the name
+// up to and including "ngram_embedding." (what NgramTable sources are keyed by).
+struct NgramTableTensor {
+  std::string table;
+  int64_t shard = 0;     // i; 0 for the whole table
+  bool sharded = false;
+};
+std::optional<NgramTableTensor> ngram_table_tensor(const std::string& name);
 
 // Rows from host tensors (f32/bf16/f16 [rows_i, dim], concatenated by row in order), copied
 // to the backend per lookup: never uploaded whole.

@@ -2,6 +2,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/hybrid_config.h"
 
 namespace sluice {
 
@@ -19,9 +20,10 @@ const std::vector<Family>& families() {
       {"mixtral", {"MixtralForCausalLM"}, load_mixtral},
       {"olmoe", {"OlmoeForCausalLM"}, load_olmoe},
       {"qwen3_next", {"Qwen3NextForCausalLM"}, load_qwen3_next},
-      {"qwen3_5", {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"}, load_qwen3_5},
-      {"qwen3_5_moe", {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, load_qwen3_5_moe},
-      {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp},
+      {"qwen3_5", {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"}, load_qwen3_5, kVisionTowerPrefix},
+      {"qwen3_5_moe", {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, load_qwen3_5_moe,
+       kVisionTowerPrefix},
+      {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp, kVisionTowerPrefix},
   };
   return table;
 }

@@ -22,6 +22,9 @@ struct Family {
   std::string_view model_type;                 // config.json "model_type"
   std::vector<std::string_view> architectures;  // config.json "architectures" entries
   FamilyLoader load;
+  // Multimodal checkpoints: the prefix of the vision tower's tensors, which the text model
+  // never reads and a pack leaves out (empty: none).
+  std::string_view vision_prefix = {};
 };
 
 const std::vector<Family>& families();

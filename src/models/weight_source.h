@@ -12,8 +12,11 @@
 #include "backends/tensor.h"
 #include "format/checkpoint.h"
 #include "format/pack.h"
+#include "models/ngram_table_options.h"
 
 namespace sluice {
+
+class NgramTable;
 
 // What a family knows about a weight beyond its name and shape, for a source that makes
 // weights up (MetaSource, behind sluice synth) to pick plausible values; sources of real
@@ -41,6 +44,10 @@ class WeightSource {
   // tensors up (MetaSource) creates it with this shape; sources of real weights do nothing,
   // and the take fails as "checkpoint lacks tensor".
   virtual void declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) {}
+  // A PLE n-gram table stored row-addressable under `table` ("...ple_embedding.ngram_embedding.",
+  // a pack's ple.<dtype>.bin), marked used; null when the source has none there (a
+  // checkpoint: the loader takes the table's tensors).
+  virtual std::shared_ptr<NgramTable> ngram_table(const std::string& table) { return nullptr; }
 };
 
 class CheckpointSource final : public WeightSource {
@@ -64,7 +71,8 @@ class CheckpointSource final : public WeightSource {
 // weight asked for.
 class PackSource final : public WeightSource {
  public:
-  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed = false);
+  // kind is ignored for a pack without routed experts.
+  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed = false, NgramTableOptions tables = {});
   bool has(const std::string& name) const override { return pack_->has_dense(name); }
   Tensor get(const std::string& name) override;
   void consume(const std::string& name) override;
@@ -74,12 +82,14 @@ class PackSource final : public WeightSource {
   const Pack* pack() const override { return pack_.get(); }
   ExpertKind expert_kind() const override { return kind_; }
   bool streams_experts() const override { return streamed_; }
+  std::shared_ptr<NgramTable> ngram_table(const std::string& table) override;
 
  private:
   std::shared_ptr<Pack> pack_;
   ExpertKind kind_;
   bool streamed_ = false;
-  std::set<std::string> consumed_;  // dense names and expert prefixes
+  NgramTableOptions tables_;
+  std::set<std::string> consumed_;  // dense names, expert prefixes and n-gram table prefixes
 };
 
 }  // namespace sluice

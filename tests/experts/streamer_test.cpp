@@ -1,5 +1,7 @@
 // The expert streamer on real models:
-//  - exactness: on every decoder fixture, for caches of top_k, top_k + 1, half and all slots,
+//  - exactness: on every fixture with experts (the decoder families and the hybrids:
+//    qwen3_next, qwen3_5_moe, qwen4_exp with QSA and with PLE, whose n-gram rows come from the
+//    pack's table file), for caches of top_k, top_k + 1, half and all slots,
 //    lookahead off and on, q4 and bf16 experts, every decode step is bit-identical to the
 //    fully resident run of the same pack kind, and teacher-forced logits through the
 //    streamed prefill (rows grouped so their union fits the cache) stay within 1e-5;
@@ -93,7 +95,7 @@ TEST(StreamerExactness, EveryFixtureEveryCacheSize) {
   auto be = make_cpu_backend();
   float worst_prefill = 0;
   int runs = 0;
-  for (const std::string& fixture : decoder_fixtures()) {
+  for (const std::string& fixture : expert_fixtures()) {
     const fs::path& pack = fixture_pack(fixture);
     const std::vector<int32_t> ids = fixture_ids(fixture);
     for (ExpertKind kind : {ExpertKind::q4, ExpertKind::bf16}) {

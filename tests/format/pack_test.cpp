@@ -210,7 +210,13 @@ std::vector<Corruption> corruptions() {
   };
   return {
       {"manifest bad format magic", manifest([](json& j) { j["format"] = "gguf"; }), Status::corrupt, {"manifest.json", "not a sluice pack"}},
-      {"manifest newer version", manifest([](json& j) { j["version"] = 2; }), Status::unsupported, {"version 2"}},
+      {"manifest newer version", manifest([](json& j) { j["version"] = 3; }), Status::unsupported, {"version 3"}},
+      {"version 1 without experts", manifest([](json& j) { j["experts"]["layers"] = json::array(); }), Status::corrupt, {"experts.layers", "version-1"}},
+      {"version 1 with n-gram tables", manifest([](json& j) { j["ple"] = json::object(); }), Status::corrupt, {"ple", "version 2"}},
+      {"kinds without experts", manifest([](json& j) {
+         j["version"] = 2;
+         j["experts"]["layers"] = json::array();
+       }), Status::corrupt, {"experts.n_expert"}},
       {"manifest truncated", [](const fs::path& d) {
          std::string t = read_bytes(d / kPackManifestName);
          write_bytes(d / kPackManifestName, t.substr(0, t.size() / 2));

@@ -27,11 +27,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     sluice::PackManifest m =
         sluice::parse_pack_manifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz/manifest.json");
-    if (m.version != sluice::kPackFormatVersion || m.family.empty() || !m.config.is_object()) __builtin_trap();
-    if (m.n_expert < 1 || m.n_expert > sluice::kPackMaxExperts || m.n_embd < 1 || m.n_ff < 1) __builtin_trap();
-    if (m.moe_layers.empty() || m.moe_layers.size() != m.expert_prefixes.size() ||
-        m.moe_layers.size() != m.expert_sources.size())
+    if (m.version < sluice::kPackMinFormatVersion || m.version > sluice::kPackFormatVersion || m.family.empty() ||
+        !m.config.is_object())
       __builtin_trap();
+    // Version 2 allows a pack without routed experts: then no sizes and no kinds.
+    const bool none = m.moe_layers.empty();
+    if (none && (m.version < 2 || m.n_expert || m.n_embd || m.n_ff || !m.kinds.empty())) __builtin_trap();
+    if (!none && (m.n_expert < 1 || m.n_expert > sluice::kPackMaxExperts || m.n_embd < 1 || m.n_ff < 1)) __builtin_trap();
+    if (m.moe_layers.size() != m.expert_prefixes.size() || m.moe_layers.size() != m.expert_sources.size())
+      __builtin_trap();
+    if (m.ple) {
+      if (m.version < 2 || m.ple->file_bytes % sluice::kPackRecordAlign) __builtin_trap();
+      for (const auto& t : m.ple->tables) {
+        if (t.offset < sluice::kPackHeaderBytes || t.offset % sluice::kPackRecordAlign) __builtin_trap();
+        if (t.row_offset(t.rows) > m.ple->file_bytes || t.n_chunks() != static_cast<int64_t>(t.checksums.size()))
+          __builtin_trap();
+        if ((static_cast<uint64_t>(t.chunk_rows) * t.row_stride) % sluice::kPackRecordAlign) __builtin_trap();
+      }
+    }
     if (!std::is_sorted(m.moe_layers.begin(), m.moe_layers.end()) ||
         std::adjacent_find(m.moe_layers.begin(), m.moe_layers.end()) != m.moe_layers.end())
       __builtin_trap();

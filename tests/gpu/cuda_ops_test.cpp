@@ -97,8 +97,8 @@ void expect_close(const std::vector<float>& gpu_with_guard, const std::vector<fl
 TEST(CudaOps, Matmul) {
   Pair p;
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
-    for (int64_t n : {1, 3, 17, 70})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}}) {
+    for (int64_t n : {1, 2, 3, 4, 17, 70})
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}, {8195, 72}, {300, 1024}}) {
         auto xv = random_vec(n * k, 1), wv = random_vec(m * k, 2);
         HostTensor w(wt, {m, k}, wv);
         Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
@@ -145,8 +145,12 @@ TEST(CudaOps, RmsNormRopeElementwise) {
 
 TEST(CudaOps, Attention) {
   Pair p;
-  for (auto [n, n_past, window] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 0}, {7, 0, 0}, {1, 40, 0}, {9, 13, 0}, {9, 13, 5}}) {
-    const int64_t hq = 6, hkv = 2, d = 40, ctx = n_past + n + 3;
+  // d = 40: the warp-per-query kernel; 64 and 128: a lane per key (chunks of 32 keys over 8
+  // warps: 700 past positions span several chunks per warp, window 5 and 300 cut inside one).
+  for (int64_t d : {40, 64, 128})
+  for (auto [n, n_past, window] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 0}, {7, 0, 0}, {1, 40, 0}, {9, 13, 0},
+                                   {9, 13, 5}, {1, 700, 0}, {3, 700, 300}, {33, 70, 0}}) {
+    const int64_t hq = 6, hkv = 2, ctx = n_past + n + 3;
     auto qv = random_vec(n * hq * d, 8), kv = random_vec(ctx * hkv * d, 9), vv = random_vec(ctx * hkv * d, 10);
     AttentionParams ap{n_past, 0.15f, window};
     Tensor oc = p.cpu->alloc(DType::f32, {n, hq, d});
@@ -155,7 +159,9 @@ TEST(CudaOps, Attention) {
     Tensor og = gpu_f32(*p.gpu, {n, hq, d}, {});
     p.gpu->attention(gpu_f32(*p.gpu, {n, hq, d}, qv), gpu_f32(*p.gpu, {ctx, hkv, d}, kv),
                      gpu_f32(*p.gpu, {ctx, hkv, d}, vv), og, ap);
-    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "attention");
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc),
+                 ("attention d=" + std::to_string(d) + " n=" + std::to_string(n) + " n_past=" + std::to_string(n_past) +
+                  " window=" + std::to_string(window)).c_str());
   }
 }
 
@@ -196,8 +202,8 @@ namespace {
 TEST(CudaOps, MatmulQuantized) {
   Pair p;
   for (DType q : {DType::q8, DType::q4, DType::q2})
-    for (int64_t n : {1, 5, 19})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 24}, {33, 40}, {64, 256}, {5, 100}}) {
+    for (int64_t n : {1, 2, 5, 19})
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 24}, {33, 40}, {64, 256}, {5, 100}, {8200, 128}, {77, 512}}) {
         auto wv = random_vec(m * k, 21), xv = random_vec(n * k, 22);
         std::vector<uint8_t> data(m * quant_row_bytes(q, k)), scales(m * quant_scale_row_bytes(q, k));
         for (int64_t r = 0; r < m; ++r)

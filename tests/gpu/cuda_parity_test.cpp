@@ -1,8 +1,14 @@
-// GPU parity: every fixture on the CUDA backend matches transformers' logits within 1e-3
-// (f32 activations) and reproduces the greedy continuation.
+// GPU parity: every fixture on the CUDA backend matches transformers' logits and reproduces
+// the greedy continuation. The decoder fixtures within 1e-3 (the CUDA issue's bound, f32
+// activations); the hybrid fixtures (Gated DeltaNet, QSA, hyper-connections, PLE) within the
+// CPU parity's 1e-4 (tests/models/parity_test.cpp), teacher-forced over the prompt and over
+// prompt + continuation, and also decoded token by token through the recurrent state after an
+// uneven chunked prefill, and again after a state reset.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <span>
 
 #include "../models/fixture_util.h"
 #include "engine/generator.h"
@@ -42,6 +48,70 @@ TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(decoder_fixtures()),
+                         [](const auto& info) { return info.param; });
+
+// The CPU parity's bound for every family (tests/models/parity_test.cpp).
+constexpr float kHybridLogitTolerance = 1e-4f;
+
+class CudaHybridParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaHybridParity, LogitsGreedyAndCachedDecodeMatchTransformers) {
+  auto backend = make_cuda_backend(0);
+  LoadedModel m = load_model(fixture_dir(GetParam()), *backend);
+  FixtureReference ref = read_reference(GetParam());
+  const int64_t V = m.model->info().n_vocab;
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  const int64_t n = static_cast<int64_t>(ids.size());
+  // Teacher-forced, one pass each.
+  for (const auto& [file, with_continuation] : {std::pair{"logits_prompt.npy", false}, {"logits_full.npy", true}}) {
+    const size_t len = with_continuation ? ids.size() : ref.prompt_ids.size();
+    NpyArray want = read_npy(fixture_dir(GetParam()) / file);
+    ASSERT_EQ(want.shape, (std::vector<int64_t>{static_cast<int64_t>(len), V})) << file;
+    auto state = m.model->new_state(static_cast<int64_t>(len));
+    std::vector<float> got(len * V);
+    m.model->forward(std::span(ids).first(len), *state, got, true);
+    const float diff = max_abs_diff(got, want.data);
+    std::printf("cuda %s %s: max |logit - reference| = %.3g\n", GetParam().c_str(), file, diff);
+    EXPECT_LE(diff, kHybridLogitTolerance) << GetParam() << " " << file;
+  }
+  // Prefill in uneven chunks (5, 1, the rest of the prompt), then one token at a time: the
+  // delta rule's decode path, the conv and PLE states, QSA's block keys carried across calls.
+  // Then reset and do it again: the state must be as new.
+  NpyArray want = read_npy(fixture_dir(GetParam()) / "logits_full.npy");
+  auto state = m.model->new_state(n);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) state->reset();
+    std::vector<float> got(n * V), row(V);
+    size_t pos = 0;
+    for (size_t chunk : {size_t{5}, size_t{1}, ref.prompt_ids.size() - 6}) {
+      std::vector<float> part(chunk * V);
+      m.model->forward(std::span(ids).subspan(pos, chunk), *state, part, true);
+      std::copy(part.begin(), part.end(), got.begin() + pos * V);
+      pos += chunk;
+    }
+    for (; pos < ids.size(); ++pos) {
+      m.model->forward(std::span(ids).subspan(pos, 1), *state, row, false);
+      std::copy(row.begin(), row.end(), got.begin() + pos * V);
+    }
+    const float diff = max_abs_diff(got, want.data);
+    std::printf("cuda %s decode through the state%s: max |logit - reference| = %.3g\n", GetParam().c_str(),
+                round ? " after reset" : "", diff);
+    EXPECT_LE(diff, kHybridLogitTolerance) << GetParam() << (round ? " after reset" : "");
+  }
+  // Greedy generation reproduces transformers' continuation.
+  GenerateOptions opt;
+  opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
+  opt.sampling.temperature = 0;
+  std::vector<int32_t> cont;
+  Generator(*m.model).generate(ref.prompt_ids, opt, [&](int32_t id) {
+    cont.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(cont, ref.continuation_ids) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHybridParity, ::testing::ValuesIn(hybrid_fixtures()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,13 +1,24 @@
 // Quality of the expert kinds, measured: for every fixture and kind, the teacher-forced
 // next-token distributions over prompt + continuation from the pack against transformers'
 // fp32 reference logits (logits_full.npy): mean KL(reference || pack) over positions and
-// top-1 agreement. Asserts int8 KL <= 1e-4 and q4 KL <= 1e-2 (the bounds); bf16 and
-// q2 are reported. Prints a markdown table (docs/quantization.md holds a copy).
+// top-1 agreement. Asserts int8 KL <= 1e-4 and q4 KL <= 1e-2 (the bounds) on the
+// fixtures whose routing tolerates the kinds' error (quality_bounded_fixtures()); bf16 and q2,
+// and the other hybrid fixtures, are reported. Prints a markdown table (docs/quantization.md
+// holds a copy).
+//
+// Why not every hybrid fixture: a tiny random model's quality under quantization is decided
+// by routing flips, not by the kinds' error. qwen3_next (router top-k margin 1.2e-3) and
+// qwen3_5_moe (1.6e-3) have margins like the decoder fixtures' after the wider seed search,
+// yet over their 124 / 67 tokens through recurrent DeltaNet layers the quantized experts move
+// the routers' inputs further: routing decisions that differ from the bf16 pack's, int8 / q4,
+// qwen3_next 1 / 43 of 372, qwen3_5_moe 2 / 40 of 268 (qwen4_exp_qsa 2 / 37 of 496, within
+// bounds). Their KL measures those flips, so asserting the bounds there would test the seed.
 //
 // The pack's dense tensors keep the checkpoint's precision (the default dense dtype), so
 // the numbers measure the experts' precision alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -55,7 +66,8 @@ Quality compare(const std::vector<float>& ref, const std::vector<float>& got, in
 
 TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
   std::printf("| fixture | kind | mean KL | max KL | top-1 agreement |\n|---|---|---|---|---|\n");
-  for (const std::string& fixture : decoder_fixtures()) {
+  const std::vector<std::string> bounded = quality_bounded_fixtures();
+  for (const std::string& fixture : expert_fixtures()) {
     FixtureReference ref = read_reference(fixture);
     std::vector<int32_t> ids = ref.prompt_ids;
     ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
@@ -73,8 +85,10 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
                   q[kind].mean_kl, q[kind].max_kl, 100 * q[kind].top1);
     }
     SCOPED_TRACE(fixture);
-    EXPECT_LE(q[ExpertKind::int8].mean_kl, 1e-4);
-    EXPECT_LE(q[ExpertKind::q4].mean_kl, 1e-2);
+    if (std::find(bounded.begin(), bounded.end(), fixture) != bounded.end()) {
+      EXPECT_LE(q[ExpertKind::int8].mean_kl, 1e-4);
+      EXPECT_LE(q[ExpertKind::q4].mean_kl, 1e-2);
+    }
     // The measurement sees precision: fewer bits, larger divergence.
     EXPECT_LT(q[ExpertKind::int8].mean_kl, q[ExpertKind::q4].mean_kl);
     EXPECT_LT(q[ExpertKind::q4].mean_kl, q[ExpertKind::q2].mean_kl);

@@ -106,6 +106,33 @@ void expect_clean_error(const CliRun& r, const std::string& must_contain) {
   EXPECT_NE(r.err.find(must_contain), std::string::npos) << "expected '" << must_contain << "' in: " << r.err;
 }
 
+// A qwen4_exp checkpoint with PLE layers and a vision tower: convert says what it left out
+// (-v), verify counts the n-gram table chunks, and runs from the pack give the reference's
+// greedy continuation with any row cache (--ple-cache), streamed or not.
+TEST(ConvertCli, HybridPackWithNgramTables) {
+  fs::path d = scratch("ple");
+  const std::string pack = (d / "pack").string();
+  CliRun c = sluice({"-v", "convert", fixture_dir("qwen4_exp_ple").string(), pack, "--kinds", "bf16,q4", "-q"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.err.find("leaving out the vision tower (21 tensors under model.visual.)"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("2 n-gram tables in ple.bf16.bin"), std::string::npos) << c.err;
+  CliRun v = sluice({"verify", pack});
+  EXPECT_EQ(v.status, 0) << v.err;
+  EXPECT_NE(v.err.find("n-gram table chunks"), std::string::npos) << v.err;
+  FixtureReference ref = read_reference("qwen4_exp_ple");
+  const std::string n = std::to_string(ref.continuation_ids.size());
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {"--ple-cache", "0"}, {"--ple-cache", "1K"}, {}, {"--expert-slots", "3", "--verify-reads"}}) {
+    std::vector<std::string> args = {"run", "--model", pack, "--expert-kind", "bf16", "--tokens", join(ref.prompt_ids),
+                                     "-n", n, "--temperature", "0", "--ignore-eos", "--print-ids"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliRun r = sluice(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(last_line(r.out), join(ref.continuation_ids));
+  }
+  expect_clean_error(sluice({"run", "--model", pack, "--tokens", "1,2", "--ple-cache", "lots"}), "--ple-cache");
+}
+
 TEST(ConvertCli, ConvertVerifyRunAndLogits) {
   fs::path d = scratch("olmoe");
   const std::string pack = (d / "pack").string();

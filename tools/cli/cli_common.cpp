@@ -42,6 +42,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                "benchmarks (CUDA): fill the --host-cache tier from the pack at start-up and report read and H2D GB/s");
   cmd.add_flag("--fake-experts", opt.fake_experts,
                "developer: skip expert reads and compute with whatever the slots hold (output is meaningless)");
+  cmd.add_option("--ple-cache", opt.ple_cache,
+                 "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
 }
 
 std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
@@ -155,6 +157,12 @@ Session open_session(const ModelOptions& opt) {
                  "' (kinds: bf16, int8, q4, q2)");
   }
   lo.streaming = streamer_options(opt);
+  if (!opt.ple_cache.empty()) lo.ngram_tables.cache_bytes = parse_byte_size(opt.ple_cache, "--ple-cache");
+  if (lo.streaming) {  // the tables' rows are read like the experts
+    lo.ngram_tables.io_mode = lo.streaming->io_mode;
+    lo.ngram_tables.verify_reads = lo.streaming->verify_reads;
+    lo.ngram_tables.io_timeout = lo.streaming->io_timeout;
+  }
   Session s;
   // Streaming runs on either backend: "auto" picks CUDA when it answers, as without streaming.
   s.backend = make_backend(opt.backend);

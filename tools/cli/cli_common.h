@@ -36,6 +36,7 @@ struct ModelOptions {
   double wait_timeout = 0;        // --wait-timeout SECONDS (CUDA streaming; default 30)
   bool fake_experts = false;      // --fake-experts (developer: skip expert reads)
   bool host_cache_preload = false;  // --host-cache-preload (benchmarks, CUDA)
+  std::string ple_cache;          // --ple-cache: the row cache of each PLE n-gram table of a pack
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& opt);

@@ -71,9 +71,11 @@ void register_convert(CLI::App& app) {
     progress.finish();
     std::string kinds;
     for (ExpertKind k : s.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(expert_kind_name(k));
-    std::fprintf(stderr, "sluice: converted %s (%s) to %s: %lld records x {%s}, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",
-                 opt->hf_dir.c_str(), s.family.c_str(), s.out_dir.string().c_str(), static_cast<long long>(s.n_records),
-                 kinds.c_str(), std::string(dtype_name(s.dense_dtype)).c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
+    const std::string experts =
+        s.kinds.empty() ? std::string("no routed experts") : str(s.n_records, " records x {", kinds, "}");
+    std::fprintf(stderr, "sluice: converted %s (%s) to %s: %s, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",
+                 opt->hf_dir.c_str(), s.family.c_str(), s.out_dir.string().c_str(), experts.c_str(),
+                 std::string(dtype_name(s.dense_dtype)).c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
                  s.seconds, s.seconds > 0 ? s.bytes_in / 1e9 / s.seconds : 0.0);
   });
 }

@@ -37,8 +37,9 @@ void register_verify(CLI::App& app) {
       std::string more = r.problems.size() > 1 ? str(" (and ", r.problems.size() - 1, " more problems)") : "";
       fail(Status::corrupt, r.problems.front(), more);
     }
-    std::fprintf(stderr, "sluice: %s: ok (%llu records, %.3f GB checked)\n", opt->dir.c_str(),
-                 static_cast<unsigned long long>(r.records_checked), r.bytes_checked / 1e9);
+    const std::string tables = r.table_chunks_checked ? str(", ", r.table_chunks_checked, " n-gram table chunks") : "";
+    std::fprintf(stderr, "sluice: %s: ok (%llu records%s, %.3f GB checked)\n", opt->dir.c_str(),
+                 static_cast<unsigned long long>(r.records_checked), tables.c_str(), r.bytes_checked / 1e9);
   });
 }
 

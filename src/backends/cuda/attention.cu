@@ -1,5 +1,6 @@
-// Causal grouped-query attention, decode and prefill in one kernel: one block per (query row,
-// head), its kWarps warps splitting the visible keys (warp w takes keys lo + w, lo + w +
+// Causal grouped-query attention, decode and prefill in one launch: one block per (query row,
+// head). Head dims a multiple of 32 take attention_keys_kernel (a lane per key, below); others
+// this one: its kWarps warps splitting the visible keys (warp w takes keys lo + w, lo + w +
 // kWarps, ...), each with an online softmax; the warps' partial (max, denominator, output)
 // are then merged in shared memory. A key's score is a warp-wide dot product; each lane owns
 // the head dimensions lane, lane + 32, ... (head_dim <= 32 * kMaxDimsPerLane). One launch
@@ -16,8 +17,10 @@ constexpr int kWarps = 8;            // key splits per (row, head)
 // dynamic shared memory: kWarps * (d + 2) floats.
 __global__ void attention_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                  const float* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
-                                 int64_t hkv, int64_t d, int64_t n_past, float scale, int64_t window) {
+                                 int64_t hkv, int64_t d, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
+                                 float scale, int64_t window) {
   extern __shared__ float smem[];
+  const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t task = blockIdx.x;  // (row i, head h)
   const int64_t i = task / hq, h = task % hq, kvh = h / (hq / hkv);
@@ -83,16 +86,147 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
   }
 }
 
+// head_dim a multiple of 32 (up to 32 * kMaxDimsPerLane): a lane per key. Warp w takes the
+// chunks of 32 keys starting at lo + 32 (w + kWarps i); in a chunk, lane t scores key
+// j0 + t against q (in shared memory) with independent 16-byte loads of its key row, the
+// warp updates its online softmax once per chunk, and lane t accumulates the output dims
+// [DPL t, DPL (t + 1)) over the chunk's 32 values rows. Merged across warps as above.
+// dynamic shared memory: kWarps * (d + 2) + d floats.
+template <int DPL>
+__global__ void attention_keys_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                      const float* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
+                                      int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
+                                      float scale, int64_t window) {
+  constexpr int64_t d = 32 * DPL;
+  extern __shared__ float smem[];
+  float* qs = smem + kWarps * (d + 2);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
+  const int64_t task = blockIdx.x;
+  const int64_t i = task / hq, h = task % hq, kvh = h / (hq / hkv);
+  const int64_t pos = n_past + i;
+  const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) qs[c] = q[(i * hq + h) * d + c];
+  __syncthreads();
+  float acc[DPL];
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) acc[t] = 0.0f;
+  float mx = -INFINITY, denom = 0.0f;
+  const int64_t stride = hkv * d;  // floats between consecutive positions
+  for (int64_t j0 = lo + 32 * warp; j0 <= pos; j0 += 32 * kWarps) {
+    const int64_t j = j0 + lane;
+    float s = -INFINITY;
+    if (j <= pos) {
+      const float4* kr = reinterpret_cast<const float4*>(k + j * stride + kvh * d);
+      const float4* q4 = reinterpret_cast<const float4*>(qs);
+      float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+      for (int c = 0; c < d / 4; c += 2) {
+        const float4 x = __ldg(kr + c), y = q4[c];
+        a0 = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, a0))));
+        if (c + 1 < d / 4) {
+          const float4 x1 = __ldg(kr + c + 1), y1 = q4[c + 1];
+          a1 = fmaf(x1.x, y1.x, fmaf(x1.y, y1.y, fmaf(x1.z, y1.z, fmaf(x1.w, y1.w, a1))));
+        }
+      }
+      s = (a0 + a1) * scale;
+    }
+    const float m_new = fmaxf(mx, warp_max(s));
+    const float corr = expf(mx - m_new);  // 0 on the first chunk (mx = -inf)
+    const float p = j <= pos ? expf(s - m_new) : 0.0f;
+    denom = denom * corr + warp_sum(p);
+#pragma unroll
+    for (int t = 0; t < DPL; ++t) acc[t] *= corr;
+    const int64_t n_keys = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
+    const float* vr = v + j0 * stride + kvh * d + DPL * lane;
+    if (n_keys == 32) {
+      // A whole chunk: unrolled, so that the loads of several values rows are in flight.
+#pragma unroll 8
+      for (int t = 0; t < 32; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        const float* vt = vr + t * stride;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+      }
+    } else {
+      for (int t = 0; t < n_keys; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        const float* vt = vr + t * stride;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+      }
+    }
+    mx = m_new;
+  }
+  float* mine = smem + warp * (d + 2);
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) mine[DPL * lane + t] = acc[t];
+  if (lane == 0) {
+    mine[d] = mx;
+    mine[d + 1] = denom;
+  }
+  __syncthreads();
+  float m_all = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, smem[w * (d + 2) + d]);
+  float den = 0.0f;
+  float f[kWarps];
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float mw = smem[w * (d + 2) + d];
+    f[w] = mw == -INFINITY ? 0.0f : expf(mw - m_all);
+    den += smem[w * (d + 2) + d + 1] * f[w];
+  }
+  float* o = out + (i * hq + h) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += smem[w * (d + 2) + c] * f[w];
+    o[c] = sum / den;
+  }
+}
+
 }  // namespace
 
 void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
                       int64_t d, int64_t n_past, float scale, int64_t window, Stream s) {
+  launch_attention_at(q, k, v, out, n, hq, hkv, d, n_past, nullptr, scale, window, s);
+}
+
+void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
+                         int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
+                         int64_t window, Stream s) {
   SLUICE_CHECK(d <= 32 * kMaxDimsPerLane, Status::unsupported, "cuda attention: head_dim ", d, " exceeds ",
                32 * kMaxDimsPerLane);
   if (n == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  const unsigned blocks = static_cast<unsigned>(n * hq);
+  const size_t smem_keys = (static_cast<size_t>(kWarps) * (d + 2) + d) * sizeof(float);
+  // Lane per key: 16-byte loads need d % 4 == 0 with 16-byte aligned q, k and v.
+  const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
+                         reinterpret_cast<uintptr_t>(v)) & 15) == 0;
+  if (aligned && d % 32 == 0 && d <= 256) {
+    switch (d / 32) {
+#define SLUICE_ATT_CASE(DPL)                                                                              \
+  case DPL:                                                                                            \
+    attention_keys_kernel<DPL><<<blocks, kWarps * 32, smem_keys, st>>>(q, k, v, out, n, hq, hkv, n_past, \
+                                                                       n_past_dev, scale, window);    \
+    break;
+      SLUICE_ATT_CASE(1)
+      SLUICE_ATT_CASE(2)
+      SLUICE_ATT_CASE(3)
+      SLUICE_ATT_CASE(4)
+      SLUICE_ATT_CASE(5)
+      SLUICE_ATT_CASE(6)
+      SLUICE_ATT_CASE(7)
+      SLUICE_ATT_CASE(8)
+#undef SLUICE_ATT_CASE
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const size_t smem = static_cast<size_t>(kWarps) * (d + 2) * sizeof(float);
-  attention_kernel<<<static_cast<unsigned>(n * hq), kWarps * 32, smem, static_cast<cudaStream_t>(s)>>>(
-      q, k, v, out, n, hq, hkv, d, n_past, scale, window);
+  attention_kernel<<<blocks, kWarps * 32, smem, st>>>(
+      q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale, window);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,9 @@
 // CudaBackend: memory, transfers and the op entry points (shape checks, then a launcher).
 #include "backends/cuda/cuda_backend.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
 #include "core/quant.h"
@@ -47,6 +50,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = str("cuda:", device, " (", prop.name, ")");
   pool_ = std::make_shared<cuda::DevicePool>(device);
+  if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   pinned_ = std::make_unique<cuda::PinnedRing>();
 }
 
@@ -59,7 +63,7 @@ CudaBackend::~CudaBackend() {
 
 Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t(dtype, shape, nullptr);
-  auto mem = pool_->get(t.nbytes());
+  auto mem = (capture_pool_ ? capture_pool_ : pool_)->get(t.nbytes());
   t.data = mem.get();
   t.storage = std::move(mem);
   return t;
@@ -81,6 +85,7 @@ Tensor CudaBackend::upload(const Tensor& host) {
 }
 
 void CudaBackend::to_host(const Tensor& src, void* dst) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: to_host while capturing a graph");
   CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -88,6 +93,7 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
 void CudaBackend::from_host(const Tensor& dst, const void* src) { copy_from_host(dst.data, src, dst.nbytes()); }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: from_host while capturing a graph");
   if (bytes == 0 || pinned_->copy_async(dst, src, bytes, stream_)) return;
   // Larger than a pinned slot (weights, whole tables): a pageable copy, then wait, since the
   // caller may reuse src at once.
@@ -109,6 +115,7 @@ void CudaBackend::fill(const Tensor& dst, float value) {
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 std::shared_ptr<void> CudaBackend::stage(const void* host, size_t bytes) {
+  SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: a host array passed to an op while capturing a graph");
   auto mem = pool_->get(bytes);
   copy_from_host(mem.get(), host, bytes);
   return mem;
@@ -122,19 +129,13 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
                ", w ", w.shape_str(), ", y ", y.shape_str());
   if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
-  if (n >= 1 && n <= cuda::kMatvecMaxRows) {  // decode: the bandwidth-bound kernel
-    const int code = w.dtype == DType::q8 ? 10 : w.dtype == DType::q4 ? 11 : w.dtype == DType::q2 ? 12
-                                                                                                  : wtype_of(w, "matmul");
+  if (n == 0 || m == 0) return;
+  const int code = w.dtype == DType::q8 ? 10 : w.dtype == DType::q4 ? 11 : w.dtype == DType::q2 ? 12
+                                                                                                : wtype_of(w, "matmul");
+  if (n <= cuda::kMatvecMaxRows)  // decode: bandwidth-bound, every weight byte read once
     cuda::launch_matvec(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
-    return;
-  }
-  if (dtype_is_quantized(w.dtype)) {
-    const int qtype = w.dtype == DType::q8 ? 0 : w.dtype == DType::q4 ? 1 : 2;
-    cuda::launch_matmul_quant(x.ptr<float>(), w.data, w.scales, qtype, y.ptr<float>(), n, m, k,
-                              quant_row_bytes(w.dtype, k), quant_scale_row_bytes(w.dtype, k), stream_);
-    return;
-  }
-  cuda::launch_matmul(x.ptr<float>(), w.data, wtype_of(w, "matmul"), y.ptr<float>(), n, m, k, stream_);
+  else  // prefill: shared-memory tiles, a weight element read once per 64 rows
+    cuda::launch_matmul_tiled(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
 }
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& b) {
@@ -166,8 +167,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.numel() == q.numel() && k.shape[2] == q.shape[2] &&
                    q.shape[1] % k.shape[1] == 0 && p.n_past + q.shape[0] <= k.shape[0],
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
-  cuda::launch_attention(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
-                         k.shape[1], q.shape[2], p.n_past, p.scale, p.sliding_window, stream_);
+  SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
+               "cuda attention: n_past_at must be i32");
+  cuda::launch_attention_at(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
+                         k.shape[1], q.shape[2], p.n_past, p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(),
+                         p.scale, p.sliding_window, stream_);
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -220,6 +224,56 @@ void CudaBackend::moe_combine(const Tensor& expert_out, std::span<const float> w
   auto staged = stage(weights.data(), weights.size_bytes());
   auto* d_w = static_cast<const float*>(staged.get());
   cuda::launch_moe_combine(expert_out.ptr<float>(), d_w, out.ptr<float>(), n, k, out.cols(), stream_);
+}
+
+void CudaBackend::get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const int64_t n = ids.numel(), cols = table.cols();
+  SLUICE_CHECK(ids.dtype == DType::i32 && out.rows() == n && out.cols() == cols, Status::internal,
+               "cuda get_rows_at: table ", table.shape_str(), ", ids ", ids.shape_str(), ", out ", out.shape_str());
+  cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), ids.ptr<int32_t>(), out.ptr<float>(), n, cols, stream_);
+}
+
+void CudaBackend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) {
+  const int64_t n = idx.numel();
+  SLUICE_CHECK(idx.dtype == DType::i32 && src.rows() == n && src.cols() == dst.cols(), Status::internal,
+               "cuda scatter_rows_at: src ", src.shape_str(), ", idx ", idx.shape_str(), ", dst ", dst.shape_str());
+  cuda::launch_scatter_rows(src.ptr<float>(), idx.ptr<int32_t>(), dst.ptr<float>(), n, src.cols(), stream_);
+}
+
+namespace {
+struct CudaGraph final : BackendGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::shared_ptr<cuda::DevicePool> pool;  // the memory the graph's ops use
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+}  // namespace
+
+void CudaBackend::graph_begin() {
+  SLUICE_CHECK(graphs_enabled_ && !capture_pool_, Status::internal, "cuda: graph_begin ",
+               capture_pool_ ? "inside a capture" : "with graphs disabled (SLUICE_CUDA_GRAPHS=0)");
+  capture_pool_ = std::make_shared<cuda::DevicePool>(device_);
+  // Relaxed: the pool may cudaMalloc while capturing.
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+}
+
+std::unique_ptr<BackendGraph> CudaBackend::graph_end() {
+  SLUICE_CHECK(capture_pool_ != nullptr, Status::internal, "cuda: graph_end without graph_begin");
+  auto g = std::make_unique<CudaGraph>();
+  g->pool = std::move(capture_pool_);
+  capture_pool_ = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
+  CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  return g;
+}
+
+void CudaBackend::graph_launch(const BackendGraph& graph) {
+  const auto* g = dynamic_cast<const CudaGraph*>(&graph);
+  SLUICE_CHECK(g && g->exec, Status::internal, "cuda: graph_launch of a graph this backend did not capture");
+  CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -48,14 +48,22 @@ class CudaBackend final : public Backend {
   void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) override;
   void moe_combine(const Tensor& expert_out, std::span<const float> weights, int64_t k,
                    const Tensor& out) override;
+  void get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+
+  // CUDA graphs (stream capture), on unless SLUICE_CUDA_GRAPHS=0. While capturing, alloc
+  // draws from a pool the graph owns, so no block a replay writes is ever handed to others.
+  bool graphs_enabled() const override { return graphs_enabled_; }
+  void graph_begin() override;
+  std::unique_ptr<BackendGraph> graph_end() override;
+  void graph_launch(const BackendGraph& graph) override;
 
   // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
   std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) override;
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
 
-  // Ops of the hybrid Qwen families: not on CUDA yet (cuda/hybrid_ops_pending.cpp), a clear
-  // unsupported error; those families run on the CPU backend.
+  // Ops of the hybrid Qwen families (cuda/hybrid_ops.cpp; kernels in cuda/hybrid_kernels.h).
   void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
   void activate(const Tensor& x, Activation act, float in_div, float out_mul) override;
   void mul(const Tensor& x, const Tensor& y) override;
@@ -84,7 +92,9 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  std::shared_ptr<cuda::DevicePool> pool_;
+  std::shared_ptr<cuda::DevicePool> pool_;          // activations
+  std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
+  bool graphs_enabled_ = true;
   std::unique_ptr<cuda::PinnedRing> pinned_;
 };
 

@@ -1,6 +1,7 @@
 // CudaBackend's device-side MoE: a table of ExpertRef (moe_kernels.h) per layer over the
 // resident experts, built once at load, and moe_routed = router top-k, the experts and the
-// combine, all enqueued on the backend's stream with no host round trip.
+// combine, all enqueued on the backend's stream with no host round trip; many pairs per expert
+// (prefill) take the grouped kernels.
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -15,7 +16,12 @@ namespace {
 struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
+  int32_t wtype = cuda::expert_unavailable;  // every expert's (they share one dtype)
 };
+
+// The grouped expert kernels pay off once experts average this many pairs (a tile of 64
+// pairs reads the expert once; the per-pair kernels read it once per pair).
+constexpr int64_t kGroupedPairsPerExpert = 4;
 
 int32_t expert_wtype(DType t) {
   switch (t) {
@@ -55,6 +61,7 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
     }
     refs[e].wtype = expert_wtype(t);
   }
+  table->wtype = refs[0].wtype;
   const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));
   table->refs = alloc(DType::u8, {bytes});
   from_host(table->refs, refs.data());
@@ -79,9 +86,18 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
   cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
                            weights.ptr<float>(), stream_);
+  const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
+  if (n * k >= kGroupedPairsPerExpert * table->n_expert) {
+    // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.
+    Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(shape)});
+    Tensor pair_out = alloc(DType::f32, {n * k, table->n_embd});
+    cuda::launch_moe_experts_grouped(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), refs, table->wtype,
+                                     group.data, act.ptr<float>(), pair_out.ptr<float>(), out.ptr<float>(), shape,
+                                     stream_);
+    return;
+  }
   // Every expert resident: no done flags, the down product and the combine in one launch.
-  cuda::launch_moe_experts_combine(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(),
-                                   static_cast<const cuda::ExpertRef*>(table->refs.data), act.ptr<float>(),
+  cuda::launch_moe_experts_combine(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), refs, act.ptr<float>(),
                                    out.ptr<float>(), shape, stream_);
 }
 

@@ -19,6 +19,9 @@ void launch_matmul_quant(const float* x, const void* w, const void* scales, int 
 constexpr int64_t kMatvecMaxRows = 4;
 void launch_matvec(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
                    int64_t k, Stream s);
+// Prefill matmul (matmul_tiled.cu), any n, the same weight codes as launch_matvec.
+void launch_matmul_tiled(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
+                         int64_t k, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype as above).
 void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
 void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s);
@@ -28,6 +31,11 @@ void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_
 // q [n, hq, d], k/v [ctx, hkv, d], out [n, hq, d].
 void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
                       int64_t d, int64_t n_past, float scale, int64_t window, Stream s);
+// The same with n_past_dev: null, or device memory whose value replaces n_past when the
+// kernel runs (captured graphs).
+void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
+                         int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
+                         int64_t window, Stream s);
 void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s);
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);

@@ -11,54 +11,78 @@ namespace {
 
 constexpr int kWarps = 8;
 
-// Warp -> weight rows j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing).
-template <DotType T, int NX, int NW>
+// A block's kWarps warps form kWarps / KS groups of KS warps; a group computes weight rows
+// j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing), its warps splitting k
+// (small m: enough blocks to fill the GPU); the KS partial sums are added in warp order.
+template <DotType T, int NX, int NW, int KS>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
                               int64_t row_bytes, int64_t scale_row_bytes, bool vec) {
+  __shared__ float part[kWarps][NX * NW];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t j0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * NW;
-  if (j0 >= m) return;
-  const uint8_t* wr[NW];
-  const uint8_t* sr[NW];
-#pragma unroll
-  for (int r = 0; r < NW; ++r) {
-    const int64_t j = j0 + r < m ? j0 + r : m - 1;
-    wr[r] = w + j * row_bytes;
-    sr[r] = scales ? scales + j * scale_row_bytes : nullptr;
-  }
+  const int group = warp / KS, ks = warp % KS;
+  const int64_t j0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / KS) + group) * NW;
+  const bool live = j0 < m;
   float acc[NX][NW];
 #pragma unroll
   for (int i = 0; i < NX; ++i)
 #pragma unroll
     for (int r = 0; r < NW; ++r) acc[i][r] = 0.0f;
-  rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc);
+  if (live) {
+    const uint8_t* wr[NW];
+    const uint8_t* sr[NW];
+#pragma unroll
+    for (int r = 0; r < NW; ++r) {
+      const int64_t j = j0 + r < m ? j0 + r : m - 1;
+      wr[r] = w + j * row_bytes;
+      sr[r] = scales ? scales + j * scale_row_bytes : nullptr;
+    }
+    rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc, ks, KS);
+  }
 #pragma unroll
   for (int i = 0; i < NX; ++i)
 #pragma unroll
     for (int r = 0; r < NW; ++r) {
       const float s = warp_sum(acc[i][r]);
-      if (lane == 0 && j0 + r < m) y[i * m + j0 + r] = s;
+      if (KS == 1) {
+        if (live && lane == 0 && j0 + r < m) y[i * m + j0 + r] = s;
+      } else if (lane == 0) {
+        part[warp][i * NW + r] = s;
+      }
     }
+  if constexpr (KS > 1) {
+    __syncthreads();
+    if (live && ks == 0 && lane < NX * NW) {
+      const int i = lane / NW, r = lane % NW;
+      float s = 0.0f;
+      for (int q = 0; q < KS; ++q) s += part[warp + q][lane];
+      if (j0 + r < m) y[i * m + j0 + r] = s;
+    }
+  }
 }
 
-template <DotType T, int NX, int NW>
+template <DotType T, int NX, int NW, int KS>
 void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
                int64_t sb, bool vec, cudaStream_t st) {
-  const dim3 grid(blocks_for(m, kWarps * NW));
-  matvec_kernel<T, NX, NW><<<grid, kWarps * 32, 0, st>>>(x, static_cast<const uint8_t*>(w),
-                                                          static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
+  const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
+  matvec_kernel<T, NX, NW, KS><<<grid, kWarps * 32, 0, st>>>(
+      x, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
 }
 
-// Decode (n = 1): 4 weight rows per warp; small batches: 2 (registers hold n x 2 sums).
+// Decode (n = 1): large m, 4 weight rows per warp; smaller m (below 8192 rows: attention
+// projections, routers, expert-sized matrices), one row per 8 warps splitting k, so that
+// enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
 template <DotType T>
 void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
               int64_t rb, int64_t sb, bool vec, cudaStream_t st) {
   switch (n) {
-    case 1: launch_nx<T, 1, 4>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 2: launch_nx<T, 2, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 3: launch_nx<T, 3, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    default: launch_nx<T, 4, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 1:
+      if (m >= 8192) launch_nx<T, 1, 4, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+      else launch_nx<T, 1, 1, 8>(x, w, scales, y, m, k, rb, sb, vec, st);
+      break;
+    case 2: launch_nx<T, 2, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 3: launch_nx<T, 3, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    default: launch_nx<T, 4, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
   }
 }
 

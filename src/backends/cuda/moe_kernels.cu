@@ -3,13 +3,15 @@
 // that counts pairs never computed as zero.
 //
 // Experts: three launches per phase.
-//   1. gate/up: one warp per (pair, ff row): act[p, j] = silu(gate_j . h) * (up_j . h)
-//   2. down:    one warp per (pair, embd row): pair_out[p, i] = down_i . act[p]
+//   1. gate/up: one warp per (pair, 2 ff rows): act[p, j] = silu(gate_j . h) * (up_j . h)
+//   2. down:    one warp per (pair, 4 embd rows): pair_out[p, i] = down_i . act[p]
 //   3. mark:    done[p] = 1 for the pairs this phase computed
 // Each launch tests the same condition (done[p] == 0 and the expert available), so the marks
 // of launch 3 cannot change which pairs launches 1 and 2 compute. A pair's sums depend only
 // on its row and its expert's weights.
 #include "backends/cuda/moe_kernels.h"
+
+#include "backends/cuda/kernels.h"
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/row_dot.cuh"
@@ -152,30 +154,33 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
       if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
 }
 
-// grid (n_rows, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (row, embd rows i0..), over
-// the row's k pairs in rank order.
+// grid (n_rows, ceil(n_embd / kDownRows)); block -> (row, embd rows i0 .. i0 + kDownRows - 1),
+// its warps splitting the row's k ranks (warp w: ranks w, w + kExpertWarps, ...), so that a
+// decode token's 8 experts are read in parallel; the per-rank sums meet in shared memory and
+// are combined in rank order with the fmaf of moe_combine_done_kernel.
+// dynamic shared memory: k * kDownRows floats.
 __global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
+  extern __shared__ float ys[];  // [k][kDownRows]
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
-  if (i0 >= n_embd) return;
-  float acc[kDownRows];
-#pragma unroll
-  for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
-  for (int64_t rank = 0; rank < k; ++rank) {
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kDownRows;
+  for (int64_t rank = warp; rank < k; rank += kExpertWarps) {
     const int64_t p = row * k + rank;
     float y[kDownRows];
     down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
-    const float wp = weights[p];
+    if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r) acc[r] = fmaf(wp, y[r], acc[r]);  // as moe_combine_done_kernel
+      for (int r = 0; r < kDownRows; ++r) ys[rank * kDownRows + r] = y[r];
   }
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < kDownRows; ++r)
-      if (i0 + r < n_embd) out[row * n_embd + i0 + r] = acc[r];
+  __syncthreads();
+  if (threadIdx.x < kDownRows && i0 + threadIdx.x < n_embd) {
+    float acc = 0.0f;
+    for (int64_t rank = 0; rank < k; ++rank)
+      acc = fmaf(weights[row * k + rank], ys[rank * kDownRows + threadIdx.x], acc);  // as moe_combine_done_kernel
+    out[row * n_embd + i0 + threadIdx.x] = acc;
+  }
 }
 
 __global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
@@ -199,7 +204,155 @@ __global__ void moe_combine_done_kernel(const float* __restrict__ pair_out, cons
   out[t] = acc;
 }
 
+// ---- grouped (prefill) ----
+constexpr int kGTM = 64, kGTN = 64, kGTK = 32;  // pairs x output columns x k per tile
+
+// One block: counts pairs per expert, offsets[e] = first slot of expert e in order[],
+// order[] = pair indices grouped by expert (in each group in arrival order: a pair's result
+// does not depend on its neighbours). dynamic shared memory: 2 * n_expert ints.
+__global__ void moe_group_kernel(const int32_t* __restrict__ ids, int64_t pairs, int64_t n_expert,
+                                 int32_t* __restrict__ offsets, int32_t* __restrict__ order) {
+  extern __shared__ int32_t sh[];
+  int32_t* count = sh;
+  int32_t* cursor = sh + n_expert;
+  for (int64_t e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t run = 0;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      offsets[e] = run;
+      cursor[e] = run;
+      run += count[e];
+    }
+    offsets[n_expert] = run;
+  }
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) order[atomicAdd(&cursor[ids[p]], 1)] = static_cast<int32_t>(p);
+}
+
+// grid (ceil(cols / kGTN), n_expert, ceil(pairs / kGTM)). Tile t of expert e: its pairs
+// order[offsets[e] + t * kGTM ..]; x row of pair p: x + (GATE ? p / k : p) * kdim. NMAT = 2
+// (gate and up: act = silu(g) * u) or 1 (down: pair_out).
+template <DotType T, int NMAT>
+__global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restrict__ x, const int32_t* __restrict__ order,
+                                                          const int32_t* __restrict__ offsets,
+                                                          const ExpertRef* __restrict__ table, float* __restrict__ y,
+                                                          int64_t k, int64_t kdim, int64_t cols) {
+  __shared__ float xs[kGTK][kGTM + 1];
+  __shared__ float ws[NMAT][kGTK][kGTN + 1];
+  __shared__ int32_t rows[kGTM];
+  const int64_t e = blockIdx.y;
+  const int64_t first = offsets[e] + static_cast<int64_t>(blockIdx.z) * kGTM, end = offsets[e + 1];
+  if (first >= end) return;
+  const int n_rows = static_cast<int>(end - first < kGTM ? end - first : kGTM);
+  const int tid = threadIdx.x;
+  if (tid < kGTM) rows[tid] = tid < n_rows ? order[first + tid] : -1;
+  const ExpertRef& ref = table[e];
+  const int64_t rb = dot_row_bytes(T, kdim), sb = dot_scale_row_bytes(T, kdim);
+  const int mat0 = NMAT == 2 ? 0 : 2;  // gate/up, or down
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGTN;
+  const int tr = tid / 16, tc = tid % 16;
+  float acc[NMAT][4][4] = {};
+  __syncthreads();
+  for (int64_t k0 = 0; k0 < kdim; k0 += kGTK) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const int idx = tid + 256 * q, r = idx / kGTK, c = idx % kGTK;
+      const int64_t kk = k0 + c;
+      const int32_t p = rows[r];
+      xs[c][r] = (p >= 0 && kk < kdim) ? x[(NMAT == 2 ? p / k : p) * kdim + kk] : 0.0f;
+      const int64_t wr = col0 + r;
+#pragma unroll
+      for (int m = 0; m < NMAT; ++m) {
+        const auto* base = static_cast<const uint8_t*>(ref.data[mat0 + m]);
+        const auto* sc = static_cast<const uint8_t*>(ref.scales[mat0 + m]);
+        ws[m][c][r] = (wr < cols && kk < kdim) ? load_elem<T>(base + wr * rb, sc ? sc + wr * sb : nullptr, kk) : 0.0f;
+      }
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < kGTK; ++c) {
+      float a[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = xs[c][tr + 16 * i];
+#pragma unroll
+      for (int m = 0; m < NMAT; ++m) {
+        float b[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) b[j] = ws[m][c][tc + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[m][i][j] = fmaf(a[i], b[j], acc[m][i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int32_t p = rows[tr + 16 * i];
+    if (p < 0) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = col0 + tc + 16 * j;
+      if (c >= cols) continue;
+      if constexpr (NMAT == 2) {
+        const float g = acc[0][i][j], u = acc[1][i][j];
+        y[p * cols + c] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+      } else {
+        y[p * cols + c] = acc[0][i][j];
+      }
+    }
+  }
+}
+
+template <DotType T>
+void launch_grouped_t(const float* h, const int32_t* order, const int32_t* offsets, const ExpertRef* table, float* act,
+                      float* pair_out, const MoeShape& shape, cudaStream_t st) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  const unsigned tiles = static_cast<unsigned>((pairs + kGTM - 1) / kGTM);
+  const unsigned E = static_cast<unsigned>(shape.n_expert);
+  moe_grouped_kernel<T, 2><<<dim3(blocks_for(shape.n_ff, kGTN), E, tiles), 256, 0, st>>>(h, order, offsets, table, act,
+                                                                                          shape.k, shape.n_embd,
+                                                                                          shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_grouped_kernel<T, 1><<<dim3(blocks_for(shape.n_embd, kGTN), E, tiles), 256, 0, st>>>(
+      act, order, offsets, table, pair_out, shape.k, shape.n_ff, shape.n_embd);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
+
+int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
+  return (shape.n_expert + 1 + shape.n_rows * shape.k) * static_cast<int64_t>(sizeof(int32_t));
+}
+
+void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
+                                int32_t wtype, void* group, float* act, float* pair_out, float* out,
+                                const MoeShape& shape, Stream s) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  if (pairs == 0) return;
+  SLUICE_CHECK((pairs + kGTM - 1) / kGTM < 65536 && shape.n_expert < 65536 &&
+                   2 * shape.n_expert * sizeof(int32_t) <= 48 * 1024,
+               Status::unsupported, "cuda moe grouped: ", pairs, " pairs over ", shape.n_expert, " experts");
+  auto st = static_cast<cudaStream_t>(s);
+  auto* offsets = static_cast<int32_t*>(group);
+  int32_t* order = offsets + shape.n_expert + 1;
+  moe_group_kernel<<<1, 1024, 2 * shape.n_expert * sizeof(int32_t), st>>>(ids, pairs, shape.n_expert, offsets, order);
+  CUDA_CHECK(cudaGetLastError());
+  switch (static_cast<DotType>(wtype)) {
+    case DotType::f32: launch_grouped_t<DotType::f32>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case DotType::f16: launch_grouped_t<DotType::f16>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case DotType::bf16: launch_grouped_t<DotType::bf16>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case DotType::q8: launch_grouped_t<DotType::q8>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case DotType::q4: launch_grouped_t<DotType::q4>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case DotType::q2: launch_grouped_t<DotType::q2>(h, order, offsets, table, act, pair_out, shape, st); break;
+    default: fail(Status::internal, "cuda moe grouped: weight type ", wtype);
+  }
+  launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
+}
 
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
                         float* weights, Stream s) {
@@ -233,14 +386,16 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
                                 float* act, float* out, const MoeShape& shape, Stream s) {
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
+  const size_t smem = static_cast<size_t>(shape.k) * kDownRows * sizeof(float);
+  SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda moe: top-k ", shape.k, " too large");
   auto st = static_cast<cudaStream_t>(s);
   const unsigned threads = kExpertWarps * 32;
   // No done flags (null): every available pair is computed.
   moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
       h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
-                            threads, 0, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)), threads,
+                            smem, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -201,12 +201,14 @@ __device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const 
 template <DotType T, int NX, int NW>
 __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
                                                  const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
-                                                 int lane, float (&acc)[NX][NW]) {
+                                                 int lane, float (&acc)[NX][NW], int ks = 0, int n_ks = 1) {
+  // Split over k (ks of n_ks warps on the same rows): lane takes chunks lane + 32 (ks + n_ks i).
+  const int64_t step = 32 * static_cast<int64_t>(n_ks);
   if (vec) {
     constexpr int E = dot_vec_elems<T>();
     const int64_t chunks = k / E;
 #pragma unroll 2
-    for (int64_t c = lane; c < chunks; c += 32) {
+    for (int64_t c = lane + 32 * ks; c < chunks; c += step) {
       uint4 wv[NW];
 #pragma unroll
       for (int r = 0; r < NW; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + c);
@@ -219,7 +221,7 @@ __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], 
       }
     }
   } else {
-    for (int64_t c = lane; c < k; c += 32) {
+    for (int64_t c = lane + 32 * ks; c < k; c += step) {
 #pragma unroll
       for (int r = 0; r < NW; ++r) {
         const float wv = load_elem<T>(w[r], s[r], c);
