@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
       so.lookahead = la == "on";
       lo.streaming = so;
       LoadedModel m = load_model(pack, *be, lo);
-      ExpertStreamer& st = *m.streamer;
+      StreamingProvider& st = *m.streamer;
       // Prefill (its reads warm nothing useful on uniform routing), then a fresh window.
       std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
       for (int64_t i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>(1 + i * 37 % 4000);

@@ -135,6 +135,7 @@ struct IoEngine::Impl {
   std::condition_variable cv_done, cv_work, cv_exit;
   std::deque<std::unique_ptr<Op>> pending[2];  // by IoPriority
   std::deque<ReadCompletion> completions;
+  std::atomic<size_t> n_completions{0};  // completions.size(), readable without the mutex
   std::vector<File> files;
   int64_t outstanding = 0;  // submitted, not yet completed
   int64_t in_flight = 0;    // handed to the OS
@@ -211,7 +212,10 @@ struct IoEngine::Impl {
     }
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!delivered) completions.push_back(std::move(c));
+      if (!delivered) {
+        completions.push_back(std::move(c));
+        n_completions.store(completions.size(), std::memory_order_release);
+      }
       --outstanding;
     }
     cv_done.notify_all();
@@ -410,6 +414,7 @@ struct IoEngine::Impl {
         std::lock_guard<std::mutex> lock(mu);
         ++counters.errors;
         completions.push_back(std::move(c));
+        n_completions.store(completions.size(), std::memory_order_release);
         --outstanding;
       }
       cv_done.notify_all();
@@ -602,6 +607,7 @@ size_t IoEngine::poll(std::vector<ReadCompletion>& out, std::chrono::millisecond
   const size_t n = m.completions.size();
   for (auto& c : m.completions) out.push_back(std::move(c));
   m.completions.clear();
+  m.n_completions.store(0, std::memory_order_release);
   return n;
 }
 
@@ -609,6 +615,10 @@ bool IoEngine::drain(std::chrono::milliseconds wait) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   return m.cv_done.wait_for(lock, wait, [&] { return m.outstanding == 0; });
+}
+
+bool IoEngine::has_completions() const {
+  return impl_->n_completions.load(std::memory_order_acquire) > 0;
 }
 
 int64_t IoEngine::outstanding() const {

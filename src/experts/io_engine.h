@@ -124,6 +124,10 @@ class IoEngine {
   // completion queue). False when `wait` ran out first.
   bool drain(std::chrono::milliseconds wait);
 
+  // Whether poll() would return something now, without taking the engine's lock: a thread
+  // that polls in a tight loop (the CUDA streamer's service thread spinning on device
+  // signals) checks this first, or its lock traffic starves the IO thread.
+  bool has_completions() const;
   int64_t outstanding() const;      // submitted and not yet completed
   bool uses_io_uring() const;
   IoMode mode() const;

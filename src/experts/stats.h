@@ -68,6 +68,7 @@ struct RunStats {
   int io_depth = 0;
   uint64_t io_reads = 0, io_bytes = 0;
   double io_busy_seconds = 0;           // wall time with at least one read in flight
+  uint64_t h2d_bytes = 0;               // bytes copied into device slots (CUDA streamer; 0 on the CPU)
 
   LayerStats totals() const;
   double hit_rate() const { return totals().hit_rate(); }

@@ -73,12 +73,8 @@ struct ExpertStreamer::StepClock {
   }
 };
 
-// One distinct expert of a step.
-struct ExpertStreamer::Want {
-  int32_t expert = 0;
-  int64_t record = 0;
-  float best = 0;               // its largest routing weight in the group
-  std::vector<int32_t> pairs;   // pair indices (row * k + rank), ascending
+// One distinct expert of a step, with what the step did with it.
+struct ExpertStreamer::Want : StepExpert {
   AcquireStatus status = AcquireStatus::no_slot;
   int32_t slot = -1;            // the main kind's slot
   int32_t low_slot = -1;        // the low-bit copy's slot (--miss-kind), when one was acquired
@@ -86,68 +82,32 @@ struct ExpertStreamer::Want {
   bool done = false;            // computed, substituted or dropped
 };
 
-uint64_t ExpertStreamer::slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
-  uint64_t b = pack.kind(kind).record_stride;
-  if (miss_kind) b = std::max(b, pack.kind(*miss_kind).record_stride);
-  return b;
-}
-
 ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
                                const StreamerOptions& opt)
     : pack_(std::move(pack)), kind_(kind), top_k_(top_k), opt_(opt) {
   SLUICE_CHECK(pack_, Status::internal, "expert streamer without a pack");
   const PackManifest& m = pack_->manifest();
-  pack_->kind(kind_);  // an error naming the kinds the pack has
-  SLUICE_CHECK(opt_.enabled(), Status::invalid_argument, "expert streaming needs --expert-cache SIZE or --expert-slots N");
-  SLUICE_CHECK(top_k_ >= 1 && top_k_ <= m.n_expert, Status::invalid_argument, "expert streaming: top-k ", top_k_,
-               " is outside [1, ", m.n_expert, "] experts per layer");
-  if (opt_.miss_kind) {
-    pack_->kind(*opt_.miss_kind);
-    SLUICE_CHECK(*opt_.miss_kind != kind_, Status::invalid_argument, "--miss-kind ", expert_kind_name(*opt_.miss_kind),
-                 " is the kind the run already uses (pick a lower-bit kind the pack holds, such as q2)");
-  }
-  SLUICE_CHECK(opt_.cut >= 0 && opt_.cut <= 1, Status::invalid_argument, "--cut ", opt_.cut,
-               " is outside [0, 1] (a routing weight; 0 turns the deadline off)");
+  check_streaming_options(*pack_, kind_, top_k_, opt_);
   n_expert_ = m.n_expert;
   n_moe_layers_ = static_cast<int64_t>(m.moe_layers.size());
   slot_bytes_ = slot_bytes_for(*pack_, kind_, opt_.miss_kind);
-
-  // Slots: from --expert-slots, else as many whole slots as --expert-cache holds.
-  const int32_t min = min_slots(top_k_);
-  int64_t n_slots = opt_.slots > 0 ? opt_.slots : static_cast<int64_t>(opt_.cache_bytes / slot_bytes_);
-  if (n_slots < min) {
-    const std::string asked = opt_.slots > 0 ? str(opt_.slots, opt_.slots == 1 ? " slot" : " slots")
-                                             : str(byte_size_text(opt_.cache_bytes), " (", n_slots, " slots of ",
-                                                   byte_size_text(slot_bytes_), ")");
-    fail(Status::invalid_argument, "expert cache too small: ", asked, "; the model routes each token to ", top_k_,
-         " experts, so the minimum is ", min, " slots (--expert-slots ", min, " or --expert-cache ",
-         byte_size_text(static_cast<uint64_t>(min) * slot_bytes_), ")");
-  }
-  // More slots than records of the kinds in use cannot be filled.
-  const int64_t n_useful = m.n_records() * (opt_.miss_kind ? 2 : 1);
-  if (n_slots > n_useful) {
-    LOG_INFO("expert cache: ", n_slots, " slots asked for, the pack has ", n_useful, " records to cache; using ", n_useful);
-    n_slots = n_useful;
-  }
-  SLUICE_CHECK(n_slots <= (int64_t{1} << 30), Status::invalid_argument, "expert cache: ", n_slots, " slots is too many");
+  const CacheLayout layout = plan_cache_layout(*pack_, top_k_, slot_bytes_, opt_);
+  const int64_t n_slots = layout.n_slots;
 
   ResidencyOptions ro;
   ro.n_slots = static_cast<int32_t>(n_slots);
   ro.n_records = m.n_records();
   // The speculative share: a quarter of the cache (at least one slot), never so much that
   // a token's experts would not fit beside it.
-  ro.speculative_slots = opt_.lookahead ? static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k_)) : 0;
-  if (ro.speculative_slots < 0) ro.speculative_slots = 0;
+  ro.speculative_slots = layout.speculative_slots;
   ro.policy = opt_.policy;
   // An evicted record's bytes are still in its slot: the host tier keeps them.
   ro.on_evict = [this](int32_t slot, int64_t record, ExpertKind kind) { keep_in_host_tier(slot, record, kind); };
   residency_ = std::make_unique<Residency>(ro);
   slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(n_slots) * slot_bytes_);
 
-  if (opt_.host_cache_bytes > 0) {
-    const uint64_t n_host = std::min<uint64_t>(opt_.host_cache_bytes / slot_bytes_, static_cast<uint64_t>(n_useful));
-    SLUICE_CHECK(n_host >= 1, Status::invalid_argument, "--host-cache ", byte_size_text(opt_.host_cache_bytes),
-                 " holds no record (one takes ", byte_size_text(slot_bytes_), ")");
+  if (layout.host_slots > 0) {
+    const uint64_t n_host = static_cast<uint64_t>(layout.host_slots);
     ResidencyOptions ho;
     ho.n_slots = static_cast<int32_t>(n_host);
     ho.n_records = m.n_records();
@@ -232,6 +192,10 @@ void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind 
 }
 
 bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
+  if (opt_.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
+    residency_->complete_load(a.slot);
+    return false;
+  }
   if (host_) {
     const int32_t hs = host_->find(record, kind);
     if (hs >= 0) {
@@ -307,25 +271,8 @@ void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
 
   // Groups of consecutive rows whose expert union fits the cache: the whole batch when it
   // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
-  std::vector<uint8_t> seen(static_cast<size_t>(n_expert_), 0);
   for (int64_t row0 = 0; row0 < n;) {
-    std::fill(seen.begin(), seen.end(), 0);
-    int64_t distinct = 0, row1 = row0;
-    while (row1 < n) {
-      int64_t added = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = r.ids[static_cast<size_t>(row1 * k + j)];
-        if (!seen[static_cast<size_t>(e)]) {
-          bool dup = false;
-          for (int64_t i = 0; i < j; ++i) dup |= r.ids[static_cast<size_t>(row1 * k + i)] == e;
-          added += dup ? 0 : 1;
-        }
-      }
-      if (row1 > row0 && distinct + added > n_slots()) break;
-      for (int64_t j = 0; j < k; ++j) seen[static_cast<size_t>(r.ids[static_cast<size_t>(row1 * k + j)])] = 1;
-      distinct += added;
-      ++row1;
-    }
+    const int64_t row1 = row_group_end(r.ids, k, row0, n, n_slots(), n_expert_);
     step(be, c, row0, row1, expert_out, dropped);
     row0 = row1;
   }
@@ -346,25 +293,10 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
 
   // 1. The union over the group's rows, strongest routing weight first (ties: first seen).
   std::vector<Want> wants;
-  {
-    std::vector<int32_t> index(static_cast<size_t>(n_expert_), -1);
-    for (int64_t p = row0 * k; p < row1 * k; ++p) {
-      const int32_t e = r.ids[static_cast<size_t>(p)];
-      const float w = r.weights[static_cast<size_t>(p)];
-      int32_t& i = index[static_cast<size_t>(e)];
-      if (i < 0) {
-        i = static_cast<int32_t>(wants.size());
-        Want nw;
-        nw.expert = e;
-        nw.record = L * n_expert_ + e;
-        nw.best = w;
-        wants.push_back(std::move(nw));
-      }
-      Want& want = wants[static_cast<size_t>(i)];
-      want.pairs.push_back(static_cast<int32_t>(p));
-      want.best = std::max(want.best, w);
-    }
-    std::stable_sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) { return a.best > b.best; });
+  for (StepExpert& se : step_union(r.ids, r.weights, k, row0, row1, L, n_expert_)) {
+    Want w;
+    static_cast<StepExpert&>(w) = std::move(se);
+    wants.push_back(std::move(w));
   }
   ls.routed += static_cast<uint64_t>((row1 - row0) * k);
   ls.unique += wants.size();
@@ -409,14 +341,7 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
     const AcquireResult& a = acq[i];
     w.status = a.status;
     w.slot = a.slot;
-    if (a.confirmed_prefetch) ++ls.prefetch_hits;
-    if (a.status == AcquireStatus::hit || a.status == AcquireStatus::pending) {
-      ++ls.hits;
-      if (a.status == AcquireStatus::pending) ++ls.pending_hits;
-    } else {
-      ++ls.misses;
-      ls.bytes_demand += info.record_stride;
-    }
+    count_demand_acquire(ls, a, info.record_stride);
     if (deadline && a.status != AcquireStatus::hit)
       w.candidate = opt_.cut > 0 ? w.best < opt_.cut : true;  // --miss-kind alone: any late miss
     if (a.status != AcquireStatus::miss) continue;
@@ -541,18 +466,7 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   be.to_host(logits_dev, logits.data());
   const Routing pred = route_topk(*c.router, logits, m);
   // The predicted union, strongest first.
-  std::vector<std::pair<float, int32_t>> order;
-  std::vector<int32_t> index(static_cast<size_t>(E), -1);
-  for (size_t p = 0; p < pred.ids.size(); ++p) {
-    const int32_t e = pred.ids[p];
-    int32_t& i = index[static_cast<size_t>(e)];
-    if (i < 0) {
-      i = static_cast<int32_t>(order.size());
-      order.emplace_back(pred.weights[p], e);
-    }
-    order[static_cast<size_t>(i)].first = std::max(order[static_cast<size_t>(i)].first, pred.weights[p]);
-  }
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::vector<std::pair<float, int32_t>> order = predicted_union(pred.ids, pred.weights, E);
   LayerStats& next = layers_[static_cast<size_t>(L + 1)];
   const uint64_t stride = pack_->kind(kind_).record_stride;
   for (const auto& [weight, e] : order) {

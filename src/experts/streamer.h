@@ -36,15 +36,16 @@
 #include <vector>
 
 #include "experts/io_engine.h"
+#include "experts/plan.h"
 #include "experts/residency.h"
 #include "experts/stats.h"
 #include "experts/streamer_options.h"
+#include "experts/streaming_provider.h"
 #include "format/pack.h"
-#include "models/expert_provider.h"
 
 namespace sluice {
 
-class ExpertStreamer final : public ExpertProvider {
+class ExpertStreamer final : public StreamingProvider {
  public:
   // top_k: experts per token (the minimum number of slots). Throws invalid_argument for a
   // cache below the minimum (the message states it), a miss kind the pack lacks, bad options.
@@ -58,21 +59,20 @@ class ExpertStreamer final : public ExpertProvider {
   // Slots a cache needs at least: one row's experts.
   static int32_t min_slots(int64_t top_k) { return static_cast<int32_t>(top_k); }
   // The slot size for these kinds of this pack: the largest record stride.
-  static uint64_t slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind);
+  static uint64_t slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
+    return streaming_slot_bytes(pack, kind, miss_kind);
+  }
 
-  int32_t n_slots() const { return residency_->n_slots(); }
-  uint64_t slot_bytes() const { return slot_bytes_; }
-  ExpertKind kind() const { return kind_; }
-  const Residency& residency() const { return *residency_; }
-  const StreamerOptions& options() const { return opt_; }
+  int32_t n_slots() const override { return residency_->n_slots(); }
+  uint64_t slot_bytes() const override { return slot_bytes_; }
+  ExpertKind kind() const override { return kind_; }
+  const Residency& residency() const override { return *residency_; }
+  const StreamerOptions& options() const override { return opt_; }
 
-  // The per-layer figures, the cache and the IO engine since construction or the last
-  // reset_stats() (tokens and their seconds are the caller's to fill in).
-  RunStats stats() const;
-  void reset_stats();
-  // Waits (bounded) until no read is in flight and lands what arrived: background reads of
-  // cut experts and unused prefetches. False when the wait ran out.
-  bool drain(std::chrono::milliseconds wait);
+  RunStats stats() const override;
+  void reset_stats() override;
+  // Also lands background reads of cut experts and unused prefetches.
+  bool drain(std::chrono::milliseconds wait) override;
 
  private:
   struct Read {
@@ -80,7 +80,7 @@ class ExpertStreamer final : public ExpertProvider {
     int64_t record = -1;
     ExpertKind kind = ExpertKind::bf16;
   };
-  struct Want;
+  struct Want;  // a StepExpert with the step's state
   struct StepClock;
 
   void step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,

@@ -13,6 +13,9 @@
 namespace sluice {
 
 enum class IoMode { direct, buffered };  // O_DIRECT reads, or through the page cache
+// How a host thread waits for the device (CUDA streamer): spinning on the signal saves
+// microseconds per layer; blocking (short sleeps between looks) keeps a core cool.
+enum class WaitMode { spin, block };
 
 struct StreamerOptions {
   uint64_t cache_bytes = 0;      // --expert-cache: slots = cache_bytes / slot bytes
@@ -26,6 +29,16 @@ struct StreamerOptions {
   std::optional<ExpertKind> miss_kind;  // the low-bit copy a late miss may use instead
   bool verify_reads = false;     // check every record read against its manifest checksum
   std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
+  // CUDA streamer: the longest any host wait on the device (or the device on the host) may
+  // take before the run fails with an error naming the layer and the signal.
+  std::chrono::milliseconds wait_timeout{30000};
+  WaitMode wait_mode = WaitMode::spin;  // CUDA streamer's host waits (--wait spin|block)
+  // Developer option (--fake-experts): misses are not read; their slots are used with
+  // whatever bytes they hold, to measure the compute-only bound. Results are meaningless.
+  bool fake_experts = false;
+  // Benchmarks (--host-cache-preload, CUDA streamer): fill the host-RAM tier from the pack at
+  // start-up (the first records up to its size), so a run measures experts served from RAM.
+  bool host_cache_preload = false;
   // Measurement only: every miss counts as late at the deadline and every low-bit copy as
   // landed (the reads still happen), so the cost of --cut / --miss-kind is measured for the
   // worst case and reproducibly, whatever the disk's speed.

@@ -112,6 +112,7 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   final_logits(xs, out);
   be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
 }
 
 void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -36,6 +36,10 @@ class ExpertProvider {
   // null), so the model enqueues the layer without a host round trip. False: the model copies
   // the logits to the host and routes there (route_topk) before calling moe().
   virtual bool routes_on_device() const { return false; }
+  // Called by the model after a forward's logits reached the host. A provider that works
+  // asynchronously (the CUDA streamer's service thread) reports a failure of that forward
+  // here, as an exception on the model's thread.
+  virtual void forward_done() {}
 };
 
 }  // namespace sluice

@@ -125,6 +125,7 @@ void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_
   Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   be_.matmul(xn, w_.output, out);
   be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
 }
 
 }  // namespace sluice

@@ -41,14 +41,16 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     out.model = family.load(out.config, source, backend);
     if (has_experts) out.expert_kind = kind;
     if (streamed) {
-      SLUICE_CHECK(backend.name() == "cpu", Status::unsupported, "expert streaming runs on the CPU backend so far (pass ",
-                   "--backend cpu); the ", backend.name(), " backend needs every expert resident");
       const ModelInfo& info = out.model->info();
       SLUICE_CHECK(!info.moe_layers.empty(), Status::invalid_argument, dir.string(), ": a ", family.model_type,
                    " model without routed experts has nothing to stream");
       SLUICE_CHECK(info.moe_layers == pack->manifest().moe_layers, Status::corrupt, dir.string(),
                    ": the model's MoE layers do not match the pack's records (manifest experts.layers)");
-      out.streamer = std::make_shared<ExpertStreamer>(pack, kind, info.n_expert_used, *options.streaming);
+      // The CPU backend streams into host slots; a CUDA backend into device slots.
+      if (backend.name().rfind("cuda", 0) == 0)
+        out.streamer = make_cuda_streamer(pack, kind, info.n_expert_used, backend, *options.streaming);
+      else
+        out.streamer = std::make_shared<ExpertStreamer>(pack, kind, info.n_expert_used, *options.streaming);
       out.model->set_expert_provider(out.streamer);
     }
   } else {

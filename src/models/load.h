@@ -11,14 +11,13 @@
 
 #include "backends/backend.h"
 #include "experts/streamer_options.h"
+#include "experts/streaming_provider.h"
 #include "format/pack.h"
 #include "format/tokenizer.h"
 #include "models/ngram_table_options.h"
 #include "models/model.h"
 
 namespace sluice {
-
-class ExpertStreamer;
 
 struct LoadOptions {
   // The precision of a pack's routed experts; default: default_expert_kind() of the pack.
@@ -38,7 +37,9 @@ struct LoadedModel {
   nlohmann::json config;
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the directory holds a tokenizer.json
-  std::shared_ptr<ExpertStreamer> streamer;  // set when the experts are streamed (the model holds it too)
+  // Set when the experts are streamed (the model holds it too): an ExpertStreamer on the CPU
+  // backend, the CUDA streamer on a CUDA backend.
+  std::shared_ptr<StreamingProvider> streamer;
 
   std::optional<int32_t> eos_id() const;  // the tokenizer's, else config.json's
 };

@@ -11,6 +11,7 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
+#include "backends/backend.h"
 #include "format/npy.h"
 #include <nlohmann/json.hpp>
 
@@ -121,6 +122,9 @@ TEST(StreamerCli, BadOptionsGiveOneClearLine) {
       {"--expert-slots 8 --policy belady", "belady is for sluice simulate only"},
       {"--expert-slots 8 --miss-kind q4", "is the kind the run already uses"},
       {"--expert-slots 8 --miss-kind q3", "--miss-kind: unknown kind 'q3'"},
+      {"--fake-experts", "--fake-experts is an expert streaming option"},
+      {"--wait block", "--wait is an expert streaming option"},
+      {"--expert-slots 8 --wait hot", "--wait: 'hot' (spin or block)"},
   };
   for (const Case& c : cases) {
     Result r = run_sluice(base + c.args);
@@ -128,6 +132,12 @@ TEST(StreamerCli, BadOptionsGiveOneClearLine) {
     EXPECT_NE(r.err.find("sluice: error: "), std::string::npos) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+  }
+  // A CUDA streaming run in a build without CUDA (or without a GPU) says so.
+  if (!sluice::cuda_built()) {
+    Result c = run_sluice("run --model " + pack + " --backend cuda --tokens 1,2,3 -n 2 --expert-slots 8");
+    EXPECT_EQ(c.status, 1);
+    EXPECT_NE(c.err.find("without CUDA"), std::string::npos) << c.err;
   }
   // Streaming needs a pack.
   Result r = run_sluice("run --model " + fixture_dir("qwen3_moe_yarn").string() + " --tokens 1,2 --expert-slots 8");

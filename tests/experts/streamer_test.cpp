@@ -68,7 +68,7 @@ std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& ids) {
 }
 
 // The checks every streamed run must pass after it finished.
-void expect_consistent(ExpertStreamer& st, uint64_t stride, bool host_tier = false) {
+void expect_consistent(StreamingProvider& st, uint64_t stride, bool host_tier = false) {
   ASSERT_TRUE(st.drain(std::chrono::seconds(10)));
   RunStats r = st.stats();
   for (const std::string& e : r.consistency_errors(stride)) ADD_FAILURE() << e;

@@ -34,6 +34,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
   cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
   cmd.add_flag("--verify-reads", opt.verify_reads, "check every expert read against its checksum");
+  cmd.add_option("--wait", opt.wait, "CUDA streaming: host waits spin (default) or block (sleep between looks)");
+  cmd.add_option("--wait-timeout", opt.wait_timeout,
+                 "CUDA streaming: seconds any host/device wait may take before the run fails (default 30)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_flag("--host-cache-preload", opt.host_cache_preload,
+               "benchmarks (CUDA): fill the --host-cache tier from the pack at start-up and report read and H2D GB/s");
+  cmd.add_flag("--fake-experts", opt.fake_experts,
+               "developer: skip expert reads and compute with whatever the slots hold (output is meaningless)");
   cmd.add_option("--ple-cache", opt.ple_cache,
                  "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
 }
@@ -46,7 +54,8 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
         {opt.io_depth > 0, "--io-depth"},        {!opt.host_cache.empty(), "--host-cache"},
         {!opt.lookahead.empty(), "--lookahead"}, {opt.cut > 0, "--cut"},
         {!opt.miss_kind.empty(), "--miss-kind"}, {!opt.stats.empty(), "--stats"},
-        {opt.verify_reads, "--verify-reads"}};
+        {opt.verify_reads, "--verify-reads"},    {!opt.wait.empty(), "--wait"},
+        {opt.wait_timeout > 0, "--wait-timeout"}, {opt.fake_experts, "--fake-experts"}};
     for (const auto& [given, name] : extras)
       SLUICE_CHECK(!given, Status::invalid_argument, name,
                    " is an expert streaming option: also give --expert-cache SIZE or --expert-slots N");
@@ -83,12 +92,24 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
                  "' (kinds: bf16, int8, q4, q2)");
   }
   so.verify_reads = opt.verify_reads;
+  if (!opt.wait.empty()) {
+    SLUICE_CHECK(opt.wait == "spin" || opt.wait == "block", Status::invalid_argument, "--wait: '", opt.wait,
+                 "' (spin or block)");
+    so.wait_mode = opt.wait == "spin" ? WaitMode::spin : WaitMode::block;
+  }
+  if (opt.wait_timeout > 0)
+    so.wait_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.wait_timeout * 1000 + 0.5));
+  so.fake_experts = opt.fake_experts;
+  so.host_cache_preload = opt.host_cache_preload;
+  SLUICE_CHECK(!so.host_cache_preload || so.host_cache_bytes > 0, Status::invalid_argument,
+               "--host-cache-preload needs --host-cache SIZE");
+  if (so.fake_experts) LOG_WARN("--fake-experts: expert reads are skipped; the output is meaningless (a speed bound only)");
   return so;
 }
 
 std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens) {
   if (!s.model.streamer) return std::nullopt;
-  ExpertStreamer& st = *s.model.streamer;
+  StreamingProvider& st = *s.model.streamer;
   if (!st.drain(st.options().io_timeout)) LOG_WARN("expert reads still in flight after the run; statistics omit them");
   RunStats r = st.stats();
   r.prefill_tokens = static_cast<uint64_t>(tokens.prefill_tokens);
@@ -143,8 +164,8 @@ Session open_session(const ModelOptions& opt) {
     lo.ngram_tables.io_timeout = lo.streaming->io_timeout;
   }
   Session s;
-  // Streaming runs on the CPU backend so far: "auto" picks it.
-  s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);
+  // Streaming runs on either backend: "auto" picks CUDA when it answers, as without streaming.
+  s.backend = make_backend(opt.backend);
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

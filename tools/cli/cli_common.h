@@ -32,6 +32,10 @@ struct ModelOptions {
   std::string miss_kind;          // --miss-kind KIND
   std::string stats;              // --stats FILE
   bool verify_reads = false;      // --verify-reads
+  std::string wait;               // --wait spin|block (CUDA streaming; default spin)
+  double wait_timeout = 0;        // --wait-timeout SECONDS (CUDA streaming; default 30)
+  bool fake_experts = false;      // --fake-experts (developer: skip expert reads)
+  bool host_cache_preload = false;  // --host-cache-preload (benchmarks, CUDA)
   std::string ple_cache;          // --ple-cache: the row cache of each PLE n-gram table of a pack
 };
 

@@ -85,8 +85,11 @@ void register_run(CLI::App& app) {
     tokens.prefill_seconds = st.prefill_seconds;
     tokens.decode_tokens = std::max<int64_t>(0, st.n_generated - 1);  // the first comes from the prefill
     tokens.decode_seconds = st.decode_seconds;
-    if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens))
+    if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens)) {
       std::fprintf(stderr, "sluice: streaming: %s\n", rs->summary().c_str());
+      if (opt->model.fake_experts)
+        std::fprintf(stderr, "sluice: --fake-experts: the experts were not read; the text above is meaningless\n");
+    }
   });
 }
 

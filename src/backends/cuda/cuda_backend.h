@@ -22,6 +22,9 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
+  // The stream every op is enqueued on (the CUDA streamer enqueues its handshake on it).
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Tensor upload(const Tensor& host) override;

@@ -1,0 +1,76 @@
+// CudaStreamer: the routed experts of a pack served from a bounded expert cache in device
+// memory (DESIGN.md, "The streamed decode step", on CUDA). The sibling of ExpertStreamer
+// (experts/streamer.h), sharing its planning (experts/plan.h), residency, eviction policies,
+// IO engine and statistics; what differs is where the bytes go and who waits:
+//
+//   slots       one device allocation of n_slots x slot_bytes
+//   misses      read with O_DIRECT through the IO engine into pinned host memory (a host-tier
+//               record when there is a tier, else a staging buffer), then copied into their
+//               slot on a copy stream; an event per copy tells the service thread it landed
+//   host tier   pinned memory holding every record read from the pack (inclusive), so a miss
+//               it holds is one host-to-device copy
+//   routing     on the device (launch_router_topk); the ids come to the host through the
+//               handshake (cuda/handshake.h)
+//
+// Per MoE layer call the model thread only enqueues, on the backend's stream:
+//   topk -> ids to host -> write router_ready -> wait resident_ready -> phase 1 (table 1)
+//   -> write resident_done -> wait misses_ready -> phase 2 (table 2) -> combine
+// and hands the call to the service thread, which waits for router_ready, plans (union,
+// acquire, misses strongest first, --miss-kind copies, lookahead), publishes table 1
+// (resident experts), waits for the misses to land (cutting late weak ones at resident_done
+// with --cut), publishes table 2 and answers misses_ready. A whole token is thus enqueued
+// without the model thread waiting on the host. A batch whose experts may not fit the cache
+// (a prefill with rows x k > slots) takes a synchronous path instead: rows grouped so each
+// group's union fits, one plan-load-compute round per group.
+//
+// Errors: every host wait is bounded (StreamerOptions::wait_timeout) and names the layer and
+// the signal. A failure on the service thread is kept and thrown on the model thread by the
+// next moe() or forward_done(); before that, the service thread answers every pending signal
+// with empty tables, so the device stream drains and nothing hangs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "experts/streaming_provider.h"
+#include "models/routing.h"
+
+namespace sluice {
+
+class CudaBackend;
+
+class CudaStreamer final : public StreamingProvider {
+ public:
+  // Throws invalid_argument for a cache below top_k slots (the message states the minimum),
+  // a miss kind the pack lacks, bad options; out_of_memory when the slots do not fit.
+  CudaStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, CudaBackend& backend,
+               const StreamerOptions& opt);
+  ~CudaStreamer() override;
+  CudaStreamer(const CudaStreamer&) = delete;
+  CudaStreamer& operator=(const CudaStreamer&) = delete;
+
+  void moe(Backend& be, const MoeLayerCall& call) override;
+  bool routes_on_device() const override { return true; }
+  void forward_done() override;
+
+  RunStats stats() const override;
+  void reset_stats() override;
+  bool drain(std::chrono::milliseconds wait) override;
+  int32_t n_slots() const override;
+  uint64_t slot_bytes() const override;
+  ExpertKind kind() const override;
+  const StreamerOptions& options() const override;
+  const Residency& residency() const override;
+
+  // Every routing decision the device made, called on the service thread (RoutingEvent::layer
+  // is the model layer; first_position is -1: the streamer does not know positions).
+  void set_routing_observer(RoutingObserver observer);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

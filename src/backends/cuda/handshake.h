@@ -1,0 +1,61 @@
+// The host/device handshake of the CUDA streamer (DESIGN.md, "The streamed decode step"):
+// four monotonic 64-bit signals per MoE layer in host-mapped memory, written and awaited by
+// the device with stream memory operations (cuStreamWriteValue64 / cuStreamWaitValue64), and
+// read and written by the host's service thread with plain atomic loads and stores:
+//
+//   router_ready    device -> host   the layer's top-k ids and weights are in host memory
+//   resident_ready  host -> device   the phase-1 table (resident experts) is published
+//   resident_done   device -> host   phase 1 finished: the deadline boundary
+//   misses_ready    host -> device   the phase-2 table (landed misses) is published
+//
+// A layer's n-th call uses the value n for all four, so a value never has to be reset and a
+// late reader can never mistake an old call for a new one. The driver API entry points are
+// resolved at run time through the CUDA runtime (cudaGetDriverEntryPointByVersion), so no
+// binary links libcuda: the tests and the CLI still start on a machine without a driver.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+
+namespace sluice::cuda {
+
+enum class Signal : int { router_ready = 0, resident_ready = 1, resident_done = 2, misses_ready = 3 };
+constexpr int kSignalCount = 4;
+const char* signal_name(Signal s);
+
+class Handshake {
+ public:
+  // Signals for n_layers MoE layers, all 0. Throws unsupported when the driver lacks stream
+  // memory operations.
+  explicit Handshake(int64_t n_layers);
+  ~Handshake();
+  Handshake(const Handshake&) = delete;
+  Handshake& operator=(const Handshake&) = delete;
+
+  // Device side, enqueued on `s`: the write happens once everything before it on the stream
+  // finished (with a system-wide fence); the wait holds everything after it on the stream
+  // until the value is >= `value`.
+  void device_write(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
+  void device_wait(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
+
+  // Host side.
+  uint64_t load(int64_t layer, Signal sig) const;             // acquire
+  void store(int64_t layer, Signal sig, uint64_t value) const;  // after a full fence
+
+ private:
+  uint64_t* at(int64_t layer, Signal sig) const { return host_ + layer * kSignalCount + static_cast<int>(sig); }
+
+  int64_t n_layers_ = 0;
+  uint64_t* host_ = nullptr;  // [n_layers][kSignalCount], host-mapped
+  uint64_t dev_ = 0;          // the same memory as the device sees it (CUdeviceptr)
+  void* write_fn_ = nullptr;  // cuStreamWriteValue64
+  void* wait_fn_ = nullptr;   // cuStreamWaitValue64
+};
+
+enum class HostWait { spin, block };
+// One idle step of a host polling loop: a pause instruction (spin) or a 20 us sleep (block).
+void host_idle(HostWait mode);
+
+}  // namespace sluice::cuda

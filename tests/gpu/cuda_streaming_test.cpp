@@ -1,0 +1,302 @@
+// Expert streaming on the GPU (backends/cuda/cuda_streamer.h), against the CPU backend's
+// streaming of the same pack as the oracle:
+//  - every decoder fixture, q4 experts, caches of top_k, top_k + 1, half and all slots,
+//    lookahead off and on: the device makes the same routing decisions as the CPU (ids equal,
+//    weights within 1e-5), teacher-forced logits (decode steps through the handshake, the
+//    prefill through the handshake or the grouped path) within 1e-3 of the CPU's, the same
+//    greedy continuation, consistent statistics and no pin left after a forward;
+//  - the fixtures saved in bf16 (qwen3_moe_yarn, olmoe) streamed at the bf16 kind give
+//    transformers' logits within 1e-3 (f32 activations, reordered sums);
+//  - a host-RAM tier, blocking waits, --miss-kind with the worst-case deadline, and
+//    --fake-experts run to the end (the last with the slots' bytes as they are);
+//  - errors: a corrupted record (verification on) is an error naming the record, raised on
+//    the model thread within seconds (no hang), and the streamer stays failed; a cache below
+//    top_k slots is a start-up error that states the minimum.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "../models/fixture_util.h"
+#include "../models/pack_util.h"
+#include "backends/cuda/cuda_streamer.h"
+#include "engine/generator.h"
+#include "experts/streamer.h"
+#include "format/npy.h"
+#include "models/load.h"
+
+using namespace sluice;
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int32_t> fixture_ids(const std::string& fixture) {
+  FixtureReference ref = read_reference(fixture);
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  return ids;
+}
+
+LoadedModel load(const fs::path& pack, Backend& be, ExpertKind kind, std::optional<StreamerOptions> so) {
+  LoadOptions lo;
+  lo.expert_kind = kind;
+  lo.streaming = std::move(so);
+  return load_model(pack, be, lo);
+}
+
+// Routing decisions in the order they were made: (model layer, ids, weights).
+struct Decisions {
+  std::vector<int64_t> layers;
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> weights;
+  void add(const RoutingEvent& ev) {
+    layers.push_back(ev.layer);
+    ids.push_back(ev.routing->ids);
+    weights.push_back(ev.routing->weights);
+  }
+};
+
+void observe(LoadedModel& m, Decisions& d) {
+  if (auto* cs = dynamic_cast<CudaStreamer*>(m.streamer.get()))
+    cs->set_routing_observer([&d](const RoutingEvent& ev) { d.add(ev); });
+  else
+    m.model->set_routing_observer([&d](const RoutingEvent& ev) { d.add(ev); });
+}
+
+// Decode steps one token at a time, then one teacher-forced forward over all tokens; the
+// logits of both, [n * V] each.
+std::pair<std::vector<float>, std::vector<float>> run_logits(Model& m, const std::vector<int32_t>& ids) {
+  const int64_t V = m.info().n_vocab;
+  std::vector<float> decode;
+  {
+    auto state = m.new_state(static_cast<int64_t>(ids.size()));
+    for (int32_t id : ids) {
+      std::vector<float> l(static_cast<size_t>(V));
+      m.forward(std::span<const int32_t>(&id, 1), *state, l, false);
+      decode.insert(decode.end(), l.begin(), l.end());
+    }
+  }
+  std::vector<float> prefill(ids.size() * static_cast<size_t>(V));
+  auto state = m.new_state(static_cast<int64_t>(ids.size()));
+  m.forward(ids, *state, prefill, true);
+  return {decode, prefill};
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
+  GenerateOptions opt;
+  opt.n_predict = n;
+  opt.sampling.temperature = 0;
+  std::vector<int32_t> out;
+  Generator(m).generate(prompt, opt, [&](int32_t id) {
+    out.push_back(id);
+    return true;
+  });
+  return out;
+}
+
+void expect_consistent(StreamingProvider& st, uint64_t stride, bool host_tier) {
+  ASSERT_TRUE(st.drain(std::chrono::seconds(10)));
+  const RunStats r = st.stats();
+  for (const std::string& e : r.consistency_errors(stride)) ADD_FAILURE() << e;
+  const LayerStats t = r.totals();
+  EXPECT_GT(t.routed, 0u);
+  EXPECT_EQ(t.hits + t.misses, t.unique);
+  if (!host_tier) {
+    EXPECT_EQ(r.io_reads, t.misses + t.prefetch_requests);
+  } else {
+    EXPECT_LE(r.io_reads, t.misses + t.prefetch_requests);
+  }
+  EXPECT_GT(r.h2d_bytes, 0u);
+  st.residency().check_invariants();
+  for (int32_t s = 0; s < st.n_slots(); ++s) EXPECT_EQ(st.residency().pins(s), 0) << "slot " << s;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CudaStreaming, SameRoutingAndTokensAsTheCpu) {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0);
+  float worst = 0;
+  int runs = 0;
+  for (const std::string& fixture : decoder_fixtures()) {
+    const fs::path& pack = fixture_pack(fixture);
+    const std::vector<int32_t> ids = fixture_ids(fixture);
+    const std::vector<int32_t> prompt = read_reference(fixture).prompt_ids;
+    std::shared_ptr<Pack> p = Pack::open(pack, false);
+    const int32_t all = static_cast<int32_t>(p->manifest().n_records());
+    const uint64_t stride = p->kind(ExpertKind::q4).record_stride;
+    const int32_t k = static_cast<int32_t>(load(pack, *cpu, ExpertKind::q4, std::nullopt).model->info().n_expert_used);
+    for (int32_t slots : {k, k + 1, std::max(k, all / 2), all}) {
+      for (bool lookahead : {false, true}) {
+        SCOPED_TRACE(str(fixture, " slots ", slots, " lookahead ", lookahead));
+        StreamerOptions so;
+        so.slots = slots;
+        so.lookahead = lookahead;
+        so.wait_timeout = std::chrono::seconds(10);
+        LoadedModel mc = load(pack, *cpu, ExpertKind::q4, so);
+        LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
+        ASSERT_TRUE(dynamic_cast<CudaStreamer*>(mg.streamer.get()));
+        ASSERT_TRUE(mg.model->expert_provider()->routes_on_device());
+        Decisions dc, dg;
+        observe(mc, dc);
+        observe(mg, dg);
+        const auto [cd, cp] = run_logits(*mc.model, ids);
+        const auto [gd, gp] = run_logits(*mg.model, ids);
+        ASSERT_EQ(dg.ids.size(), dc.ids.size()) << "routing decisions";
+        for (size_t i = 0; i < dc.ids.size(); ++i) {
+          ASSERT_EQ(dg.layers[i], dc.layers[i]) << "decision " << i;
+          ASSERT_EQ(dg.ids[i], dc.ids[i]) << "decision " << i << " (layer " << dc.layers[i] << ")";
+          EXPECT_LE(max_abs_diff(dg.weights[i], dc.weights[i]), 1e-5f) << "decision " << i;
+        }
+        const float d1 = max_abs_diff(gd, cd), d2 = max_abs_diff(gp, cp);
+        EXPECT_LE(d1, 1e-3f) << "decode logits";
+        EXPECT_LE(d2, 1e-3f) << "teacher-forced logits";
+        worst = std::max({worst, d1, d2});
+        EXPECT_EQ(greedy(*mg.model, prompt, 8), greedy(*mc.model, prompt, 8));
+        expect_consistent(*mg.streamer, stride, false);
+        if (lookahead && slots > k + 1) {
+          const LayerStats t = mg.streamer->stats().totals();
+          EXPECT_GT(t.prefetch_requests + t.prefetch_already, 0u) << "lookahead predicted nothing";
+        }
+        ++runs;
+      }
+    }
+  }
+  std::printf("cuda streaming: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n", runs,
+              static_cast<double>(worst));
+}
+
+TEST(CudaStreaming, Bf16FixturesMatchTransformers) {
+  auto gpu = make_cuda_backend(0);
+  for (const std::string fixture : {"qwen3_moe_yarn", "olmoe"}) {
+    const std::vector<int32_t> ids = fixture_ids(fixture);
+    NpyArray want = read_npy(fixture_dir(fixture) / "logits_full.npy");
+    StreamerOptions so;
+    so.slots = 4;
+    LoadedModel m = load(fixture_pack(fixture), *gpu, ExpertKind::bf16, so);
+    const auto [decode, prefill] = run_logits(*m.model, ids);
+    const float d1 = max_abs_diff(decode, want.data), d2 = max_abs_diff(prefill, want.data);
+    std::printf("cuda streaming %s bf16: max |logit - transformers| decode %.3g, prefill %.3g\n", fixture.c_str(),
+                static_cast<double>(d1), static_cast<double>(d2));
+    EXPECT_LE(d1, 1e-3f) << fixture;
+    EXPECT_LE(d2, 1e-3f) << fixture;
+    EXPECT_EQ(greedy(*m.model, read_reference(fixture).prompt_ids, 8),
+              std::vector<int32_t>(read_reference(fixture).continuation_ids.begin(),
+                                   read_reference(fixture).continuation_ids.begin() +
+                                       std::min<size_t>(8, read_reference(fixture).continuation_ids.size())));
+  }
+}
+
+TEST(CudaStreaming, HostTierBlockingWaitsMissKindFakeExperts) {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0);
+  const std::string fixture = "mixtral";
+  const fs::path& pack = fixture_pack(fixture);
+  const std::vector<int32_t> ids = fixture_ids(fixture);
+  const std::vector<int32_t> prompt = read_reference(fixture).prompt_ids;
+  StreamerOptions base;
+  base.slots = 3;
+  LoadedModel mc = load(pack, *cpu, ExpertKind::q4, base);
+  const auto [cd, cp] = run_logits(*mc.model, ids);
+  const uint64_t stride = Pack::open(pack, false)->kind(ExpertKind::q4).record_stride;
+  {
+    SCOPED_TRACE("host tier, blocking waits");
+    StreamerOptions so = base;
+    so.host_cache_bytes = 1 << 30;
+    so.wait_mode = WaitMode::block;
+    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
+    const auto [gd, gp] = run_logits(*mg.model, ids);
+    EXPECT_LE(max_abs_diff(gd, cd), 1e-3f);
+    EXPECT_LE(max_abs_diff(gp, cp), 1e-3f);
+    expect_consistent(*mg.streamer, stride, true);
+    EXPECT_GT(mg.streamer->stats().totals().host_hits, 0u) << "the second pass should be served from the tier";
+  }
+  {
+    SCOPED_TRACE("--miss-kind q2, worst-case deadline");
+    StreamerOptions so = base;
+    so.miss_kind = ExpertKind::q2;
+    so.cut = 1.0;
+    so.deadline_worst_case = true;
+    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
+    const auto [gd, gp] = run_logits(*mg.model, ids);
+    ASSERT_TRUE(mg.streamer->drain(std::chrono::seconds(10)));
+    const LayerStats t = mg.streamer->stats().totals();
+    EXPECT_GT(t.low_bit, 0u);
+    EXPECT_GT(t.cut, 0u);
+    for (float v : gd) ASSERT_TRUE(std::isfinite(v));
+  }
+  {
+    SCOPED_TRACE("--fake-experts");
+    StreamerOptions so = base;
+    so.fake_experts = true;
+    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
+    const auto [gd, gp] = run_logits(*mg.model, ids);
+    EXPECT_EQ(gd.size(), cd.size());
+    EXPECT_EQ(mg.streamer->stats().io_reads, 0u);
+  }
+}
+
+TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
+  const std::string fixture = "qwen3_moe";
+  const std::vector<int32_t> ids = fixture_ids(fixture);
+  const fs::path dir = pack_test_dir("cuda-corrupt");
+  fs::remove_all(dir);
+  fs::copy(fixture_pack(fixture), dir, fs::copy_options::recursive);
+  // The first expert of the first MoE layer for the first token, as the CPU routes it.
+  int32_t e = -1;
+  {
+    auto cpu = make_cpu_backend();
+    LoadedModel m = load(dir, *cpu, ExpertKind::q4, std::nullopt);
+    m.model->set_routing_observer([&](const RoutingEvent& ev) {
+      if (e < 0) e = ev.routing->ids[0];
+    });
+    auto state = m.model->new_state(1);
+    std::vector<float> l(static_cast<size_t>(m.model->info().n_vocab));
+    m.model->forward(std::span<const int32_t>(ids.data(), 1), *state, l, false);
+  }
+  ASSERT_GE(e, 0);
+  std::shared_ptr<Pack> p = Pack::open(dir, false);
+  {
+    const uint64_t off = p->record_offset(ExpertKind::q4, p->record_id(0, e)) + 100;
+    std::fstream f(dir / p->kind(ExpertKind::q4).file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    f.put('\x5a');
+  }
+  auto gpu = make_cuda_backend(0);
+  StreamerOptions so;
+  so.slots = 2;
+  so.verify_reads = true;
+  so.wait_timeout = std::chrono::seconds(5);
+  LoadedModel m = load(dir, *gpu, ExpertKind::q4, so);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] { run_logits(*m.model, ids); });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t layer = p->manifest().moe_layers[0];
+  EXPECT_NE(err.find(str("layer ", layer, ", expert ", e, ", kind q4")), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
+  EXPECT_LT(s, 4.0) << "the error took " << s << " s";
+  // The streamer stays failed: the next forward says so at once.
+  const std::string again = error_of([&] { run_logits(*m.model, ids); });
+  EXPECT_NE(again.find("checksum mismatch"), std::string::npos) << again;
+}
+
+TEST(CudaStreaming, TooFewSlotsIsAStartupError) {
+  auto gpu = make_cuda_backend(0);
+  const fs::path& pack = fixture_pack("qwen3_moe_yarn");  // top-3
+  StreamerOptions so;
+  so.slots = 2;
+  const std::string err = error_of([&] { load(pack, *gpu, ExpertKind::q4, so); });
+  EXPECT_NE(err.find("the minimum is 3 slots"), std::string::npos) << err;
+}
