@@ -192,60 +192,67 @@ TEST(CudaStreaming, Bf16FixturesMatchTransformers) {
                 static_cast<double>(d1), static_cast<double>(d2));
     EXPECT_LE(d1, 1e-3f) << fixture;
     EXPECT_LE(d2, 1e-3f) << fixture;
-    EXPECT_EQ(greedy(*m.model, read_reference(fixture).prompt_ids, 8),
-              std::vector<int32_t>(read_reference(fixture).continuation_ids.begin(),
-                                   read_reference(fixture).continuation_ids.begin() +
-                                       std::min<size_t>(8, read_reference(fixture).continuation_ids.size())));
+    // One reference object: its prompt and continuation outlive the comparison.
+    const FixtureReference ref = read_reference(fixture);
+    const size_t n_cont = std::min<size_t>(8, ref.continuation_ids.size());
+    EXPECT_EQ(greedy(*m.model, ref.prompt_ids, static_cast<int64_t>(n_cont)),
+              std::vector<int32_t>(ref.continuation_ids.begin(), ref.continuation_ids.begin() + n_cont));
   }
 }
 
-TEST(CudaStreaming, HostTierBlockingWaitsMissKindFakeExperts) {
-  auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend(0);
-  const std::string fixture = "mixtral";
-  const fs::path& pack = fixture_pack(fixture);
-  const std::vector<int32_t> ids = fixture_ids(fixture);
-  const std::vector<int32_t> prompt = read_reference(fixture).prompt_ids;
+// The mixtral fixture's q4 pack with 3 slots, streamed on the CPU: the oracle of the tests below.
+struct MixtralThreeSlots {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu = make_cuda_backend(0);
+  fs::path pack = fixture_pack("mixtral");
+  std::vector<int32_t> ids = fixture_ids("mixtral");
   StreamerOptions base;
-  base.slots = 3;
-  LoadedModel mc = load(pack, *cpu, ExpertKind::q4, base);
-  const auto [cd, cp] = run_logits(*mc.model, ids);
-  const uint64_t stride = Pack::open(pack, false)->kind(ExpertKind::q4).record_stride;
-  {
-    SCOPED_TRACE("host tier, blocking waits");
-    StreamerOptions so = base;
-    so.host_cache_bytes = 1 << 30;
-    so.wait_mode = WaitMode::block;
-    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
-    const auto [gd, gp] = run_logits(*mg.model, ids);
-    EXPECT_LE(max_abs_diff(gd, cd), 1e-3f);
-    EXPECT_LE(max_abs_diff(gp, cp), 1e-3f);
-    expect_consistent(*mg.streamer, stride, true);
-    EXPECT_GT(mg.streamer->stats().totals().host_hits, 0u) << "the second pass should be served from the tier";
+  std::vector<float> cd, cp;
+  uint64_t stride = 0;
+  MixtralThreeSlots() {
+    base.slots = 3;
+    LoadedModel mc = load(pack, *cpu, ExpertKind::q4, base);
+    std::tie(cd, cp) = run_logits(*mc.model, ids);
+    stride = Pack::open(pack, false)->kind(ExpertKind::q4).record_stride;
   }
-  {
-    SCOPED_TRACE("--miss-kind q2, worst-case deadline");
-    StreamerOptions so = base;
-    so.miss_kind = ExpertKind::q2;
-    so.cut = 1.0;
-    so.deadline_worst_case = true;
-    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
-    const auto [gd, gp] = run_logits(*mg.model, ids);
-    ASSERT_TRUE(mg.streamer->drain(std::chrono::seconds(10)));
-    const LayerStats t = mg.streamer->stats().totals();
-    EXPECT_GT(t.low_bit, 0u);
-    EXPECT_GT(t.cut, 0u);
-    for (float v : gd) ASSERT_TRUE(std::isfinite(v));
-  }
-  {
-    SCOPED_TRACE("--fake-experts");
-    StreamerOptions so = base;
-    so.fake_experts = true;
-    LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
-    const auto [gd, gp] = run_logits(*mg.model, ids);
-    EXPECT_EQ(gd.size(), cd.size());
-    EXPECT_EQ(mg.streamer->stats().io_reads, 0u);
-  }
+};
+
+TEST(CudaStreaming, HostTierAndBlockingWaits) {
+  MixtralThreeSlots t;
+  StreamerOptions so = t.base;
+  so.host_cache_bytes = 1 << 30;
+  so.wait_mode = WaitMode::block;
+  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  const auto [gd, gp] = run_logits(*mg.model, t.ids);
+  EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
+  EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
+  expect_consistent(*mg.streamer, t.stride, true);
+  EXPECT_GT(mg.streamer->stats().totals().host_hits, 0u) << "the second pass should be served from the tier";
+}
+
+TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
+  MixtralThreeSlots t;
+  StreamerOptions so = t.base;
+  so.miss_kind = ExpertKind::q2;
+  so.cut = 1.0;
+  so.deadline_worst_case = true;
+  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  const auto [gd, gp] = run_logits(*mg.model, t.ids);
+  ASSERT_TRUE(mg.streamer->drain(std::chrono::seconds(10)));
+  const LayerStats s = mg.streamer->stats().totals();
+  EXPECT_GT(s.low_bit, 0u);
+  EXPECT_GT(s.cut, 0u);
+  for (float v : gd) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(CudaStreaming, FakeExpertsRunWithoutReads) {
+  MixtralThreeSlots t;
+  StreamerOptions so = t.base;
+  so.fake_experts = true;
+  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  const auto [gd, gp] = run_logits(*mg.model, t.ids);
+  EXPECT_EQ(gd.size(), t.cd.size());
+  EXPECT_EQ(mg.streamer->stats().io_reads, 0u);
 }
 
 TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {

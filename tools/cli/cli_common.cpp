@@ -164,8 +164,9 @@ Session open_session(const ModelOptions& opt) {
     lo.ngram_tables.io_timeout = lo.streaming->io_timeout;
   }
   Session s;
-  // Streaming runs on either backend: "auto" picks CUDA when it answers, as without streaming.
-  s.backend = make_backend(opt.backend);
+  // Streaming on CUDA is opt-in (--backend cuda) until its GPU tests pass every time (issue 5:
+  // one of them failed intermittently on the H200); "auto" streams on the CPU.
+  s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

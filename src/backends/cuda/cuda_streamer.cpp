@@ -223,6 +223,17 @@ struct CudaStreamer::Impl {
   const uint8_t* source(const Fill& f) const { return f.host_slot >= 0 ? host_ptr(f.host_slot) : staging_ptr(f.staging); }
   // Lists every landed fill in a copy list (descs[*count ...]) and counts its slot resident.
   size_t list_landed(cuda::CopyDesc* descs, uint32_t& count);
+  // Bytes of one phase's copy list: a descriptor per slot.
+  size_t copy_list_bytes() const { return static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc); }
+  // Model thread: enqueues, behind the signal that publishes it, the copy of a phase's list
+  // (host-mapped) to the device and the copy kernel that reads it there.
+  void enqueue_copies(const cuda::CopyDesc* descs, const uint32_t* count) {
+    auto* d_descs = d_copies.as<cuda::CopyDesc>();
+    auto* d_count = reinterpret_cast<uint32_t*>(d_copies.as() + copy_list_bytes());
+    CUDA_CHECK(cudaMemcpyAsync(d_count, count, sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(d_descs, descs, copy_list_bytes(), cudaMemcpyHostToDevice, stream));
+    cuda::launch_expert_copies(d_descs, d_count, stream);
+  }
   // The model thread's variant: copies landed fills on the stream itself.
   void copy_landed_on_stream();
   void retire();  // the device passed every listed copy: their host memory is free again
@@ -281,10 +292,12 @@ struct CudaStreamer::Impl {
   // The handshake and the buffers of the enqueued calls.
   std::unique_ptr<cuda::Handshake> hs;
   std::vector<uint64_t> calls;  // [n_layers] handshake value of the latest call
+  Clock::time_point last_enqueue{};  // model thread: when the previous moe() returned (debug timing)
   int64_t cap_rows = 0;
   size_t layer_stride = 0;
   PinnedBuffer layer_mem;  // [n_layers * layer_stride]
   DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
+  DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
 
   // The service thread and its queue.
   std::mutex q_mu;
@@ -360,6 +373,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t to
   calls.assign(static_cast<size_t>(n_layers), 0);
   layers.assign(static_cast<size_t>(n_layers), LayerStats{});
   d_table = DeviceBuffer(static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), "the expert table");
+  d_copies = DeviceBuffer(copy_list_bytes() + sizeof(uint32_t), "the copy list");
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
   if (opt.fake_experts)
@@ -853,6 +867,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   const int64_t L = j.layer, n = j.n, k = top_k;
   const uint64_t v = j.value;
   LayerStats& ls = layers[static_cast<size_t>(L)];
+  const auto ready0 = Clock::now();
   wait_signal(L, cuda::Signal::router_ready, v);
   const auto wall0 = Clock::now();
   const double cpu0 = thread_cpu_seconds();
@@ -971,7 +986,8 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", wants.size(), " experts, ", n1, " + ", n2,
-            " copies, misses_ready after ", seconds_between(wall0, Clock::now()) * 1e3, " ms");
+            " copies, router_ready after ", seconds_between(ready0, wall0) * 1e3, " ms, misses_ready after ",
+            seconds_between(wall0, Clock::now()) * 1e3, " ms");
   // The device waited from the end of phase 1 until now.
   if (phase1_done) ls.demand_wait_seconds += seconds_between(*phase1_done, Clock::now());
 }
@@ -1117,6 +1133,7 @@ CudaStreamer::~CudaStreamer() = default;
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   Impl& m = *impl_;
+  const auto enqueue0 = Clock::now();
   m.throw_if_failed();
   SLUICE_CHECK(&be == &m.be, Status::internal, "cuda expert streamer: called with another backend (", be.name(), ")");
   SLUICE_CHECK(c.router, Status::internal, "cuda expert streamer: a MoE call without its router");
@@ -1172,18 +1189,22 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
   // Everything below reads what the host published before the signal: the landed records'
   // copies, then the table (copied to the device when the stream gets there).
-  cuda::launch_expert_copies(m.layer_mem.dev(lv.copies1), m.layer_mem.dev(lv.count1), s);
+  m.enqueue_copies(lv.copies1, lv.count1);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table1, table_bytes, cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(m.d_done.as(), 0, nk, s));
   cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
                            m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
   m.hs->device_write(s, L, cuda::Signal::resident_done, v);
   m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
-  cuda::launch_expert_copies(m.layer_mem.dev(lv.copies2), m.layer_mem.dev(lv.count2), s);
+  m.enqueue_copies(lv.copies2, lv.count2);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table2, table_bytes, cudaMemcpyHostToDevice, s));
   cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
                            m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
   cuda::launch_moe_combine_done(m.d_pair.as<float>(), m.d_w.as<float>(), m.d_done.as(), c.out.ptr<float>(), shape, s);
+  const auto enqueue1 = Clock::now();
+  LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,
+            " ms, ", seconds_between(m.last_enqueue, enqueue0) * 1e3, " ms after the previous layer's");
+  m.last_enqueue = enqueue1;
 }
 
 void CudaStreamer::forward_done() {

@@ -1,6 +1,8 @@
 // launch_expert_copies: a grid-stride copy of each listed record, 16 bytes per load, read from
 // host memory over PCIe with cache-volatile loads (the same pinned buffers are refilled with
-// other records between launches).
+// other records between launches). The list itself is in device memory: every thread reads
+// the count and the descriptors, and thousands of warps reading one host-mapped word each
+// cost milliseconds per launch over PCIe.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/expert_copy.h"
 
@@ -8,13 +10,13 @@ namespace sluice::cuda {
 namespace {
 
 __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* count) {
-  const uint32_t n = *reinterpret_cast<const volatile uint32_t*>(count);
+  const uint32_t n = *count;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint32_t i = 0; i < n; ++i) {
-    const volatile CopyDesc* d = descs + i;
-    const uint4* src = static_cast<const uint4*>(const_cast<const void*>(d->src));
-    uint4* dst = static_cast<uint4*>(const_cast<void*>(d->dst));
+    const CopyDesc* d = descs + i;
+    const uint4* src = static_cast<const uint4*>(d->src);
+    uint4* dst = static_cast<uint4*>(d->dst);
     const uint64_t chunks = d->bytes / 16;
     for (uint64_t c = tid; c < chunks; c += stride) dst[c] = __ldcv(src + c);
   }

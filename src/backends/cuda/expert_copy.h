@@ -20,7 +20,9 @@ struct CopyDesc {
   uint64_t bytes = 0;
 };
 
-// Copies descs[0 .. *count) (both host-mapped, read when the kernel runs) on `s`.
+// Copies descs[0 .. *count) on `s`. descs and count are device memory (the streamer copies the
+// host's list there in stream order, behind the signal that publishes it); the sources are
+// host-mapped and read when the kernel runs.
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s);
 
 }  // namespace sluice::cuda
