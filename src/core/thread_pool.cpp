@@ -52,9 +52,10 @@ bool ThreadPool::run_chunks(uint32_t gen) {
   for (;;) {
     if (claim_gen(c) != gen) return ran;
     const uint32_t i = claim_next(c);
-    // n_chunks_ may already be the next loop's when every chunk of `gen` was claimed: then the
-    // compare-exchange below fails on the new generation and the loop returns.
-    if (static_cast<int64_t>(i) >= n_chunks_.load(std::memory_order_relaxed)) return ran;
+    // The chunk count of this very generation: once the caller moves on (every chunk of
+    // `gen` claimed and done), bounds_ names another generation and the worker stops here.
+    const uint64_t b = bounds_.load(std::memory_order_acquire);
+    if (claim_gen(b) != gen || i >= claim_next(b)) return ran;
     if (!claim_.compare_exchange_weak(c, pack_claim(gen, i + 1), std::memory_order_acq_rel,
                                       std::memory_order_acquire))
       continue;
@@ -112,9 +113,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   job_n_ = n;
   job_chunk_ = chunk;
   n_chunks = (n + chunk - 1) / chunk;
-  n_chunks_.store(n_chunks, std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint32_t gen = ++generation_;
+  bounds_.store(pack_claim(gen, static_cast<uint32_t>(n_chunks)), std::memory_order_release);
   // Publishes the fields above (release) and wakes sleepers; the seq_cst pair (this store, the
   // sleepers load) against (sleepers add, claim load) in worker_loop loses no wake-up.
   claim_.store(pack_claim(gen, 0), std::memory_order_seq_cst);

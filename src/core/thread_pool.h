@@ -49,11 +49,16 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
 
-  // The loop being run; written by the caller before it publishes the generation in claim_.
+  // The loop being run; written by the caller before it publishes the generation in claim_,
+  // read by a worker only after it claimed one of the loop's chunks.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_chunk_ = 0;
-  std::atomic<int64_t> n_chunks_{0};  // read before a claim, so atomic (may be a newer loop's)
+  // High 32 bits: a loop's generation; low 32 bits: its chunk count. A worker compares its
+  // claim against the count of the same generation only: while the caller writes the next
+  // loop's arguments, a worker still holding the last loop's claim word must see that loop's
+  // count (and give up), never the next loop's.
+  std::atomic<uint64_t> bounds_{0};
   // High 32 bits: generation of the current loop; low 32 bits: the next chunk to claim.
   std::atomic<uint64_t> claim_{0};
   std::atomic<int64_t> chunks_done_{0};

@@ -423,7 +423,9 @@ TEST(SynthCli, MemoryStaysBoundedAndSigintLeavesNothing) {
   CliRun r = sluice(d, {"synth", "--config", (d / "config.json").string(), "--kinds", "q4,q2", "-q", (d / "pack").string()});
   ASSERT_EQ(r.status, 0) << r.err;
   std::printf("synth of a %.0f MB pack: peak RSS %.1f MB\n", plan.total_bytes() / 1e6, r.max_rss_kb / 1024.0);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // shadow memory is not the tool's
   EXPECT_LT(static_cast<uint64_t>(r.max_rss_kb) * 1024, plan.total_bytes() / 2);
+#endif
   EXPECT_EQ(fs::file_size(d / "pack" / "experts.q2.bin"), plan.manifest.kinds.at(ExpertKind::q2).record_stride * 256 + 4096);
   EXPECT_TRUE(verify_pack(d / "pack").ok);
 

@@ -35,6 +35,23 @@ TEST(ThreadPool, ManyBackToBackLoopsCoverEveryIndexOnce) {
   }
 }
 
+// More workers than cores, so that workers are preempted anywhere, and loops whose chunk
+// counts alternate between small and large: a worker that saw the end of one loop must never
+// claim a chunk of it once the next loop's arguments are being written (it would run the
+// finished loop's function, or count a chunk the next loop does not have).
+TEST(ThreadPool, PreemptedWorkersNeverTouchAFinishedLoop) {
+  ThreadPool pool(8);
+  for (int round = 0; round < 20000; ++round) {
+    const int64_t n = round % 2 ? 1 + round % 5 : 300;
+    std::vector<int> hits(static_cast<size_t>(n), 0);  // each index written by one chunk only
+    pool.parallel_for(n, 1, [&hits, round](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)] += 1 + round % 3;
+    });
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)], 1 + round % 3) << "round " << round << ", index " << i;
+  }
+}
+
 TEST(ThreadPool, WakesWorkersThatWentToSleep) {
   ThreadPool pool(3);
   for (int round = 0; round < 5; ++round) {

@@ -8,12 +8,6 @@ namespace sluice::cuda {
 
 using Stream = void*;  // cudaStream_t
 
-// y[n, m] = x[n, k] . w[m, k]^T; wtype 0 f32, 1 f16, 2 bf16.
-void launch_matmul(const float* x, const void* w, int wtype, float* y, int64_t n, int64_t m, int64_t k, Stream s);
-// The same with quantized weights: qtype 0 q8, 1 q4, 2 q2 (core/quant.h); row_bytes and
-// scale_row_bytes are quant_row_bytes / quant_scale_row_bytes of k.
-void launch_matmul_quant(const float* x, const void* w, const void* scales, int qtype, float* y, int64_t n, int64_t m,
-                         int64_t k, int64_t row_bytes, int64_t scale_row_bytes, Stream s);
 // Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows: y[n, m] = x[n, k] .
 // w[m, k]^T; dtype: 0 f32, 1 f16, 2 bf16, 10 q8, 11 q4, 12 q2 (scales for the quantized kinds).
 constexpr int64_t kMatvecMaxRows = 4;
@@ -22,7 +16,7 @@ void launch_matvec(const float* x, const void* w, const void* scales, int dtype,
 // Prefill matmul (matmul_tiled.cu), any n, the same weight codes as launch_matvec.
 void launch_matmul_tiled(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
                          int64_t k, Stream s);
-// y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype as above).
+// y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype 0 f32, 1 f16, 2 bf16).
 void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
 void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s);
 // x[n, heads, d] in place; cos/sin [n, rot/2].
