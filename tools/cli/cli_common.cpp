@@ -171,6 +171,27 @@ Session open_session(const ModelOptions& opt) {
   return s;
 }
 
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+}  // namespace
+
+InterruptFlag::InterruptFlag() {
+  g_interrupted.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+}
+
+InterruptFlag::~InterruptFlag() {
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+const std::atomic<bool>* InterruptFlag::flag() const { return &g_interrupted; }
+
 Progress::Progress(std::string label) : label_(std::move(label)), tty_(::isatty(2) == 1) {}
 
 void Progress::update(const std::string& counts, uint64_t bytes_done, uint64_t bytes_total, double seconds) {

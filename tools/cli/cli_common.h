@@ -2,7 +2,10 @@
 // options, and the error wrapper that turns any failure into one line on stderr.
 #pragma once
 
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,6 +69,20 @@ struct RunTokens {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens);
+
+// While alive, SIGINT and SIGTERM set flag() instead of ending the process (the long writers,
+// convert and synth, poll it and leave nothing behind); the previous handlers come back after.
+class InterruptFlag {
+ public:
+  InterruptFlag();
+  ~InterruptFlag();
+  InterruptFlag(const InterruptFlag&) = delete;
+  InterruptFlag& operator=(const InterruptFlag&) = delete;
+  const std::atomic<bool>* flag() const;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
 
 // Progress on stderr: a bar redrawn in place on a terminal (at most 10 times a second),
 // plain lines otherwise (at most one every 10 s or 10% of the work).

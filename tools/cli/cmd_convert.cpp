@@ -1,6 +1,5 @@
 // sluice convert: an HF checkpoint directory to a pack (manifest.json, dense.bin,
 // experts.<kind>.bin). Progress on stderr; Ctrl-C stops cleanly, leaving no output.
-#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -9,13 +8,6 @@
 #include "core/thread_pool.h"
 
 namespace sluice::cli {
-
-namespace {
-
-std::atomic<bool> g_cancel{false};
-extern "C" void on_signal(int) { g_cancel.store(true); }
-
-}  // namespace
 
 void register_convert(CLI::App& app) {
   struct Options {
@@ -48,19 +40,8 @@ void register_convert(CLI::App& app) {
         progress.update(str(p.records_done, "/", p.records_total, " records"), p.bytes_done, p.bytes_total, p.seconds);
       };
     }
-    co.cancel = &g_cancel;
-    struct sigaction sa {}, old_int {}, old_term {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    struct Restore {
-      struct sigaction *i, *t;
-      ~Restore() {
-        sigaction(SIGINT, i, nullptr);
-        sigaction(SIGTERM, t, nullptr);
-      }
-    } restore{&old_int, &old_term};
+    InterruptFlag interrupt;
+    co.cancel = interrupt.flag();
     ConvertSummary s;
     try {
       s = convert_checkpoint(opt->hf_dir, opt->out_dir, co);

@@ -1,7 +1,6 @@
 // sluice synth: a pack with a real model's dimensions and random weights, written straight
 // to disk (no HF checkpoint), for speed measurements at scale. Progress on stderr; Ctrl-C
 // stops cleanly, leaving no output. --dry-run prints the sizes without writing.
-#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -13,9 +12,6 @@
 namespace sluice::cli {
 
 namespace {
-
-std::atomic<bool> g_cancel{false};
-extern "C" void on_synth_signal(int) { g_cancel.store(true); }
 
 std::string kinds_text(const std::vector<ExpertKind>& kinds) {
   std::string s;
@@ -90,19 +86,8 @@ void register_synth(CLI::App& app) {
         progress.update(str(p.records_done, "/", p.records_total, " records"), p.bytes_done, p.bytes_total, p.seconds);
       };
     }
-    so.cancel = &g_cancel;
-    struct sigaction sa {}, old_int {}, old_term {};
-    sa.sa_handler = on_synth_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    struct Restore {
-      struct sigaction *i, *t;
-      ~Restore() {
-        sigaction(SIGINT, i, nullptr);
-        sigaction(SIGTERM, t, nullptr);
-      }
-    } restore{&old_int, &old_term};
+    InterruptFlag interrupt;
+    so.cancel = interrupt.flag();
     SynthSummary s;
     try {
       s = synth_pack(config, opt->out_dir, so);
