@@ -228,8 +228,17 @@ TEST(ConvertCli, MemoryStaysBoundedAndSigintLeavesNothing) {
 
   // SIGINT part way: the run stops with an error and leaves neither the output nor its
   // temporary directory (a SIGKILL could leave only the hidden ".pack2.partial-PID").
-  CliRun i = sluice({"convert", (d / "ck").string(), (d / "pack2").string(), "--kinds", "bf16,q4", "-q"}, [](pid_t pid) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // The signal goes as soon as the temporary directory exists (the writing has begun), so
+  // that a fast machine does not finish first.
+  CliRun i = sluice({"convert", (d / "ck").string(), (d / "pack2").string(), "--kinds", "bf16,q4", "-q"}, [&](pid_t pid) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto started = [&] {
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.path().filename().string().find(".partial") != std::string::npos) return true;
+      return false;
+    };
+    while (!started() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ::kill(pid, SIGINT);
   });
   if (i.status == 0) {
