@@ -23,20 +23,25 @@ std::string hex16(uint64_t v) {
 
 }  // namespace
 
-PackNgramTable::PackNgramTable(std::shared_ptr<const Pack> pack, const PackRowTable& table, const NgramTableOptions& opt)
-    : pack_(std::move(pack)), table_(table), opt_(opt) {
+PleFileReader::PleFileReader(const Pack& pack, const NgramTableOptions& opt) {
+  IoEngineOptions io_opt;
+  io_opt.mode = opt.io_mode;
+  io_opt.queue_depth = 16;
+  io_opt.request_timeout = opt.io_timeout;
+  io = std::make_unique<IoEngine>(io_opt);
+  file = io->add_file(pack.ple_file());
+}
+
+PackNgramTable::PackNgramTable(std::shared_ptr<const Pack> pack, const PackRowTable& table, const NgramTableOptions& opt,
+                               std::shared_ptr<PleFileReader> reader)
+    : pack_(std::move(pack)), table_(table), opt_(opt), reader_(std::move(reader)) {
   SLUICE_ASSERT(pack_->manifest().ple.has_value());
   dtype_ = pack_->manifest().ple->dtype;
   row_bytes_ = static_cast<uint64_t>(table_.cols) * dtype_size(dtype_);
   // A chunk no larger than the read that fetches one row costs nothing extra to verify.
   const uint64_t row_read = std::max<uint64_t>(kIoAlign, io_align_up(table_.row_stride));
   verify_ = opt_.verify_reads || static_cast<uint64_t>(table_.chunk_rows) * table_.row_stride <= row_read;
-  IoEngineOptions io;
-  io.mode = opt_.io_mode;
-  io.queue_depth = 16;
-  io.request_timeout = opt_.io_timeout;
-  io_ = std::make_unique<IoEngine>(io);
-  file_ = io_->add_file(pack_->ple_file());
+  if (!reader_) reader_ = std::make_shared<PleFileReader>(*pack_, opt_);
   LOG_DEBUG("n-gram table ", table_.prefix, ": ", table_.rows, " rows x ", table_.cols, " ", dtype_name(dtype_),
             ", row cache ", opt_.cache_bytes, " bytes, reads ", verify_ ? "verified" : "not verified");
 }
@@ -99,16 +104,21 @@ void PackNgramTable::insert(int64_t id, const float* values) {
 }
 
 void PackNgramTable::read_units(std::vector<Unit>& units) {
+  std::lock_guard<std::mutex> reading(reader_->mu);
+  // Tags unique over the reader's life: a completion of an earlier lookup that gave up on its
+  // reads (the timeout below) is recognised and ignored, whichever table it was for.
+  const uint64_t tag0 = reader_->next_tag;
+  reader_->next_tag += units.size();
   for (size_t u = 0; u < units.size(); ++u) {
     Unit& unit = units[u];
     unit.buf = std::make_unique<AlignedBuffer>(unit.bytes);
     ReadRequest r;
-    r.file = file_;
+    r.file = reader_->file;
     r.offset = unit.offset;
     r.bytes = unit.bytes;
     r.dest = unit.buf->data();
-    r.tag = u;
-    io_->submit(r);
+    r.tag = tag0 + u;
+    reader_->io->submit(r);
   }
   // Bounded: each read times out on its own (request_timeout); this is the backstop.
   const auto deadline = std::chrono::steady_clock::now() + 2 * opt_.io_timeout + std::chrono::seconds(5);
@@ -125,10 +135,11 @@ void PackNgramTable::read_units(std::vector<Unit>& units) {
       fail(Status::timeout, where(), ": ", left, " row reads did not complete in time");
     }
     done.clear();
-    io_->poll(done, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+    reader_->io->poll(done, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
     for (const ReadCompletion& c : done) {
+      if (c.tag < tag0 || c.tag >= tag0 + units.size()) continue;  // an abandoned lookup's read
       --left;
-      units[c.tag].done = true;
+      units[c.tag - tag0].done = true;
       if (c.status != Status::ok && first_error.empty()) {
         first_error = c.error;
         first_status = c.status;

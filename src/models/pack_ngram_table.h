@@ -10,7 +10,8 @@
 // verify_reads, which then reads whole chunks. A mismatch is a corrupt error naming the file,
 // the table and the rows.
 //
-// Thread-safe: concurrent sequences may look rows up at once (one lock per table).
+// Thread-safe: concurrent sequences may look rows up at once (one lock per table for its
+// cache; the reads of all of a pack's tables take turns on its PleFileReader).
 #pragma once
 
 #include <chrono>
@@ -28,10 +29,24 @@
 
 namespace sluice {
 
+// The reads of a pack's n-gram tables: one IO engine (one thread, one open ple file) shared by
+// all of them, where a real qwen4_exp has a table per PLE layer. A lookup holds `mu` from its
+// first submit to its last completion, so that lookups of different tables on different
+// threads take turns instead of taking each other's completions.
+struct PleFileReader {
+  PleFileReader(const Pack& pack, const NgramTableOptions& opt);
+  std::unique_ptr<IoEngine> io;
+  int32_t file = -1;
+  std::mutex mu;
+  uint64_t next_tag = 0;  // guarded by mu
+};
+
 class PackNgramTable final : public NgramTable {
  public:
-  // `table` must belong to `pack` (the pack keeps it alive).
-  PackNgramTable(std::shared_ptr<const Pack> pack, const PackRowTable& table, const NgramTableOptions& opt);
+  // `table` must belong to `pack` (the pack keeps it alive). Reads go through `reader` (shared
+  // by the pack's tables), or through a reader of its own when none is given.
+  PackNgramTable(std::shared_ptr<const Pack> pack, const PackRowTable& table, const NgramTableOptions& opt,
+                 std::shared_ptr<PleFileReader> reader = nullptr);
   ~PackNgramTable() override;
 
   int64_t n_rows() const override { return table_.rows; }
@@ -74,8 +89,7 @@ class PackNgramTable final : public NgramTable {
   NgramTableOptions opt_;
   bool verify_ = false;
   uint64_t row_bytes_ = 0;
-  std::unique_ptr<IoEngine> io_;
-  int32_t file_ = -1;
+  std::shared_ptr<PleFileReader> reader_;
 
   mutable std::mutex mu_;
   std::unordered_map<int64_t, Entry> cache_;

@@ -17,7 +17,8 @@ std::shared_ptr<NgramTable> PackSource::ngram_table(const std::string& table) {
   const PackRowTable* t = pack_->row_table(table);
   if (!t) return nullptr;
   consumed_.insert(table);
-  return std::make_shared<PackNgramTable>(pack_, *t, tables_);
+  if (!ple_reader_) ple_reader_ = std::make_shared<PleFileReader>(*pack_, tables_);
+  return std::make_shared<PackNgramTable>(pack_, *t, tables_, ple_reader_);
 }
 
 Tensor PackSource::get(const std::string& name) {

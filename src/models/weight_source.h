@@ -17,6 +17,7 @@
 namespace sluice {
 
 class NgramTable;
+struct PleFileReader;
 
 // What a family knows about a weight beyond its name and shape, for a source that makes
 // weights up (MetaSource, behind sluice synth) to pick plausible values; sources of real
@@ -89,6 +90,7 @@ class PackSource final : public WeightSource {
   ExpertKind kind_;
   bool streamed_ = false;
   NgramTableOptions tables_;
+  std::shared_ptr<PleFileReader> ple_reader_;  // one IO engine for all the pack's n-gram tables
   std::set<std::string> consumed_;  // dense names, expert prefixes and n-gram table prefixes
 };
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "fixture_util.h"
 #include "format/checkpoint.h"
@@ -119,6 +120,40 @@ TEST(PleTable, RowsThroughThePackEqualTheCheckpoint) {
     }
   }
   // The model runs from these rows: tested end to end by hybrid_pack_test.cpp.
+}
+
+// A pack's tables share one reader (one IO engine, as PackSource builds them): lookups of
+// both tables from two threads at once, no row cache, each get their own rows.
+TEST(PleTable, TablesSharingOneReaderOnTwoThreadsGetTheirOwnRows) {
+  std::shared_ptr<Pack> pack = Pack::open(fixture_pack(kFixture), false);
+  const auto& tables = pack->manifest().ple->tables;
+  ASSERT_EQ(tables.size(), 2u);
+  NgramTableOptions opt;
+  opt.cache_bytes = 0;
+  auto reader = std::make_shared<PleFileReader>(*pack, opt);
+  std::vector<std::unique_ptr<PackNgramTable>> shared;
+  std::vector<std::vector<float>> want;
+  for (const PackRowTable& t : tables) {
+    shared.push_back(std::make_unique<PackNgramTable>(pack, t, opt, reader));
+    want.push_back(checkpoint_rows(t));
+  }
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::vector<int64_t>> asked(2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i)
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 20; ++round) {
+        const std::vector<int64_t> ids = shuffled_with_repeats(tables[i].rows, 11 + round);
+        const std::vector<float> rows = gather(*shared[i], ids);
+        asked[i].insert(asked[i].end(), ids.begin(), ids.end());
+        got[i].insert(got[i].end(), rows.begin(), rows.end());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(tables[i].prefix);
+    expect_rows(got[i], asked[i], want[i], tables[i].cols);
+  }
 }
 
 TEST(PleTable, CacheEvictsTheLeastRecentlyUsedRowWithinItsBound) {
