@@ -165,7 +165,7 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   // Streaming on CUDA is opt-in (--backend cuda) until its GPU tests pass every time (issue 5:
-  // one of them failed intermittently on the H200); "auto" streams on the CPU.
+  // one of them failed in the last H200 run); "auto" streams on the CPU.
   s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
