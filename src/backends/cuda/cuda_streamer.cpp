@@ -222,6 +222,8 @@ struct CudaStreamer::Impl {
   size_t pump();  // lands read completions; no CUDA call
   const uint8_t* source(const Fill& f) const { return f.host_slot >= 0 ? host_ptr(f.host_slot) : staging_ptr(f.staging); }
   // Lists every landed fill in a copy list (descs[*count ...]) and counts its slot resident.
+  // Fills waiting for a staging buffer get the free ones and their reads go out.
+  void submit_waiting();
   size_t list_landed(cuda::CopyDesc* descs, uint32_t& count);
   // Bytes of one phase's copy list: a descriptor per slot.
   size_t copy_list_bytes() const { return static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc); }
@@ -605,6 +607,16 @@ void CudaStreamer::Impl::on_read(const ReadCompletion& c) {
   landed.push_back(f);
 }
 
+void CudaStreamer::Impl::submit_waiting() {
+  while (!waiting.empty() && !staging_free.empty()) {
+    Fill f = waiting.front();
+    waiting.pop_front();
+    f.staging = staging_free.back();
+    staging_free.pop_back();
+    submit_read(f, staging_ptr(f.staging));
+  }
+}
+
 size_t CudaStreamer::Impl::pump() {
   size_t progress = 0;
   std::optional<Error> first;
@@ -618,13 +630,7 @@ size_t CudaStreamer::Impl::pump() {
       if (!first) first = e;
     }
   }
-  while (!waiting.empty() && !staging_free.empty()) {
-    Fill f = waiting.front();
-    waiting.pop_front();
-    f.staging = staging_free.back();
-    staging_free.pop_back();
-    submit_read(f, staging_ptr(f.staging));
-  }
+  submit_waiting();
   if (first) throw *first;
   return progress;
 }
@@ -662,13 +668,7 @@ void CudaStreamer::Impl::retire() {
     if (f.staging >= 0) staging_free.push_back(f.staging);
   }
   retiring.clear();
-  while (!waiting.empty() && !staging_free.empty()) {
-    Fill f = waiting.front();
-    waiting.pop_front();
-    f.staging = staging_free.back();
-    staging_free.pop_back();
-    submit_read(f, staging_ptr(f.staging));
-  }
+  submit_waiting();
 }
 
 void CudaStreamer::Impl::release_pins() {
