@@ -27,28 +27,49 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 int32_t Sampler::sample(std::span<const float> logits) {
   if (params_.temperature == 0) return argmax(logits);
   const size_t V = logits.size();
+  SLUICE_ASSERT(V > 0);
   candidates_.resize(V);
   for (size_t i = 0; i < V; ++i) candidates_[i] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+  // Most likely first; equal values keep the lower id first, so the order is total.
   auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t keep = V;
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < V) keep = params_.top_k;
-  std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_value);
-  candidates_.resize(keep);
-  // softmax over the kept candidates
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < V) {
+    const size_t keep = static_cast<size_t>(params_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep), candidates_.end(),
+                      by_value);
+    candidates_.resize(keep);
+  }
+  // softmax over the kept candidates (in whatever order they are)
   float mx = candidates_[0].first;
+  for (const auto& c : candidates_) mx = std::max(mx, c.first);
   double sum = 0;
   for (auto& c : candidates_) sum += c.first = std::exp(c.first - mx);
   for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
   if (params_.top_p < 1.0f) {
-    if (keep == V) std::sort(candidates_.begin(), candidates_.end(), by_value);
-    double cum = 0;
-    size_t n = 0;
-    while (n < candidates_.size()) {
-      cum += candidates_[n++].first;
-      if (cum >= params_.top_p) break;
+    // The nucleus: the most likely candidates until their mass reaches top_p. Only a prefix
+    // is sorted: the m most likely (nth_element, then a sort of those m), m growing 8x until
+    // the nucleus ends inside it. The prefix equals that of a full sort (the order is total);
+    // a 151936-token vocabulary is then a few linear passes, not a sort of every token.
+    const size_t n_all = candidates_.size();
+    size_t m = std::min<size_t>(n_all, 64);
+    for (;;) {
+      auto mid = candidates_.begin() + static_cast<std::ptrdiff_t>(m);
+      if (m < n_all) std::nth_element(candidates_.begin(), mid, candidates_.end(), by_value);
+      std::sort(candidates_.begin(), mid, by_value);
+      double cum = 0;
+      size_t n = 0;
+      while (n < m) {
+        cum += candidates_[n++].first;
+        if (cum >= params_.top_p) break;
+      }
+      if (cum >= params_.top_p || m == n_all) {
+        candidates_.resize(n);
+        break;
+      }
+      m = std::min(n_all, m * 8);
     }
-    candidates_.resize(n);
   }
+  // The draw walks the candidates in their order: most likely first after top-k or top-p,
+  // else by token id (no sort at all).
   double total = 0;
   for (const auto& c : candidates_) total += c.first;
   double r = std::uniform_real_distribution<double>(0.0, total)(rng_);

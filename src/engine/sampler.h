@@ -1,6 +1,8 @@
 // Sampler: the next token from a row of logits. Temperature 0 is greedy (the lowest id among
 // equal maxima, as torch.argmax). Otherwise temperature, then top-k, then top-p (nucleus),
-// then a draw from a seeded generator, so a seed reproduces a run exactly.
+// then a draw from a seeded generator, so a seed reproduces a run exactly. Without top-k and
+// top-p nothing is sorted (a draw costs two passes over the vocabulary); top-p sorts only the
+// nucleus.
 #pragma once
 
 #include <cstdint>

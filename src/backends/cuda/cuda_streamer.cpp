@@ -238,7 +238,9 @@ struct CudaStreamer::Impl {
   }
   // The model thread's variant: copies landed fills on the stream itself.
   void copy_landed_on_stream();
-  void retire();  // the device passed every listed copy: their host memory is free again
+  // The device passed the first n listed copies (all of them by default): their host memory
+  // is free again, and fills waiting for a staging buffer get it.
+  void retire(size_t n = SIZE_MAX);
   size_t in_flight() const { return reading.size() + waiting.size() + landed.size(); }
   void release_pins();
   void preload_host_tier();
@@ -661,13 +663,15 @@ void CudaStreamer::Impl::copy_landed_on_stream() {
   landed.clear();
 }
 
-void CudaStreamer::Impl::retire() {
-  for (const Fill& f : retiring) {
+void CudaStreamer::Impl::retire(size_t n) {
+  n = std::min(n, retiring.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Fill& f = retiring[i];
     if (f.host_slot >= 0 && host->state(f.host_slot) != SlotState::free && host->pins(f.host_slot) > 0)
       host->release(f.host_slot);
     if (f.staging >= 0) staging_free.push_back(f.staging);
   }
-  retiring.clear();
+  retiring.erase(retiring.begin(), retiring.begin() + static_cast<std::ptrdiff_t>(n));
   submit_waiting();
 }
 
@@ -908,6 +912,11 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   }
   hs->store(L, cuda::Signal::resident_ready, v);
   published_resident = true;
+  // Every copy listed so far runs before phase 1 on the stream: at resident_done their host
+  // memory is free. Phase 2 may need those staging buffers for its own misses (a lookahead
+  // fill listed and evicted within the step holds a second one), so it must not wait for the
+  // next layer's router_ready to get them back.
+  const size_t listed_for_phase1 = retiring.size();
   ls.service_wall_seconds += seconds_between(wall0, Clock::now());
   ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
 
@@ -919,7 +928,10 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   for (;;) {
     size_t progress = pump();
     list_landed(lv.copies2, n2);
-    if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) phase1_done = Clock::now();
+    if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) {
+      phase1_done = Clock::now();
+      retire(listed_for_phase1);
+    }
     if (!decided && phase1_done) {
       for (auto it = wants.rbegin(); it != wants.rend(); ++it) {  // weakest first
         Want& w = *it;
@@ -1090,23 +1102,35 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       wants.push_back(std::move(w));
     }
     ls.unique += wants.size();
-    plan_step(wants, L, ls, false, [&] {
+    // Landed records are copied on the stream; their staging buffers come back once it
+    // passed the copies. A fill that waits for a staging buffer (a background fill landed,
+    // was copied and its slot evicted by this group, so its record is staged twice) gets one
+    // by a synchronisation here: nothing else would return it before the group ends.
+    auto land = [&] {
       const size_t n_landed = landed.size();
       copy_landed_on_stream();
+      if (!waiting.empty() && staging_free.empty() && !retiring.empty()) {
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        retire();
+        return n_landed + 1;
+      }
       return n_landed;
-    });
+    };
+    plan_step(wants, L, ls, false, land);
     const auto t0 = Clock::now();
     auto since = t0;
     for (;;) {
-      copy_landed_on_stream();
+      size_t progress = land();
       bool all = true;
       for (const Want& w : wants) all &= resident(w.slot, w.record, kind);
       if (all) break;
-      if (pump()) since = Clock::now();
+      progress += pump();
+      if (progress) since = Clock::now();
       else cuda::host_idle(wait_mode);
       SLUICE_CHECK(Clock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
                    model_layer(L), "): expert reads did not land within ",
-                   std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight)");
+                   std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
+                   waiting.size(), " waiting for a staging buffer)");
     }
     ls.demand_wait_seconds += seconds_between(t0, Clock::now());
     std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
