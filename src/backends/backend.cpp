@@ -40,6 +40,30 @@ void Backend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor
   scatter_rows(src, host, dst);
 }
 
+void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out) {
+  add(x, y);
+  rms_norm(x, w, eps, out);
+}
+
+void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                               const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
+                               bool interleaved, const Tensor& k_cache, const Tensor& v_cache, int64_t n_past,
+                               const Tensor& positions) {
+  const int64_t n = q.shape[0], nh = q.shape[1], nkv = k.shape[1], d = q.shape[2];
+  if (!q_norm.empty()) rms_norm(q.reshape({n * nh, d}), q_norm, eps, q.reshape({n * nh, d}));
+  if (!k_norm.empty()) rms_norm(k.reshape({n * nkv, d}), k_norm, eps, k.reshape({n * nkv, d}));
+  rope(q, cos, sin, rot_dim, interleaved);
+  rope(k, cos, sin, rot_dim, interleaved);
+  if (positions.empty()) {
+    copy(k, k_cache.slice_rows(n_past, n));
+    copy(v, v_cache.slice_rows(n_past, n));
+  } else {
+    const int64_t n_ctx = k_cache.shape[0];
+    scatter_rows_at(k.reshape({n, nkv * d}), positions, k_cache.reshape({n_ctx, nkv * d}));
+    scatter_rows_at(v.reshape({n, nkv * d}), positions, v_cache.reshape({n_ctx, nkv * d}));
+  }
+}
+
 void Backend::graph_begin() { fail(Status::unsupported, name(), ": no captured graphs"); }
 std::unique_ptr<BackendGraph> Backend::graph_end() { fail(Status::unsupported, name(), ": no captured graphs"); }
 void Backend::graph_launch(const BackendGraph&) { fail(Status::unsupported, name(), ": no captured graphs"); }

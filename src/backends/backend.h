@@ -86,6 +86,22 @@ class Backend {
   // (interleaved = false) pairs dim i with i + rot_dim/2; GPT-J layout pairs 2i with 2i+1.
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
                     bool interleaved) = 0;
+  // x += y, then out = rms_norm(x, w, eps) (the residual add and the next norm of a layer).
+  // Default: add, then rms_norm.
+  virtual void add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out);
+  // The inputs of attention for n tokens, in place: per-head RMSNorm of q [n, n_head, d] and
+  // k [n, n_kv, d] (q_norm, k_norm: [d] weights; empty: no norm), rotary embedding of both
+  // (cos/sin [n, rot_dim / 2], as rope), then k and v [n, n_kv, d] written into the caches
+  // k_cache / v_cache [n_ctx, n_kv, d] at rows positions[i] (i32 [n] on this backend) or,
+  // positions empty, n_past + i. Default: rms_norm, rope and copy / scatter_rows_at.
+  virtual void attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
+                                int64_t n_past, const Tensor& positions);
+  // One weight holding the rows of parts one after another (same dtype and columns), so
+  // that a decode step reads them in one product; the parts are then row slices of it.
+  // Empty: this backend gains nothing from it (the default).
+  virtual Tensor concat_rows(std::span<const Tensor> parts) { return {}; }
   // Causal grouped-query attention. q [n, n_head, d]; k, v [n_ctx, n_kv_head, d] holding
   // positions [0, n_past + n); out [n, n_head, d]. Query head h reads kv head
   // h / (n_head / n_kv_head). Softmax in f32.

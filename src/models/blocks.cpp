@@ -11,39 +11,52 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
                      const Tensor& out, const Tensor& positions) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
-  Tensor q = be.alloc(DType::f32, {n, nh * hd});
-  Tensor k = be.alloc(DType::f32, {n, nkv * hd});
-  Tensor v = be.alloc(DType::f32, {n, nkv * hd});
-  be.matmul(h, w.q, q);
-  be.matmul(h, w.k, k);
-  be.matmul(h, w.v, v);
+  Tensor q, k, v;
+  if (!w.qkv.empty() && n == 1) {
+    // One product for q, k and v (their weights are rows of one tensor): one row of output
+    // holds them one after another, so each is a contiguous view.
+    Tensor all = be.alloc(DType::f32, {1, (nh + 2 * nkv) * hd});
+    be.matmul(h, w.qkv, all);
+    auto part = [&](int64_t col, int64_t cols) {
+      return Tensor(DType::f32, {1, cols}, all.ptr<float>() + col, all.storage);
+    };
+    q = part(0, nh * hd);
+    k = part(nh * hd, nkv * hd);
+    v = part((nh + nkv) * hd, nkv * hd);
+  } else {
+    q = be.alloc(DType::f32, {n, nh * hd});
+    k = be.alloc(DType::f32, {n, nkv * hd});
+    v = be.alloc(DType::f32, {n, nkv * hd});
+    be.matmul(h, w.q, q);
+    be.matmul(h, w.k, k);
+    be.matmul(h, w.v, v);
+  }
   if (!w.q_bias.empty()) be.add_bias(q, w.q_bias);
   if (!w.k_bias.empty()) be.add_bias(k, w.k_bias);
   if (!w.v_bias.empty()) be.add_bias(v, w.v_bias);
-  if (spec.qk_norm == QkNorm::per_head) {
-    be.rms_norm(q.reshape({n * nh, hd}), w.q_norm, spec.norm_eps, q.reshape({n * nh, hd}));
-    be.rms_norm(k.reshape({n * nkv, hd}), w.k_norm, spec.norm_eps, k.reshape({n * nkv, hd}));
-  } else if (spec.qk_norm == QkNorm::whole) {
-    be.rms_norm(q, w.q_norm, spec.norm_eps, q);
-    be.rms_norm(k, w.k_norm, spec.norm_eps, k);
-  }
-  if (spec.clip_qkv) {
-    be.clamp(q, -*spec.clip_qkv, *spec.clip_qkv);
-    be.clamp(k, -*spec.clip_qkv, *spec.clip_qkv);
-    be.clamp(v, -*spec.clip_qkv, *spec.clip_qkv);
-  }
-  Tensor q3 = q.reshape({n, nh, hd}), k3 = k.reshape({n, nkv, hd});
-  be.rope(q3, cos, sin, rope.rot_dim, rope.interleaved);
-  be.rope(k3, cos, sin, rope.rot_dim, rope.interleaved);
   SLUICE_CHECK(n_past + n <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + n,
                " tokens exceed the context size ", kv.k.shape[0]);
-  if (positions.empty()) {
-    be.copy(k3, kv.k.slice_rows(n_past, n));
-    be.copy(v.reshape({n, nkv, hd}), kv.v.slice_rows(n_past, n));
+  Tensor q3 = q.reshape({n, nh, hd}), k3 = k.reshape({n, nkv, hd}), v3 = v.reshape({n, nkv, hd});
+  if (spec.qk_norm != QkNorm::whole && !spec.clip_qkv) {
+    // Norms, rotary and the cache append in one op (one kernel on CUDA).
+    const bool per_head = spec.qk_norm == QkNorm::per_head;
+    be.attention_inputs(q3, k3, v3, per_head ? w.q_norm : Tensor{}, per_head ? w.k_norm : Tensor{}, spec.norm_eps,
+                        cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, n_past, positions);
   } else {
-    const int64_t n_ctx = kv.k.shape[0];
-    be.scatter_rows_at(k, positions, kv.k.reshape({n_ctx, nkv * hd}));
-    be.scatter_rows_at(v, positions, kv.v.reshape({n_ctx, nkv * hd}));
+    if (spec.qk_norm == QkNorm::whole) {
+      be.rms_norm(q, w.q_norm, spec.norm_eps, q);
+      be.rms_norm(k, w.k_norm, spec.norm_eps, k);
+    } else if (spec.qk_norm == QkNorm::per_head) {
+      be.rms_norm(q.reshape({n * nh, hd}), w.q_norm, spec.norm_eps, q.reshape({n * nh, hd}));
+      be.rms_norm(k.reshape({n * nkv, hd}), w.k_norm, spec.norm_eps, k.reshape({n * nkv, hd}));
+    }
+    if (spec.clip_qkv) {
+      be.clamp(q, -*spec.clip_qkv, *spec.clip_qkv);
+      be.clamp(k, -*spec.clip_qkv, *spec.clip_qkv);
+      be.clamp(v, -*spec.clip_qkv, *spec.clip_qkv);
+    }
+    be.attention_inputs(q3, k3, v3, Tensor{}, Tensor{}, spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k,
+                        kv.v, n_past, positions);
   }
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
   AttentionParams params;
@@ -54,6 +67,18 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
   be.attention(q3, kv.k, kv.v, att, params);
   be.matmul(att.reshape({n, nh * hd}), w.o, out);
   if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
+}
+
+void fuse_qkv(Backend& be, AttentionWeights& w) {
+  if (w.q.empty() || w.k.empty() || w.v.empty()) return;
+  const Tensor parts[3] = {w.q, w.k, w.v};
+  Tensor all = be.concat_rows(parts);
+  if (all.empty()) return;
+  const int64_t mq = w.q.rows(), mk = w.k.rows(), mv = w.v.rows();
+  w.q = all.slice_rows(0, mq);
+  w.k = all.slice_rows(mq, mk);
+  w.v = all.slice_rows(mq + mk, mv);
+  w.qkv = std::move(all);
 }
 
 RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n) {

@@ -32,7 +32,12 @@ struct AttentionWeights {
   Tensor q, k, v, o;                  // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
   Tensor q_bias, k_bias, v_bias, o_bias;  // optional
   Tensor q_norm, k_norm;              // [hd] (per_head) or [n_head*hd] / [n_kv*hd] (whole)
+  Tensor qkv;  // [(n_head + 2 n_kv) hd, n_embd] when fused (fuse_qkv): q, k, v are its row slices
 };
+
+// Puts q, k and v in one weight when the backend gains from it (Backend::concat_rows), so a
+// decode token's projections are one product; q, k and v stay usable as before.
+void fuse_qkv(Backend& be, AttentionWeights& w);
 
 struct KvLayer {
   Tensor k, v;  // [n_ctx, n_head_kv, head_dim] f32

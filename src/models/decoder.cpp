@@ -28,6 +28,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   std::vector<bool> is_moe;
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
+  for (DecoderLayerWeights& lw : w_.layers) fuse_qkv(be_, lw.attn);
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert);
 }
 
@@ -121,12 +122,12 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
   const int64_t n = x.rows(), d = spec_.info.n_embd;
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
+  // Each residual add is fused with the norm that follows it (h = norm(x += y)).
+  if (!spec_.layers.empty()) be_.rms_norm(x, w_.layers[0].attn_norm, spec_.norm_eps, h);
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
-    be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
     attention_block(be_, spec_.attn, spec_.rope, lw.attn, h, state.kv[l], state.n_past, cos, sin, y, positions);
-    be_.add(x, y);
-    be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
+    be_.add_rms_norm(x, y, lw.ffn_norm, spec_.norm_eps, h);
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,
@@ -137,7 +138,8 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
     }
-    be_.add(x, y);
+    if (l + 1 < spec_.layers.size()) be_.add_rms_norm(x, y, w_.layers[l + 1].attn_norm, spec_.norm_eps, h);
+    else be_.add(x, y);
   }
 }
 

@@ -165,6 +165,148 @@ TEST(CudaOps, Attention) {
   }
 }
 
+TEST(CudaOps, AddRmsNormIsAddThenNormBitForBit) {
+  Pair p;
+  for (int64_t rows : {1, 3})
+    for (int64_t cols : {24, 2048, 2051}) {
+      auto xv = random_vec(rows * cols, 30), yv = random_vec(rows * cols, 31), wv = random_vec(cols, 32);
+      HostTensor w(DType::bf16, {cols}, wv);
+      Tensor wg = p.gpu->upload(w.t);
+      // Fused on the GPU, against the CPU's add + rms_norm and the GPU's two launches.
+      Tensor xg = gpu_f32(*p.gpu, {rows, cols}, xv), yg = gpu_f32(*p.gpu, {rows, cols}, yv);
+      Tensor og = gpu_f32(*p.gpu, {rows, cols}, {});
+      p.gpu->add_rms_norm(xg, yg, wg, 1e-6f, og);
+      Tensor xc = cpu_f32(*p.cpu, {rows, cols}, xv), oc = p.cpu->alloc(DType::f32, {rows, cols});
+      p.cpu->add_rms_norm(xc, cpu_f32(*p.cpu, {rows, cols}, yv), w.t, 1e-6f, oc);
+      const std::string what = "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(cols);
+      expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), what.c_str());
+      expect_close(read_with_guard(*p.gpu, xg), read(*p.cpu, xc), (what + " (the sum)").c_str());
+      Tensor x2 = gpu_f32(*p.gpu, {rows, cols}, xv), o2 = gpu_f32(*p.gpu, {rows, cols}, {});
+      p.gpu->add(x2, gpu_f32(*p.gpu, {rows, cols}, yv));
+      p.gpu->rms_norm(x2, wg, 1e-6f, o2);
+      EXPECT_EQ(read(*p.gpu, og), read(*p.gpu, o2)) << what;
+    }
+}
+
+TEST(CudaOps, AttentionInputsNormRotateAndAppend) {
+  // Per-head norms on and off, both rotary layouts, partial rotary, the cache rows from n_past
+  // or from a positions tensor; the CPU runs the default (rms_norm, rope, copy/scatter).
+  Pair p;
+  const int64_t nh = 6, nkv = 2, d = 64, ctx = 40;
+  for (int64_t n : {1, 5})
+    for (int64_t rot : {64, 32})
+      for (bool inter : {false, true})
+        for (bool norms : {false, true})
+          for (bool at : {false, true}) {
+            const int64_t n_past = 9;
+            auto qv = random_vec(n * nh * d, 40), kv = random_vec(n * nkv * d, 41), vv = random_vec(n * nkv * d, 42);
+            auto cv = random_vec(n * rot / 2, 43), sv = random_vec(n * rot / 2, 44), cache = random_vec(ctx * nkv * d, 45);
+            auto qn = random_vec(d, 46), kn = random_vec(d, 47);
+            HostTensor qw(DType::bf16, {d}, qn), kw(DType::f32, {d}, kn);
+            std::vector<int32_t> pos(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(30 - 3 * i);
+            auto run = [&](Backend& be, bool gpu) {
+              auto t = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+                return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
+              };
+              Tensor q = t({n, nh, d}, qv), k = t({n, nkv, d}, kv), v = t({n, nkv, d}, vv);
+              Tensor kc = t({ctx, nkv, d}, cache), vc = t({ctx, nkv, d}, cache);
+              Tensor positions;
+              if (at) {
+                positions = be.alloc(DType::i32, {n});
+                be.from_host(positions, pos.data());
+              }
+              be.attention_inputs(q, k, v, norms ? (gpu ? be.upload(qw.t) : qw.t) : Tensor{},
+                                  norms ? (gpu ? be.upload(kw.t) : kw.t) : Tensor{}, 1e-6f, t({n, rot / 2}, cv),
+                                  t({n, rot / 2}, sv), rot, inter, kc, vc, n_past, positions);
+              return std::vector<Tensor>{q, k, kc, vc};
+            };
+            auto c = run(*p.cpu, false);
+            auto g = run(*p.gpu, true);
+            const std::string what = "attention_inputs n=" + std::to_string(n) + " rot=" + std::to_string(rot) +
+                                     (inter ? " gpt-j" : " neox") + (norms ? " normed" : "") + (at ? " at" : "");
+            const char* names[] = {" q", " k", " k cache", " v cache"};
+            for (int i = 0; i < 4; ++i)
+              expect_close(read_with_guard(*p.gpu, g[i]), read(*p.cpu, c[i]), (what + names[i]).c_str());
+          }
+}
+
+TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {
+  Pair p;
+  for (DType wt : {DType::bf16, DType::q8, DType::q4}) {
+    const int64_t k = 256;
+    const int64_t rows[3] = {96, 32, 32};
+    std::vector<Tensor> parts;
+    std::vector<std::vector<float>> values;
+    std::vector<HostTensor> bf;
+    std::vector<std::vector<uint8_t>> qdata, qscales;
+    for (int i = 0; i < 3; ++i) {
+      values.push_back(random_vec(rows[i] * k, 50 + i, 0.05f));
+      if (wt == DType::bf16) {
+        bf.emplace_back(wt, std::initializer_list<int64_t>{rows[i], k}, values.back());
+        parts.push_back(p.gpu->upload(bf.back().t));
+      } else {
+        qdata.emplace_back(static_cast<size_t>(rows[i] * quant_row_bytes(wt, k)));
+        qscales.emplace_back(static_cast<size_t>(rows[i] * quant_scale_row_bytes(wt, k)));
+        for (int64_t r = 0; r < rows[i]; ++r)
+          quantize_row(wt, values.back().data() + r * k, k, qdata.back().data() + r * quant_row_bytes(wt, k),
+                       qscales.back().data() + r * quant_scale_row_bytes(wt, k));
+        Tensor h(wt, {rows[i], k}, qdata.back().data());
+        h.scales = qscales.back().data();
+        parts.push_back(p.gpu->upload(h));
+      }
+    }
+    Tensor all = p.gpu->concat_rows(parts);
+    ASSERT_FALSE(all.empty());
+    ASSERT_EQ(all.rows(), 160);
+    auto xv = random_vec(k, 55);
+    Tensor x = gpu_f32(*p.gpu, {1, k}, xv);
+    Tensor y_all = gpu_f32(*p.gpu, {1, 160}, {});
+    p.gpu->matmul(x, all, y_all);
+    const std::vector<float> got = read(*p.gpu, y_all);
+    int64_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      Tensor y = gpu_f32(*p.gpu, {1, rows[i]}, {});
+      p.gpu->matmul(x, parts[static_cast<size_t>(i)], y);
+      const std::vector<float> want = read(*p.gpu, y);
+      for (int64_t r = 0; r < rows[i]; ++r)
+        EXPECT_EQ(got[static_cast<size_t>(at + r)], want[static_cast<size_t>(r)]) << dtype_name(wt) << " part " << i;
+      at += rows[i];
+    }
+  }
+}
+
+TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
+  // One query row (attention_decode.cu): query heads per kv head 1, 3 (a bound of 4), 8 and
+  // 16; head dims 64, 128, 256; capacities far above the position (many splits, most empty)
+  // and at it; sliding windows inside one chunk and across splits.
+  Pair p;
+  struct Case {
+    int64_t hq, hkv, d, n_past, ctx, window;
+  };
+  for (const Case c : {Case{4, 4, 128, 0, 1, 0}, Case{6, 2, 64, 37, 40, 0}, Case{8, 1, 128, 543, 576, 0},
+                       Case{32, 4, 128, 200, 4096, 0}, Case{32, 4, 128, 3000, 4096, 0}, Case{16, 1, 128, 700, 800, 100},
+                       Case{8, 2, 256, 300, 1000, 0}, Case{12, 3, 64, 9000, 9100, 4096}, Case{8, 8, 128, 5, 20000, 3}}) {
+    auto qv = random_vec(c.hq * c.d, 21), kv = random_vec(c.ctx * c.hkv * c.d, 22), vv = random_vec(c.ctx * c.hkv * c.d, 23);
+    AttentionParams ap{c.n_past, 0.09f, c.window, {}};
+    Tensor oc = p.cpu->alloc(DType::f32, {1, c.hq, c.d});
+    p.cpu->attention(cpu_f32(*p.cpu, {1, c.hq, c.d}, qv), cpu_f32(*p.cpu, {c.ctx, c.hkv, c.d}, kv),
+                     cpu_f32(*p.cpu, {c.ctx, c.hkv, c.d}, vv), oc, ap);
+    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
+    Tensor gq = gpu_f32(*p.gpu, {1, c.hq, c.d}, qv), gk = gpu_f32(*p.gpu, {c.ctx, c.hkv, c.d}, kv),
+           gv = gpu_f32(*p.gpu, {c.ctx, c.hkv, c.d}, vv);
+    // Twice: the merge counters must be back at zero after a launch.
+    for (int rep = 0; rep < 2; ++rep) {
+      p.gpu->attention(gq, gk, gv, og, ap);
+      expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc),
+                   ("decode attention hq=" + std::to_string(c.hq) + " hkv=" + std::to_string(c.hkv) +
+                    " d=" + std::to_string(c.d) + " n_past=" + std::to_string(c.n_past) + " ctx=" +
+                    std::to_string(c.ctx) + " window=" + std::to_string(c.window) + " rep=" + std::to_string(rep))
+                       .c_str());
+    }
+  }
+}
+
 TEST(CudaOps, RowsAndMoeCombine) {
   Pair p;
   const int64_t V = 37, c = 19, n = 6, k = 3;

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "backends/cuda/attention_decode.h"
+#include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
 #include "core/quant.h"
@@ -52,6 +54,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   pool_ = std::make_shared<cuda::DevicePool>(device);
   if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   pinned_ = std::make_unique<cuda::PinnedRing>();
+  const size_t counter_bytes = cuda::kAttentionDecodeMaxKvHeads * sizeof(int);
+  attention_counters_ = device_alloc(counter_bytes, device);
+  CUDA_CHECK(cudaMemset(attention_counters_.get(), 0, counter_bytes));
 }
 
 CudaBackend::~CudaBackend() {
@@ -153,6 +158,69 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
                         y.ptr<float>(), x.rows(), x.cols(), eps, stream_);
 }
 
+void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out) {
+  check_f32(x, "add_rms_norm", "x");
+  check_f32(y, "add_rms_norm", "y");
+  check_f32(out, "add_rms_norm", "out");
+  SLUICE_CHECK(x.numel() == y.numel() && x.numel() == out.numel() && (w.empty() || w.numel() == x.cols()),
+               Status::internal, "cuda add_rms_norm: x ", x.shape_str(), ", y ", y.shape_str(), ", w ", w.shape_str(),
+               ", out ", out.shape_str());
+  cuda::launch_add_rms_norm(x.ptr<float>(), y.ptr<float>(), w.empty() ? nullptr : w.data,
+                            w.empty() ? 0 : wtype_of(w, "add_rms_norm"), out.ptr<float>(), x.rows(), x.cols(), eps,
+                            stream_);
+}
+
+void CudaBackend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                   const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                   int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
+                                   int64_t n_past, const Tensor& positions) {
+  const int64_t n = q.shape[0], nh = q.shape[1], nkv = k.shape[1], d = q.shape[2];
+  SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && k.shape[0] == n && v.shape[0] == n && k.shape[2] == d &&
+                   v.shape[1] == nkv && v.shape[2] == d && k_cache.ndim == 3 && k_cache.shape[1] == nkv &&
+                   k_cache.shape[2] == d && v_cache.numel() == k_cache.numel() && cos.rows() == n &&
+                   cos.cols() == rot_dim / 2 && (q_norm.empty() || q_norm.numel() == d) &&
+                   (k_norm.empty() || k_norm.numel() == d) && (positions.empty() || positions.numel() == n) &&
+                   (!positions.empty() || n_past + n <= k_cache.shape[0]),
+               Status::internal, "cuda attention_inputs: q ", q.shape_str(), ", k ", k.shape_str(), ", cache ",
+               k_cache.shape_str(), ", rot ", rot_dim, ", n_past ", n_past);
+  SLUICE_CHECK(positions.empty() || positions.dtype == DType::i32, Status::internal,
+               "cuda attention_inputs: positions must be i32");
+  cuda::launch_attention_inputs(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), q_norm.empty() ? nullptr : q_norm.data,
+                                q_norm.empty() ? 0 : wtype_of(q_norm, "attention_inputs"),
+                                k_norm.empty() ? nullptr : k_norm.data,
+                                k_norm.empty() ? 0 : wtype_of(k_norm, "attention_inputs"), eps, cos.ptr<float>(),
+                                sin.ptr<float>(), rot_dim, interleaved, k_cache.ptr<float>(), v_cache.ptr<float>(),
+                                positions.empty() ? nullptr : positions.ptr<int32_t>(), n_past, n, nh, nkv, d, stream_);
+}
+
+Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {
+  SLUICE_CHECK(!parts.empty(), Status::internal, "cuda concat_rows: no parts");
+  const Tensor& first = parts[0];
+  int64_t rows = 0;
+  for (const Tensor& t : parts) {
+    if (t.ndim != 2 || t.dtype != first.dtype || t.cols() != first.cols() || t.data == nullptr) return {};
+    rows += t.rows();
+  }
+  Tensor all(first.dtype, {rows, first.cols()}, nullptr);
+  const size_t data_bytes = all.nbytes(), scale_bytes = all.scale_nbytes();
+  const size_t scale_offset = (data_bytes + 15) / 16 * 16;  // as upload
+  auto mem = device_alloc(scale_offset + scale_bytes, device_);
+  all.data = mem.get();
+  if (scale_bytes) all.scales = static_cast<char*>(all.data) + scale_offset;
+  size_t data_at = 0, scale_at = 0;
+  for (const Tensor& t : parts) {
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(all.data) + data_at, t.data, t.nbytes(), cudaMemcpyDeviceToDevice));
+    data_at += t.nbytes();
+    if (scale_bytes) {
+      CUDA_CHECK(cudaMemcpy(static_cast<char*>(all.scales) + scale_at, t.scales, t.scale_nbytes(),
+                            cudaMemcpyDeviceToDevice));
+      scale_at += t.scale_nbytes();
+    }
+  }
+  all.storage = std::move(mem);
+  return all;
+}
+
 void CudaBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) {
   check_f32(x, "rope", "x");
   SLUICE_CHECK(x.ndim == 3 && rot_dim <= x.shape[2] && rot_dim % 2 == 0 && cos.rows() == x.shape[0] &&
@@ -169,6 +237,28 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
+  const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
+  if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
+    // Decode: the context split over many blocks (attention_decode.cu).
+    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
+    cuda::AttentionDecodeArgs a;
+    a.q = q.ptr<float>();
+    a.k = k.ptr<float>();
+    a.v = v.ptr<float>();
+    a.out = out.ptr<float>();
+    a.partials = partials.ptr<float>();
+    a.counters = static_cast<int*>(attention_counters_.get());
+    a.hq = hq;
+    a.hkv = hkv;
+    a.d = d;
+    a.n_ctx = n_ctx;
+    a.n_past = p.n_past;
+    a.n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>();
+    a.scale = p.scale;
+    a.window = p.sliding_window;
+    cuda::launch_attention_decode(a, stream_);
+    return;
+  }
   cuda::launch_attention_at(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
                          k.shape[1], q.shape[2], p.n_past, p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(),
                          p.scale, p.sliding_window, stream_);
@@ -267,6 +357,8 @@ std::unique_ptr<BackendGraph> CudaBackend::graph_end() {
   capture_pool_ = nullptr;
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
   CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  if (const char* p = std::getenv("SLUICE_CUDA_PROFILE"); p && std::string(p) != "0")
+    cuda::profile_graph(g->graph, g->exec, stream_);
   return g;
 }
 

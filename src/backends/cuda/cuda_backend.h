@@ -36,6 +36,11 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
   void add_bias(const Tensor& y, const Tensor& b) override;
+  void add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out) override;
+  void attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                        float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved,
+                        const Tensor& k_cache, const Tensor& v_cache, int64_t n_past, const Tensor& positions) override;
+  Tensor concat_rows(std::span<const Tensor> parts) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -96,6 +101,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
   bool graphs_enabled_ = true;
   std::unique_ptr<cuda::PinnedRing> pinned_;
+  std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxKvHeads] i32, zero between launches
 };
 
 }  // namespace sluice

@@ -18,6 +18,17 @@ void launch_matmul_tiled(const float* x, const void* w, const void* scales, int 
                          int64_t k, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype 0 f32, 1 f16, 2 bf16).
 void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
+// x[r, :] += add[r, :], then y = rms_norm(x) as launch_rms_norm (bit for bit the two launches).
+void launch_add_rms_norm(float* x, const float* add, const void* w, int wtype, float* y, int64_t rows, int64_t cols,
+                         float eps, Stream s);
+// Attention inputs (attention_inputs.cu): q [n, nh, d] and k [n, nkv, d] per-head RMSNorm'd
+// (q_norm / k_norm null: none; wtypes as launch_rms_norm) and rotated in place (cos/sin
+// [n, rot/2]), k and v [n, nkv, d] written to k_cache / v_cache [n_ctx, nkv, d] rows
+// positions[i] (device i32; null: n_past + i).
+void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, int q_norm_wtype,
+                             const void* k_norm, int k_norm_wtype, float eps, const float* cos, const float* sin,
+                             int64_t rot, bool interleaved, float* k_cache, float* v_cache, const int32_t* positions,
+                             int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d, Stream s);
 void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s);
 // x[n, heads, d] in place; cos/sin [n, rot/2].
 void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_t heads, int64_t d, int64_t rot,

@@ -7,14 +7,25 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// add != null: x += add first (add_rms_norm); each thread norms the elements it summed, so
+// the result is that of launch_add then launch_rms_norm, bit for bit.
 template <WType T>
-__global__ void rms_norm_kernel(const float* __restrict__ x, const void* __restrict__ w, float* y, int64_t cols,
-                                float eps) {
+__global__ void rms_norm_kernel(float* x, const float* __restrict__ add, const void* __restrict__ w, float* y,
+                                int64_t cols, float eps) {
   __shared__ float partial[kThreads / 32];
-  const float* xr = x + blockIdx.x * cols;
+  float* xr = x + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
   float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) ss = fmaf(xr[c], xr[c], ss);
+  if (add) {
+    const float* ar = add + blockIdx.x * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+      const float v = xr[c] + ar[c];
+      xr[c] = v;
+      ss = fmaf(v, v, ss);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) ss = fmaf(xr[c], xr[c], ss);
+  }
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();
@@ -36,16 +47,22 @@ __global__ void add_bias_kernel(float* y, const void* __restrict__ b, int64_t ro
 
 }  // namespace
 
-void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps,
-                     Stream s) {
+void launch_add_rms_norm(float* x, const float* add, const void* w, int wtype, float* y, int64_t rows, int64_t cols,
+                         float eps, Stream s) {
   if (rows == 0) return;
   auto st = static_cast<cudaStream_t>(s);
   switch (static_cast<WType>(wtype)) {
-    case WType::f32: rms_norm_kernel<WType::f32><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
-    case WType::f16: rms_norm_kernel<WType::f16><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
-    case WType::bf16: rms_norm_kernel<WType::bf16><<<rows, kThreads, 0, st>>>(x, w, y, cols, eps); break;
+    case WType::f32: rms_norm_kernel<WType::f32><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
+    case WType::f16: rms_norm_kernel<WType::f16><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
+    case WType::bf16: rms_norm_kernel<WType::bf16><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
   }
   CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps,
+                     Stream s) {
+  // Without `add` the kernel only reads x.
+  launch_add_rms_norm(const_cast<float*>(x), nullptr, w, wtype, y, rows, cols, eps, s);
 }
 
 void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s) {

@@ -1,0 +1,99 @@
+// Attention inputs in one launch (Backend::attention_inputs): per-head RMSNorm of q and k,
+// rotary embedding of both, and the append of k and v to the caches; a decode token's six
+// small launches (two norms, two ropes, two scatters) become one.
+//
+// grid (n, nh + 2 nkv): block (token, head) takes a q head, a k head, or a v head (a copy
+// into the value cache). The head (d <= kMaxDim floats) is loaded into shared memory, its sum
+// of squares reduced over the block, normed, rotated pair by pair, and stored.
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int64_t kMaxDim = 1024;
+
+__device__ __forceinline__ float load_any(const void* w, int wtype, int64_t i) {
+  switch (static_cast<WType>(wtype)) {
+    case WType::f32: return load_w<WType::f32>(w, i);
+    case WType::f16: return load_w<WType::f16>(w, i);
+    default: return load_w<WType::bf16>(w, i);
+  }
+}
+
+__global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+                                        const void* __restrict__ q_norm, int q_wtype, const void* __restrict__ k_norm,
+                                        int k_wtype, float eps, const float* __restrict__ cos,
+                                        const float* __restrict__ sin, int64_t rot, bool interleaved,
+                                        float* __restrict__ k_cache, float* __restrict__ v_cache,
+                                        const int32_t* __restrict__ positions, int64_t n_past, int64_t nh, int64_t nkv,
+                                        int64_t d) {
+  __shared__ float xs[kMaxDim];
+  __shared__ float partial[kThreads / 32];
+  const int64_t row = blockIdx.x, head = blockIdx.y;
+  const int64_t pos = positions ? positions[row] : n_past + row;
+  if (head >= nh + nkv) {  // a value head: into the cache as it is
+    const int64_t hv = head - nh - nkv;
+    const float* src = v + (row * nkv + hv) * d;
+    float* dst = v_cache + (pos * nkv + hv) * d;
+    for (int64_t c = threadIdx.x; c < d; c += kThreads) dst[c] = src[c];
+    return;
+  }
+  const bool is_q = head < nh;
+  const int64_t hh = is_q ? head : head - nh;
+  float* x = is_q ? q + (row * nh + hh) * d : k + (row * nkv + hh) * d;
+  const void* w = is_q ? q_norm : k_norm;
+  const int wtype = is_q ? q_wtype : k_wtype;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+    const float val = x[c];
+    xs[c] = val;
+    ss = fmaf(val, val, ss);
+  }
+  if (w) {
+    ss = warp_sum(ss);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+    const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+    for (int64_t c = threadIdx.x; c < d; c += kThreads) xs[c] = xs[c] * inv * load_any(w, wtype, c);
+  }
+  __syncthreads();
+  // Rotary over the first rot dims (pairs as launch_rope), the rest unchanged.
+  const int64_t half = rot / 2;
+  float* cache = is_q ? nullptr : k_cache + (pos * nkv + hh) * d;
+  for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+    float out = xs[c];
+    if (c < rot) {
+      const int64_t p = interleaved ? c / 2 : c % half;
+      const bool first = interleaved ? c % 2 == 0 : c < half;
+      const int64_t a = interleaved ? 2 * p : p, b = interleaved ? 2 * p + 1 : p + half;
+      const float cs = cos[row * half + p], sn = sin[row * half + p];
+      const float x1 = xs[a], x2 = xs[b];
+      out = first ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+    }
+    x[c] = out;
+    if (cache) cache[c] = out;
+  }
+}
+
+}  // namespace
+
+void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, int q_norm_wtype,
+                             const void* k_norm, int k_norm_wtype, float eps, const float* cos, const float* sin,
+                             int64_t rot, bool interleaved, float* k_cache, float* v_cache, const int32_t* positions,
+                             int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d, Stream s) {
+  SLUICE_CHECK(d <= kMaxDim && rot <= d && rot % 2 == 0, Status::internal, "cuda attention_inputs: head_dim ", d,
+               ", rot ", rot);
+  if (n == 0) return;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(nh + 2 * nkv));
+  attention_inputs_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(s)>>>(
+      q, k, v, q_norm, q_norm_wtype, k_norm, k_norm_wtype, eps, cos, sin, rot, interleaved, k_cache, v_cache, positions,
+      n_past, nh, nkv, d);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda
