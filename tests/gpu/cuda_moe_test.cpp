@@ -223,7 +223,8 @@ struct GpuRun {
 // Runs the phases over tables (each a per-expert availability mask over layer.table, with
 // optional replacement weights) and then the combine.
 GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::vector<float>& hv, int64_t n_embd,
-                  int64_t n_ff, const std::vector<std::vector<cuda::ExpertRef>>& phases) {
+                  int64_t n_ff, const std::vector<std::vector<cuda::ExpertRef>>& phases,
+                  int32_t wtype = cuda::expert_unavailable) {
   const int64_t n = routing.n_rows, k = routing.k, pairs = n * k;
   DeviceBuffers d;
   const float* h = d.put(hv);
@@ -233,7 +234,7 @@ GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::v
   float* act = d.put(std::vector<float>(pairs * n_ff, 0.0f), kGuard, kSentinel);
   float* pair_out = d.put(std::vector<float>(pairs * n_embd, 0.0f), kGuard, kSentinel);
   float* out = d.put(std::vector<float>(n * n_embd, 0.0f), kGuard, kSentinel);
-  cuda::MoeShape shape{n, k, n_embd, n_ff, static_cast<int64_t>(layer.table.size())};
+  cuda::MoeShape shape{n, k, n_embd, n_ff, static_cast<int64_t>(layer.table.size()), wtype};
   for (const auto& table : phases) {
     const cuda::ExpertRef* t = d.put(table);
     cuda::launch_moe_experts(h, ids, t, done, act, pair_out, shape, nullptr);
@@ -277,6 +278,9 @@ TEST(CudaMoe, ExpertsMatchRoutedExperts) {
         GpuRun got = gpu_routed(layer, r.routing, hv, s.n_embd, s.n_ff, {layer.table});
         expect_close(got.out, want, what);
         for (int64_t p = 0; p < r.routing.n_rows * r.routing.k; ++p) ASSERT_EQ(got.done[p], 1) << what;
+        // Compiled for the one weight type (MoeShape::wtype): the same sums, bit for bit.
+        GpuRun typed = gpu_routed(layer, r.routing, hv, s.n_embd, s.n_ff, {layer.table}, layer.table[0].wtype);
+        EXPECT_EQ(typed.out, got.out) << what << " (typed kernels)";
       }
     }
 }

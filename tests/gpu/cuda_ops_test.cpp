@@ -98,7 +98,8 @@ TEST(CudaOps, Matmul) {
   Pair p;
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
     for (int64_t n : {1, 2, 3, 4, 17, 70})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}, {8195, 72}, {300, 1024}}) {
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}, {8195, 72}, {300, 1024},
+                             {1500, 200}, {3000, 2048}}) {
         auto xv = random_vec(n * k, 1), wv = random_vec(m * k, 2);
         HostTensor w(wt, {m, k}, wv);
         Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
@@ -345,7 +346,8 @@ TEST(CudaOps, MatmulQuantized) {
   Pair p;
   for (DType q : {DType::q8, DType::q4, DType::q2})
     for (int64_t n : {1, 2, 5, 19})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 24}, {33, 40}, {64, 256}, {5, 100}, {8200, 128}, {77, 512}}) {
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 24}, {33, 40}, {64, 256}, {5, 100}, {8200, 128}, {77, 512},
+                          {1100, 256}}) {
         auto wv = random_vec(m * k, 21), xv = random_vec(n * k, 22);
         std::vector<uint8_t> data(m * quant_row_bytes(q, k)), scales(m * quant_scale_row_bytes(q, k));
         for (int64_t r = 0; r < m; ++r)

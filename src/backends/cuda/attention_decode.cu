@@ -67,14 +67,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int g = 0; g < G; ++g) sc[g] = 0.0f;
     if (j <= pos) {
       const float4* kr = reinterpret_cast<const float4*>(k + j * stride + kvh * d);
-#pragma unroll 4
-      for (int c4 = 0; c4 < d / 4; ++c4) {
-        const float4 x = __ldg(kr + c4);
+      // The key row in batches of 8 float4 loads in flight.
+      for (int b = 0; b < d / 4; b += 8) {
+        float4 x[8];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float4 y = reinterpret_cast<const float4*>(qs + g * d)[c4];
-          sc[g] = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, sc[g]))));
-        }
+        for (int u = 0; u < 8; ++u) x[u] = __ldg(kr + b + u);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            const float4 y = reinterpret_cast<const float4*>(qs + g * d)[b + u];
+            sc[g] = fmaf(x[u].x, y.x, fmaf(x[u].y, y.y, fmaf(x[u].z, y.z, fmaf(x[u].w, y.w, sc[g]))));
+          }
       }
     }
 #pragma unroll
@@ -92,26 +96,38 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();
     const int64_t n_keys = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
     const float* vr = v + j0 * stride + kvh * d + DPL * lane;
-    for (int t = 0; t < n_keys; ++t) {
-      float vv[DPL];
-      if constexpr (DPL % 4 == 0) {
+    // Values rows in batches of 8 loaded before any is used: a row's load costs a memory
+    // round trip, and a warp has nothing else to do meanwhile (a few warps per SM).
+    for (int t0 = 0; t0 < n_keys; t0 += 8) {
+      float vv[8][DPL];
 #pragma unroll
-        for (int e = 0; e < DPL; e += 4) {
-          const float4 x = __ldg(reinterpret_cast<const float4*>(vr + t * stride + e));
-          vv[e] = x.x;
-          vv[e + 1] = x.y;
-          vv[e + 2] = x.z;
-          vv[e + 3] = x.w;
+      for (int u = 0; u < 8; ++u) {
+        const int t = t0 + u < n_keys ? t0 + u : n_keys - 1;  // past the end: a row loaded, unused
+        const float* row = vr + t * stride;
+        if constexpr (DPL % 4 == 0) {
+#pragma unroll
+          for (int e = 0; e < DPL; e += 4) {
+            const float4 x = __ldg(reinterpret_cast<const float4*>(row + e));
+            vv[u][e] = x.x;
+            vv[u][e + 1] = x.y;
+            vv[u][e + 2] = x.z;
+            vv[u][e + 3] = x.w;
+          }
+        } else {
+          const float2 x = __ldg(reinterpret_cast<const float2*>(row));  // DPL = 2
+          vv[u][0] = x.x;
+          vv[u][1] = x.y;
         }
-      } else {
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) vv[e] = __ldg(vr + t * stride + e);
       }
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float pt = pw[g * 32 + t];
+      for (int u = 0; u < 8; ++u) {
+        if (t0 + u >= n_keys) break;
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(pt, vv[e], acc[g][e]);
+        for (int g = 0; g < G; ++g) {
+          const float pt = pw[g * 32 + t0 + u];
+#pragma unroll
+          for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(pt, vv[u][e], acc[g][e]);
+        }
       }
     }
     __syncwarp();

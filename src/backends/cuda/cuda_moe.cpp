@@ -80,7 +80,7 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
                out.shape_str(), ", k ", k, " for a table of ", table->n_expert, " experts [", table->n_ff, ", ",
                table->n_embd, "]");
   if (n == 0) return;
-  const cuda::MoeShape shape{n, k, table->n_embd, table->n_ff, table->n_expert};
+  const cuda::MoeShape shape{n, k, table->n_embd, table->n_ff, table->n_expert, table->wtype};
   Tensor ids = alloc(DType::i32, {n * k});
   Tensor weights = alloc(DType::f32, {n * k});
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});

@@ -1172,7 +1172,8 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
                ", width ", c.h.cols(), ")");
   if (n == 0) return;
   m.ensure_capacity(n);
-  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E};
+  // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
+  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::expert_unavailable : expert_wtype(m.kind)};
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
   cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s);

@@ -69,15 +69,17 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
       x, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
 }
 
-// Decode (n = 1): large m, 4 weight rows per warp; smaller m (below 8192 rows: attention
-// projections, routers, expert-sized matrices), one row per 8 warps splitting k, so that
-// enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
+// Decode (n = 1): large m, 4 weight rows per warp; 1024..8191 rows (attention projections),
+// a row per warp with 8 of its chunks in flight per lane (a warp per row fills the GPU with
+// loads; a block per row, as below, spent each block's life on one round trip); fewer rows
+// (routers, expert-sized matrices), one row per 8 warps splitting k, so that enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
 template <DotType T>
 void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
               int64_t rb, int64_t sb, bool vec, cudaStream_t st) {
   switch (n) {
     case 1:
       if (m >= 8192) launch_nx<T, 1, 4, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+      else if (m >= 1024) launch_nx<T, 1, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
       else launch_nx<T, 1, 1, 8>(x, w, scales, y, m, k, rb, sb, vec, st);
       break;
     case 2: launch_nx<T, 2, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;

@@ -77,6 +77,24 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
     for (int64_t r = 0; r < k; ++r) weights[row * k + r] = weights[row * k + r] / top_sum;
 }
 
+// NW dots of one activation row: compiled for weight type WT, or (WT < 0) switching on the
+// expert's type at run time. The same sums either way.
+template <int WT, int NW>
+__device__ __forceinline__ void expert_rows_dot(int wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+                                                const float* __restrict__ x, int64_t k, bool vec, int lane,
+                                                float (&out)[NW]) {
+  if constexpr (WT < 0) {
+    rows_dot_any<NW>(wtype, w, s, x, k, vec, lane, out);
+  } else {
+    float acc[1][NW];
+#pragma unroll
+    for (int r = 0; r < NW; ++r) acc[0][r] = 0.0f;
+    rows_dot_partial<static_cast<DotType>(WT), 1, NW>(w, s, x, 0, k, vec, lane, acc);
+#pragma unroll
+    for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);
+  }
+}
+
 // done == null: no flags (the fully resident launch).
 __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                             int64_t p) {
@@ -85,6 +103,7 @@ __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef*
 
 // grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
 // four rows (two of gate, two of up) share every activation chunk loaded.
+template <int WT>
 __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
                                    const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
                                    float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
@@ -110,7 +129,7 @@ __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* _
     }
   }
   float y[2 * kGateRows];
-  rows_dot_any<2 * kGateRows>(ref.wtype, w, sc, x, n_embd, vec, lane, y);
+  expert_rows_dot<WT, 2 * kGateRows>(ref.wtype, w, sc, x, n_embd, vec, lane, y);
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kGateRows; ++r)
@@ -121,6 +140,7 @@ __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* _
 }
 
 // The down rows i0 .. i0 + kDownRows - 1 of pair p's expert applied to act[p]: y[r].
+template <int WT>
 __device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __restrict__ a, int64_t i0,
                                           int64_t n_embd, int64_t n_ff, int lane, float (&y)[kDownRows]) {
   const DotType t = static_cast<DotType>(ref.wtype);
@@ -134,10 +154,11 @@ __device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __r
     w[r] = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
     sc[r] = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
   }
-  rows_dot_any<kDownRows>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
+  expert_rows_dot<WT, kDownRows>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
 }
 
 // grid (n_pairs, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (pair, embd rows i0..).
+template <int WT>
 __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
                                 const uint8_t* __restrict__ done, const float* __restrict__ act,
                                 float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
@@ -147,7 +168,7 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
   const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
   if (i0 >= n_embd) return;
   float y[kDownRows];
-  down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+  down_rows<WT>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kDownRows; ++r)
@@ -159,6 +180,7 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
 // decode token's 8 experts are read in parallel; the per-rank sums meet in shared memory and
 // are combined in rank order with the fmaf of moe_combine_done_kernel.
 // dynamic shared memory: k * kDownRows floats.
+template <int WT>
 __global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
@@ -169,7 +191,7 @@ __global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const f
   for (int64_t rank = warp; rank < k; rank += kExpertWarps) {
     const int64_t p = row * k + rank;
     float y[kDownRows];
-    down_rows(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+    down_rows<WT>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
     if (lane == 0)
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r) ys[rank * kDownRows + r] = y[r];
@@ -366,18 +388,55 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
   CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+template <int WT>
+void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
+                      float* pair_out, const MoeShape& shape, cudaStream_t st) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  const unsigned threads = kExpertWarps * 32;
+  moe_gate_up_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
+                           threads, 0, st>>>(h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_down_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
+                        threads, 0, st>>>(ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int WT>
+void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
+                              float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  const unsigned threads = kExpertWarps * 32;
+  // No done flags (null): every available pair is computed.
+  moe_gate_up_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
+                           threads, 0, st>>>(h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_down_combine_kernel<WT><<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)),
+                                threads, smem, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Runs the statement with WT, a constant, set to the shape's uniform weight type (-1: mixed).
+#define SLUICE_WITH_WTYPE(wtype, ...)                               \
+  switch (wtype) {                                                  \
+    case expert_f32: { constexpr int WT = expert_f32; __VA_ARGS__; } break;   \
+    case expert_f16: { constexpr int WT = expert_f16; __VA_ARGS__; } break;   \
+    case expert_bf16: { constexpr int WT = expert_bf16; __VA_ARGS__; } break; \
+    case expert_q8: { constexpr int WT = expert_q8; __VA_ARGS__; } break;     \
+    case expert_q4: { constexpr int WT = expert_q4; __VA_ARGS__; } break;     \
+    case expert_q2: { constexpr int WT = expert_q2; __VA_ARGS__; } break;     \
+    default: { constexpr int WT = -1; __VA_ARGS__; } break;                   \
+  }
+
+}  // namespace
+
 void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
                         float* pair_out, const MoeShape& shape, Stream s) {
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
   auto st = static_cast<cudaStream_t>(s);
-  const unsigned threads = kExpertWarps * 32;
-  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
-      h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
-  moe_down_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)), threads, 0, st>>>(
-      ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
+  SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st))
   moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -389,14 +448,7 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
   const size_t smem = static_cast<size_t>(shape.k) * kDownRows * sizeof(float);
   SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda moe: top-k ", shape.k, " too large");
   auto st = static_cast<cudaStream_t>(s);
-  const unsigned threads = kExpertWarps * 32;
-  // No done flags (null): every available pair is computed.
-  moe_gate_up_kernel<<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), threads, 0, st>>>(
-      h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
-  moe_down_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)), threads,
-                            smem, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
+  SLUICE_WITH_WTYPE(shape.wtype, launch_experts_combine_t<WT>(h, ids, weights, table, act, out, shape, smem, st))
 }
 
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,

@@ -43,6 +43,10 @@ struct MoeShape {
   int64_t n_embd = 0;    // model width: h and out columns
   int64_t n_ff = 0;      // expert width
   int64_t n_expert = 0;  // table entries
+  // The weight type every available expert has (ExpertWType), or expert_unavailable when
+  // they may differ: the per-pair kernels are then compiled for that type alone (fewer
+  // registers, more warps resident) instead of switching on each expert's type.
+  int32_t wtype = expert_unavailable;
 };
 
 // ids[n, k] (i32) and weights[n, k] (f32) = transformers' routing of logits[n, n_expert]:

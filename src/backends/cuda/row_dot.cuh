@@ -207,7 +207,9 @@ __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], 
   if (vec) {
     constexpr int E = dot_vec_elems<T>();
     const int64_t chunks = k / E;
-#pragma unroll 2
+    // About 8 rows' chunks in flight per lane (NW rows a step): a memory round trip each.
+    constexpr int kUnroll = NW >= 4 ? 2 : 8 / NW;
+#pragma unroll kUnroll
     for (int64_t c = lane + 32 * ks; c < chunks; c += step) {
       uint4 wv[NW];
 #pragma unroll
