@@ -278,9 +278,9 @@ TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {
 }
 
 TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
-  // One query row (attention_decode.cu): query heads per kv head 1, 3 (a bound of 4), 8 and
-  // 16; head dims 64, 128, 256; capacities far above the position (many splits, most empty)
-  // and at it; sliding windows inside one chunk and across splits.
+  // One query row (attention_decode.cu): query heads per kv head 1, 3, 8 and 16; head dims
+  // 64, 128, 256; capacities far above the position (many splits, most empty) and at it;
+  // sliding windows inside one chunk and across splits.
   Pair p;
   struct Case {
     int64_t hq, hkv, d, n_past, ctx, window;

@@ -8,7 +8,7 @@
 
 namespace sluice::cuda {
 
-constexpr int64_t kAttentionDecodeMaxKvHeads = 1024;  // counters the backend keeps
+constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // counters the backend keeps
 
 struct AttentionDecodeArgs {
   const float* q = nullptr;  // [1, hq, d]
@@ -16,7 +16,7 @@ struct AttentionDecodeArgs {
   const float* v = nullptr;  // [n_ctx, hkv, d]
   float* out = nullptr;      // [1, hq, d]
   float* partials = nullptr; // attention_decode_partial_floats(...) floats of scratch
-  int* counters = nullptr;   // [kAttentionDecodeMaxKvHeads] zero (each launch leaves them zero)
+  int* counters = nullptr;   // [kAttentionDecodeMaxHeads] zero (each launch leaves them zero)
   int64_t hq = 0, hkv = 0, d = 0;
   int64_t n_ctx = 0;         // the cache's capacity: sets the number of splits
   int64_t n_past = 0;        // the query's position, unless n_past_dev (device) is set
@@ -25,12 +25,12 @@ struct AttentionDecodeArgs {
   int64_t window = 0;        // 0: full causal
 };
 
-// Whether the split kernel serves these heads (head_dim 64, 128 or 256, hq / hkv up to 16,
-// registers permitting) and pointers (16-byte aligned).
+// Whether the split kernel serves these heads (head_dim 64, 128 or 256; up to
+// kAttentionDecodeMaxHeads query heads) and pointers (16-byte aligned).
 bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k, const void* v);
 // Splits per kv head for a cache of n_ctx positions (1..64: about one chunk of 32 keys a warp).
 int attention_decode_splits(int64_t n_ctx);
-int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
+int64_t attention_decode_partial_floats(int64_t hq, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 
 }  // namespace sluice::cuda

@@ -29,6 +29,7 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
                                         float* __restrict__ k_cache, float* __restrict__ v_cache,
                                         const int32_t* __restrict__ positions, int64_t n_past, int64_t nh, int64_t nkv,
                                         int64_t d) {
+  chained_kernel_entry();
   __shared__ float xs[kMaxDim];
   __shared__ float partial[kThreads / 32];
   const int64_t row = blockIdx.x, head = blockIdx.y;
@@ -90,9 +91,9 @@ void launch_attention_inputs(float* q, float* k, const float* v, const void* q_n
                ", rot ", rot);
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(nh + 2 * nkv));
-  attention_inputs_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(s)>>>(
-      q, k, v, q_norm, q_norm_wtype, k_norm, k_norm_wtype, eps, cos, sin, rot, interleaved, k_cache, v_cache, positions,
-      n_past, nh, nkv, d);
+  launch_chained(attention_inputs_kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(s), q, k, v, q_norm,
+                 q_norm_wtype, k_norm, k_norm_wtype, eps, cos, sin, rot, interleaved, k_cache, v_cache, positions, n_past,
+                 nh, nkv, d);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -35,6 +38,46 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with launch_chained may start
+// while the kernel before it on the stream is still running, so that its launch latency
+// (a few us, against decode kernels of a few us) overlaps the previous kernel instead of
+// following it. Such a kernel calls chained_kernel_entry() first, before it touches memory:
+// it waits there until the previous kernel finished and its writes are visible, then lets
+// the next kernel launch. In a kernel launched otherwise both are no-ops.
+__device__ __forceinline__ void chained_kernel_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether launch_chained chains (SLUICE_CUDA_PDL=0 turns it off, e.g. to compare).
+inline bool chained_launches_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLUICE_CUDA_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's
+// tail (the kernel must begin with chained_kernel_entry()).
+template <typename... Params, typename... Args>
+void launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                    Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = chained_launches_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

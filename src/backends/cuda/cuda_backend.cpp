@@ -54,7 +54,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   pool_ = std::make_shared<cuda::DevicePool>(device);
   if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   pinned_ = std::make_unique<cuda::PinnedRing>();
-  const size_t counter_bytes = cuda::kAttentionDecodeMaxKvHeads * sizeof(int);
+  const size_t counter_bytes = cuda::kAttentionDecodeMaxHeads * sizeof(int);
   attention_counters_ = device_alloc(counter_bytes, device);
   CUDA_CHECK(cudaMemset(attention_counters_.get(), 0, counter_bytes));
 }
@@ -240,7 +240,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
     // Decode: the context split over many blocks (attention_decode.cu).
-    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
+    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, d, n_ctx)});
     cuda::AttentionDecodeArgs a;
     a.q = q.ptr<float>();
     a.k = k.ptr<float>();

@@ -101,7 +101,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
   bool graphs_enabled_ = true;
   std::unique_ptr<cuda::PinnedRing> pinned_;
-  std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxKvHeads] i32, zero between launches
+  std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
 };
 
 }  // namespace sluice

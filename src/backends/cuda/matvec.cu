@@ -18,6 +18,7 @@ template <DotType T, int NX, int NW, int KS>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
                               int64_t row_bytes, int64_t scale_row_bytes, bool vec) {
+  chained_kernel_entry();
   __shared__ float part[kWarps][NX * NW];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / KS, ks = warp % KS;
@@ -65,8 +66,8 @@ template <DotType T, int NX, int NW, int KS>
 void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
                int64_t sb, bool vec, cudaStream_t st) {
   const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
-  matvec_kernel<T, NX, NW, KS><<<grid, kWarps * 32, 0, st>>>(
-      x, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
+  launch_chained(matvec_kernel<T, NX, NW, KS>, grid, dim3(kWarps * 32), 0, st, x, static_cast<const uint8_t*>(w),
+                 static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
 }
 
 // Decode (n = 1): large m, 4 weight rows per warp; 1024..8191 rows (attention projections),

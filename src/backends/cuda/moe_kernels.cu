@@ -28,6 +28,7 @@ constexpr int kDownRows = 4;     // embd rows per warp in down
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
 __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
                                    int32_t* __restrict__ ids, float* __restrict__ weights) {
+  chained_kernel_entry();
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
@@ -107,6 +108,7 @@ template <int WT>
 __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
                                    const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
                                    float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
+  chained_kernel_entry();
   const int64_t p = blockIdx.x;
   if (!pair_active(ids, table, done, p)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -162,6 +164,7 @@ template <int WT>
 __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
                                 const uint8_t* __restrict__ done, const float* __restrict__ act,
                                 float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
+  chained_kernel_entry();
   const int64_t p = blockIdx.x;
   if (!pair_active(ids, table, done, p)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -184,6 +187,7 @@ template <int WT>
 __global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
+  chained_kernel_entry();
   extern __shared__ float ys[];  // [k][kDownRows]
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -383,8 +387,8 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
   SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda router_topk: ", n_expert,
                " experts exceed the shared-memory softmax (at most ", 48 * 1024 / (4 * kRouterWarps), ")");
   if (n == 0) return;
-  router_topk_kernel<<<blocks_for(n, kRouterWarps), kRouterWarps * 32, smem, static_cast<cudaStream_t>(s)>>>(
-      logits, n, n_expert, k, norm_topk, ids, weights);
+  launch_chained(router_topk_kernel, dim3(blocks_for(n, kRouterWarps)), dim3(kRouterWarps * 32), smem,
+                 static_cast<cudaStream_t>(s), logits, n, n_expert, k, norm_topk, ids, weights);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -395,11 +399,13 @@ void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
   const int64_t pairs = shape.n_rows * shape.k;
   const unsigned threads = kExpertWarps * 32;
-  moe_gate_up_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
-                           threads, 0, st>>>(h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
+  launch_chained(moe_gate_up_kernel<WT>,
+                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), dim3(threads),
+                 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  moe_down_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
-                        threads, 0, st>>>(ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
+  launch_chained(moe_down_kernel<WT>,
+                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)), dim3(threads),
+                 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -409,11 +415,12 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
   const int64_t pairs = shape.n_rows * shape.k;
   const unsigned threads = kExpertWarps * 32;
   // No done flags (null): every available pair is computed.
-  moe_gate_up_kernel<WT><<<dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
-                           threads, 0, st>>>(h, ids, table, nullptr, act, shape.k, shape.n_embd, shape.n_ff);
+  launch_chained(moe_gate_up_kernel<WT>,
+                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), dim3(threads),
+                 0, st, h, ids, table, static_cast<const uint8_t*>(nullptr), act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  moe_down_combine_kernel<WT><<<dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)),
-                                threads, smem, st>>>(ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  launch_chained(moe_down_combine_kernel<WT>, dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)),
+                 dim3(threads), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,6 +12,7 @@ constexpr int kThreads = 256;
 template <WType T>
 __global__ void rms_norm_kernel(float* x, const float* __restrict__ add, const void* __restrict__ w, float* y,
                                 int64_t cols, float eps) {
+  chained_kernel_entry();
   __shared__ float partial[kThreads / 32];
   float* xr = x + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
@@ -52,9 +53,18 @@ void launch_add_rms_norm(float* x, const float* add, const void* w, int wtype, f
   if (rows == 0) return;
   auto st = static_cast<cudaStream_t>(s);
   switch (static_cast<WType>(wtype)) {
-    case WType::f32: rms_norm_kernel<WType::f32><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
-    case WType::f16: rms_norm_kernel<WType::f16><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
-    case WType::bf16: rms_norm_kernel<WType::bf16><<<rows, kThreads, 0, st>>>(x, add, w, y, cols, eps); break;
+    case WType::f32:
+      launch_chained(rms_norm_kernel<WType::f32>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, st, x, add, w, y,
+                     cols, eps);
+      break;
+    case WType::f16:
+      launch_chained(rms_norm_kernel<WType::f16>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, st, x, add, w, y,
+                     cols, eps);
+      break;
+    case WType::bf16:
+      launch_chained(rms_norm_kernel<WType::bf16>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, st, x, add, w, y,
+                     cols, eps);
+      break;
   }
   CUDA_CHECK(cudaGetLastError());
 }
