@@ -103,11 +103,37 @@ __device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_
   }
 }
 
-// The dot of one 16-byte weight chunk (chunk c of its row; srow: the row's scales) with the
+// The scales of one 16-byte weight chunk, loaded together with the chunk (so that their load
+// is in flight with the weights', not issued when the sums need them): q8 the row's scale,
+// q4 the group's scale, q2 four (scale, min) pairs; nothing for the float kinds.
+template <DotType T>
+struct ChunkScale {
+  float v[T == DotType::q8 || T == DotType::q4 ? 1 : T == DotType::q2 ? 8 : 1] = {};
+};
+template <DotType T>
+__device__ __forceinline__ ChunkScale<T> load_chunk_scale(const uint8_t* __restrict__ srow, int64_t c) {
+  ChunkScale<T> cs;
+  if constexpr (T == DotType::q8) {
+    cs.v[0] = __ldg(reinterpret_cast<const float*>(srow));
+  } else if constexpr (T == DotType::q4) {
+    cs.v[0] = __half2float(reinterpret_cast<const __half*>(srow)[c]);
+  } else if constexpr (T == DotType::q2) {
+    const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const float2 f = __half22float2(sm[g]);
+      cs.v[2 * g] = f.x;
+      cs.v[2 * g + 1] = f.y;
+    }
+  }
+  return cs;
+}
+
+// The dot of one 16-byte weight chunk (sc: its scales, load_chunk_scale) with the
 // activations xr. Quantized kinds sum q * x per group and apply the group's scale (and min)
 // once: the same weights, summed in another order.
 template <DotType T>
-__device__ __forceinline__ float chunk_dot(const uint4 wv, const uint8_t* __restrict__ srow, int64_t c,
+__device__ __forceinline__ float chunk_dot(const uint4 wv, const ChunkScale<T>& sc,
                                            const float (&xr)[dot_vec_elems<T>()]) {
   const uint32_t w32[4] = {wv.x, wv.y, wv.z, wv.w};
   float acc = 0.0f;
@@ -133,7 +159,7 @@ __device__ __forceinline__ float chunk_dot(const uint4 wv, const uint8_t* __rest
       acc = fmaf(byte_f<2>(v) - (kTwo23 + 128.0f), xr[4 * i + 2], acc);
       acc = fmaf(byte_f<3>(v) - (kTwo23 + 128.0f), xr[4 * i + 3], acc);
     }
-    acc *= *reinterpret_cast<const float*>(srow);
+    acc *= sc.v[0];
   } else if constexpr (T == DotType::q4) {
     // One group of 32: byte j holds element 2j (low nibble) and 2j+1 (high nibble); w = (q - 8) d.
 #pragma unroll
@@ -148,14 +174,13 @@ __device__ __forceinline__ float chunk_dot(const uint4 wv, const uint8_t* __rest
       acc = fmaf(byte_f<3>(lo) - (kTwo23 + 8.0f), xr[8 * i + 6], acc);
       acc = fmaf(byte_f<3>(hi) - (kTwo23 + 8.0f), xr[8 * i + 7], acc);
     }
-    acc *= __half2float(reinterpret_cast<const __half*>(srow)[c]);
+    acc *= sc.v[0];
   } else {
     // Four groups of 16: byte j holds elements 4j..4j+3 in bits 0-1, 2-3, 4-5, 6-7;
     // w = q scale + min, so the group's dot is scale * sum(q x) + min * sum(x).
-    const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      const float2 s = __half22float2(sm[g]);  // (scale, min)
+      const float2 s = make_float2(sc.v[2 * g], sc.v[2 * g + 1]);  // (scale, min)
       const float* xg = xr + 16 * g;
       float qx = 0.0f, sx = 0.0f;
 #pragma unroll
@@ -212,14 +237,18 @@ __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], 
 #pragma unroll kUnroll
     for (int64_t c = lane + 32 * ks; c < chunks; c += step) {
       uint4 wv[NW];
+      ChunkScale<T> sv[NW];
 #pragma unroll
-      for (int r = 0; r < NW; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + c);
+      for (int r = 0; r < NW; ++r) {
+        wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + c);
+        sv[r] = load_chunk_scale<T>(s[r], c);
+      }
 #pragma unroll
       for (int i = 0; i < NX; ++i) {
         float xr[E];
         load_x_chunk<T>(x + i * ldx, c, xr);
 #pragma unroll
-        for (int r = 0; r < NW; ++r) acc[i][r] += chunk_dot<T>(wv[r], s[r], c, xr);
+        for (int r = 0; r < NW; ++r) acc[i][r] += chunk_dot<T>(wv[r], sv[r], xr);
       }
     }
   } else {
