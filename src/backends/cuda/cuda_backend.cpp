@@ -1,7 +1,9 @@
 // CudaBackend: memory, transfers and the op entry points (shape checks, then a launcher).
 #include "backends/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backends/cuda/attention_decode.h"
@@ -62,6 +64,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   pinned_.reset();
+  if (readback_) cudaFreeHost(readback_);
   pool_->release_cached();  // blocks still owned by tensors return to the pool, freed with it
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -91,7 +94,24 @@ Tensor CudaBackend::upload(const Tensor& host) {
 
 void CudaBackend::to_host(const Tensor& src, void* dst) {
   SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: to_host while capturing a graph");
-  CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  const size_t bytes = src.nbytes();
+  if (bytes > 0 && bytes <= kReadbackMax) {
+    if (bytes > readback_bytes_) {
+      if (readback_) cudaFreeHost(readback_);
+      readback_ = nullptr;
+      readback_bytes_ = 0;
+      const size_t want = std::max<size_t>(bytes, size_t{1} << 20);
+      if (cudaHostAlloc(&readback_, want, cudaHostAllocDefault) == cudaSuccess) readback_bytes_ = want;
+      else readback_ = nullptr;  // no page-locked memory to spare: the pageable copy below
+    }
+    if (readback_) {
+      CUDA_CHECK(cudaMemcpyAsync(readback_, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::memcpy(dst, readback_, bytes);
+      return;
+    }
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

@@ -101,6 +101,11 @@ class CudaBackend final : public Backend {
   std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
   bool graphs_enabled_ = true;
   std::unique_ptr<cuda::PinnedRing> pinned_;
+  // Page-locked bounce buffer of to_host (up to kReadbackMax bytes): a decode token's logits
+  // come back at copy-engine speed, not through the driver's pageable staging.
+  static constexpr size_t kReadbackMax = size_t{64} << 20;
+  void* readback_ = nullptr;
+  size_t readback_bytes_ = 0;
   std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
 };
 
