@@ -23,6 +23,16 @@ constexpr int kRouterWarps = 4;  // rows per router block
 constexpr int kExpertWarps = 8;  // warps per expert block
 constexpr int kGateRows = 2;     // ff rows per warp in gate/up (4 weight rows with up)
 constexpr int kDownRows = 4;     // embd rows per warp in down
+// A decode token's 8 pairs make 384 gate/up blocks of 256 threads; at 96 registers a thread 2
+// blocks fit an SM (264 on an H200) and the last ones ran as a second wave. Compiled for 3 an
+// SM (80 registers, no spills) they run in one; q2 and the mixed-type variant would spill
+// there and keep 2. Down + combine: 8 rows a block, 256 blocks, one wave at 2 an SM (at most
+// 128 registers; q4 spills 60 bytes); q2 and mixed would spill there and keep 4 rows and the
+// compiler's choice of registers.
+template <int WT>
+constexpr int gate_up_blocks_per_sm() {
+  return WT == expert_q2 || WT < 0 ? 2 : 3;
+}
 
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
@@ -105,7 +115,7 @@ __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef*
 // grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
 // four rows (two of gate, two of up) share every activation chunk loaded.
 template <int WT>
-__global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
+__global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()) moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
                                    const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
                                    float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
   chained_kernel_entry();
@@ -142,21 +152,22 @@ __global__ void moe_gate_up_kernel(const float* __restrict__ h, const int32_t* _
 }
 
 // The down rows i0 .. i0 + kDownRows - 1 of pair p's expert applied to act[p]: y[r].
-template <int WT>
+// Per-row sums do not depend on DR (each row's chunks are summed in the same order).
+template <int WT, int DR>
 __device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __restrict__ a, int64_t i0,
-                                          int64_t n_embd, int64_t n_ff, int lane, float (&y)[kDownRows]) {
+                                          int64_t n_embd, int64_t n_ff, int lane, float (&y)[DR]) {
   const DotType t = static_cast<DotType>(ref.wtype);
   const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
   const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
-  const uint8_t* w[kDownRows];
-  const uint8_t* sc[kDownRows];
+  const uint8_t* w[DR];
+  const uint8_t* sc[DR];
 #pragma unroll
-  for (int r = 0; r < kDownRows; ++r) {
+  for (int r = 0; r < DR; ++r) {
     const int64_t i = i0 + r < n_embd ? i0 + r : n_embd - 1;
     w[r] = static_cast<const uint8_t*>(ref.data[2]) + i * rb;
     sc[r] = ref.scales[2] ? static_cast<const uint8_t*>(ref.scales[2]) + i * sb : nullptr;
   }
-  expert_rows_dot<WT, kDownRows>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
+  expert_rows_dot<WT, DR>(ref.wtype, w, sc, a, n_ff, vec, lane, y);
 }
 
 // grid (n_pairs, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (pair, embd rows i0..).
@@ -171,40 +182,45 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
   const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kDownRows;
   if (i0 >= n_embd) return;
   float y[kDownRows];
-  down_rows<WT>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+  down_rows<WT, kDownRows>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kDownRows; ++r)
       if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
 }
 
-// grid (n_rows, ceil(n_embd / kDownRows)); block -> (row, embd rows i0 .. i0 + kDownRows - 1),
+// grid (n_rows, ceil(n_embd / kCombineRows)); block -> (row, embd rows i0 .. i0 + kCombineRows - 1),
 // its warps splitting the row's k ranks (warp w: ranks w, w + kExpertWarps, ...), so that a
 // decode token's 8 experts are read in parallel; the per-rank sums meet in shared memory and
 // are combined in rank order with the fmaf of moe_combine_done_kernel.
-// dynamic shared memory: k * kDownRows floats.
+// dynamic shared memory: k * kCombineRows floats.
 template <int WT>
-__global__ void moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
+constexpr int combine_rows() {
+  return WT == expert_q2 || WT < 0 ? kDownRows : 8;
+}
+
+template <int WT, int kCombineRows = combine_rows<WT>()>
+__global__ void __launch_bounds__(kExpertWarps * 32, kCombineRows == 8 ? 2 : 1) moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
   chained_kernel_entry();
-  extern __shared__ float ys[];  // [k][kDownRows]
+  extern __shared__ float ys[];  // [k][kCombineRows]
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kDownRows;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kCombineRows;
   for (int64_t rank = warp; rank < k; rank += kExpertWarps) {
     const int64_t p = row * k + rank;
-    float y[kDownRows];
-    down_rows<WT>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
+    float y[kCombineRows];
+    down_rows<WT, kCombineRows>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
     if (lane == 0)
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) ys[rank * kDownRows + r] = y[r];
+      for (int r = 0; r < kCombineRows; ++r) ys[rank * kCombineRows + r] = y[r];
   }
   __syncthreads();
-  if (threadIdx.x < kDownRows && i0 + threadIdx.x < n_embd) {
+  if (threadIdx.x < kCombineRows && i0 + threadIdx.x < n_embd) {
     float acc = 0.0f;
     for (int64_t rank = 0; rank < k; ++rank)
-      acc = fmaf(weights[row * k + rank], ys[rank * kDownRows + threadIdx.x], acc);  // as moe_combine_done_kernel
+      acc = fmaf(weights[row * k + rank], ys[rank * kCombineRows + threadIdx.x], acc);  // as moe_combine_done_kernel
     out[row * n_embd + i0 + threadIdx.x] = acc;
   }
 }
@@ -419,8 +435,9 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
                  dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), dim3(threads),
                  0, st, h, ids, table, static_cast<const uint8_t*>(nullptr), act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
-  launch_chained(moe_down_combine_kernel<WT>, dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kDownRows)),
-                 dim3(threads), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  launch_chained(moe_down_combine_kernel<WT>,
+                 dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())), dim3(threads),
+                 smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -452,7 +469,7 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
                                 float* act, float* out, const MoeShape& shape, Stream s) {
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
-  const size_t smem = static_cast<size_t>(shape.k) * kDownRows * sizeof(float);
+  const size_t smem = static_cast<size_t>(shape.k) * 8 * sizeof(float);  // the most rows of combine_rows
   SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda moe: top-k ", shape.k, " too large");
   auto st = static_cast<cudaStream_t>(s);
   SLUICE_WITH_WTYPE(shape.wtype, launch_experts_combine_t<WT>(h, ids, weights, table, act, out, shape, smem, st))
