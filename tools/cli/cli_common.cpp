@@ -164,9 +164,7 @@ Session open_session(const ModelOptions& opt) {
     lo.ngram_tables.io_timeout = lo.streaming->io_timeout;
   }
   Session s;
-  // Streaming on CUDA is opt-in (--backend cuda) until its GPU tests pass every time (issue 5:
-  // one of them failed in the last H200 run); "auto" streams on the CPU.
-  s.backend = make_backend(lo.streaming && opt.backend == "auto" ? std::string("cpu") : opt.backend);
+  s.backend = make_backend(opt.backend);
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }
