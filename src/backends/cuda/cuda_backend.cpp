@@ -58,7 +58,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   pinned_ = std::make_unique<cuda::PinnedRing>();
   const size_t counter_bytes = cuda::kAttentionDecodeMaxHeads * sizeof(int);
   attention_counters_ = device_alloc(counter_bytes, device);
-  CUDA_CHECK(cudaMemset(attention_counters_.get(), 0, counter_bytes));
+  CUDA_CHECK(cudaMemsetAsync(attention_counters_.get(), 0, counter_bytes, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 CudaBackend::~CudaBackend() {
@@ -83,11 +84,15 @@ Tensor CudaBackend::upload(const Tensor& host) {
   const size_t scale_offset = (data_bytes + 15) / 16 * 16;  // kernels load scales as f32 / half2
   auto mem = device_alloc(scale_offset + scale_bytes, device_);
   t.data = mem.get();
-  CUDA_CHECK(cudaMemcpy(t.data, host.data, data_bytes, cudaMemcpyHostToDevice));
+  // On the backend's stream (non-blocking: plain cudaMemcpy runs on the legacy stream, which
+  // it does not wait for, and a pageable copy returns before its DMA has landed), then wait,
+  // since the caller may free `host` at once.
+  CUDA_CHECK(cudaMemcpyAsync(t.data, host.data, data_bytes, cudaMemcpyHostToDevice, stream_));
   if (scale_bytes) {
     t.scales = static_cast<char*>(t.data) + scale_offset;
-    CUDA_CHECK(cudaMemcpy(t.scales, host.scales, scale_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(t.scales, host.scales, scale_bytes, cudaMemcpyHostToDevice, stream_));
   }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   t.storage = std::move(mem);
   return t;
 }
@@ -229,14 +234,16 @@ Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {
   if (scale_bytes) all.scales = static_cast<char*>(all.data) + scale_offset;
   size_t data_at = 0, scale_at = 0;
   for (const Tensor& t : parts) {
-    CUDA_CHECK(cudaMemcpy(static_cast<char*>(all.data) + data_at, t.data, t.nbytes(), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(all.data) + data_at, t.data, t.nbytes(), cudaMemcpyDeviceToDevice,
+                               stream_));
     data_at += t.nbytes();
     if (scale_bytes) {
-      CUDA_CHECK(cudaMemcpy(static_cast<char*>(all.scales) + scale_at, t.scales, t.scale_nbytes(),
-                            cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(all.scales) + scale_at, t.scales, t.scale_nbytes(),
+                                 cudaMemcpyDeviceToDevice, stream_));
       scale_at += t.scale_nbytes();
     }
   }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the parts may be freed once this returns
   all.storage = std::move(mem);
   return all;
 }
