@@ -37,27 +37,23 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
   SLUICE_CHECK(n_past + n <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + n,
                " tokens exceed the context size ", kv.k.shape[0]);
   Tensor q3 = q.reshape({n, nh, hd}), k3 = k.reshape({n, nkv, hd}), v3 = v.reshape({n, nkv, hd});
-  if (spec.qk_norm != QkNorm::whole && !spec.clip_qkv) {
-    // Norms, rotary and the cache append in one op (one kernel on CUDA).
-    const bool per_head = spec.qk_norm == QkNorm::per_head;
-    be.attention_inputs(q3, k3, v3, per_head ? w.q_norm : Tensor{}, per_head ? w.k_norm : Tensor{}, spec.norm_eps,
-                        cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, n_past, positions);
-  } else {
-    if (spec.qk_norm == QkNorm::whole) {
-      be.rms_norm(q, w.q_norm, spec.norm_eps, q);
-      be.rms_norm(k, w.k_norm, spec.norm_eps, k);
-    } else if (spec.qk_norm == QkNorm::per_head) {
-      be.rms_norm(q.reshape({n * nh, hd}), w.q_norm, spec.norm_eps, q.reshape({n * nh, hd}));
-      be.rms_norm(k.reshape({n * nkv, hd}), w.k_norm, spec.norm_eps, k.reshape({n * nkv, hd}));
-    }
-    if (spec.clip_qkv) {
-      be.clamp(q, -*spec.clip_qkv, *spec.clip_qkv);
-      be.clamp(k, -*spec.clip_qkv, *spec.clip_qkv);
-      be.clamp(v, -*spec.clip_qkv, *spec.clip_qkv);
-    }
-    be.attention_inputs(q3, k3, v3, Tensor{}, Tensor{}, spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k,
-                        kv.v, n_past, positions);
+  // Per-head norms go into attention_inputs (with rotary and the cache append: one kernel on
+  // CUDA) unless the values are clipped between the norm and the rotary.
+  const bool norms_inside = spec.qk_norm == QkNorm::per_head && !spec.clip_qkv;
+  if (spec.qk_norm == QkNorm::whole) {
+    be.rms_norm(q, w.q_norm, spec.norm_eps, q);
+    be.rms_norm(k, w.k_norm, spec.norm_eps, k);
+  } else if (spec.qk_norm == QkNorm::per_head && !norms_inside) {
+    be.rms_norm(q.reshape({n * nh, hd}), w.q_norm, spec.norm_eps, q.reshape({n * nh, hd}));
+    be.rms_norm(k.reshape({n * nkv, hd}), w.k_norm, spec.norm_eps, k.reshape({n * nkv, hd}));
   }
+  if (spec.clip_qkv) {
+    be.clamp(q, -*spec.clip_qkv, *spec.clip_qkv);
+    be.clamp(k, -*spec.clip_qkv, *spec.clip_qkv);
+    be.clamp(v, -*spec.clip_qkv, *spec.clip_qkv);
+  }
+  be.attention_inputs(q3, k3, v3, norms_inside ? w.q_norm : Tensor{}, norms_inside ? w.k_norm : Tensor{},
+                      spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, n_past, positions);
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
   AttentionParams params;
   params.n_past = n_past;
