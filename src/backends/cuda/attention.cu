@@ -187,11 +187,6 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
 
 }  // namespace
 
-void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
-                      int64_t d, int64_t n_past, float scale, int64_t window, Stream s) {
-  launch_attention_at(q, k, v, out, n, hq, hkv, d, n_past, nullptr, scale, window, s);
-}
-
 void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
                          int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
                          int64_t window, Stream s) {

@@ -33,11 +33,8 @@ void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t c
 // x[n, heads, d] in place; cos/sin [n, rot/2].
 void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_t heads, int64_t d, int64_t rot,
                  bool interleaved, Stream s);
-// q [n, hq, d], k/v [ctx, hkv, d], out [n, hq, d].
-void launch_attention(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq, int64_t hkv,
-                      int64_t d, int64_t n_past, float scale, int64_t window, Stream s);
-// The same with n_past_dev: null, or device memory whose value replaces n_past when the
-// kernel runs (captured graphs).
+// q [n, hq, d], k/v [ctx, hkv, d], out [n, hq, d]. n_past_dev: null, or device memory whose
+// value replaces n_past when the kernel runs (captured graphs).
 void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
                          int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
                          int64_t window, Stream s);
