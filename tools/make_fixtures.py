@@ -263,8 +263,12 @@ def router_margins(model, k: int):
 
 def qsa_margins(model):
     """Hooks on every QSA indexer (qwen4_exp). For each query that has more complete blocks
-    than it may keep, records score_k - score_k+1 of its block scores, recomputed here as the
-    indexer computes them (a tie there would make the kept blocks implementation-defined)."""
+    than it may keep, records (margin, tie): recomputing the block scores as the indexer does,
+    margin is the smallest gap a rounding could close and so change the kept blocks. Normally
+    score_k - score_k+1; when blocks tie at exactly zero (relu of all-negative dot products)
+    across the k-th place (tie = True), torch.topk's own rule picks among them (sluice follows
+    it, core/torch_topk.h), and the margin is how close a zero score is to becoming positive
+    or a positive one to becoming zero."""
     margins, hooks = [], []
     for name, mod in model.named_modules():
         if not name.endswith(".indexer") or not hasattr(mod, "index_qk_proj"):
@@ -279,7 +283,7 @@ def qsa_margins(model):
             q, tk = torch.split(qk, [m.index_n_heads * hd, m.index_kv_heads * hd], dim=-1)
             q = m.q_layernorm(q.reshape(b, n, -1, hd))
             q = _rope(q, cos=cos[:, -n:], sin=sin[:, -n:], unsqueeze_dim=2)
-            keys = tk.reshape(b, n, hd)  # a fresh cache: the raw keys are this pass's
+            keys = tk.reshape(b, n, hd)
             vis = mask if mask.dtype == torch.bool else mask == 0
             for qi in range(n):
                 idx = torch.nonzero(vis[0, 0, qi]).flatten()
@@ -291,11 +295,19 @@ def qsa_margins(model):
                 starts = blocks[:, 0]
                 bk = _rope(pooled.unsqueeze(1), cos=cos[0].index_select(0, starts),
                            sin=sin[0].index_select(0, starts)).squeeze(1)
-                sc = torch.relu((q[0, qi].float() @ bk.float().T).T).sum(-1) / math.sqrt(hd)
+                dots = (q[0, qi].double() @ bk.double().T).T  # [nb, heads]
+                sc = torch.relu(dots).sum(-1) / math.sqrt(hd)
                 srt = torch.sort(sc, descending=True).values
-                margins.append(float(srt[k - 1] - srt[k]))
+                if srt[k - 1] > 0:
+                    margins.append((float(srt[k - 1] - srt[k]), False))
+                else:  # a tie at zero across the k-th place: torch's rule picks; keep zeros zero
+                    pos = sc[sc > 0]
+                    zero_dots = dots[sc == 0].max(-1).values
+                    ms = [float(pos.min()) if pos.numel() else 1.0, float(-zero_dots.max()) if zero_dots.numel() else 1.0]
+                    margins.append((min(ms), True))
         hooks.append(mod.register_forward_hook(hook))
     return margins, hooks
+
 
 
 # Which gated-delta-rule implementation computed the reference: transformers uses the
@@ -398,7 +410,7 @@ def measure_seed(name: str, seed: int, prompt_ids, tok):
     for h in hooks + qhooks:
         h.remove()
     m = min(margins) if margins else 1.0
-    qm = min(qmargins) if qmargins else 1.0
+    qm = min(m for m, _ in qmargins) if qmargins else 1.0
     score = min(m, qm)
     if max(cont) >= tok.get_vocab_size():  # a continuation the tokenizer cannot print
         score = -1.0

