@@ -26,6 +26,25 @@ void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
 }
 
+void Backend::sample(const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
+                     const Tensor& ids) {
+  const int64_t n = logits.rows(), V = logits.cols();
+  SLUICE_CHECK(logits.dtype == DType::f32 && logits.ndim == 2 && uniform.dtype == DType::i64 &&
+                   ids.dtype == DType::i32 && uniform.numel() == n && ids.numel() == n && n_valid > 0 && n_valid <= V,
+               Status::internal, name(), " sample: logits ", logits.shape_str(), ", n_valid ", n_valid, ", uniform ",
+               uniform.shape_str(), ", ids ", ids.shape_str());
+  std::vector<float> host(static_cast<size_t>(n * V));
+  std::vector<int64_t> draws(static_cast<size_t>(n));
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  to_host(logits, host.data());
+  to_host(uniform, draws.data());
+  SampleScratch scratch;
+  for (int64_t r = 0; r < n; ++r)
+    out[r] = sample_row(std::span<const float>(host).subspan(r * V, n_valid), rule,
+                        static_cast<double>(draws[r]) * 0x1p-53, scratch);
+  from_host(ids, out.data());
+}
+
 void Backend::get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out) {
   SLUICE_CHECK(ids.dtype == DType::i32, Status::internal, name(), " get_rows_at: ids must be i32");
   std::vector<int32_t> host(static_cast<size_t>(ids.numel()));

@@ -15,6 +15,7 @@
 
 #include "backends/expert_weights.h"
 #include "backends/tensor.h"
+#include "core/sampling.h"
 
 namespace sluice {
 
@@ -210,7 +211,8 @@ class Backend {
   // [b c, (b + 1) c); it is complete for p when (b + 1) c <= p + 1, so p has m = (p + 1) / c
   // complete blocks. When m > block_topk each block b < m scores
   //   (sum over heads h of relu(q[i, h, :] . block_keys[b, :])) / sqrt(d)
-  // and the block_topk best are kept (equal scores: the lower block first); else all m are.
+  // and the block_topk best are kept (equal scores: the blocks torch.topk keeps on the CPU,
+  // core/torch_topk.h, as transformers' indexer does); else all m are.
   // idx[i, :] = the kept blocks' tokens and the tail [m c, p], ascending, then -1 to the end.
   // q [n, n_head, d]; block_keys [>= (n_past + n) / c, d]; idx i32 [n, block_topk c + c - 1].
   virtual void qsa_select(const Tensor& q, const Tensor& block_keys, const Tensor& idx, const QsaParams& params) = 0;
@@ -219,6 +221,15 @@ class Backend {
   // over the listed keys). q, out [n, n_head, d]; k, v [n_ctx, n_kv_head, d]; idx [n, m].
   virtual void attention_indexed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& idx,
                                  const Tensor& out, float scale) = 0;
+
+  // ---- sampling ----
+  // The next token of each row of logits [n, >= n_valid] f32 under `rule` (core/sampling.h:
+  // greedy, temperature, top-k, top-p; only ids < n_valid are drawn). uniform: i64 [n], each
+  // a draw u * 2^53 in [0, 2^53) (unused when greedy); ids: i32 [n] out, -1 for a row that
+  // holds NaN or +inf. The default runs core/sampling.h on the host; CUDA samples on the
+  // device, so that a decode step returns a token id and not a row of logits.
+  virtual void sample(const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
+                      const Tensor& ids);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

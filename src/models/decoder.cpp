@@ -16,7 +16,17 @@ struct DecoderState : SequenceState {
   Tensor step_token, step_pos;    // i32 [1]: the token and its position, written before a replay
   Tensor step_logits;             // [1, n_vocab] f32
   std::unique_ptr<BackendGraph> step_graph;
+  // The step that ends in a draw (forward_sample): its uniform number (i64 [1], written before
+  // a replay), the drawn token (i32 [1]), and the rule its graph was captured with.
+  Tensor step_draw, step_next;
+  std::unique_ptr<BackendGraph> sample_graph;
+  SampleRule sample_rule;
+  int64_t sample_n_valid = 0;
 };
+
+bool same_rule(const SampleRule& a, const SampleRule& b) {
+  return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p;
+}
 
 }  // namespace
 
@@ -46,6 +56,8 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
     st->step_token = be_.alloc(DType::i32, {1});
     st->step_pos = be_.alloc(DType::i32, {1});
     st->step_logits = be_.alloc(DType::f32, {1, spec_.info.n_vocab});
+    st->step_draw = be_.alloc(DType::i64, {1});
+    st->step_next = be_.alloc(DType::i32, {1});
   }
   return st;
 }
@@ -64,41 +76,9 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   check_forward_inputs(tokens, state, logits, all_logits);
 
   if (n == 1 && step_graph_eligible()) {
-    // One decode token: replay the captured step (captured at the first such call). Only
-    // the token and its position go to the device; only the logits come back.
-    if (state.rope_cos.empty()) {
-      std::vector<int64_t> pos(static_cast<size_t>(state.n_ctx));
-      for (int64_t i = 0; i < state.n_ctx; ++i) pos[i] = i;
-      std::vector<float> cos_h, sin_h;
-      rope_tables(spec_.rope, pos, cos_h, sin_h);
-      const int64_t half = spec_.rope.rot_dim / 2;
-      state.rope_cos = be_.alloc(DType::f32, {state.n_ctx, half});
-      state.rope_sin = be_.alloc(DType::f32, {state.n_ctx, half});
-      be_.from_host(state.rope_cos, cos_h.data());
-      be_.from_host(state.rope_sin, sin_h.data());
-    }
-    const int32_t pos = static_cast<int32_t>(state.n_past);
-    be_.from_host(state.step_token, tokens.data());
-    be_.from_host(state.step_pos, &pos);
-    if (!state.step_graph) {
-      be_.graph_begin();
-      try {
-        const int64_t half = spec_.rope.rot_dim / 2;
-        Tensor x = be_.alloc(DType::f32, {1, d});
-        be_.get_rows_at(w_.tok_embd, state.step_token, x);
-        Tensor cos = be_.alloc(DType::f32, {1, half}), sin = be_.alloc(DType::f32, {1, half});
-        be_.get_rows_at(state.rope_cos, state.step_pos, cos);
-        be_.get_rows_at(state.rope_sin, state.step_pos, sin);
-        forward_layers(state, x, cos, sin, state.step_pos);
-        final_logits(x, state.step_logits);
-      } catch (...) {
-        be_.graph_end();  // ends the capture; the partial graph is dropped
-        throw;
-      }
-      state.step_graph = be_.graph_end();
-    }
-    be_.graph_launch(*state.step_graph);
-    state.n_past += 1;
+    // One decode token: replay the captured step. Only the token and its position go to the
+    // device; only the logits come back.
+    replay_step(state, tokens[0], nullptr, 0);
     be_.to_host(state.step_logits, logits.data());
     return;
   }
@@ -114,6 +94,66 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   final_logits(xs, out);
   be_.to_host(out, logits.data());
   if (expert_provider_) expert_provider_->forward_done();
+}
+
+int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, const SampleRule& rule,
+                                     int64_t n_valid, int64_t draw53) {
+  if (!step_graph_eligible()) return Model::forward_sample(token, state_base, rule, n_valid, draw53);
+  auto& state = static_cast<DecoderState&>(state_base);
+  check_step_inputs(std::span<const int32_t>(&token, 1), state);
+  SLUICE_CHECK(n_valid > 0 && n_valid <= spec_.info.n_vocab, Status::invalid_argument, "forward_sample: n_valid ",
+               n_valid, " outside [1, ", spec_.info.n_vocab, "]");
+  be_.from_host(state.step_draw, &draw53);
+  replay_step(state, token, &rule, n_valid);
+  int32_t next = -1;
+  be_.to_host(state.step_next, &next);
+  return next;
+}
+
+void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const SampleRule* rule, int64_t n_valid) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t d = spec_.info.n_embd;
+  if (state.rope_cos.empty()) {  // the rotary tables of every position, once per state
+    std::vector<int64_t> pos(static_cast<size_t>(state.n_ctx));
+    for (int64_t i = 0; i < state.n_ctx; ++i) pos[i] = i;
+    std::vector<float> cos_h, sin_h;
+    rope_tables(spec_.rope, pos, cos_h, sin_h);
+    const int64_t half = spec_.rope.rot_dim / 2;
+    state.rope_cos = be_.alloc(DType::f32, {state.n_ctx, half});
+    state.rope_sin = be_.alloc(DType::f32, {state.n_ctx, half});
+    be_.from_host(state.rope_cos, cos_h.data());
+    be_.from_host(state.rope_sin, sin_h.data());
+  }
+  const int32_t pos = static_cast<int32_t>(state.n_past);
+  be_.from_host(state.step_token, &token);
+  be_.from_host(state.step_pos, &pos);
+  std::unique_ptr<BackendGraph>& graph = rule ? state.sample_graph : state.step_graph;
+  if (rule && graph && !(same_rule(*rule, state.sample_rule) && n_valid == state.sample_n_valid))
+    graph.reset();  // captured for another rule: capture again
+  if (!graph) {
+    be_.graph_begin();
+    try {
+      const int64_t half = spec_.rope.rot_dim / 2;
+      Tensor x = be_.alloc(DType::f32, {1, d});
+      be_.get_rows_at(w_.tok_embd, state.step_token, x);
+      Tensor cos = be_.alloc(DType::f32, {1, half}), sin = be_.alloc(DType::f32, {1, half});
+      be_.get_rows_at(state.rope_cos, state.step_pos, cos);
+      be_.get_rows_at(state.rope_sin, state.step_pos, sin);
+      forward_layers(state, x, cos, sin, state.step_pos);
+      final_logits(x, state.step_logits);
+      if (rule) be_.sample(state.step_logits, n_valid, *rule, state.step_draw, state.step_next);
+    } catch (...) {
+      be_.graph_end();  // ends the capture; the partial graph is dropped
+      throw;
+    }
+    graph = be_.graph_end();
+    if (rule) {
+      state.sample_rule = *rule;
+      state.sample_n_valid = n_valid;
+    }
+  }
+  be_.graph_launch(*graph);
+  state.n_past += 1;
 }
 
 void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -48,6 +48,10 @@ class DecoderModel : public Model {
   std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
+  // On a backend with graphs the step and the draw are one replayed graph; only the token id
+  // comes back.
+  int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
+                         int64_t draw53) override;
 
   const DecoderSpec& spec() const { return spec_; }
 
@@ -60,6 +64,9 @@ class DecoderModel : public Model {
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.
   bool step_graph_eligible() const;
+  // Replays the one-token step of `token` (capturing its graph first if needed); with a rule,
+  // the graph ends in the draw into state.step_next, else in state.step_logits.
+  void replay_step(SequenceState& state, int32_t token, const SampleRule* rule, int64_t n_valid);
 
   Backend& be_;
   DecoderSpec spec_;

@@ -1,5 +1,8 @@
-// Model: the input checks shared by every family's forward pass.
+// Model: the input checks shared by every family's forward pass, and the host fallback of
+// forward_sample.
 #include "models/model.h"
+
+#include <vector>
 
 #include "core/error.h"
 
@@ -22,14 +25,30 @@ void Model::index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_
 
 void Model::check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,
                                  bool all_logits) const {
+  check_step_inputs(tokens, state);
+  const int64_t n = static_cast<int64_t>(tokens.size()), V = info_.n_vocab;
+  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
+               "logits buffer too small");
+}
+
+void Model::check_step_inputs(std::span<const int32_t> tokens, const SequenceState& state) const {
   const int64_t n = static_cast<int64_t>(tokens.size()), V = info_.n_vocab;
   SLUICE_CHECK(n > 0, Status::invalid_argument, "forward needs at least one token");
   SLUICE_CHECK(state.n_past + n <= state.n_ctx, Status::invalid_argument, "context full: ", state.n_past + n,
                " tokens exceed the context size ", state.n_ctx);
-  SLUICE_CHECK(static_cast<int64_t>(logits.size()) >= (all_logits ? n : 1) * V, Status::internal,
-               "logits buffer too small");
   for (int32_t t : tokens)
     SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+}
+
+int32_t Model::forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
+                              int64_t draw53) {
+  SLUICE_CHECK(n_valid > 0 && n_valid <= info_.n_vocab, Status::invalid_argument, "forward_sample: n_valid ", n_valid,
+               " outside [1, ", info_.n_vocab, "]");
+  std::vector<float> logits(static_cast<size_t>(info_.n_vocab));
+  forward(std::span<const int32_t>(&token, 1), state, logits, false);
+  SampleScratch scratch;
+  return sample_row(std::span<const float>(logits).first(static_cast<size_t>(n_valid)), rule,
+                    static_cast<double>(draw53) * 0x1p-53, scratch);
 }
 
 }  // namespace sluice

@@ -64,6 +64,14 @@ class Model {
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                        bool all_logits) = 0;
 
+  // One decode step that returns the next token instead of logits: runs `token` at position
+  // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with
+  // the uniform draw u = draw53 * 2^-53. Returns -1 when the logits hold NaN or +inf. The
+  // default runs forward() and samples on the host; a model whose decode step runs on a device
+  // samples there, so only the token id crosses to the host.
+  virtual int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
+                                 int64_t draw53);
+
  protected:
   // The checks every forward() starts with: tokens present and inside the vocabulary, room
   // in the context, a logits buffer large enough.
@@ -73,6 +81,8 @@ class Model {
                         std::vector<int64_t>& next_moe);
   void check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,
                             bool all_logits) const;
+  // The same without the logits buffer (forward_sample).
+  void check_step_inputs(std::span<const int32_t> tokens, const SequenceState& state) const;
 
   ModelInfo info_;
   RoutingObserver routing_observer_;

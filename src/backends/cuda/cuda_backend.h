@@ -86,6 +86,8 @@ class CudaBackend final : public Backend {
   void qsa_select(const Tensor& q, const Tensor& block_keys, const Tensor& idx, const QsaParams& params) override;
   void attention_indexed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& idx, const Tensor& out,
                          float scale) override;
+  void sample(const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
+              const Tensor& ids) override;
 
  private:
   // A device copy of host bytes, enqueued on the stream (the caller keeps the returned owner

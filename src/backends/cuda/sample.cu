@@ -1,0 +1,296 @@
+// Sampling on the device: see sample.h for the rules. One block of kThreads per row; thread t
+// owns the contiguous ids [t c, (t + 1) c), c = ceil(n_valid / kThreads), so "lowest id first"
+// orders are a block-wide exclusive scan of per-thread counts plus an in-order walk of the
+// thread's own ids. The kept sets are found without sorting:
+//   top-k: a 4-pass radix select (8 bits a pass) of the k-th largest scaled logit, as an
+//          order-preserving 32-bit key; equal keys are kept lowest id first until k;
+//   top-p: the same radix walk over the probabilities, but each digit's bin holds the mass of
+//          its tokens, so the walk stops at the value v* where the mass above v* is below top_p
+//          and the mass down to v* reaches it; tokens equal to v* are kept lowest id first
+//          while the mass before them is below top_p (the host's sorted walk).
+// Masses are summed as 2^-40 fixed point in 64-bit integers, so every sum is exact and the
+// result does not depend on the order atomics land in (a seed reproduces a run). Per pass the
+// row is read again (n_valid floats, from L2 after the first pass): ~10 passes of 600 KB for a
+// 151936-token vocabulary, a few tens of microseconds, against ~0.5 ms for the copy to the
+// host and a host pass.
+#include "backends/cuda/sample.h"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "backends/cuda/common.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+// 2^40: probability 1 in fixed point, core/sampling.h's kSampleMassOne (that header needs
+// C++20, .cu files compile as C++17; sampling_ops.cpp checks the two are equal).
+constexpr double kMassOne = kSampleKernelMassOne;
+
+// A 32-bit key that orders as the float does (larger float, larger key; finite inputs).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct Best {
+  float v;
+  int32_t id;
+};
+struct BestOp {  // the larger value; among equal values the lower id
+  __device__ Best operator()(const Best& a, const Best& b) const {
+    if (b.id < 0) return a;
+    if (a.id < 0) return b;
+    return (b.v > a.v || (b.v == a.v && b.id < a.id)) ? b : a;
+  }
+};
+
+// The kept-set rule of one pass over a thread's ids, in id order: call keep(key) for each
+// token in order; it answers whether the token is kept, counting the tokens equal to the
+// threshold that came before (within this thread: `seen`, before it: `before`).
+struct TopkRule {
+  bool on = false;
+  uint32_t key = 0;           // the k-th largest key
+  unsigned long long need = 0;  // tokens equal to it that are kept
+  unsigned long long before = 0;  // tokens equal to it with a lower id, in earlier threads
+  unsigned long long seen = 0;
+  __device__ bool keep(uint32_t k) {
+    if (!on || k > key) return true;
+    if (k < key) return false;
+    return before + seen++ < need;
+  }
+};
+
+struct ToppRule {
+  bool on = false;
+  uint32_t key = 0;                  // key of the last value v* the nucleus reaches
+  unsigned long long above = 0;      // mass of the kept tokens above v*
+  unsigned long long target = 0;     // top_p in fixed point
+  unsigned long long before = 0;     // mass of tokens equal to v* in earlier threads
+  unsigned long long seen = 0;
+  __device__ bool keep(uint32_t k, unsigned long long mass) {
+    if (!on || k > key) return true;
+    if (k < key) return false;
+    const bool in = above + before + seen < target;
+    seen += mass;
+    return in;
+  }
+};
+
+__device__ __forceinline__ unsigned long long fixed_mass(float p) {
+  return static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(p) * kMassOne));
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
+  chained_kernel_entry();
+  using ReduceF = cub::BlockReduce<float, kThreads>;
+  using ReduceBest = cub::BlockReduce<Best, kThreads>;
+  using ScanU = cub::BlockScan<unsigned long long, kThreads>;
+  using ScanF = cub::BlockScan<float, kThreads>;
+  __shared__ union {
+    typename ReduceF::TempStorage rf;
+    typename ReduceBest::TempStorage rb;
+    typename ScanU::TempStorage su;
+    typename ScanF::TempStorage sf;
+  } tmp;
+  __shared__ unsigned long long hist[256];
+  __shared__ uint32_t sh_key;
+  __shared__ unsigned long long sh_u;
+  __shared__ int sh_flag;
+  __shared__ float sh_f;
+  __shared__ int32_t sh_id;
+
+  const int t = threadIdx.x;
+  const int64_t r = blockIdx.x;
+  const float* row = p.logits + r * p.vocab;
+  const int64_t V = p.n_valid, chunk = (V + kThreads - 1) / kThreads;
+  const int64_t lo = t * chunk < V ? t * chunk : V, hi = lo + chunk < V ? lo + chunk : V;
+
+  // Greedy choice and the check for NaN / +inf.
+  Best best{-INFINITY, -1};
+  int bad = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float x = row[i];
+    bad |= isnan(x) || x == INFINITY;
+    if (best.id < 0 || x > best.v) best = {x, static_cast<int32_t>(i)};
+  }
+  const int any_bad = __syncthreads_or(bad);
+  const Best b = ReduceBest(tmp.rb).Reduce(best, BestOp());
+  if (t == 0) sh_id = b.id;
+  __syncthreads();
+  if (any_bad || V <= 0 || sh_id < 0) {
+    if (t == 0) p.ids[r] = -1;
+    return;
+  }
+  if (p.temperature < kSampleKernelGreedyTemperature) {
+    if (t == 0) p.ids[r] = sh_id;
+    return;
+  }
+  // s = (l - max l) / T <= 0: no temperature makes it overflow; the largest s is 0.
+  const float T = p.temperature, top = row[sh_id], mx = 0.0f;
+
+  // Top-k: radix select of the k-th largest key of s.
+  TopkRule topk;
+  if (p.top_k > 0 && p.top_k < V) {
+    uint32_t prefix = 0, mask = 0;
+    unsigned long long need = static_cast<unsigned long long>(p.top_k);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int j = t; j < 256; j += kThreads) hist[j] = 0;
+      __syncthreads();
+      for (int64_t i = lo; i < hi; ++i) {
+        const uint32_t key = order_key((row[i] - top) / T);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1ull);
+      }
+      __syncthreads();
+      if (t == 0) {
+        unsigned long long above = 0;
+        int digit = 255;
+        for (; digit > 0; --digit) {
+          if (above + hist[digit] >= need) break;
+          above += hist[digit];
+        }
+        sh_key = prefix | (static_cast<uint32_t>(digit) << shift);
+        sh_u = need - above;
+      }
+      __syncthreads();
+      prefix = sh_key;
+      need = sh_u;
+      mask |= 255u << shift;
+      __syncthreads();
+    }
+    unsigned long long equal = 0;
+    for (int64_t i = lo; i < hi; ++i) equal += order_key((row[i] - top) / T) == prefix;
+    unsigned long long before = 0;
+    ScanU(tmp.su).ExclusiveSum(equal, before);
+    __syncthreads();
+    topk = {true, prefix, need, before, 0};
+  }
+
+  // Softmax over the kept tokens: p_i = exp(s_i) / z.
+  float zt = 0.0f;
+  {
+    TopkRule k = topk;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float s = (row[i] - top) / T;
+      if (k.keep(order_key(s))) zt += expf(s - mx);
+    }
+  }
+  const float z_all = ReduceF(tmp.rf).Sum(zt);
+  if (t == 0) sh_f = z_all;
+  __syncthreads();
+  const float z = sh_f;
+
+  // Top-p: radix walk over the probabilities' keys with mass bins.
+  ToppRule topp;
+  if (p.top_p < 1.0f) {
+    const unsigned long long target = static_cast<unsigned long long>(static_cast<double>(p.top_p) * kMassOne);
+    uint32_t prefix = 0, mask = 0;
+    unsigned long long above = 0;
+    bool all = false;
+    for (int shift = 24; shift >= 0 && !all; shift -= 8) {
+      for (int j = t; j < 256; j += kThreads) hist[j] = 0;
+      __syncthreads();
+      TopkRule k = topk;
+      for (int64_t i = lo; i < hi; ++i) {
+        const float s = (row[i] - top) / T;
+        if (!k.keep(order_key(s))) continue;
+        const float pi = expf(s - mx) / z;
+        const uint32_t key = order_key(pi);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], fixed_mass(pi));
+      }
+      __syncthreads();
+      if (t == 0) {
+        int digit = 255;
+        for (; digit >= 0; --digit) {
+          if (above + hist[digit] >= target) break;
+          above += hist[digit];
+        }
+        sh_flag = digit < 0;  // the kept mass never reaches top_p (rounding): keep them all
+        sh_key = prefix | (static_cast<uint32_t>(digit < 0 ? 0 : digit) << shift);
+        sh_u = above;
+      }
+      __syncthreads();
+      all = sh_flag;
+      prefix = sh_key;
+      above = sh_u;
+      mask |= 255u << shift;
+      __syncthreads();
+    }
+    if (!all) {
+      unsigned long long equal_mass = 0;
+      TopkRule k = topk;
+      for (int64_t i = lo; i < hi; ++i) {
+        const float s = (row[i] - top) / T;
+        if (!k.keep(order_key(s))) continue;
+        const float pi = expf(s - mx) / z;
+        if (order_key(pi) == prefix) equal_mass += fixed_mass(pi);
+      }
+      unsigned long long before = 0;
+      ScanU(tmp.su).ExclusiveSum(equal_mass, before);
+      __syncthreads();
+      topp = {true, prefix, above, target, before, 0};
+    }
+  }
+
+  // The draw: the first kept token, in id order, whose cumulative probability exceeds u * total.
+  float w = 0.0f;
+  int32_t last_kept = -1;
+  {
+    TopkRule k = topk;
+    ToppRule q = topp;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float s = (row[i] - top) / T;
+      if (!k.keep(order_key(s))) continue;
+      const float pi = expf(s - mx) / z;
+      if (!q.keep(order_key(pi), fixed_mass(pi))) continue;
+      w += pi;
+      last_kept = static_cast<int32_t>(i);
+    }
+  }
+  float excl = 0.0f, total = 0.0f;
+  ScanF(tmp.sf).ExclusiveSum(w, excl, total);
+  if (t == 0) sh_id = INT32_MAX;
+  __syncthreads();
+  const float u = static_cast<float>(static_cast<double>(p.uniform[r]) * 0x1p-53 * static_cast<double>(total));
+  if (w > 0.0f && excl <= u && u < excl + w) {
+    TopkRule k = topk;
+    ToppRule q = topp;
+    float acc = excl;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float s = (row[i] - top) / T;
+      if (!k.keep(order_key(s))) continue;
+      const float pi = expf(s - mx) / z;
+      if (!q.keep(order_key(pi), fixed_mass(pi))) continue;
+      acc += pi;
+      if (u < acc) {
+        atomicMin(&sh_id, static_cast<int32_t>(i));
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const bool none = sh_id == INT32_MAX;
+  __syncthreads();
+  if (none) {  // u at the very end (rounding of the scan): the last kept token
+    if (t == 0) sh_id = -1;
+    __syncthreads();
+    if (last_kept >= 0) atomicMax(&sh_id, last_kept);
+    __syncthreads();
+  }
+  if (t == 0) p.ids[r] = sh_id;
+}
+
+}  // namespace
+
+void launch_sample(const SampleParams& p, Stream s) {
+  SLUICE_CHECK(p.n >= 0 && p.vocab > 0 && p.n_valid > 0 && p.n_valid <= p.vocab && p.n_valid <= INT32_MAX &&
+                   p.temperature >= 0.0f && p.top_k >= 0 && p.top_p > 0.0f && p.top_p <= 1.0f,
+               Status::internal, "cuda sample: vocab ", p.vocab, ", n_valid ", p.n_valid, ", temperature ",
+               p.temperature, ", top_k ", p.top_k, ", top_p ", p.top_p);
+  if (p.n == 0) return;
+  launch_chained(sample_kernel, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, static_cast<cudaStream_t>(s), p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,94 @@
+// The sampling rule (sampling.h), sequentially: the reference for the CUDA kernel.
+#include "core/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice {
+
+uint64_t sample_fixed_mass(float p) {
+  return static_cast<uint64_t>(std::nearbyint(static_cast<double>(p) * kSampleMassOne));
+}
+
+namespace {
+
+// exp((l_i - top) / T) / z over the kept tokens: the same expression everywhere it is needed.
+struct KeptSoftmax {
+  std::span<const float> logits;
+  float T, top, z;
+  float scaled(int64_t i) const { return (logits[i] - top) / T; }
+  float operator()(int64_t i) const { return std::exp(scaled(i)) / z; }
+};
+
+KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, SampleScratch& sc) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  float top = logits[0];
+  for (float x : logits) top = std::max(top, x);
+  KeptSoftmax prob{logits, rule.temperature, top, 0.0f};
+  // Top-k: by value, then id; the first k.
+  sc.kept.assign(static_cast<size_t>(V), 1);
+  auto by_value = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  if (rule.top_k > 0 && rule.top_k < V) {
+    sc.order.resize(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) sc.order[i] = {prob.scaled(i), static_cast<int32_t>(i)};
+    std::nth_element(sc.order.begin(), sc.order.begin() + (rule.top_k - 1), sc.order.end(), by_value);
+    std::fill(sc.kept.begin(), sc.kept.end(), 0);
+    for (int64_t j = 0; j < rule.top_k; ++j) sc.kept[static_cast<size_t>(sc.order[j].second)] = 1;
+  }
+  for (int64_t i = 0; i < V; ++i)
+    if (sc.kept[i]) prob.z += std::exp(prob.scaled(i));
+  // Top-p: kept tokens by probability, then id, while the mass before them is below top_p.
+  if (rule.top_p < 1.0f) {
+    sc.order.clear();
+    for (int64_t i = 0; i < V; ++i)
+      if (sc.kept[i]) sc.order.push_back({prob(i), static_cast<int32_t>(i)});
+    std::sort(sc.order.begin(), sc.order.end(), by_value);
+    const uint64_t target = sample_fixed_target(rule.top_p);
+    uint64_t mass = 0;
+    size_t n = 0;
+    while (n < sc.order.size() && mass < target) mass += sample_fixed_mass(sc.order[n++].first);
+    for (size_t j = n; j < sc.order.size(); ++j) sc.kept[static_cast<size_t>(sc.order[j].second)] = 0;
+  }
+  return prob;
+}
+
+}  // namespace
+
+const std::vector<uint8_t>& sample_kept(std::span<const float> logits, const SampleRule& rule, SampleScratch& sc) {
+  kept_tokens(logits, rule, sc);
+  return sc.kept;
+}
+
+int32_t sample_row(std::span<const float> logits, const SampleRule& rule, double u, SampleScratch& sc) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (V == 0) return -1;
+  int32_t best = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    const float x = logits[i];
+    if (std::isnan(x) || x == INFINITY) return -1;
+    if (x > logits[best]) best = static_cast<int32_t>(i);
+  }
+  if (rule.temperature < kGreedyTemperature) return best;
+  const KeptSoftmax prob = kept_tokens(logits, rule, sc);
+
+  // The draw, in id order.
+  float total = 0.0f;
+  int32_t last = -1;
+  for (int64_t i = 0; i < V; ++i)
+    if (sc.kept[i]) {
+      total += prob(i);
+      last = static_cast<int32_t>(i);
+    }
+  const float r = static_cast<float>(u * static_cast<double>(total));
+  float acc = 0.0f;
+  for (int64_t i = 0; i < V; ++i)
+    if (sc.kept[i]) {
+      acc += prob(i);
+      if (r < acc) return static_cast<int32_t>(i);
+    }
+  return last;
+}
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+// forward_sample on CUDA (the decode step and the draw in one replayed graph, only the token
+// id returned) against forward() plus the CPU rule on the same backend: greedy, the same
+// tokens step after step; sampled, every drawn token is in the kept set of that step's logits
+// (computed by a second sequence fed the same tokens), and a seed reproduces the run. Every
+// decoder fixture.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "../models/fixture_util.h"
+#include "core/sampling.h"
+#include "models/load.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+class CudaSampleStep : public ::testing::TestWithParam<std::string> {};
+
+// Tokens drawn by forward_sample after the prompt, with the draws of generator `seed`; the
+// logits of each step from a second sequence (forward) go to `step_logits`.
+std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const SampleRule& rule, uint64_t seed,
+                         int steps, std::vector<std::vector<float>>* step_logits) {
+  const int64_t V = m.info().n_vocab;
+  auto a = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
+  auto b = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
+  std::vector<float> logits(V);
+  m.forward(std::span(prompt).first(prompt.size() - 1), *a, logits, false);
+  m.forward(std::span(prompt).first(prompt.size() - 1), *b, logits, false);
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> out;
+  int32_t token = prompt.back();
+  for (int i = 0; i < steps; ++i) {
+    const int64_t draw = static_cast<int64_t>(rng() >> 11);
+    m.forward(std::span<const int32_t>(&token, 1), *b, logits, false);
+    if (step_logits) step_logits->push_back(logits);
+    token = m.forward_sample(token, *a, rule, V, draw);
+    EXPECT_GE(token, 0);
+    if (token < 0) break;
+    out.push_back(token);
+  }
+  return out;
+}
+
+TEST_P(CudaSampleStep, GreedyMatchesAndSampledTokensAreKept) {
+  FixtureReference ref = read_reference(GetParam());
+  auto be = make_cuda_backend(0);
+  ASSERT_TRUE(be->graphs_enabled());
+  LoadedModel m = load_model(fixture_dir(GetParam()), *be);
+  const int steps = 10;
+  std::vector<std::vector<float>> logits;
+  const std::vector<int32_t> greedy = run(*m.model, ref.prompt_ids, SampleRule{}, 1, steps, &logits);
+  SampleScratch sc;
+  for (size_t i = 0; i < greedy.size(); ++i)
+    EXPECT_EQ(greedy[i], sample_row(logits[i], SampleRule{}, 0.0, sc)) << GetParam() << " step " << i;
+  for (const SampleRule rule : {SampleRule{1.0f, 0, 1.0f}, SampleRule{0.8f, 5, 0.9f}}) {
+    logits.clear();
+    const std::vector<int32_t> a = run(*m.model, ref.prompt_ids, rule, 7, steps, &logits);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(sample_kept(logits[i], rule, sc)[static_cast<size_t>(a[i])]) << GetParam() << " step " << i;
+    EXPECT_EQ(run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr), a) << GetParam() << ": the seed reproduces";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSampleStep, ::testing::ValuesIn(decoder_fixtures()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

@@ -1,0 +1,91 @@
+// Sampling on the device (backends/cuda/sample.cu) against the CPU rule (core/sampling.h):
+// greedy exactly; for sampled rows every id the device draws is in the CPU's kept set, and
+// the two agree on the token for nearly every uniform number (they differ only where a sum's
+// rounding moves a boundary between two tokens: the device adds in a tree, the CPU in order);
+// a row with NaN gives -1; padded ids (>= n_valid) are never drawn; writes stay inside ids.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/sampling.h"
+
+using namespace sluice;
+
+namespace {
+
+struct Case {
+  int64_t vocab, n_valid;
+  SampleRule rule;
+};
+
+TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
+  auto gpu = make_cuda_backend(0);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  const int64_t n = 64;  // rows, each its own draw
+  for (const Case c : {Case{151936, 151669, {0.0f, 0, 1.0f}}, Case{151936, 151669, {1.0f, 0, 1.0f}},
+                       Case{151936, 151936, {0.7f, 40, 1.0f}}, Case{151936, 151669, {1.0f, 0, 0.9f}},
+                       Case{151936, 151936, {0.8f, 20, 0.95f}}, Case{1000, 997, {1.0f, 1, 1.0f}},
+                       Case{7, 7, {2.0f, 0, 0.3f}}, Case{1025, 1025, {1.0f, 1000, 0.99f}},
+                       Case{4096, 4096, {1.0f, 0, 1.0f}}}) {
+    std::vector<float> logits(static_cast<size_t>(n * c.vocab));
+    for (auto& x : logits) x = g(rng);
+    // Ties at the top and in the middle: several rows share a value at many ids.
+    for (int64_t r = 0; r < n; r += 3)
+      for (int64_t i = 0; i < c.n_valid; i += 5) logits[r * c.vocab + i] = 6.0f;
+    std::vector<int64_t> draws(static_cast<size_t>(n));
+    for (auto& d : draws) d = static_cast<int64_t>(rng() >> 11) & ((int64_t{1} << 53) - 1);
+    Tensor tl = gpu->alloc(DType::f32, {n, c.vocab}), tu = gpu->alloc(DType::i64, {n});
+    Tensor ti_all = gpu->alloc(DType::i32, {n + 16});  // sentinels after the n ids
+    std::vector<int32_t> init(static_cast<size_t>(n + 16), 7777);
+    gpu->from_host(tl, logits.data());
+    gpu->from_host(tu, draws.data());
+    gpu->from_host(ti_all, init.data());
+    gpu->sample(tl, c.n_valid, c.rule, tu, ti_all.slice_rows(0, n));
+    std::vector<int32_t> got(static_cast<size_t>(n + 16));
+    gpu->to_host(ti_all, got.data());
+    for (int64_t j = n; j < n + 16; ++j) EXPECT_EQ(got[j], 7777) << "a write past ids";
+
+    int64_t same = 0;
+    SampleScratch sc;
+    for (int64_t r = 0; r < n; ++r) {
+      const std::span<const float> row = std::span<const float>(logits).subspan(r * c.vocab, c.n_valid);
+      const int32_t want = sample_row(row, c.rule, static_cast<double>(draws[r]) * 0x1p-53, sc);
+      ASSERT_GE(got[r], 0) << "row " << r;
+      ASSERT_LT(got[r], c.n_valid) << "row " << r;
+      same += got[r] == want;
+      if (c.rule.temperature == 0.0f) {
+        EXPECT_EQ(got[r], want) << "greedy, row " << r;
+        continue;
+      }
+      EXPECT_TRUE(sample_kept(row, c.rule, sc)[static_cast<size_t>(got[r])])
+          << "vocab " << c.vocab << " row " << r << ": the device drew " << got[r] << ", outside the CPU's kept set";
+    }
+    // Boundary disagreements need a uniform number within ~1e-6 of a boundary: rare.
+    EXPECT_GE(same, n - 2) << "vocab " << c.vocab << " top_k " << c.rule.top_k << " top_p " << c.rule.top_p;
+  }
+}
+
+TEST(CudaSample, NanRowsAreMinusOneAndOtherRowsAreUntouched) {
+  auto gpu = make_cuda_backend(0);
+  const int64_t V = 300;
+  std::vector<float> logits(2 * V, 0.0f);
+  logits[10] = NAN;
+  logits[V + 20] = 5.0f;
+  std::vector<int64_t> draws = {0, 0};
+  Tensor tl = gpu->alloc(DType::f32, {2, V}), tu = gpu->alloc(DType::i64, {2}), ti = gpu->alloc(DType::i32, {2});
+  gpu->from_host(tl, logits.data());
+  gpu->from_host(tu, draws.data());
+  for (const SampleRule rule : {SampleRule{}, SampleRule{1.0f, 5, 0.9f}}) {
+    gpu->sample(tl, V, rule, tu, ti);
+    std::vector<int32_t> got(2);
+    gpu->to_host(ti, got.data());
+    EXPECT_EQ(got[0], -1);
+    EXPECT_EQ(got[1], 20);
+  }
+}
+
+}  // namespace
