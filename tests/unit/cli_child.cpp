@@ -49,15 +49,16 @@ ChildResult run_sluice_child(const std::vector<std::string>& args, const ChildOp
     std::_Exit(127);
   }
   if (options.on_start) options.on_start(pid, out, err);
-  int raw = 0;
-  struct rusage ru {};
-  ::wait4(pid, &raw, 0, &ru);
   ChildResult r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.signal = WIFSIGNALED(raw) ? WTERMSIG(raw) : 0;
-  if (options.stdout_path.empty()) r.out = read_text(out);
+  int raw = 0;
+  struct rusage usage {};
+  if (::wait4(pid, &raw, 0, &usage) == pid) {
+    if (WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
+    if (WIFSIGNALED(raw)) r.signal = WTERMSIG(raw);
+    r.max_rss_kb = usage.ru_maxrss;
+  }
   r.err = read_text(err);
-  r.max_rss_kb = ru.ru_maxrss;
+  if (options.stdout_path.empty()) r.out = read_text(out);
   return r;
 }
 
