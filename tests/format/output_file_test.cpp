@@ -1,10 +1,11 @@
 // OutputFile (format/output_file.h): a regular file replaced only at commit and keeping its
 // permissions, a failed write leaving the old file, symlinks followed (dangling ones too),
-// devices written in place (/dev/null stays a device; /dev/full is an io error naming it),
+// devices written in place (a null device stays one; a full one is an io error naming it),
 // a directory refused. And TextPieceReader (format/text_pieces.h): pieces that concatenate to
 // the file and encode to the ids of the whole text.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "../models/fixture_util.h"
 #include "format/output_file.h"
@@ -56,24 +57,30 @@ TEST(OutputFile, FollowsSymlinksAndKeepsThem) {
   expect_error([&] { OutputFile g(dir / "loop-a"); }, Status::invalid_argument, {"loop-a", "too many levels"});
 }
 
+// Device nodes made in the scratch directory, (1, 3) as /dev/null and (1, 7) as /dev/full:
+// never the real ones, which a regression (a rename over the output) would destroy.
 TEST(OutputFile, WritesDevicesInPlaceAndReportsTheirErrors) {
+  ScratchDir dir;
+  expect_error([&] { OutputFile f(dir.path()); }, Status::invalid_argument, {"is a directory"});
+  const fs::path null_dev = dir / "null", full_dev = dir / "full";
+  if (::mknod(null_dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0 ||
+      ::mknod(full_dev.c_str(), S_IFCHR | 0666, makedev(1, 7)) != 0)
+    GTEST_SKIP() << "mknod not permitted: device outputs not checked";
   {
-    OutputFile f("/dev/null");
+    OutputFile f(null_dev);
     EXPECT_TRUE(f.in_place());
     f.write(std::string_view("gone"));
     f.commit();
   }
-  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_TRUE(fs::is_character_file(null_dev));
   expect_error(
-      [] {
-        OutputFile f("/dev/full");
+      [&] {
+        OutputFile f(full_dev);
         f.write(std::string_view("no room"));
         f.commit();
       },
-      Status::io, {"/dev/full: write failed: No space left on device"});
-  EXPECT_TRUE(fs::is_character_file("/dev/full"));
-  ScratchDir dir;
-  expect_error([&] { OutputFile f(dir.path()); }, Status::invalid_argument, {"is a directory"});
+      Status::io, {full_dev.string() + ": write failed: No space left on device"});
+  EXPECT_TRUE(fs::is_character_file(full_dev));
 }
 
 TEST(TextPieces, CutsAfterALineBreakBeforePrintableText) {

@@ -2,6 +2,8 @@
 #include "cli_child.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +71,10 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+bool make_char_device(const fs::path& path, unsigned major, unsigned minor) {
+  return ::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)) == 0;
 }
 
 void edit_json_file(const fs::path& file, const std::function<void(nlohmann::json&)>& edit) {

@@ -48,4 +48,10 @@ void edit_json_file(const std::filesystem::path& file, const std::function<void(
 
 std::string read_text(const std::filesystem::path& file);
 
+// A character device node at `path` (mknod): (1, 3) behaves as /dev/null, (1, 7) as
+// /dev/full. Tests of device outputs use these, never the real /dev/null: a regression that
+// renames over its output must not destroy the machine's /dev/null. False when not permitted
+// (mknod needs root or CAP_MKNOD).
+bool make_char_device(const std::filesystem::path& path, unsigned major, unsigned minor);
+
 }  // namespace sluice::test

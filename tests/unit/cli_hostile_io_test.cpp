@@ -131,7 +131,7 @@ TEST(CliHostileIo, PerplexityOfAnEndlessFileRunsInBoundedMemory) {
 
 // Item 3: output paths are followed through symlinks (the link stays), FIFOs and devices are
 // written in place (before: X.tmp renamed over them, replacing the FIFO, the link, or
-// /dev/null itself).
+// /dev/null itself: so the device here is a node made in the scratch directory).
 TEST(CliHostileIo, OutputFilesFollowLinksAndKeepSpecialFiles) {
   const fs::path d = child_scratch("outputs");
   const std::string model = fixture("qwen3_moe");
@@ -156,23 +156,26 @@ TEST(CliHostileIo, OutputFilesFollowLinksAndKeepSpecialFiles) {
   ASSERT_GT(n, 6);
   EXPECT_EQ(got.substr(0, 6), "\x93NUMPY");
 
-  // /dev/null as every output file of a streamed run and of logits.
-  const std::string pack = fixture_pack("qwen3_moe").string();
-  r = run_sluice_child({"run", "--model", pack, "--tokens", "1,2,3", "-n", "4", "--expert-slots", "4", "--trace-routing",
-                        "/dev/null", "--stats", "/dev/null"});
-  EXPECT_EQ(r.status, 0) << r.err;
-  r = run_sluice_child({"logits", "--model", model, "--tokens", "1,2", "--out", "/dev/null"});
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(fs::is_character_file("/dev/null"));
-
   // A trace through a symlink to a regular file: the link stays, the trace lands in its target.
   std::ofstream(d / "old-trace.jsonl") << "old\n";
   fs::create_symlink(d / "old-trace.jsonl", d / "trace-link");
-  r = run_sluice_child({"run", "--model", model, "--tokens", "1,2,3", "-n", "2", "--trace-routing",
+  r = run_sluice_child({"run", "--model", model, "--tokens", "1,2,3", "-n", "2", "--temperature", "0", "--trace-routing",
                         (d / "trace-link").string()});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(fs::is_symlink(d / "trace-link"));
   EXPECT_NE(read_text(d / "old-trace.jsonl").find("\"experts\""), std::string::npos);
+
+  // A device (a node like /dev/null, made here: never the real one) as every output file of a
+  // streamed run and of logits.
+  const fs::path null_dev = d / "null";
+  if (!make_char_device(null_dev, 1, 3)) GTEST_SKIP() << "mknod not permitted: device outputs not checked";
+  const std::string pack = fixture_pack("qwen3_moe").string();
+  r = run_sluice_child({"run", "--model", pack, "--tokens", "1,2,3", "-n", "4", "--temperature", "0", "--expert-slots",
+                        "4", "--trace-routing", null_dev.string(), "--stats", null_dev.string()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run_sluice_child({"logits", "--model", model, "--tokens", "1,2", "--out", null_dev.string()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_character_file(null_dev));
 }
 
 // Item 4: a full stdout is an error and a non-zero exit (before: exit 0, the text lost).
@@ -182,7 +185,7 @@ TEST(CliHostileIo, StdoutWriteErrorsFailTheCommand) {
   const std::string model = fixture("qwen3_moe");
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"run", "--model", model, "--tokens", "1,2,3", "-n", "4", "--temperature", "0"},
-           {"run", "--model", model, "--tokens", "1,2,3", "-n", "0", "--print-ids"},
+           {"run", "--model", model, "--tokens", "1,2,3", "-n", "0", "--print-ids", "--temperature", "0"},
            {"perplexity", "--model", model, "--file", small_text().string(), "--ctx", "64"},
            {"simulate", "--trace", (source_dir() / "models/demo/routing.jsonl").string(), "--slots-per-layer", "4"}}) {
     ChildResult r = run_sluice_child(args, full);
@@ -221,7 +224,7 @@ TEST(CliHostileIo, NonFiniteLogitsAreAnErrorNamingTheStep) {
     w.write(nan_bytes.data(), static_cast<std::streamsize>(nan_bytes.size()));
     ASSERT_TRUE(w.good());
   }
-  expect_error(run_sluice_child({"run", "--model", d.string(), "--tokens", "1,2,3", "-n", "4", "--ignore-eos"}),
+  expect_error(run_sluice_child({"run", "--model", d.string(), "--tokens", "1,2,3", "-n", "4", "--temperature", "0"}),
                "the model's logits are not finite at generation step 1");
   expect_error(run_sluice_child({"perplexity", "--model", d.string(), "--file", small_text().string()}),
                "the model's logits are not finite in window 1");
@@ -242,7 +245,7 @@ TEST(CliHostileIo, InterruptedRunWritesWholeTraceSummaryAndStats) {
     ::kill(pid, SIGINT);
   };
   ChildResult r = run_sluice_child({"run", "--model", pack.string(), "--tokens", "1,2,3", "-n", "200000",
-                                    "--ignore-eos", "--expert-slots", "4", "--trace-routing", trace.string(),
+                                    "--temperature", "0", "--ignore-eos", "--expert-slots", "4", "--trace-routing", trace.string(),
                                     "--stats", stats.string()},
                                    o);
   EXPECT_EQ(r.status, 130) << "signal " << r.signal << "\n" << r.err;
@@ -278,11 +281,12 @@ TEST(CliHostileIo, VerifyChecksTheManifestAgainstTheRecords) {
 TEST(CliHostileIo, ContextLimitIsCheckedBeforeRunning) {
   const std::string model = fixture("qwen3_moe");
   const std::string long_prompt = ids_text(std::vector<int32_t>(300, 5));
-  expect_error(run_sluice_child({"run", "--model", model, "--tokens", long_prompt, "-n", "2"}),
+  expect_error(run_sluice_child({"run", "--model", model, "--tokens", long_prompt, "-n", "2", "--temperature", "0"}),
                "prompt (300 tokens) + -n 2: 302 tokens exceed the model's context limit of 256 tokens");
-  expect_error(run_sluice_child({"run", "--model", model, "--tokens", "1,2", "--ctx", "1048576"}),
+  expect_error(run_sluice_child({"run", "--model", model, "--tokens", "1,2", "--ctx", "1048576", "--temperature", "0"}),
                "--ctx 1048576: 1048576 tokens exceed the model's context limit of 256 tokens");
-  expect_error(run_sluice_child({"logits", "--model", model, "--tokens", long_prompt, "--out", "/dev/null"}),
+  const fs::path out = child_scratch("context") / "logits.npy";  // never /dev/null: the old code renamed over it
+  expect_error(run_sluice_child({"logits", "--model", model, "--tokens", long_prompt, "--out", out.string()}),
                "the prompt (300 tokens): 300 tokens exceed the model's context limit");
   ChildOptions limited;
   limited.address_space_bytes = kAddressLimit;
@@ -296,7 +300,8 @@ TEST(CliHostileIo, LongPrefillShowsProgress) {
   const fs::path d = fixture_copy("qwen3_moe", [](json& j) { j["max_position_embeddings"] = 4096; });
   std::vector<int32_t> prompt(1000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i % 400);
-  ChildResult r = run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1"});
+  ChildResult r =
+      run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1", "--temperature", "0"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 256/1000 tokens (26%)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 1000/1000 tokens (100%)"), std::string::npos) << r.err;
