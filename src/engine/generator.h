@@ -1,8 +1,11 @@
 // Generator: prompt in, tokens out, for one sequence. Prefill runs the prompt in chunks
 // through the model's forward pass; decode then runs one token per step, sampling each next
-// token from the last logits row.
+// token from the last logits row. Before anything runs, the context is checked against the
+// model's limit (max_position_embeddings); logits that are not finite (NaN weights, an
+// overflow) stop the run with an error naming the step, never a sample drawn from them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -20,6 +23,15 @@ struct GenerateOptions {
   std::optional<int32_t> eos_id;    // stop when sampled (not emitted); none: never stop early
   int64_t n_ctx = 0;                // 0: prompt + n_predict
   int64_t prefill_chunk = 256;      // prompt tokens per forward pass
+  // > 0: ids at or above it are never sampled (logit set to -inf before the sampler sees it):
+  // the padded rows of an output layer larger than the tokenizer (Qwen3: 151936 rows, 151669
+  // tokens). 0: every id of the model's vocabulary may be sampled.
+  int64_t n_vocab_sampled = 0;
+  // When set (by a signal handler), generation stops at the next token boundary: between
+  // prefill chunks or before the next decode step; GenerateStats::interrupted says so.
+  const std::atomic<bool>* cancel = nullptr;
+  // Called after each prefill chunk with the prompt tokens done and the prompt's length.
+  std::function<void(int64_t done, int64_t total)> on_prefill;
 };
 
 struct GenerateStats {
@@ -27,6 +39,7 @@ struct GenerateStats {
   int64_t n_generated = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;  // from the first decode step to the last sampled token
+  bool interrupted = false;   // stopped early by GenerateOptions::cancel
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? n_prompt / prefill_seconds : 0; }
   double decode_tokens_per_second() const;
 };

@@ -1,9 +1,6 @@
 // RoutingTraceWriter: one JSON object per routed row.
 #include "engine/routing_trace.h"
 
-#include <cerrno>
-#include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -11,13 +8,11 @@
 namespace sluice {
 
 RoutingTraceWriter::RoutingTraceWriter(const std::filesystem::path& path, std::string dataset)
-    : path_(path.string()), dataset_(std::move(dataset)) {
-  file_ = std::fopen(path_.c_str(), "w");
-  SLUICE_CHECK(file_ != nullptr, Status::io, "cannot write routing trace ", path_, ": ", std::strerror(errno));
-}
+    : file_(path), dataset_(std::move(dataset)) {}
 
-RoutingTraceWriter::~RoutingTraceWriter() {
-  if (file_) std::fclose(file_);
+void RoutingTraceWriter::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  file_.commit();
 }
 
 void RoutingTraceWriter::write(const RoutingEvent& e) {
@@ -28,9 +23,7 @@ void RoutingTraceWriter::write(const RoutingEvent& e) {
                         {"token_idx", e.first_position + row}};
     j["experts"] = std::vector<int32_t>(r.ids.begin() + row * r.k, r.ids.begin() + (row + 1) * r.k);
     j["gating_probs"] = std::vector<float>(r.weights.begin() + row * r.k, r.weights.begin() + (row + 1) * r.k);
-    std::string line = j.dump() + "\n";
-    SLUICE_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size(), Status::io,
-                 "writing routing trace ", path_, ": ", std::strerror(errno));
+    file_.write(j.dump() + "\n");
   }
 }
 

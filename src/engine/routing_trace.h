@@ -1,13 +1,16 @@
 // RoutingTraceWriter: writes every routing decision as JSON lines in the format of
 // shared/traces (problem_id, layer, token_idx, experts strongest first, gating_probs), so a
-// model's real routing can be replayed by `sluice simulate`.
+// model's real routing can be replayed by `sluice simulate`. The file is an OutputFile
+// (format/output_file.h): whole lines only, and it appears (or replaces the old one) at
+// close(); a writer destroyed without close() leaves no file behind (a FIFO or device keeps
+// the lines already written).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <mutex>
 
+#include "format/output_file.h"
 #include "models/routing.h"
 
 namespace sluice {
@@ -15,19 +18,20 @@ namespace sluice {
 class RoutingTraceWriter {
  public:
   explicit RoutingTraceWriter(const std::filesystem::path& path, std::string dataset = "sluice");
-  ~RoutingTraceWriter();
   RoutingTraceWriter(const RoutingTraceWriter&) = delete;
   RoutingTraceWriter& operator=(const RoutingTraceWriter&) = delete;
 
   void set_problem(int64_t problem_id) { problem_id_ = problem_id; }
   void write(const RoutingEvent& event);
+  // Writes what is buffered and puts the file in place; the trace's last line is whole.
+  void close();
   RoutingObserver observer() {
     return [this](const RoutingEvent& e) { write(e); };
   }
 
  private:
-  std::FILE* file_ = nullptr;
-  std::string path_, dataset_;
+  OutputFile file_;
+  std::string dataset_;
   int64_t problem_id_ = 0;
   std::mutex mutex_;
 };

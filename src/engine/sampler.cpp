@@ -16,6 +16,12 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
+int64_t first_non_finite(std::span<const float> logits) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   SLUICE_CHECK(params.temperature >= 0 && std::isfinite(params.temperature), Status::invalid_argument,
                "temperature must be >= 0 (got ", params.temperature, ")");
@@ -25,11 +31,14 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (params_.temperature == 0) return argmax(logits);
+  if (params_.temperature < kGreedyTemperature) return argmax(logits);
   const size_t V = logits.size();
   SLUICE_ASSERT(V > 0);
+  // (logit - max) / T: <= 0 whatever T, so nothing overflows to inf (inf - inf would be NaN);
+  // a logit of -inf (a masked id) stays -inf and gets probability 0.
+  const float top = logits[static_cast<size_t>(argmax(logits))];
   candidates_.resize(V);
-  for (size_t i = 0; i < V; ++i) candidates_[i] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+  for (size_t i = 0; i < V; ++i) candidates_[i] = {(logits[i] - top) / params_.temperature, static_cast<int32_t>(i)};
   // Most likely first; equal values keep the lower id first, so the order is total.
   auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < V) {

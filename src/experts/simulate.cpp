@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -155,14 +156,26 @@ Trace read_trace(const std::filesystem::path& path) {
   return tr;
 }
 
+int64_t simulate_slot_cap(const Trace& trace, bool per_layer) {
+  std::set<std::pair<int64_t, int32_t>> keys;  // (layer, expert)
+  for (const TraceRow& r : trace.rows)
+    for (int32_t e : r.experts) keys.emplace(r.layer, e);
+  if (!per_layer) return static_cast<int64_t>(keys.size());
+  std::map<int64_t, int64_t> per;  // layer -> distinct experts
+  int64_t most = 0;
+  for (const auto& [layer, e] : keys) most = std::max(most, ++per[layer]);
+  return most;
+}
+
 SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
   const bool per_layer = opt.slots_per_layer > 0;
   SLUICE_CHECK(per_layer != (opt.slots > 0), Status::invalid_argument,
                "simulate: give exactly one of --slots-per-layer N and --slots N");
-  const int32_t n_slots = per_layer ? opt.slots_per_layer : opt.slots;
-  SLUICE_CHECK(n_slots >= trace.top_k, Status::invalid_argument, "simulate: ", n_slots, " slots",
+  const int32_t asked = per_layer ? opt.slots_per_layer : opt.slots;
+  SLUICE_CHECK(asked >= trace.top_k, Status::invalid_argument, "simulate: ", asked, " slots",
                per_layer ? " per layer" : "", " are fewer than the ", trace.top_k,
                " experts a token uses; the minimum is ", trace.top_k);
+  const auto n_slots = static_cast<int32_t>(std::min<int64_t>(asked, simulate_slot_cap(trace, per_layer)));
 
   // Sequences in order of first appearance of their problem (and layer).
   std::vector<int64_t> order(trace.rows.size());

@@ -56,8 +56,16 @@ struct SimulateResult {
   double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
 };
 
+// The most slots a replay can fill: per layer, the distinct experts of the trace's busiest
+// layer; for a shared pool, the trace's distinct (layer, expert) pairs (at most layers x
+// experts). More slots never evict, so the hit rates are the same at any larger size, and
+// simulate_trace caps the slot count here (--slots 100000000 would otherwise allocate
+// gigabytes of slot state for nothing).
+int64_t simulate_slot_cap(const Trace& trace, bool per_layer);
+
 // Replays the trace. Exactly one of slots_per_layer and slots must be set, and it must be
-// at least the trace's top_k (the engine's minimum).
+// at least the trace's top_k (the engine's minimum); a larger one than simulate_slot_cap()
+// is replayed at the cap.
 SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt);
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "format/output_file.h"
 
 namespace sluice {
 namespace {
@@ -54,37 +55,9 @@ std::string read_file_bytes(const std::filesystem::path& path, uint64_t size_max
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(Status::io, tmp.string(), ": cannot create: ", errno_text(errno));
-  {
-    FdGuard guard{fd};
-    for (std::span<const uint8_t> part : parts) {
-      size_t done = 0;
-      while (done < part.size()) {
-        ssize_t n = ::write(fd, part.data() + done, part.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          int err = errno;
-          ::unlink(tmp.c_str());
-          fail(Status::io, tmp.string(), ": write failed: ", errno_text(err));
-        }
-        done += static_cast<size_t>(n);
-      }
-    }
-    guard.fd = -1;
-    if (::close(fd) != 0) {
-      int err = errno;
-      ::unlink(tmp.c_str());
-      fail(Status::io, tmp.string(), ": close failed: ", errno_text(err));
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::io, path.string(), ": cannot rename from ", tmp.filename().string(), ": ", errno_text(err));
-  }
+  OutputFile out(path);
+  for (std::span<const uint8_t> part : parts) out.write(part);
+  out.commit();
 }
 
 }  // namespace sluice

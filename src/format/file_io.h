@@ -14,8 +14,9 @@ namespace sluice {
 // Error(corrupt) before anything is allocated (`what` names the kind of file in the message).
 std::string read_file_bytes(const std::filesystem::path& path, uint64_t size_max, std::string_view what);
 
-// Writes the concatenation of `parts` to `path.tmp` and renames it over `path`, so a reader
-// sees either the old file or the whole new one.
+// Writes the concatenation of `parts` through an OutputFile (format/output_file.h): a regular
+// file by `path.tmp` and a rename, so a reader sees either the old file or the whole new one;
+// a device or FIFO in place.
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts);
 
 // The OS's text for an errno value (thread-safe, unlike strerror).

@@ -9,6 +9,21 @@
 
 namespace sluice {
 
+namespace {
+
+// The families' messages name config.json, where a checkpoint keeps its config; a pack keeps
+// it in manifest.json ("config"), so an error raised while loading a pack names that file.
+[[noreturn]] void rethrow_naming_manifest(const Error& e, const std::filesystem::path& dir) {
+  std::string message = e.what();
+  const std::string manifest = (dir / kPackManifestName).string();
+  for (size_t at = message.find("config.json"); at != std::string::npos;
+       at = message.find("config.json", at + manifest.size()))
+    message.replace(at, std::string_view("config.json").size(), manifest);
+  throw Error(e.status(), message);
+}
+
+}  // namespace
+
 std::optional<int32_t> LoadedModel::eos_id() const {
   if (tokenizer && tokenizer->eos_id()) return tokenizer->eos_id();
   return model->info().eos_id;
@@ -34,15 +49,20 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     const ExpertKind kind = has_experts ? options.expert_kind.value_or(default_expert_kind(kinds)) : ExpertKind::bf16;
     if (has_experts) pack->kind(kind);  // an error naming the kinds the pack has
     out.config = pack->manifest().config;
-    const Family& family = find_family(out.config);
-    SLUICE_CHECK(family.model_type == pack->manifest().family, Status::corrupt, dir.string(), ": manifest family '",
-                 pack->manifest().family, "' does not match its config (", family.model_type, ")");
-    PackSource source(pack, kind, streamed, options.ngram_tables);
-    out.model = family.load(out.config, source, backend);
+    const Family* family = nullptr;
+    try {
+      family = &find_family(out.config);
+      SLUICE_CHECK(family->model_type == pack->manifest().family, Status::corrupt, dir.string(), ": manifest family '",
+                   pack->manifest().family, "' does not match its config (", family->model_type, ")");
+      PackSource source(pack, kind, streamed, options.ngram_tables);
+      out.model = family->load(out.config, source, backend);
+    } catch (const Error& e) {
+      rethrow_naming_manifest(e, dir);
+    }
     if (has_experts) out.expert_kind = kind;
     if (streamed) {
       const ModelInfo& info = out.model->info();
-      SLUICE_CHECK(!info.moe_layers.empty(), Status::invalid_argument, dir.string(), ": a ", family.model_type,
+      SLUICE_CHECK(!info.moe_layers.empty(), Status::invalid_argument, dir.string(), ": a ", family->model_type,
                    " model without routed experts has nothing to stream");
       SLUICE_CHECK(info.moe_layers == pack->manifest().moe_layers, Status::corrupt, dir.string(),
                    ": the model's MoE layers do not match the pack's records (manifest experts.layers)");
@@ -69,6 +89,14 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     fail(Status::corrupt, "tokenizer has ", out.tokenizer->vocab_size(), " tokens but the model's vocabulary is ",
          out.model->info().n_vocab);
   return out;
+}
+
+void check_pack_model(const std::filesystem::path& dir) {
+  SLUICE_CHECK(Pack::is_pack(dir), Status::invalid_argument, dir.string(), " is not a pack (no ", kPackManifestName, ")");
+  auto backend = make_cpu_backend();  // its uploads are views of the mappings: no weight is read
+  LoadOptions options;
+  options.ngram_tables.cache_bytes = 0;  // no row cache: the tables are only checked, never read
+  load_model(dir, *backend, options);
 }
 
 }  // namespace sluice

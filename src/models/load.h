@@ -46,4 +46,11 @@ struct LoadedModel {
 
 LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const LoadOptions& options = {});
 
+// For `sluice verify`: loads a pack's model on the CPU without reading its weights (the CPU
+// backend keeps views of the mappings), so the family's loader checks the manifest's config
+// against every dense tensor and the expert records (a hidden_size that disagrees with the
+// tensors, an expert width that disagrees with the records) and the tokenizer against the
+// vocabulary. Errors are the loader's and name the pack's manifest.json.
+void check_pack_model(const std::filesystem::path& dir);
+
 }  // namespace sluice

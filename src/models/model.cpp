@@ -1,5 +1,5 @@
-// Model: the input checks shared by every family's forward pass, and the host fallback of
-// forward_sample.
+// Model: the input checks shared by every family's forward pass, the context limit, and the
+// host fallback of forward_sample.
 #include "models/model.h"
 
 #include <vector>
@@ -21,6 +21,12 @@ void Model::index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_
     if (last >= 0) next_moe[static_cast<size_t>(last)] = static_cast<int64_t>(l);
     last = static_cast<int64_t>(l);
   }
+}
+
+void Model::check_context(int64_t n_tokens, const std::string& what) const {
+  SLUICE_CHECK(n_tokens <= info_.n_ctx_train, Status::invalid_argument, what, ": ", n_tokens,
+               " tokens exceed the model's context limit of ", info_.n_ctx_train,
+               " tokens (max_position_embeddings in its config)");
 }
 
 void Model::check_forward_inputs(std::span<const int32_t> tokens, const SequenceState& state, std::span<float> logits,

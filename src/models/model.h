@@ -55,6 +55,12 @@ class Model {
   void set_expert_provider(std::shared_ptr<ExpertProvider> provider) { expert_provider_ = std::move(provider); }
   const std::shared_ptr<ExpertProvider>& expert_provider() const { return expert_provider_; }
 
+  // Refuses (invalid_argument) a sequence of n_tokens beyond the context the model was made
+  // for (max_position_embeddings): positions past it are untrained, and a mistaken huge
+  // request would otherwise allocate its cache and run for minutes. `what` names the request
+  // in the message ("--ctx 4096", "prompt (30002 tokens) + -n 32").
+  void check_context(int64_t n_tokens, const std::string& what) const;
+
   // A fresh state for a sequence of at most n_ctx tokens.
   virtual std::unique_ptr<SequenceState> new_state(int64_t n_ctx) = 0;
 

@@ -311,7 +311,7 @@ TEST(PackLoad, RefusesTensorsThatDoNotFitTheirRole) {
   expect_error([&] { Pack::open(d2); }, Status::corrupt, {"kinds."});
   fs::path d3 = pack_copy("family");
   edit_manifest(d3, [](json& j) { j["config"]["intermediate_size"] = 48; });
-  expect_error([&] { load_model(d3, *backend); }, Status::corrupt, {"olmoe", "config.json says 8 of [48, 64]"});
+  expect_error([&] { load_model(d3, *backend); }, Status::corrupt, {"olmoe", "manifest.json says 8 of [48, 64]"});
   EXPECT_NO_THROW(load_model(fixture_pack("olmoe"), *backend, LoadOptions{ExpertKind::int8}));
   // A kind the pack does not hold.
   fs::path d4 = pack_copy("kinds");

@@ -178,6 +178,7 @@ InterruptFlag::InterruptFlag() {
   g_interrupted.store(false);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
+  sa.sa_flags = SA_RESTART;  // a write blocked on a pipe or FIFO resumes instead of failing with EINTR
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);

@@ -71,7 +71,8 @@ struct RunTokens {
 std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, const RunTokens& tokens);
 
 // While alive, SIGINT and SIGTERM set flag() instead of ending the process (the long writers,
-// convert and synth, poll it and leave nothing behind); the previous handlers come back after.
+// convert and synth, poll it and leave nothing behind; run and perplexity stop at a token
+// boundary and report what they did); the previous handlers come back after.
 class InterruptFlag {
  public:
   InterruptFlag();

@@ -24,6 +24,7 @@ void register_logits(CLI::App& app) {
     Session s = open_session(opt->model);
     std::vector<int32_t> ids = prompt_tokens(s.model, opt->prompt, opt->tokens);
     const int64_t n = static_cast<int64_t>(ids.size()), V = s.model.model->info().n_vocab;
+    s.model.model->check_context(n, str("the prompt (", n, " tokens)"));
     auto state = s.model.model->new_state(n);
     std::vector<float> logits(n * V);
     const auto t0 = std::chrono::steady_clock::now();

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_output.h"
+#include "engine/generated_text.h"
 #include "engine/generator.h"
 #include "engine/routing_trace.h"
 
@@ -46,34 +48,38 @@ void register_run(CLI::App& app) {
     g.sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
     if (!opt->ignore_eos) g.eos_id = s.model.eos_id();
     g.n_ctx = opt->n_ctx;
+    if (s.model.tokenizer) g.n_vocab_sampled = s.model.tokenizer->vocab_size();  // padded rows never sampled
     std::vector<int32_t> generated;
-    std::optional<StreamDecoder> text;
+    std::optional<GeneratedText> text;  // without a tokenizer, ids only (--print-ids)
     if (s.model.tokenizer) text.emplace(*s.model.tokenizer);
     std::unique_ptr<RoutingTraceWriter> trace;
     if (!opt->trace.empty()) {
       trace = std::make_unique<RoutingTraceWriter>(opt->trace);
       s.model.model->set_routing_observer(trace->observer());
     }
+    InterruptFlag interrupt;  // Ctrl-C: stop at the next token boundary, then report as usual
+    g.cancel = interrupt.flag();
+    PrefillProgress prefill;
+    g.on_prefill = [&](int64_t done, int64_t total) { prefill.update(done, total); };
     Generator gen(*s.model.model);
     GenerateStats st = gen.generate(prompt, g, [&](int32_t id) {
+      if (generated.empty()) prefill.finish();
       generated.push_back(id);
-      if (text) {
-        std::string piece = text->push(id);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
-      }
+      if (text) stdout_write(text->push(id));
       return true;
     });
-    if (text) {
-      std::string rest = text->flush();
-      std::fwrite(rest.data(), 1, rest.size(), stdout);
-    }
-    std::printf("\n");
+    prefill.finish();
+    stdout_write((text ? text->flush() : std::string()) + "\n");
     if (opt->print_ids) {
-      for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
-      std::printf("\n");
+      std::string ids;
+      for (size_t i = 0; i < generated.size(); ++i) {
+        if (i) ids += ',';
+        ids += std::to_string(generated[i]);
+      }
+      stdout_write(ids + "\n");
     }
-    std::fflush(stdout);
+    s.model.model->set_routing_observer(nullptr);
+    if (trace) trace->close();
     const std::string experts = s.model.expert_kind ? str(", ", expert_kind_name(*s.model.expert_kind), " experts") : "";
     std::fprintf(stderr, "sluice: %s (%s%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s\n",
                  s.model.dir.filename().string().c_str(), s.model.model->info().family.c_str(), experts.c_str(),
@@ -90,6 +96,7 @@ void register_run(CLI::App& app) {
       if (opt->model.fake_experts)
         std::fprintf(stderr, "sluice: --fake-experts: the experts were not read; the text above is meaningless\n");
     }
+    if (st.interrupted) exit_interrupted("generation stopped at a token boundary");
   });
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_output.h"
 #include "experts/simulate.h"
 
 namespace sluice::cli {
@@ -60,11 +61,16 @@ void register_simulate(CLI::App& app) {
                  so.slots_per_layer > 0 ? str(so.slots_per_layer, " slots per layer").c_str()
                                         : str("one pool of ", so.slots, " slots").c_str(),
                  opt->pin.c_str());
+    const int64_t asked = so.slots_per_layer > 0 ? so.slots_per_layer : so.slots;
+    const int64_t cap = simulate_slot_cap(trace, so.slots_per_layer > 0);
+    if (asked > cap)
+      std::fprintf(stderr, "sluice: %lld slots replayed as %lld: every expert the trace routes to fits (no eviction)\n",
+                   static_cast<long long>(asked), static_cast<long long>(cap));
     for (PolicyKind p : policies) {
       so.policy = p;
       SimulateResult r = simulate_trace(trace, so);
       std::printf("%s %.3f\n", std::string(policy_name(p)).c_str(), r.hit_rate());
-      std::fflush(stdout);
+      stdout_flush();
     }
   });
 }

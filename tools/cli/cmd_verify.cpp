@@ -1,11 +1,13 @@
 // sluice verify: checks a pack's manifest against its files and every checksum; exit status
-// 0 only for a good pack. The first bad record is named as (layer, expert, kind).
+// 0 only for a good pack. The first bad record is named as (layer, expert, kind). Then the
+// family's loader checks the manifest's config against the tensors and records it describes.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "cli_common.h"
 #include "format/pack.h"
+#include "models/load.h"
 
 namespace sluice::cli {
 
@@ -37,6 +39,7 @@ void register_verify(CLI::App& app) {
       std::string more = r.problems.size() > 1 ? str(" (and ", r.problems.size() - 1, " more problems)") : "";
       fail(Status::corrupt, r.problems.front(), more);
     }
+    check_pack_model(opt->dir);  // the manifest's config against the tensors and records
     const std::string tables = r.table_chunks_checked ? str(", ", r.table_chunks_checked, " n-gram table chunks") : "";
     std::fprintf(stderr, "sluice: %s: ok (%llu records%s, %.3f GB checked)\n", opt->dir.c_str(),
                  static_cast<unsigned long long>(r.records_checked), tables.c_str(), r.bytes_checked / 1e9);
