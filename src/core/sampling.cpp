@@ -44,12 +44,23 @@ KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, S
     sc.order.clear();
     for (int64_t i = 0; i < V; ++i)
       if (sc.kept[i]) sc.order.push_back({prob(i), static_cast<int32_t>(i)});
-    std::sort(sc.order.begin(), sc.order.end(), by_value);
+    // Only a prefix is sorted: the m most likely (nth_element, then a sort of those m), m
+    // growing 8x until the nucleus ends inside it; the prefix equals that of a full sort (the
+    // order is total), so a 151936-token vocabulary costs a few linear passes, not a sort.
     const uint64_t target = sample_fixed_target(rule.top_p);
-    uint64_t mass = 0;
-    size_t n = 0;
-    while (n < sc.order.size() && mass < target) mass += sample_fixed_mass(sc.order[n++].first);
-    for (size_t j = n; j < sc.order.size(); ++j) sc.kept[static_cast<size_t>(sc.order[j].second)] = 0;
+    const size_t n_all = sc.order.size();
+    size_t m = std::min<size_t>(n_all, 64), n = 0;
+    for (;;) {
+      const auto mid = sc.order.begin() + static_cast<std::ptrdiff_t>(m);
+      if (m < n_all) std::nth_element(sc.order.begin(), mid, sc.order.end(), by_value);
+      std::sort(sc.order.begin(), mid, by_value);
+      uint64_t mass = 0;
+      n = 0;
+      while (n < m && mass < target) mass += sample_fixed_mass(sc.order[n++].first);
+      if (mass >= target || m == n_all) break;
+      m = std::min(n_all, m * 8);
+    }
+    for (size_t j = n; j < n_all; ++j) sc.kept[static_cast<size_t>(sc.order[j].second)] = 0;
   }
   return prob;
 }

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 
 #include "core/error.h"
 
@@ -61,19 +60,26 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   auto t1 = clock::now();
   st.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
+  // The first token is drawn here from the prefill's logits; every later one by a decode step
+  // that draws it itself (Model::forward_sample: on a GPU only the token id crosses to the
+  // host), with the same rule and the sampler's next uniform number.
+  int32_t next = -1;
   for (int64_t step = 0; step < opt.n_predict && !st.interrupted; ++step) {
     if (cancelled()) {
       st.interrupted = true;
       break;
     }
-    check_logits_finite(logits, step, n_prompt + step - 1);
-    std::fill(logits.begin() + n_sampled, logits.end(), -std::numeric_limits<float>::infinity());
-    int32_t next = sampler.sample(logits);
+    if (step == 0) {
+      check_logits_finite(std::span<const float>(logits).first(static_cast<size_t>(n_sampled)), step, n_prompt - 1);
+      next = sampler.sample(std::span<const float>(logits).first(static_cast<size_t>(n_sampled)));
+    }
     if (opt.eos_id && next == *opt.eos_id) break;
     ++st.n_generated;
     if (!on_token(next)) break;
     if (step + 1 == opt.n_predict) break;
-    model_.forward(std::span<const int32_t>(&next, 1), *state, logits, false);
+    next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, sampler.next_draw53());
+    SLUICE_CHECK(next >= 0, Status::corrupt, "the model's logits are not finite at generation step ", step + 2,
+                 " (the token after position ", n_prompt + step, "): NaN or infinite weights or activations");
   }
   st.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return st;

@@ -1,23 +1,17 @@
-// Sampler: the next token from a row of logits. Temperature 0 is greedy (the lowest id among
-// equal maxima, as torch.argmax), and so is any temperature below kGreedyTemperature.
-// Otherwise temperature (applied to each logit minus the largest, so that no scaling
-// overflows: the values are <= 0 and exp() of them in [0, 1]), then top-k, then top-p (nucleus),
-// then a draw from a seeded generator, so a seed reproduces a run exactly. Without top-k and
-// top-p nothing is sorted (a draw costs two passes over the vocabulary); top-p sorts only the
-// nucleus.
+// Sampler: the next token from a row of logits, by the rule every backend shares
+// (core/sampling.h: greedy at temperature 0 or below kGreedyTemperature; otherwise logits
+// minus the largest over the temperature, top-k, softmax, top-p, one draw), with the uniform
+// numbers from a generator seeded by the user, so a seed reproduces a run. The same draws
+// feed Model::forward_sample when the step samples on the device.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
-#include <vector>
+
+#include "core/sampling.h"
 
 namespace sluice {
-
-// Below this temperature a draw is greedy: a logit gap of 1e-4 (about the float resolution of
-// logits near 100) already scales to 100 nats, a probability ratio of e^-100 (~4e-44), so
-// only exact ties could differ, and smaller temperatures only push the scaling to overflow.
-constexpr float kGreedyTemperature = 1e-6f;
 
 struct SamplingParams {
   float temperature = 0.8f;  // 0 (or below kGreedyTemperature): greedy
@@ -29,12 +23,19 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
+  // The next token from logits (all of them may be drawn). A row with NaN or +inf is an error
+  // for the caller to catch first (first_non_finite); here it draws -1.
   int32_t sample(std::span<const float> logits);
+  // The rule, and the next uniform draw as u * 2^53 (u in [0, 1)), for a draw made elsewhere
+  // (Model::forward_sample). sample() takes one draw per call too, greedy or not, so that a
+  // run's draws do not depend on where its tokens were sampled.
+  SampleRule rule() const;
+  int64_t next_draw53();
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (probability, id)
+  SampleScratch scratch_;
 };
 
 int32_t argmax(std::span<const float> logits);
