@@ -1,5 +1,8 @@
-// Model: the input checks shared by every family's forward pass.
+// Model: the input checks shared by every family's forward pass, and context sizes in bytes.
 #include "models/model.h"
+
+#include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 
@@ -30,6 +33,12 @@ void Model::check_forward_inputs(std::span<const int32_t> tokens, const Sequence
                "logits buffer too small");
   for (int32_t t : tokens)
     SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+}
+
+uint64_t Model::saturating_product(uint64_t bytes_per_token, int64_t n_ctx) {
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(n_ctx, 0));
+  if (n != 0 && bytes_per_token > std::numeric_limits<uint64_t>::max() / n) return std::numeric_limits<uint64_t>::max();
+  return bytes_per_token * n;
 }
 
 }  // namespace sluice
