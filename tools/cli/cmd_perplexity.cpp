@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_context.h"
 #include "engine/perplexity.h"
 #include "engine/routing_trace.h"
 
@@ -23,13 +24,16 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--file", opt->file, "UTF-8 text file")->required();
   cmd->add_option("--trace-routing", opt->trace,
                   "write every routing decision as JSON lines (shared/traces format; one problem per window)");
-  cmd->add_option("--ctx", opt->n_ctx, "window size in tokens (default 256)")->check(CLI::Range(2, 1 << 20));
+  add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::from(2, 1 << 20), "window size in tokens (default 256)");
   cmd->callback([opt] {
+    expect_input_file(opt->file, "--file", "a UTF-8 text file");
+    if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     std::ifstream f(opt->file, std::ios::binary);
     SLUICE_CHECK(f.good(), Status::not_found, "cannot open --file ", opt->file);
     std::stringstream ss;
     ss << f.rdbuf();
     Session s = open_session(opt->model);
+    check_window_context(s, opt->n_ctx);
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "perplexity needs a tokenizer.json in ",
                  s.model.dir.string());
     std::vector<int32_t> ids = s.model.tokenizer->encode(ss.str(), false);
