@@ -192,6 +192,10 @@ std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e, cons
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
     const std::string repeated = repeated_option_text(app);
     if (!repeated.empty()) return repeated;
+    // CLI11's "--n-predict: 1 required N missing": the option ended the line without its value.
+    const std::string what = e.what();
+    const size_t colon = what.find(": 1 required ");
+    if (colon != std::string::npos && what.ends_with(" missing")) return what.substr(0, colon) + " needs a value";
   }
   std::string help = "sluice --help";
   if (!no_subcommand) help = "sluice " + app.get_subcommands().front()->get_name() + " --help";

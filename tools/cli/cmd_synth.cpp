@@ -52,6 +52,7 @@ void register_synth(CLI::App& app) {
     SLUICE_CHECK(!opt->like.empty() || !opt->config.empty(), Status::invalid_argument,
                  "synth needs --like NAME or --config FILE (see sluice synth --help for the names)");
     SLUICE_CHECK(opt->dry_run || !opt->out_dir.empty(), Status::invalid_argument, "synth needs OUT_DIR (or --dry-run)");
+    if (!opt->config.empty()) expect_input_file(opt->config, "--config", "a config.json file");
     nlohmann::json config = opt->like.empty() ? read_json_file(opt->config) : synth_preset_config(opt->like);
     synth_scale_config(config, opt->layers ? std::optional<int64_t>(opt->layers) : std::nullopt,
                        opt->experts ? std::optional<int64_t>(opt->experts) : std::nullopt);
