@@ -1,13 +1,14 @@
 // Numeric options and command-line errors in sluice's own words. CLI11 parses the command
 // line; the numbers are converted here, so that every bad value gets one line that echoes
-// the text and states the option's range ("--top-k -5: expected an integer, 0 or more (0
-// keeps every token)") instead of CLI11's "Value -5 not in range 0.000000 to 1.797...e308".
+// the text and states the option's range ("-n -1: expected an integer, 0 or more") instead
+// of CLI11's "Value -1 not in range 0.000000 to 1797...(300 digits)".
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace sluice::cli {
 
@@ -60,14 +61,14 @@ CLI::Option* add_real(CLI::App& cmd, const std::string& names, float& value, con
 inline constexpr int32_t kThreadsMax = 1024;
 CLI::Option* add_threads(CLI::App& cmd, int32_t& value, const std::string& help);
 
-// What the allowed values are, as messages and --help state them: "an integer from 1 to
-// 256", "a finite number above 0".
+// What the allowed values are, as messages state them: "an integer from 1 to 256", "a finite
+// number above 0".
 std::string range_text(const IntRange& range);
 std::string range_text(const RealRange& range);
 
 // The one line (without "sluice: error: ") for a parse error of `app`: an unknown subcommand
-// lists the subcommands; an option given twice says so; others keep CLI11's text. `args` is
-// the command line without the program name.
+// lists the subcommands; an option given twice, or without its value, says so; others keep
+// CLI11's text and point at --help. `args` is the command line without the program name.
 std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e, const std::vector<std::string>& args);
 
 }  // namespace sluice::cli
