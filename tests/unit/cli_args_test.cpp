@@ -40,8 +40,8 @@ CliRun cli(const std::vector<std::string>& args) {
   return run_cli(args, scratch("io-" + std::to_string(counter++)));
 }
 
-// A copy of fixture `name` in which the files are links to the fixture's, but for those that
-// `edit` writes: a broken config or tokenizer without copying the weights.
+// A copy of fixture `name` whose files are links to the fixture's, less those in `leave_out`
+// (which the test then writes, or not): a broken config or tokenizer without copying weights.
 fs::path fixture_copy(const std::string& name, const std::string& copy,
                       const std::vector<std::string>& leave_out = {}) {
   const fs::path d = scratch(copy);
