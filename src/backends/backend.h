@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -73,6 +74,10 @@ class Backend {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;     // same dtype and numel
   virtual void fill(const Tensor& dst, float value) = 0;            // f32 dst
   virtual void synchronize() = 0;
+  // Bytes alloc() can still hand out (host RAM the kernel reports available, free device
+  // memory), to check a large allocation such as a long context before making it; nullopt
+  // when the backend cannot tell.
+  virtual std::optional<uint64_t> memory_available() const { return std::nullopt; }
 
   // ---- ops ----
   // y[n, m] = x[n, k] . w[m, k]^T; w is f32, bf16 or f16; y is f32 and may not alias x.

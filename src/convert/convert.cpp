@@ -21,6 +21,7 @@
 #include "convert/pack_writer.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/paths.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "format/checkpoint.h"
@@ -207,7 +208,8 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
 
   // 1. The checkpoint and its family: fail before anything is written.
   std::error_code ec;
-  SLUICE_CHECK(fs::is_directory(hf_dir, ec), Status::not_found, hf_dir.string(), ": no such checkpoint directory");
+  SLUICE_CHECK(fs::is_directory(hf_dir, ec), Status::not_found, hf_dir.string(), ": no such checkpoint directory (it ",
+               path_kind_text(hf_dir), ")");
   SLUICE_CHECK(!Pack::is_pack(hf_dir), Status::invalid_argument, hf_dir.string(),
                " is already a sluice pack (convert reads an HF checkpoint directory)");
   const nlohmann::json config = read_json_file(hf_dir / "config.json");

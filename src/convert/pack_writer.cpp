@@ -3,6 +3,7 @@
 #include "convert/pack_writer.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "format/file_io.h"
 #include "models/load.h"
 
@@ -410,6 +412,29 @@ void RecordBatchWriter::run() {
 
 // ---- staging ----
 
+namespace {
+
+// Removes the staging directories ".NAME.partial-PID" in `parent` whose writer is gone (a
+// convert killed with SIGKILL cannot clean up after itself): PID names no live process. A
+// directory whose PID is alive, or reused by another process, is left alone.
+void remove_stale_partials(const fs::path& parent, const std::string& name, std::string_view tool) {
+  const std::string prefix = "." + name + ".partial-";
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+    const std::string file = e.path().filename().string();
+    if (!file.starts_with(prefix) || !e.is_directory(ec)) continue;
+    const std::string digits = file.substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
+    fs::remove_all(e.path(), ec);
+    if (ec) LOG_WARN(tool, ": cannot remove the stale ", e.path().string(), ": ", ec.message());
+    else LOG_INFO(tool, ": removed ", e.path().string(), ", left by an earlier run (process ", pid, ") that died");
+  }
+}
+
+}  // namespace
+
 PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool) : tool_(std::move(tool)) {
   std::error_code ec;
   out_ = fs::absolute(out_arg).lexically_normal();
@@ -427,6 +452,7 @@ PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool) 
                  " already holds a pack; pass --force to replace it");
     replace_ = is_pack;
   }
+  remove_stale_partials(parent_, out_.filename().string(), tool_);
   tmp_ = parent_ / ("." + out_.filename().string() + ".partial-" + std::to_string(::getpid()));
   fs::remove_all(tmp_, ec);
   fs::create_directory(tmp_, ec);

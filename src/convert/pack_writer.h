@@ -176,7 +176,10 @@ class RecordBatchWriter {
 // ".OUT.partial-PID" beside it, and commit() renames the staging directory into place (with
 // `force`, atomically exchanging it with the old pack, which is then removed). Destroyed
 // without commit, it removes the staging directory: a failed or interrupted writer never
-// leaves something at OUT that looks like a pack. `tool` ("convert", "synth") starts messages.
+// leaves something at OUT that looks like a pack. A writer killed outright (SIGKILL) cannot
+// clean up: the next one removes staging directories for OUT whose PID no longer runs (PIDs
+// are this host's; OUT on a filesystem shared with another host writing it is not supported).
+// `tool` ("convert", "synth") starts messages.
 class PackStaging {
  public:
   PackStaging(const std::filesystem::path& out, bool force, std::string tool);

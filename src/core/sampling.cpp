@@ -47,7 +47,7 @@ KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, S
     // Only a prefix is sorted: the m most likely (nth_element, then a sort of those m), m
     // growing 8x until the nucleus ends inside it; the prefix equals that of a full sort (the
     // order is total), so a 151936-token vocabulary costs a few linear passes, not a sort.
-    const uint64_t target = sample_fixed_target(rule.top_p);
+    const uint64_t target = std::max<uint64_t>(sample_fixed_target(rule.top_p), 1);  // the first token always
     const size_t n_all = sc.order.size();
     size_t m = std::min<size_t>(n_all, 64), n = 0;
     for (;;) {

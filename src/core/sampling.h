@@ -43,7 +43,8 @@ int32_t sample_row(std::span<const float> logits, const SampleRule& rule, double
 const std::vector<uint8_t>& sample_kept(std::span<const float> logits, const SampleRule& rule, SampleScratch& scratch);
 
 // 2^-40 fixed point of a probability in [0, 1] (the top-p masses), rounded to nearest even
-// as the device's __double2ll_rn; and of top_p itself, truncated.
+// as the device's __double2ll_rn; and of top_p itself, truncated (the nucleus takes at least
+// one 2^-40 unit, so a top_p below that keeps the most likely token).
 constexpr double kSampleMassOne = 1099511627776.0;
 uint64_t sample_fixed_mass(float p);
 inline uint64_t sample_fixed_target(float top_p) { return static_cast<uint64_t>(static_cast<double>(top_p) * kSampleMassOne); }

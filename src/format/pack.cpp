@@ -17,6 +17,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/quant.h"
 #include "format/file_io.h"
 #include "format/json_file.h"
@@ -664,7 +665,8 @@ bool Pack::is_pack(const fs::path& dir) {
 
 std::shared_ptr<Pack> Pack::open(const fs::path& dir, bool map_experts) {
   std::error_code ec;
-  SLUICE_CHECK(fs::is_directory(dir, ec), Status::not_found, dir.string(), ": no such pack directory");
+  SLUICE_CHECK(fs::is_directory(dir, ec), Status::not_found, dir.string(), ": no such pack directory (it ",
+               path_kind_text(dir), ")");
   const fs::path manifest_path = dir / kPackManifestName;
   std::string text = read_file_bytes(manifest_path, kPackManifestMaxBytes, "a pack manifest");
   auto pack = std::shared_ptr<Pack>(new Pack());

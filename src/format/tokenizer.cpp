@@ -2,13 +2,14 @@
 // pipeline, decode and streaming decode.
 #include "format/tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "format/added_tokens.h"
 #include "format/bpe.h"
+#include "format/json_file.h"
 #include "format/pretokenizer.h"
 #include "format/utf8.h"
 
@@ -63,23 +64,6 @@ const nlohmann::json* field(const nlohmann::json& j, const char* key) {
 bool bool_field(const nlohmann::json& j, const char* key, bool fallback) {
   const nlohmann::json* v = field(j, key);
   return v && v->is_boolean() ? v->get<bool>() : fallback;
-}
-
-nlohmann::json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  SLUICE_CHECK(in, Status::io, "cannot open ", path.string());
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  SLUICE_CHECK(!ec, Status::io, "cannot stat ", path.string(), ": ", ec.message());
-  std::string text(size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  SLUICE_CHECK(static_cast<uintmax_t>(in.gcount()) == size, Status::io, "cannot read ", path.string(), " (",
-               in.gcount(), " of ", size, " bytes)");
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(Status::corrupt, path.string(), ": not valid JSON: ", e.what());
-  }
 }
 
 // The decoder must map byte-level spellings back to bytes; tokenizers' ByteLevel decoder does
@@ -156,13 +140,23 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
   const std::filesystem::path json_path = is_file ? dir : dir / "tokenizer.json";
   SLUICE_CHECK(std::filesystem::is_regular_file(json_path, ec), Status::not_found, "tokenizer.json not found: ",
                json_path.string());
-  const nlohmann::json tokenizer_json = read_json(json_path);
+  const nlohmann::json tokenizer_json = read_json_file(json_path);
   const std::filesystem::path config_path = json_path.parent_path() / "tokenizer_config.json";
-  if (std::filesystem::is_regular_file(config_path, ec)) {
-    const nlohmann::json config = read_json(config_path);
-    return from_json(tokenizer_json, &config);
+  std::optional<nlohmann::json> config;
+  if (std::filesystem::is_regular_file(config_path, ec)) config = read_json_file(config_path);
+  // from_json names the file only as "tokenizer.json: "; the message gets the whole path, and
+  // a JSON type error that slipped past its checks gets one (not nlohmann's error id).
+  try {
+    return from_json(tokenizer_json, config ? &*config : nullptr);
+  } catch (const Error& e) {
+    const std::string_view what = e.what();
+    for (const std::filesystem::path& p : {json_path, config_path})
+      if (what.starts_with(p.filename().string() + ": "))
+        throw Error(e.status(), p.string() + std::string(what.substr(p.filename().string().size())));
+    throw;
+  } catch (const nlohmann::json::exception& e) {
+    fail(Status::corrupt, json_path.string(), ": ", describe_json_error(e, ""));
   }
-  return from_json(tokenizer_json, nullptr);
 }
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* config) {

@@ -5,7 +5,22 @@
 
 namespace sluice {
 
+namespace {
+
+// hidden_act: absent (transformers' default for these families is silu), "silu", or "swish"
+// (transformers' other name for the same function).
+void check_hidden_act(const ConfigReader& c) {
+  const auto it = c.json().find("hidden_act");
+  if (it == c.json().end() || it->is_null()) return;
+  if (!it->is_string()) c.invalid(str("hidden_act ", it->dump(), " is not supported (silu only)"));
+  const std::string& act = it->get_ref<const std::string&>();
+  if (act != "silu" && act != "swish") c.invalid(str("hidden_act '", act, "' is not supported (silu only)"));
+}
+
+}  // namespace
+
 ModelInfo read_model_info(const ConfigReader& c) {
+  check_hidden_act(c);
   ModelInfo info;
   info.family = c.family();
   info.n_embd = c.integer({"hidden_size"}, {}, 1, 1 << 20);

@@ -8,7 +8,9 @@
 
 namespace sluice {
 
-// hidden_size, vocab_size, num_hidden_layers, max_position_embeddings, bos/eos ids.
+// hidden_size, vocab_size, num_hidden_layers, max_position_embeddings, bos/eos ids; and
+// hidden_act, which every family here reads through this: the shared blocks implement the
+// SwiGLU MLP with SiLU only, so any other activation is refused, never silently replaced.
 ModelInfo read_model_info(const ConfigReader& c);
 
 // num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps.

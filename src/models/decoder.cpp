@@ -62,6 +62,13 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
   return st;
 }
 
+uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
+  const auto& a = spec_.attn;
+  // Per token: K and V rows [n_head_kv, head_dim] of f32 in every layer.
+  const uint64_t per_token = spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * sizeof(float);
+  return saturating_product(per_token, n_ctx);
+}
+
 bool DecoderModel::step_graph_eligible() const {
   if (!be_.graphs_enabled() || expert_provider_ || routing_observer_) return false;
   for (size_t l = 0; l < spec_.layers.size(); ++l)

@@ -46,6 +46,7 @@ class DecoderModel : public Model {
  public:
   DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights);
   std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
+  uint64_t context_bytes(int64_t n_ctx) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
   // On a backend with graphs the step and the draw are one replayed graph; only the token id

@@ -40,8 +40,6 @@ HybridCommon read_hybrid_common(const ConfigReader& c, const HybridCheckpoint& c
                                 const std::vector<std::string>& attention_types) {
   HybridCommon h;
   h.info = read_model_info(c);
-  const std::string act = c.string({"hidden_act"}, "silu");
-  if (act != "silu") c.invalid("hidden_act '" + act + "' is not supported (these families use silu)");
 
   h.attn = read_attention_spec(c, QkNorm::per_head);
   h.attn.head_dim = c.integer({"head_dim"}, 256, 1, 4096);

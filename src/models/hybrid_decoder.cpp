@@ -43,6 +43,19 @@ std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
   return st;
 }
 
+uint64_t HybridModel::context_bytes(int64_t n_ctx) const {
+  // Per token of an attention layer: K and V rows [n_head_kv, head_dim] of f32, and with QSA
+  // its raw key [head_dim] (the block keys, one per compress_ratio tokens, are counted whole).
+  const AttentionSpec& a = spec_.attn.attn;
+  uint64_t per_token = 0;
+  for (const HybridLayerSpec& ls : spec_.layers) {
+    if (ls.mixer != TokenMixer::attention) continue;
+    per_token += 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * sizeof(float);
+    if (spec_.attn.qsa) per_token += 2 * static_cast<uint64_t>(spec_.attn.qsa->head_dim) * sizeof(float);
+  }
+  return saturating_product(per_token, n_ctx);
+}
+
 void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const Tensor& y) {
   const HybridLayerWeights& lw = w_.layers[l];
   const int64_t n = h.rows();

@@ -82,6 +82,7 @@ class HybridModel : public Model {
  public:
   HybridModel(Backend& backend, HybridSpec spec, HybridWeights weights);
   std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
+  uint64_t context_bytes(int64_t n_ctx) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
 

@@ -2,6 +2,7 @@
 #include "models/load.h"
 
 #include "core/log.h"
+#include "core/paths.h"
 #include "experts/streamer.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
@@ -24,6 +25,11 @@ namespace {
 
 }  // namespace
 
+std::optional<int32_t> LoadedModel::bos_id() const {
+  if (tokenizer && tokenizer->bos_id()) return tokenizer->bos_id();
+  return model->info().bos_id;
+}
+
 std::optional<int32_t> LoadedModel::eos_id() const {
   if (tokenizer && tokenizer->eos_id()) return tokenizer->eos_id();
   return model->info().eos_id;
@@ -31,8 +37,7 @@ std::optional<int32_t> LoadedModel::eos_id() const {
 
 LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const LoadOptions& options) {
   std::error_code ec;
-  SLUICE_CHECK(std::filesystem::is_directory(dir, ec), Status::not_found, "model directory ", dir.string(),
-               " does not exist (expected a directory with config.json and *.safetensors, or a pack)");
+  expect_directory(dir, "model", "a directory with config.json and *.safetensors, or a pack");
   LoadedModel out;
   out.dir = dir;
   const bool streamed = options.streaming && options.streaming->enabled();

@@ -41,6 +41,7 @@ struct LoadedModel {
   // backend, the CUDA streamer on a CUDA backend.
   std::shared_ptr<StreamingProvider> streamer;
 
+  std::optional<int32_t> bos_id() const;  // the tokenizer's, else config.json's
   std::optional<int32_t> eos_id() const;  // the tokenizer's, else config.json's
 };
 

@@ -1,7 +1,9 @@
-// Model: the input checks shared by every family's forward pass, the context limit, and the
-// host fallback of forward_sample.
+// Model: the input checks shared by every family's forward pass, the context limit, context
+// sizes in bytes, and the host fallback of forward_sample.
 #include "models/model.h"
 
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -55,6 +57,12 @@ int32_t Model::forward_sample(int32_t token, SequenceState& state, const SampleR
   SampleScratch scratch;
   return sample_row(std::span<const float>(logits).first(static_cast<size_t>(n_valid)), rule,
                     static_cast<double>(draw53) * 0x1p-53, scratch);
+}
+
+uint64_t Model::saturating_product(uint64_t bytes_per_token, int64_t n_ctx) {
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(n_ctx, 0));
+  if (n != 0 && bytes_per_token > std::numeric_limits<uint64_t>::max() / n) return std::numeric_limits<uint64_t>::max();
+  return bytes_per_token * n;
 }
 
 }  // namespace sluice

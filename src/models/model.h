@@ -63,6 +63,10 @@ class Model {
 
   // A fresh state for a sequence of at most n_ctx tokens.
   virtual std::unique_ptr<SequenceState> new_state(int64_t n_ctx) = 0;
+  // The bytes of new_state(n_ctx) that grow with n_ctx (KV cache, QSA keys), so that a context
+  // size can be checked against the memory before it is allocated; the fixed part (recurrent
+  // layers' state) is left out. Saturates at UINT64_MAX.
+  virtual uint64_t context_bytes(int64_t n_ctx) const = 0;
 
   // Runs tokens at positions state.n_past, state.n_past + 1, ... and advances n_past.
   // logits receives [n_vocab] f32 for the last token, or [tokens.size(), n_vocab] when
@@ -89,6 +93,8 @@ class Model {
                             bool all_logits) const;
   // The same without the logits buffer (forward_sample).
   void check_step_inputs(std::span<const int32_t> tokens, const SequenceState& state) const;
+  // bytes_per_token x n_ctx for context_bytes(), UINT64_MAX when it would overflow.
+  static uint64_t saturating_product(uint64_t bytes_per_token, int64_t n_ctx);
 
   ModelInfo info_;
   RoutingObserver routing_observer_;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../unit/cli_util.h"
 #include "convert/synth.h"
 #include "core/quant.h"
 #include "format/json_file.h"
@@ -311,48 +312,12 @@ TEST(Synth, UnknownLikeListsTheKnownNames) {
 
 // ---- the command line ----
 
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-  long max_rss_kb = 0;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs the sluice binary (no shell); `on_start` may act on the child's pid (send a signal).
+// Runs the sluice binary (cli_util.h), its output beside the test's files.
 CliRun sluice(const ScratchDir& d, const std::vector<std::string>& args, const std::function<void(pid_t)>& on_start = {}) {
   static int counter = 0;
-  const fs::path out = d / ("out" + std::to_string(counter)), err = d / ("err" + std::to_string(counter));
-  ++counter;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    FILE* o = std::freopen(out.c_str(), "w", stdout);
-    FILE* e = std::freopen(err.c_str(), "w", stderr);
-    (void)o;
-    (void)e;
-    std::vector<char*> argv = {const_cast<char*>(SLUICE_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(SLUICE_BINARY, argv.data());
-    std::_Exit(127);
-  }
-  if (on_start) on_start(pid);
-  int raw = 0;
-  struct rusage ru {};
-  ::wait4(pid, &raw, 0, &ru);
-  CliRun r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  r.max_rss_kb = ru.ru_maxrss;
-  return r;
+  const fs::path io = d / ("io" + std::to_string(counter++));
+  fs::create_directories(io);
+  return run_cli(args, io, on_start);
 }
 
 TEST(SynthCli, SynthVerifyRun) {

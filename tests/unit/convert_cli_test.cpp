@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../models/fixture_util.h"
+#include "cli_util.h"
 #include "convert/synthetic.h"
 #include "format/npy.h"
 #include "format/pack.h"
@@ -24,13 +25,6 @@ using namespace sluice;
 using namespace sluice::test;
 
 namespace {
-
-struct CliRun {
-  int status = -1;  // exit status; -1 when killed by a signal
-  int signal = 0;
-  std::string out, err;
-  long max_rss_kb = 0;
-};
 
 fs::path scratch(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("sluice-convert-cli-" + std::to_string(::getpid())) / name;
@@ -46,52 +40,10 @@ struct Cleanup {
   }
 } cleanup;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs the sluice binary with args (no shell), stdout/stderr to files; `on_start` may act on
-// the child's pid (send a signal) before it is waited for.
+// The sluice binary with args (cli_util.h), its output in a fresh scratch folder.
 CliRun sluice(const std::vector<std::string>& args, const std::function<void(pid_t)>& on_start = {}) {
   static int counter = 0;
-  fs::path d = scratch("io-" + std::to_string(counter++));
-  std::fflush(stdout);  // or the child would write the parent's buffered output again
-  std::fflush(stderr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    FILE* o = std::freopen((d / "out").c_str(), "w", stdout);
-    FILE* e = std::freopen((d / "err").c_str(), "w", stderr);
-    (void)o;
-    (void)e;
-    std::vector<char*> argv = {const_cast<char*>(SLUICE_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(SLUICE_BINARY, argv.data());
-    std::_Exit(127);
-  }
-  if (on_start) on_start(pid);
-  int raw = 0;
-  struct rusage ru {};
-  ::wait4(pid, &raw, 0, &ru);
-  CliRun r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.signal = WIFSIGNALED(raw) ? WTERMSIG(raw) : 0;
-  r.out = slurp(d / "out");
-  r.err = slurp(d / "err");
-  r.max_rss_kb = ru.ru_maxrss;
-  return r;
-}
-
-std::string join(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(ids[i]);
-  }
-  return s;
+  return run_cli(args, scratch("io-" + std::to_string(counter++)), on_start);
 }
 
 std::string last_line(const std::string& s) {
@@ -123,12 +75,13 @@ TEST(ConvertCli, HybridPackWithNgramTables) {
   const std::string n = std::to_string(ref.continuation_ids.size());
   for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
            {"--ple-cache", "0"}, {"--ple-cache", "1K"}, {}, {"--expert-slots", "3", "--verify-reads"}}) {
-    std::vector<std::string> args = {"run", "--model", pack, "--expert-kind", "bf16", "--tokens", join(ref.prompt_ids),
-                                     "-n", n, "--temperature", "0", "--ignore-eos", "--print-ids"};
+    std::vector<std::string> args = {"run", "--model", pack, "--expert-kind", "bf16", "--tokens",
+                                     join_ids(ref.prompt_ids), "-n", n, "--temperature", "0", "--ignore-eos",
+                                     "--print-ids"};
     args.insert(args.end(), extra.begin(), extra.end());
     CliRun r = sluice(args);
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_EQ(last_line(r.out), join(ref.continuation_ids));
+    EXPECT_EQ(last_line(r.out), join_ids(ref.continuation_ids));
   }
   expect_clean_error(sluice({"run", "--model", pack, "--tokens", "1,2", "--ple-cache", "lots"}), "--ple-cache");
 }
@@ -148,13 +101,13 @@ TEST(ConvertCli, ConvertVerifyRunAndLogits) {
   FixtureReference ref = read_reference("olmoe");
   const std::string n = std::to_string(ref.continuation_ids.size());
   for (const char* kind : {"bf16", "int8", "q4", "q2"}) {
-    CliRun r = sluice({"run", "--model", pack, "--expert-kind", kind, "--tokens", join(ref.prompt_ids), "-n", n,
+    CliRun r = sluice({"run", "--model", pack, "--expert-kind", kind, "--tokens", join_ids(ref.prompt_ids), "-n", n,
                     "--temperature", "0", "--ignore-eos", "--print-ids"});
     ASSERT_EQ(r.status, 0) << kind << ": " << r.err;
     EXPECT_NE(r.err.find(std::string(kind) + " experts"), std::string::npos) << r.err;
     // bf16 and int8 reproduce the reference continuation (measured: 100% top-1 on olmoe).
     if (std::string(kind) == "bf16" || std::string(kind) == "int8") {
-      EXPECT_EQ(last_line(r.out), join(ref.continuation_ids)) << kind;
+      EXPECT_EQ(last_line(r.out), join_ids(ref.continuation_ids)) << kind;
     }
   }
   // The default kind is q4; --prompt uses the tokenizer copied into the pack.
@@ -165,7 +118,7 @@ TEST(ConvertCli, ConvertVerifyRunAndLogits) {
   EXPECT_EQ(t.status, 0) << t.err;
   EXPECT_GE(read_npy(d / "t.npy").shape.at(0), 2);
   const fs::path npy = d / "l.npy";
-  CliRun l = sluice({"logits", "--model", pack, "--expert-kind", "bf16", "--tokens", join(ref.prompt_ids), "--out", npy.string()});
+  CliRun l = sluice({"logits", "--model", pack, "--expert-kind", "bf16", "--tokens", join_ids(ref.prompt_ids), "--out", npy.string()});
   ASSERT_EQ(l.status, 0) << l.err;
   NpyArray got = read_npy(npy), want = read_npy(fixture_dir("olmoe") / "logits_prompt.npy");
   EXPECT_EQ(got.shape, want.shape);

@@ -12,32 +12,37 @@
 
 namespace sluice::cli {
 
+namespace {
+// --wait-timeout's largest value in seconds (11.6 days): beyond any real wait, and its
+// milliseconds fit std::chrono's int64 with room to spare.
+constexpr double kWaitTimeoutMax = 1e6;
+}  // namespace
+
 void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--model", opt.model, "model directory: an HF checkpoint or a pack (sluice convert)")->required();
   cmd.add_option("--expert-kind", opt.expert_kind,
                  "expert precision of a pack: bf16, int8, q4 or q2 (default: the first of q4, int8, bf16, q2 it holds)");
-  cmd.add_option("--threads", opt.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_threads(cmd, opt.threads, "CPU threads");
   cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
   // Expert streaming.
   auto* cache = cmd.add_option("--expert-cache", opt.expert_cache,
                                "stream the experts of a pack through a cache of this size (512M, 8G)");
-  auto* slots = cmd.add_option("--expert-slots", opt.expert_slots, "stream through a cache of N expert slots")
-                    ->check(CLI::PositiveNumber);
+  auto* slots = add_integer(cmd, "--expert-slots", opt.expert_slots, IntRange::at_least(1),
+                            "stream through a cache of N expert slots");
   cache->excludes(slots);
   cmd.add_option("--policy", opt.policy, str("expert cache eviction policy: ", "lru, lfu, lrfu, fifo (default lrfu)"));
   cmd.add_option("--io", opt.io, "expert reads: direct (O_DIRECT, default) or buffered (page cache)");
-  cmd.add_option("--io-depth", opt.io_depth, "expert reads in flight (default 8)")->check(CLI::Range(1, 256));
+  add_integer(cmd, "--io-depth", opt.io_depth, IntRange::from(1, 256), "expert reads in flight (default 8)");
   cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");
   cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
-  cmd.add_option("--cut", opt.cut, "deadline: cut late misses whose routing weight is below W (default 0: off)")
-      ->check(CLI::Range(0.0, 1.0));
+  add_real(cmd, "--cut", opt.cut, RealRange::from(0, 1, "0: off"),
+           "deadline: cut late misses whose routing weight is below W (default 0: off)");
   cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
   cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
   cmd.add_flag("--verify-reads", opt.verify_reads, "check every expert read against its checksum");
   cmd.add_option("--wait", opt.wait, "CUDA streaming: host waits spin (default) or block (sleep between looks)");
-  cmd.add_option("--wait-timeout", opt.wait_timeout,
-                 "CUDA streaming: seconds any host/device wait may take before the run fails (default 30)")
-      ->check(CLI::PositiveNumber);
+  add_real(cmd, "--wait-timeout", opt.wait_timeout, RealRange::above(0, kWaitTimeoutMax, "seconds"),
+           "CUDA streaming: seconds any host/device wait may take before the run fails (default 30)");
   cmd.add_flag("--host-cache-preload", opt.host_cache_preload,
                "benchmarks (CUDA): fill the --host-cache tier from the pack at start-up and report read and H2D GB/s");
   cmd.add_flag("--fake-experts", opt.fake_experts,
@@ -62,6 +67,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
     return std::nullopt;
   }
   StreamerOptions so;
+  if (!opt.stats.empty()) expect_output_file(opt.stats, "--stats", "a file for the streaming statistics (JSON)");
   if (!opt.expert_cache.empty()) {
     so.cache_bytes = parse_byte_size(opt.expert_cache, "--expert-cache");
     SLUICE_CHECK(so.cache_bytes > 0, Status::invalid_argument, "--expert-cache must be larger than 0");
@@ -139,16 +145,34 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
-std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prompt, const std::string& tokens) {
-  if (!tokens.empty()) return parse_token_list(tokens);
+void add_prompt_options(CLI::App& cmd, PromptOptions& opt) {
+  opt.prompt_option = cmd.add_option("--prompt", opt.prompt, "prompt text (\"\": the bos token alone)");
+  opt.tokens_option = cmd.add_option("--tokens", opt.tokens, "prompt as token ids, e.g. 3,17,42");
+  opt.prompt_option->excludes(opt.tokens_option);
+}
+
+void require_prompt(const PromptOptions& opt, std::string_view command) {
+  SLUICE_CHECK(opt.prompt_option->count() > 0 || opt.tokens_option->count() > 0, Status::invalid_argument, command,
+               " needs --prompt or --tokens");
+}
+
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& opt) {
+  if (opt.tokens_option->count() > 0) return parse_token_list(opt.tokens);
+  if (opt.prompt.empty()) {
+    const std::optional<int32_t> bos = m.bos_id();
+    SLUICE_CHECK(bos.has_value(), Status::invalid_argument, "--prompt is empty and ", m.dir.string(),
+                 " has no bos token to start from: give some text, or --tokens");
+    return {*bos};
+  }
   SLUICE_CHECK(m.tokenizer.has_value(), Status::invalid_argument, "--prompt needs a tokenizer.json in ",
                m.dir.string(), "; pass --tokens instead");
-  std::vector<int32_t> ids = m.tokenizer->encode(prompt, m.tokenizer->add_bos());
+  std::vector<int32_t> ids = m.tokenizer->encode(opt.prompt, m.tokenizer->add_bos());
   SLUICE_CHECK(!ids.empty(), Status::invalid_argument, "the prompt encodes to no tokens");
   return ids;
 }
 
 Session open_session(const ModelOptions& opt) {
+  expect_directory(opt.model, "--model", "a directory with config.json and *.safetensors, or a pack");
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
   LoadOptions lo;
   if (!opt.expert_kind.empty()) {

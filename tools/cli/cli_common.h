@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "cli_args.h"
+#include "core/paths.h"
 #include "experts/stats.h"
 #include "experts/streamer.h"
 #include "models/load.h"
@@ -47,8 +49,20 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt);
 // "3,17,42" -> {3, 17, 42}; anything else is an invalid-argument error.
 std::vector<int32_t> parse_token_list(const std::string& text);
 
-// The prompt as token ids: --tokens, else --prompt encoded by the model's tokenizer.
-std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prompt, const std::string& tokens);
+// --prompt TEXT and --tokens IDS, one or the other (run, logits).
+struct PromptOptions {
+  std::string prompt, tokens;
+  CLI::Option* prompt_option = nullptr;
+  CLI::Option* tokens_option = nullptr;
+};
+void add_prompt_options(CLI::App& cmd, PromptOptions& opt);
+
+// Before loading the model: one of the two was given (`command` starts the message).
+void require_prompt(const PromptOptions& opt, std::string_view command);
+
+// The prompt as token ids: --tokens, else --prompt encoded by the model's tokenizer. An empty
+// --prompt is the model's bos token alone (generation from nothing), or an error without one.
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& opt);
 
 // Sets up the thread pool and loads the model on the chosen backend (streaming its experts
 // when the options ask for it).

@@ -23,7 +23,7 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--dense", opt->dense, "dense tensor dtype: bf16 or f32 (default: bf16 when the checkpoint is all bf16, else f32)");
   cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
-  cmd->add_option("--threads", opt->threads, "quantization threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_threads(*cmd, opt->threads, "quantization threads");
   cmd->callback([opt] {
     if (opt->threads > 0) ThreadPool::set_global_threads(opt->threads);
     ConvertOptions co;

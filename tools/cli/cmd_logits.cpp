@@ -10,19 +10,19 @@ namespace sluice::cli {
 void register_logits(CLI::App& app) {
   struct Options {
     ModelOptions model;
-    std::string tokens, prompt, out;
+    PromptOptions prompt;
+    std::string out;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "write the logits of one forward pass as .npy");
   add_model_options(*cmd, opt->model);
-  auto* t = cmd->add_option("--tokens", opt->tokens, "token ids, e.g. 3,17,42");
-  auto* p = cmd->add_option("--prompt", opt->prompt, "text instead of --tokens");
-  t->excludes(p);
+  add_prompt_options(*cmd, opt->prompt);
   cmd->add_option("--out", opt->out, "output file (.npy, float32 [n_tokens, vocab])")->required();
   cmd->callback([opt] {
-    if (opt->prompt.empty() && opt->tokens.empty()) fail(Status::invalid_argument, "logits needs --tokens or --prompt");
+    require_prompt(opt->prompt, "logits");
+    expect_output_file(opt->out, "--out", "a file name for the .npy logits");
     Session s = open_session(opt->model);
-    std::vector<int32_t> ids = prompt_tokens(s.model, opt->prompt, opt->tokens);
+    std::vector<int32_t> ids = prompt_tokens(s.model, opt->prompt);
     const int64_t n = static_cast<int64_t>(ids.size()), V = s.model.model->info().n_vocab;
     s.model.model->check_context(n, str("the prompt (", n, " tokens)"));
     auto state = s.model.model->new_state(n);

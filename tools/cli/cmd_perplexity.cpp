@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_context.h"
 #include "cli_output.h"
 #include "engine/perplexity.h"
 #include "engine/routing_trace.h"
@@ -24,10 +25,13 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--file", opt->file, "UTF-8 text file")->required();
   cmd->add_option("--trace-routing", opt->trace,
                   "write every routing decision as JSON lines (shared/traces format; one problem per window)");
-  cmd->add_option("--ctx", opt->n_ctx, "window size in tokens (default 256)")->check(CLI::Range(2, 1 << 20));
+  add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::from(2, 1 << 20), "window size in tokens (default 256)");
   cmd->callback([opt] {
+    expect_input_file(opt->file, "--file", "a UTF-8 text file");
+    if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     TextPieceReader text(opt->file);  // a missing file fails before the model loads
     Session s = open_session(opt->model);
+    check_window_context(s, opt->n_ctx);
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "perplexity needs a tokenizer.json in ",
                  s.model.dir.string());
     PerplexityScorer scorer(*s.model.model, opt->n_ctx);  // checks --ctx against the model's limit

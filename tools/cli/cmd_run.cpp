@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_context.h"
 #include "cli_output.h"
 #include "engine/generated_text.h"
 #include "engine/generator.h"
@@ -14,7 +15,8 @@ namespace sluice::cli {
 void register_run(CLI::App& app) {
   struct Options {
     ModelOptions model;
-    std::string prompt, tokens, trace;
+    PromptOptions prompt;
+    std::string trace;
     int64_t n_predict = 32;
     float temperature = 0.8f, top_p = 1.0f;
     int32_t top_k = 0;
@@ -25,24 +27,27 @@ void register_run(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
   add_model_options(*cmd, opt->model);
-  auto* p = cmd->add_option("--prompt", opt->prompt, "prompt text");
-  auto* t = cmd->add_option("--tokens", opt->tokens, "prompt as token ids, e.g. 3,17,42");
-  p->excludes(t);
-  cmd->add_option("-n,--n-predict", opt->n_predict, "tokens to generate (default 32)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", opt->temperature, "sampling temperature; 0 is greedy (default 0.8)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", opt->top_p, "nucleus sampling mass in (0, 1] (default 1)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--top-k", opt->top_k, "keep the k most likely tokens; 0 keeps all (default 0)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", opt->seed, "random seed (default 0)");
-  cmd->add_option("--ctx", opt->n_ctx, "context size in tokens (default: prompt + n)")->check(CLI::NonNegativeNumber);
+  add_prompt_options(*cmd, opt->prompt);
+  add_integer(*cmd, "-n,--n-predict", opt->n_predict, IntRange::at_least(0), "tokens to generate (default 32)");
+  // Stored as floats: beyond about 1e30 a temperature's draw is uniform anyway, and a top-p below
+  // the top token's probability keeps that token alone, so saturating (cli_args.h) changes nothing.
+  add_real(*cmd, "--temperature", opt->temperature, RealRange::at_least(0, "0 is greedy"),
+           "sampling temperature; 0 is greedy (default 0.8)");
+  add_real(*cmd, "--top-p", opt->top_p, RealRange::above(0, 1), "nucleus sampling mass in (0, 1] (default 1)");
+  add_integer(*cmd, "--top-k", opt->top_k, IntRange::at_least(0, "0 keeps every token"),
+              "keep the k most likely tokens; 0 keeps all (default 0)");
+  add_seed(*cmd, "--seed", opt->seed, "random seed, 0 to 2^64-1 (default 0)");
+  add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::at_least(0, "0: prompt + n"),
+              "context size in tokens (default: prompt + n)");
   cmd->add_flag("--print-ids", opt->print_ids, "end stdout with the generated token ids, comma-separated");
   cmd->add_option("--trace-routing", opt->trace, "write every routing decision as JSON lines (shared/traces format)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([opt] {
-    if (opt->prompt.empty() && opt->tokens.empty()) fail(Status::invalid_argument, "run needs --prompt or --tokens");
+    require_prompt(opt->prompt, "run");
+    if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     Session s = open_session(opt->model);
-    std::vector<int32_t> prompt = prompt_tokens(s.model, opt->prompt, opt->tokens);
+    std::vector<int32_t> prompt = prompt_tokens(s.model, opt->prompt);
+    check_generation_context(s, static_cast<int64_t>(prompt.size()), opt->n_predict, opt->n_ctx);
     GenerateOptions g;
     g.n_predict = opt->n_predict;
     g.sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
@@ -65,7 +70,8 @@ void register_run(CLI::App& app) {
     GenerateStats st = gen.generate(prompt, g, [&](int32_t id) {
       if (generated.empty()) prefill.finish();
       generated.push_back(id);
-      if (text) stdout_write(text->push(id));
+      // Without a tokenizer (a pack made without one) the text is the ids, comma-separated.
+      stdout_write(text ? text->push(id) : str(generated.size() > 1 ? "," : "", id));
       return true;
     });
     prefill.finish();

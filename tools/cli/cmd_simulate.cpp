@@ -21,17 +21,19 @@ void register_simulate(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("simulate", "replay a routing trace through the expert cache");
   cmd->add_option("--trace", opt->trace, "routing trace (JSON lines, see shared/traces/README.md)")->required();
-  auto* spl = cmd->add_option("--slots-per-layer", opt->slots_per_layer, "one cache of N slots per layer")
-                  ->check(CLI::PositiveNumber);
-  auto* sl = cmd->add_option("--slots", opt->slots, "one shared pool of N slots over all layers")->check(CLI::PositiveNumber);
+  auto* spl = add_integer(*cmd, "--slots-per-layer", opt->slots_per_layer, IntRange::at_least(1),
+                          "one cache of N slots per layer");
+  auto* sl =
+      add_integer(*cmd, "--slots", opt->slots, IntRange::at_least(1), "one shared pool of N slots over all layers");
   spl->excludes(sl);
   cmd->add_option("--policy", opt->policy, str("eviction policy: ", policy_names_text(), ", or all (default)"));
   cmd->add_option("--pin", opt->pin,
                   "how long an access pins its slot: access (each expert is its own request; the "
                   "convention of shared/traces) or step (a token's experts stay pinned together, as in the engine)");
-  cmd->add_option("--lrfu-half-life", opt->lrfu_half_life, "lrfu: half-life of an access, in accesses per slot")
-      ->check(CLI::PositiveNumber);
+  add_real(*cmd, "--lrfu-half-life", opt->lrfu_half_life, RealRange::above(0),
+           "lrfu: half-life of an access, in accesses per slot (default 8)");
   cmd->callback([opt] {
+    expect_input_file(opt->trace, "--trace", "a routing trace (JSON lines)");
     SLUICE_CHECK(opt->slots_per_layer > 0 || opt->slots > 0, Status::invalid_argument,
                  "simulate needs --slots-per-layer N or --slots N");
     SimulateOptions so;

@@ -38,20 +38,21 @@ void register_synth(CLI::App& app) {
   auto* config = cmd->add_option("--config", opt->config, "a config.json of any supported family, instead of --like");
   like->excludes(config);
   cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default q4)");
-  cmd->add_option("--layers", opt->layers, "keep only the first N layers (a smaller pack of the same record size)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--experts", opt->experts, "keep only N routed experts per layer (top-k capped to N)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", opt->seed, "random seed (default 1); the bytes depend only on it");
+  add_integer(*cmd, "--layers", opt->layers, IntRange::at_least(1),
+              "keep only the first N layers (a smaller pack of the same record size)");
+  add_integer(*cmd, "--experts", opt->experts, IntRange::at_least(1),
+              "keep only N routed experts per layer (top-k capped to N)");
+  add_seed(*cmd, "--seed", opt->seed, "random seed, 0 to 2^64-1 (default 1); the bytes depend only on it");
   cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
   cmd->add_flag("--dry-run", opt->dry_run, "print the files and sizes the pack would have, write nothing");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
-  cmd->add_option("--threads", opt->threads, "generator threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_threads(*cmd, opt->threads, "generator threads");
   cmd->callback([opt] {
     if (opt->threads > 0) ThreadPool::set_global_threads(opt->threads);
     SLUICE_CHECK(!opt->like.empty() || !opt->config.empty(), Status::invalid_argument,
                  "synth needs --like NAME or --config FILE (see sluice synth --help for the names)");
     SLUICE_CHECK(opt->dry_run || !opt->out_dir.empty(), Status::invalid_argument, "synth needs OUT_DIR (or --dry-run)");
+    if (!opt->config.empty()) expect_input_file(opt->config, "--config", "a config.json file");
     nlohmann::json config = opt->like.empty() ? read_json_file(opt->config) : synth_preset_config(opt->like);
     synth_scale_config(config, opt->layers ? std::optional<int64_t>(opt->layers) : std::nullopt,
                        opt->experts ? std::optional<int64_t>(opt->experts) : std::nullopt);

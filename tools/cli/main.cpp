@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli_args.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -34,8 +35,14 @@ int main(int argc, char** argv) {
   sluice::cli::register_synth(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {  // a run that ends early on purpose (Ctrl-C: 130), already reported
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {  // a usage error: one line, like every other error
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    std::fprintf(stderr, "sluice: error: %s\n", sluice::cli::parse_error_text(app, e, args).c_str());
+    return 1;
   } catch (const sluice::Error& e) {
     std::fprintf(stderr, "sluice: error: %s\n", e.what());
     return 1;

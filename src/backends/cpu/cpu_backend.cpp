@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace sluice {
 
@@ -27,6 +29,25 @@ Tensor CpuBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   t.data = p;
   t.storage = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   return t;
+}
+
+// MemAvailable of /proc/meminfo (kB), lowered to what a cgroup v2 memory limit leaves.
+std::optional<uint64_t> CpuBackend::memory_available() const {
+  std::optional<uint64_t> avail;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (meminfo >> key >> kb) {
+    if (key == "MemAvailable:") avail = kb * 1024;
+    meminfo.ignore(64, '\n');  // " kB"
+  }
+  uint64_t limit = 0, used = 0;
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  if (max_file >> limit && current_file >> used) {  // "max" (no limit) fails the read
+    const uint64_t left = limit > used ? limit - used : 0;
+    avail = avail ? std::min(*avail, left) : left;
+  }
+  return avail;
 }
 
 Tensor CpuBackend::upload(const Tensor& host) { return host; }

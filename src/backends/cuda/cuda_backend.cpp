@@ -144,6 +144,14 @@ void CudaBackend::fill(const Tensor& dst, float value) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+// Free device memory as the driver reports it (blocks cached in the pools not counted).
+std::optional<uint64_t> CudaBackend::memory_available() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+    return std::nullopt;
+  return free_bytes;
+}
+
 std::shared_ptr<void> CudaBackend::stage(const void* host, size_t bytes) {
   SLUICE_CHECK(!capture_pool_, Status::internal, "cuda: a host array passed to an op while capturing a graph");
   auto mem = pool_->get(bytes);

@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
   void synchronize() override;
+  std::optional<uint64_t> memory_available() const override;
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
   void add_bias(const Tensor& y, const Tensor& b) override;

@@ -184,7 +184,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
   // Top-p: radix walk over the probabilities' keys with mass bins.
   ToppRule topp;
   if (p.top_p < 1.0f) {
-    const unsigned long long target = static_cast<unsigned long long>(static_cast<double>(p.top_p) * kMassOne);
+    // At least one 2^-40 unit: a top_p below it keeps the most likely token (as the host).
+    unsigned long long target = static_cast<unsigned long long>(static_cast<double>(p.top_p) * kMassOne);
+    if (target == 0) target = 1;
     uint32_t prefix = 0, mask = 0;
     unsigned long long above = 0;
     bool all = false;

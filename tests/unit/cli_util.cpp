@@ -1,0 +1,61 @@
+// The CLI test runner (cli_util.h).
+#include "cli_util.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace sluice::test {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+CliRun run_cli(const std::vector<std::string>& args, const fs::path& io_dir,
+               const std::function<void(pid_t)>& on_start) {
+  std::fflush(stdout);  // or the child would write the parent's buffered output again
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    FILE* o = std::freopen((io_dir / "out").c_str(), "w", stdout);
+    FILE* e = std::freopen((io_dir / "err").c_str(), "w", stderr);
+    (void)o;
+    (void)e;
+    std::vector<char*> argv = {const_cast<char*>(SLUICE_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(SLUICE_BINARY, argv.data());
+    std::_Exit(127);
+  }
+  if (on_start) on_start(pid);
+  int raw = 0;
+  struct rusage ru {};
+  ::wait4(pid, &raw, 0, &ru);
+  CliRun r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.signal = WIFSIGNALED(raw) ? WTERMSIG(raw) : 0;
+  r.out = slurp(io_dir / "out");
+  r.err = slurp(io_dir / "err");
+  r.max_rss_kb = ru.ru_maxrss;
+  return r;
+}
+
+}  // namespace sluice::test
