@@ -14,8 +14,8 @@
 #include <span>
 #include <string>
 
-#include "backends/expert_weights.h"
-#include "backends/tensor.h"
+#include "core/expert_weights.h"
+#include "core/tensor.h"
 #include "core/sampling.h"
 
 namespace sluice {

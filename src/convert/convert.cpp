@@ -17,7 +17,6 @@
 #include <map>
 #include <set>
 
-#include "backends/cpu/simd.h"
 #include "convert/pack_writer.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -39,7 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
 // Where one projection of one expert lies in the checkpoint: one contiguous byte range.
 struct SourceBlock {
@@ -51,47 +49,6 @@ struct SourceBlock {
   int64_t row0 = 0;        // first row inside the tensor (fused layout), for messages
 };
 
-
-void pread_all(int fd, uint8_t* buf, size_t size, uint64_t offset, const std::string& what) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::pread(fd, buf + done, size - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(Status::io, what, ": read failed: ", errno_text(errno));
-    if (n == 0) fail(Status::corrupt, what, ": file ends early (truncated while converting?)");
-    done += static_cast<size_t>(n);
-  }
-}
-
-// Row `count` elements of src (dtype t) as f32.
-void to_f32(const uint8_t* src, DType t, int64_t count, float* dst) {
-  switch (t) {
-    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(count) * 4); return;
-    case DType::bf16: cpu::convert_row<DType::bf16>(reinterpret_cast<const uint16_t*>(src), dst, count); return;
-    case DType::f16: cpu::convert_row<DType::f16>(reinterpret_cast<const uint16_t*>(src), dst, count); return;
-    default: SLUICE_ASSERT(is_float(t));
-  }
-}
-
-// Converts `count` elements from dtype `from` to dtype `to` (floats; or a copy when equal).
-void convert_elements(const uint8_t* src, DType from, uint8_t* dst, DType to, int64_t count, std::vector<float>& tmp) {
-  if (from == to) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(from));
-    return;
-  }
-  tmp.resize(static_cast<size_t>(count));
-  to_f32(src, from, count, tmp.data());
-  if (to == DType::f32) {
-    std::memcpy(dst, tmp.data(), static_cast<size_t>(count) * 4);
-  } else if (to == DType::bf16) {
-    auto* o = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) o[i] = f32_to_bf16(tmp[i]);
-  } else {
-    SLUICE_ASSERT(to == DType::f16);
-    auto* o = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) o[i] = f32_to_f16(tmp[i]);
-  }
-}
 
 // The routed expert layers must be loaded by the family with exactly the pack's expert
 // tensors; a dry run of the family loader over the checkpoint (which maps but does not read
@@ -129,7 +86,7 @@ uint64_t write_ple_tables(const Checkpoint& ck, const std::map<std::string, std:
       SLUICE_CHECK(shard == static_cast<int64_t>(i) && (parts.size() == 1 || ngram_table_tensor(name)->sharded),
                    Status::corrupt, where, ": n-gram table ", prefix, " has tensors that are not one whole table or shards ",
                    "0, 1, ... (", name, ")");
-      SLUICE_CHECK(e.shape.size() == 2 && is_float(e.dtype) && (cols < 0 || e.shape[1] == cols), Status::corrupt, where,
+      SLUICE_CHECK(e.shape.size() == 2 && dtype_is_float(e.dtype) && (cols < 0 || e.shape[1] == cols), Status::corrupt, where,
                    ": tensor ", name, " is ", dtype_name(e.dtype), " with ", e.shape.size(), " dimensions; an n-gram table ",
                    "shard is a float [rows, ", cols < 0 ? std::string("dim") : std::to_string(cols), "] matrix");
       cols = e.shape[1];
@@ -151,7 +108,6 @@ uint64_t write_ple_tables(const Checkpoint& ck, const std::map<std::string, std:
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(st, XXH3_freeState);
   constexpr uint64_t kPieceBytes = uint64_t{4} << 20;  // input bytes per read
   std::vector<uint8_t> in, row_out, zeros(kPackRecordAlign, 0);
-  std::vector<float> tmp;
   for (PackRowTable& t : ple.tables) {
     const uint64_t pad = t.offset - out.size();  // the previous table's tail up to this page
     for (uint64_t z = 0; z < pad; z += kPackRecordAlign) out.write(zeros.data(), std::min<uint64_t>(kPackRecordAlign, pad - z));
@@ -176,7 +132,7 @@ uint64_t write_ple_tables(const Checkpoint& ck, const std::map<std::string, std:
         pread_all(fd, in.data(), in.size(), base + static_cast<uint64_t>(r0) * in_row, str(where, ": tensor ", name));
         row_out.assign(static_cast<size_t>(nr) * t.row_stride, 0);
         for (int64_t i = 0; i < nr; ++i)
-          convert_elements(in.data() + i * in_row, e.dtype, row_out.data() + i * t.row_stride, ple.dtype, t.cols, tmp);
+          dtype_convert_row(in.data() + i * in_row, e.dtype, row_out.data() + i * t.row_stride, ple.dtype, t.cols);
         // Hash by chunk: a chunk boundary may fall inside this piece.
         for (int64_t i = 0; i < nr; ++i, ++row) {
           XXH3_64bits_update(st, row_out.data() + i * t.row_stride, t.row_stride);
@@ -258,10 +214,10 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     bytes_total += e.end - e.begin;
     if (expert_names.count(name) || left_out.count(name) || ngram_table_tensor(name)) continue;
     dense_names.push_back(name);
-    if (is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
+    if (dtype_is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
   }
   m.dense_dtype = opt.dense_dtype.value_or(all_bf16 ? DType::bf16 : DType::f32);
-  SLUICE_CHECK(is_float(m.dense_dtype), Status::invalid_argument, "convert: dense dtype must be f32 or bf16");
+  SLUICE_CHECK(dtype_is_float(m.dense_dtype), Status::invalid_argument, "convert: dense dtype must be f32 or bf16");
 
   // Open file descriptors of the checkpoint's files (reads bypass the mappings).
   std::map<fs::path, int> fds;
@@ -302,12 +258,11 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     DenseFileWriter out(tmp_dir / kPackDenseName);
     constexpr size_t kChunkElems = size_t{4} << 20;
     std::vector<uint8_t> in_buf, out_buf;
-    std::vector<float> tmpf;
     for (const std::string& name : dense_names) {
       const SafetensorsEntry& e = ck.entry(name);
       SLUICE_CHECK(e.shape.size() >= 1 && e.shape.size() <= 4, Status::unsupported, ck.dir().string(), ": tensor ", name,
                    " has ", e.shape.size(), " dimensions (the pack holds 1 to 4)");
-      const DType to = is_float(e.dtype) ? m.dense_dtype : e.dtype;
+      const DType to = dtype_is_float(e.dtype) ? m.dense_dtype : e.dtype;
       PackDenseTensor t{name, to, e.shape, out.begin_tensor(), 0};
       const uint64_t n_elem = (e.end - e.begin) / dtype_size(e.dtype);
       const int fd = fd_of(name);
@@ -318,7 +273,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
         out_buf.resize(cnt * dtype_size(to));
         pread_all(fd, in_buf.data(), in_buf.size(), file_offset(name) + done * dtype_size(e.dtype),
                   str(ck.file_of(name).path().string(), ": tensor ", name));
-        convert_elements(in_buf.data(), e.dtype, out_buf.data(), to, static_cast<int64_t>(cnt), tmpf);
+        dtype_convert_row(in_buf.data(), e.dtype, out_buf.data(), to, static_cast<int64_t>(cnt));
         out.write(out_buf.data(), out_buf.size());
         done += cnt;
         t.bytes += out_buf.size();
@@ -425,7 +380,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
           row.resize(static_cast<size_t>(s.cols));
           for (int64_t r = item.row_begin; r < item.row_end; ++r) {
             const uint8_t* src = in.data() + static_cast<size_t>(r - item.row_begin) * row_bytes;
-            to_f32(src, s.dtype, s.cols, row.data());
+            dtype_row_to_f32(src, s.dtype, s.cols, row.data());
             for (size_t k = 0; k < kinds.size(); ++k) {
               const PackKindInfo& info = *infos[k];
               const PackBlock& blk = item.proj == 0 ? info.gate : item.proj == 1 ? info.up : info.down;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/bits.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "format/file_io.h"
@@ -25,9 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
 // Splits a routed-expert tensor name into prefix and parts; false for everything else.
 bool parse_expert_name(const std::string& name, std::string& prefix, ExpertTensor& t, std::string& proj_name) {
@@ -123,7 +122,7 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
                  ": holds both fused (gate_up_proj/down_proj) and per-expert tensors");
     auto check_float = [&](const std::string& name) {
       DType dt = entry(name).dtype;
-      SLUICE_CHECK(is_float(dt), Status::unsupported, where_dir, ": expert tensor ", name, " has dtype ", dtype_name(dt),
+      SLUICE_CHECK(dtype_is_float(dt), Status::unsupported, where_dir, ": expert tensor ", name, " has dtype ", dtype_name(dt),
                    "; experts must be f32, bf16 or f16");
     };
     if (n_fused) {

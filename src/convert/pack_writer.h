@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "experts/io_engine.h"  // AlignedBuffer: 4096-aligned memory for O_DIRECT
+#include "core/aligned_buffer.h"
 #include "format/pack.h"
 
 namespace sluice {

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "convert/pack_writer.h"
+#include "core/bits.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/quant.h"
@@ -25,7 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // ---- counter-based random numbers ----
 

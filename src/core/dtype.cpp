@@ -1,8 +1,12 @@
-// dtype names, sizes and the IEEE half-precision conversions.
+// dtype names, sizes, the IEEE half-precision conversions and row conversions.
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <string>
+
+#include "core/error.h"
 
 namespace sluice {
 
@@ -100,6 +104,34 @@ uint16_t f32_to_f16(float f) {
   uint32_t exp = (rounded >> 23) - 127 + 15;
   if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
   return static_cast<uint16_t>(sign | (exp << 10) | ((rounded >> 13) & 0x3ffu));
+}
+
+void dtype_row_to_f32(const void* src, DType from, int64_t count, float* dst) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  switch (from) {
+    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(count) * 4); return;
+    case DType::bf16: for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(h[i]); return;
+    case DType::f16: for (int64_t i = 0; i < count; ++i) dst[i] = f16_to_f32(h[i]); return;
+    default: break;
+  }
+  SLUICE_ASSERT(dtype_is_float(from));
+}
+
+void dtype_convert_row(const void* src, DType from, void* dst, DType to, int64_t count) {
+  SLUICE_ASSERT(dtype_is_float(from) && dtype_is_float(to));
+  if (from == to) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(from));
+    return;
+  }
+  if (to == DType::f32) return dtype_row_to_f32(src, from, count, static_cast<float*>(dst));
+  float tmp[256];  // converted in blocks through f32, which holds every bf16 and f16 value
+  auto* o = static_cast<uint16_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (int64_t i0 = 0; i0 < count; i0 += 256) {
+    const int64_t n = std::min<int64_t>(256, count - i0);
+    dtype_row_to_f32(in + static_cast<size_t>(i0) * dtype_size(from), from, n, tmp);
+    for (int64_t i = 0; i < n; ++i) o[i0 + i] = to == DType::bf16 ? f32_to_bf16(tmp[i]) : f32_to_f16(tmp[i]);
+  }
 }
 
 }  // namespace sluice

@@ -14,6 +14,7 @@ namespace sluice {
 // holds the packed values and its `scales` the per-row / per-group scales.
 enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, i8, q8, q4, q2 };
 
+inline bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 inline bool dtype_is_quantized(DType t) { return t == DType::q8 || t == DType::q4 || t == DType::q2; }
 
 std::string_view dtype_name(DType t);          // "f32", "bf16", ...
@@ -37,5 +38,11 @@ inline uint16_t f32_to_bf16(float f) {
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+// dst[0, count) = the `count` elements at src (f32, bf16 or f16) as f32 (exact).
+void dtype_row_to_f32(const void* src, DType from, int64_t count, float* dst);
+// dst[0, count) in dtype `to` = the `count` elements at src in dtype `from` (both f32, bf16 or
+// f16; through f32, rounding to nearest even; a copy when equal).
+void dtype_convert_row(const void* src, DType from, void* dst, DType to, int64_t count);
 
 }  // namespace sluice

@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "format/output_file.h"
-#include "models/routing.h"
+#include "experts/routing.h"
 
 namespace sluice {
 

@@ -25,33 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "experts/streamer_options.h"
 
 namespace sluice {
 
-constexpr uint64_t kIoAlign = 4096;  // O_DIRECT alignment of offsets, lengths and buffers
-
-inline uint64_t io_align_up(uint64_t n) { return (n + kIoAlign - 1) / kIoAlign * kIoAlign; }
-
-// Page-aligned host memory for direct reads.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(uint64_t bytes);  // rounded up to kIoAlign; zero-filled
-  uint8_t* data() const { return static_cast<uint8_t*>(ptr_.get()); }
-  uint64_t size() const { return size_; }
-
- private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> ptr_;
-  uint64_t size_ = 0;
-};
-
 enum class IoPriority : uint8_t { demand, prefetch };  // queued demand reads go first
-
 
 struct ReadRequest {
   int32_t file = 0;        // an index returned by add_file

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "models/blocks.h"
+#include "experts/expert_math.h"
+#include "experts/routing.h"
 
 namespace sluice {
 
@@ -20,12 +22,6 @@ namespace {
 // A wait for reads polls in slices of this length (each slice ends early when a read lands),
 // so that a step notices a stall and can give up with an error.
 constexpr auto kPollSlice = std::chrono::milliseconds(50);
-
-std::string hex16(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // Releases the pins a step took, also when the step throws. Never throws itself.
 struct PinGuard {
@@ -372,17 +368,8 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   lookahead(be, c, row0, row1);
 
   auto compute = [&](Want& w, int32_t slot, ExpertKind kind) {
-    clock.compute([&] {
-      const int64_t m = static_cast<int64_t>(w.pairs.size());
-      std::vector<int32_t> rows(w.pairs.size());
-      for (size_t j = 0; j < w.pairs.size(); ++j) rows[j] = static_cast<int32_t>(w.pairs[j] / k);
-      const ExpertWeights ew = expert_view(pack_->kind(kind), slot_ptr(slot));
-      Tensor xin = be.alloc(DType::f32, {m, d});
-      be.gather_rows(c.h, rows, xin);
-      Tensor y = be.alloc(DType::f32, {m, d});
-      swiglu_mlp(be, ew, xin, y);
-      be.scatter_rows(y, w.pairs, expert_out);
-    });
+    clock.compute(
+        [&] { expert_pairs_forward(be, c.math, expert_view(pack_->kind(kind), slot_ptr(slot)), c.h, w.pairs, k, expert_out); });
     w.done = true;
   };
   auto drop = [&](Want& w) {

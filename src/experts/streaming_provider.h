@@ -13,7 +13,7 @@
 #include "experts/stats.h"
 #include "experts/streamer_options.h"
 #include "format/pack.h"
-#include "models/expert_provider.h"
+#include "experts/expert_provider.h"
 
 namespace sluice {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/tensor.h"
+#include "core/tensor.h"
 #include "format/safetensors.h"
 
 namespace sluice {

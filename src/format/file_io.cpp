@@ -31,6 +31,17 @@ struct FdGuard {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
+void pread_all(int fd, uint8_t* buf, size_t size, uint64_t offset, const std::string& what) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, buf + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(Status::io, what, ": read at offset ", offset + done, " failed: ", errno_text(errno));
+    if (n == 0) fail(Status::corrupt, what, ": ends at ", offset + done, " bytes (truncated while reading?)");
+    done += static_cast<size_t>(n);
+  }
+}
+
 std::string read_file_bytes(const std::filesystem::path& path, uint64_t size_max, std::string_view what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_open(path, errno);

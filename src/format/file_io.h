@@ -19,6 +19,11 @@ std::string read_file_bytes(const std::filesystem::path& path, uint64_t size_max
 // a device or FIFO in place.
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::span<const uint8_t>> parts);
 
+// Reads [offset, offset + size) of fd into buf, whole (EINTR and short reads retried); a
+// failed read is Error(io), a file that ends first Error(corrupt), both naming `what` and the
+// offset.
+void pread_all(int fd, uint8_t* buf, size_t size, uint64_t offset, const std::string& what);
+
 // The OS's text for an errno value (thread-safe, unlike strerror).
 std::string errno_text(int err);
 

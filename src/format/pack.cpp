@@ -16,6 +16,7 @@
 #include <limits>
 #include <set>
 
+#include "core/bits.h"
 #include "core/error.h"
 #include "core/paths.h"
 #include "core/quant.h"
@@ -79,7 +80,6 @@ ExpertKind default_expert_kind(const std::vector<ExpertKind>& available) {
 
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Packed-value and scale bytes of a [rows, cols] block of a kind.
 std::pair<uint64_t, uint64_t> block_bytes(ExpertKind kind, int64_t rows, int64_t cols) {
@@ -124,12 +124,6 @@ bool plain_file_name(const std::string& s) {
          s.find('\0') == std::string::npos && s != "." && s != ".." && s.find("..") == std::string::npos;
 }
 
-std::string hex16(uint64_t v) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 15];
-  return s;
-}
 
 // Field access with errors "FILE: path.to.field: what".
 class Fields {
@@ -772,18 +766,6 @@ ExpertWeights expert_view(const PackKindInfo& kind, const void* record, std::sha
 // ---- verify ----
 
 namespace {
-
-// Reads [offset, offset + size) of fd into buf, whole (EINTR and short reads retried).
-void pread_all(int fd, uint8_t* buf, size_t size, uint64_t offset, const std::string& name) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::pread(fd, buf + done, size - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(Status::io, name, ": read at offset ", offset + done, " failed: ", errno_text(errno));
-    if (n == 0) fail(Status::corrupt, name, ": ends at ", offset + done, " bytes (truncated while reading)");
-    done += static_cast<size_t>(n);
-  }
-}
 
 struct Fd {
   int fd;

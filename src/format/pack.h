@@ -36,7 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/expert_weights.h"
+#include "core/expert_weights.h"
 
 namespace sluice {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/tensor.h"
+#include "core/tensor.h"
 #include "core/dtype.h"
 
 namespace sluice {

@@ -1,4 +1,4 @@
-// Shared blocks: attention, top-k routing, SwiGLU MLPs.
+// Shared blocks: attention, rope tables, fused q/k/v.
 #include "models/blocks.h"
 
 #include <algorithm>
@@ -87,61 +87,6 @@ RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, 
   be.from_host(t.cos, cos_h.data());
   be.from_host(t.sin, sin_h.data());
   return t;
-}
-
-Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows) {
-  const int64_t E = spec.n_expert, k = spec.n_expert_used;
-  SLUICE_ASSERT(static_cast<int64_t>(logits.size()) == n_rows * E);
-  Routing r;
-  r.n_rows = n_rows;
-  r.k = k;
-  r.ids.resize(n_rows * k);
-  r.weights.resize(n_rows * k);
-  std::vector<float> p(E);
-  std::vector<int32_t> idx(E);
-  for (int64_t row = 0; row < n_rows; ++row) {
-    const float* l = logits.data() + row * E;
-    float mx = *std::max_element(l, l + E);
-    float sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(l[e] - mx);
-    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float top_sum = 0;
-    for (int64_t j = 0; j < k; ++j) top_sum += p[idx[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      r.ids[row * k + j] = idx[j];
-      r.weights[row * k + j] = spec.norm_topk_prob ? p[idx[j]] / top_sum : p[idx[j]];
-    }
-  }
-  return r;
-}
-
-void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tensor& out) {
-  const int64_t n = h.rows(), ff = w.gate.shape[0];
-  Tensor g = be.alloc(DType::f32, {n, ff});
-  Tensor u = be.alloc(DType::f32, {n, ff});
-  be.matmul(h, w.gate, g);
-  be.matmul(h, w.up, u);
-  be.swiglu(g, u, g);
-  be.matmul(g, w.down, out);
-}
-
-void group_pairs_by_expert(const Routing& routing, std::vector<int32_t>& order,
-                           std::vector<std::vector<int32_t>>& pairs_of) {
-  std::unordered_map<int32_t, size_t> slot;
-  order.clear();
-  pairs_of.clear();
-  for (size_t p = 0; p < routing.ids.size(); ++p) {
-    int32_t e = routing.ids[p];
-    auto [it, inserted] = slot.try_emplace(e, order.size());
-    if (inserted) {
-      order.push_back(e);
-      pairs_of.emplace_back();
-    }
-    pairs_of[it->second].push_back(static_cast<int32_t>(p));
-  }
 }
 
 }  // namespace sluice

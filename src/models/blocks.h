@@ -1,7 +1,8 @@
 // Shared building blocks of the decoder families: grouped-query attention (optional q/k
-// norm, biases, partial rotary, sliding window, qkv clipping), the softmax top-k router, the
-// routed SwiGLU experts and the dense SwiGLU MLP. Families compose these; none of them
-// switches on the family.
+// norm, biases, partial rotary, sliding window, qkv clipping) and its rope tables. The router
+// and the expert math (also the dense SwiGLU MLP) live in the experts layer
+// (experts/routing.h, experts/expert_math.h). Families compose these; none of them switches
+// on the family.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,10 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "backends/expert_weights.h"
+#include "core/expert_weights.h"
+#include "experts/expert_math.h"
+#include "experts/routing.h"
 #include "models/rope.h"
-#include "models/routing.h"
 
 namespace sluice {
 
@@ -57,29 +59,4 @@ struct RopeTables {
 };
 RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n);
 
-// ---- routing ----
-enum class RouterScoring { softmax };  // probabilities from a softmax over all experts
-struct RouterSpec {
-  int64_t n_expert = 0, n_expert_used = 0;
-  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1
-};
-
-
-// Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
-// lower expert id first).
-Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
-
-// ---- experts ----
-
-// out[n, n_embd] = silu(h W_gate^T) * (h W_up^T) W_down^T.
-void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tensor& out);
-
-// Routed experts for n rows of h: every (row, rank) pair is computed by its expert, grouped
-// by expert in first-seen order, then combined per row in rank order (so the result does not
-// depend on grouping or order). expert(e) returns the weights of expert e.
-template <typename ExpertLookup>
-void routed_experts(Backend& be, const Routing& routing, const Tensor& h, const Tensor& out, ExpertLookup&& expert);
-
 }  // namespace sluice
-
-#include "models/blocks_inl.h"

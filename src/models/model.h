@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "models/expert_provider.h"
-#include "models/routing.h"
+#include "experts/expert_provider.h"
+#include "experts/routing.h"
 
 namespace sluice {
 

@@ -12,7 +12,7 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
 
   const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
   if (device_routes && !observer) {
-    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits});
+    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits, refs.math});
     else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
     return;
   }
@@ -23,12 +23,12 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   if (observer) observer({refs.layer, refs.first_position, &routing});
   if (provider) {
     provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
-                       refs.next_router, logits});
+                       refs.next_router, logits, refs.math});
     return;
   }
   SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",
                refs.layer, ": no resident experts and no expert provider (a streamed model without its streamer)");
-  routed_experts(be, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return (*refs.experts)[e]; });
+  routed_experts(be, refs.math, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return (*refs.experts)[e]; });
 }
 
 }  // namespace sluice

@@ -4,7 +4,7 @@
 //     routing: Backend::moe_routed routes and computes on the device, no host round trip;
 //   - provider (the streamer): routes on the device itself when it says so, else gets the
 //     routing computed on the host;
-//   - host: the logits are copied to the host, route_topk, then routed_experts.
+//   - host: the logits are copied to the host, route_topk, then routed_experts (experts/expert_math.h).
 // A routing observer (--trace-routing) always gets the host routing.
 #pragma once
 
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "models/blocks.h"
-#include "models/expert_provider.h"
-#include "models/routing.h"
+#include "experts/expert_math.h"
+#include "experts/expert_provider.h"
+#include "experts/routing.h"
 
 namespace sluice {
 
@@ -28,6 +28,7 @@ struct MoeLayerRefs {
   Tensor next_router;                                // the next MoE layer's router, or empty
   const std::vector<ExpertWeights>* experts = nullptr;  // resident experts ([n_expert]) or empty
   const ExpertTable* table = nullptr;                // the backend's table over them, or null
+  ExpertMath math;                                   // what one expert computes
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].

@@ -7,19 +7,13 @@
 #include <cstring>
 #include <map>
 
+#include "core/bits.h"
 #include "core/error.h"
 #include "core/log.h"
 
 namespace sluice {
 
 namespace {
-
-std::string hex16(uint64_t v) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = digits[v & 15];
-  return s;
-}
 
 }  // namespace
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/tensor.h"
+#include "core/tensor.h"
 #include "format/checkpoint.h"
 #include "format/pack.h"
 #include "models/ngram_table_options.h"

@@ -187,7 +187,7 @@ std::vector<float> cpu_routed(const ExpertLayer& layer, const Routing& routing, 
   Tensor h = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
   cpu->from_host(h, hv.data());
   Tensor out = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
-  routed_experts(*cpu, routing, h, out, [&](int32_t e) -> const ExpertWeights& { return layer.host[e]; });
+  routed_experts(*cpu, ExpertMath{}, routing, h, out, [&](int32_t e) -> const ExpertWeights& { return layer.host[e]; });
   std::vector<float> v(out.numel());
   cpu->to_host(out, v.data());
   return v;

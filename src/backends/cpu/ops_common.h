@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "backends/cpu/simd.h"
-#include "backends/tensor.h"
+#include "core/tensor.h"
 
 namespace sluice::cpu {
 

@@ -23,6 +23,7 @@
 #include "backends/cuda/expert_copy.h"
 #include "backends/cuda/handshake.h"
 #include "backends/cuda/moe_kernels.h"
+#include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "experts/io_engine.h"
@@ -35,12 +36,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-std::string hex16(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // Host memory the device reads: cudaHostAlloc'ed and mapped into the device's address space.
 // For the handshake tables only: direct reads cannot land in it (its pages belong to the

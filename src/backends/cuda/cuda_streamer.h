@@ -34,7 +34,7 @@
 #include <memory>
 
 #include "experts/streaming_provider.h"
-#include "models/routing.h"
+#include "experts/routing.h"
 
 namespace sluice {
 

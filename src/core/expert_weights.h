@@ -2,7 +2,7 @@
 // Tensors may be any weight dtype, quantized kinds included.
 #pragma once
 
-#include "backends/tensor.h"
+#include "core/tensor.h"
 
 namespace sluice {
 

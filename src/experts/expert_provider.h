@@ -1,15 +1,16 @@
 // ExpertProvider: where a MoE layer's routed experts come from when they are not resident in
-// the model's weights. The shared decoders (decoder.cpp, hybrid_decoder.cpp) route, then hand
-// the routing to the provider, which computes the routed half of the layer; a model without
-// a provider computes it from its resident expert weights (routed_experts in blocks.h). The
-// streamer (experts/streamer.h) is the provider that reads experts from a pack on demand.
+// the model's weights. The shared decoders (models/decoder.cpp, models/hybrid_decoder.cpp)
+// route, then hand the routing to the provider, which computes the routed half of the layer;
+// a model without a provider computes it from its resident expert weights (routed_experts in
+// expert_math.h). The streamers (streamer.h, cuda/cuda_streamer.h) are the providers that
+// read experts from a pack on demand.
 #pragma once
 
 #include <cstdint>
 
 #include "backends/backend.h"
-#include "models/blocks.h"
-#include "models/routing.h"
+#include "experts/expert_math.h"
+#include "experts/routing.h"
 
 namespace sluice {
 
@@ -23,6 +24,7 @@ struct MoeLayerCall {
   Tensor next_router;                   // [n_expert, n_embd] router of the next MoE layer, or
                                         // empty at the last one (lookahead predicts with it)
   Tensor router_logits;                 // [rows, n_expert] f32 on the backend
+  ExpertMath math;                      // what one expert computes (the family's)
 };
 
 class ExpertProvider {

@@ -1,5 +1,5 @@
 // Tensor shape arithmetic and views.
-#include "backends/tensor.h"
+#include "core/tensor.h"
 
 #include "core/quant.h"
 

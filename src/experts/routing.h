@@ -1,0 +1,38 @@
+// Routing: a MoE layer's router (softmax top-k, as transformers computes it), the experts it
+// chose for a batch of rows, strongest first, and a hook that lets tools observe every
+// routing decision (trace export, statistics).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace sluice {
+
+enum class RouterScoring { softmax };  // probabilities from a softmax over all experts
+struct RouterSpec {
+  int64_t n_expert = 0, n_expert_used = 0;
+  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1
+};
+
+// Chosen experts of n rows, strongest first: ids/weights[row * k + rank].
+struct Routing {
+  int64_t n_rows = 0, k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;  // as applied to the expert outputs
+};
+
+struct RoutingEvent {
+  int64_t layer = 0;           // model layer index
+  int64_t first_position = 0;  // sequence position of row 0 (rows are consecutive positions)
+  const Routing* routing = nullptr;
+};
+
+using RoutingObserver = std::function<void(const RoutingEvent&)>;
+
+// Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
+// lower expert id first).
+Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
+
+}  // namespace sluice
