@@ -118,11 +118,11 @@ void dtype_row_to_f32(const void* src, DType from, int64_t count, float* dst) {
 }
 
 void dtype_convert_row(const void* src, DType from, void* dst, DType to, int64_t count) {
-  SLUICE_ASSERT(dtype_is_float(from) && dtype_is_float(to));
   if (from == to) {
     std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(from));
     return;
   }
+  SLUICE_ASSERT(dtype_is_float(from) && dtype_is_float(to));
   if (to == DType::f32) return dtype_row_to_f32(src, from, count, static_cast<float*>(dst));
   float tmp[256];  // converted in blocks through f32, which holds every bf16 and f16 value
   auto* o = static_cast<uint16_t*>(dst);

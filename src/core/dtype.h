@@ -42,7 +42,8 @@ uint16_t f32_to_f16(float f);
 // dst[0, count) = the `count` elements at src (f32, bf16 or f16) as f32 (exact).
 void dtype_row_to_f32(const void* src, DType from, int64_t count, float* dst);
 // dst[0, count) in dtype `to` = the `count` elements at src in dtype `from` (both f32, bf16 or
-// f16; through f32, rounding to nearest even; a copy when equal).
+// f16; through f32, rounding to nearest even), or a copy when the dtypes are equal (any
+// plain dtype).
 void dtype_convert_row(const void* src, DType from, void* dst, DType to, int64_t count);
 
 }  // namespace sluice

@@ -1,5 +1,5 @@
-// The planning shared by the streaming providers: options, cache layout, step unions, row
-// groups, predictions, acquire counting.
+// The one planner of the streaming providers: options, cache layout, step unions, row
+// groups, predictions, acquire counting, a step's decisions (StepPlan) and prefetches.
 #include "experts/plan.h"
 
 #include <algorithm>
@@ -139,6 +139,146 @@ void count_demand_acquire(LayerStats& ls, const AcquireResult& a, uint64_t strid
   } else {
     ++ls.misses;
     ls.bytes_demand += stride;
+  }
+}
+
+bool slot_holds(const Residency& res, int32_t slot, int64_t record, ExpertKind kind) {
+  return slot >= 0 && res.state(slot) == SlotState::resident && res.record(slot) == record && res.kind(slot) == kind;
+}
+
+StepPlan::StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, ExpertKind kind,
+                   int64_t moe_layer, bool deadline, std::chrono::milliseconds stall_limit)
+    : res_(residency), pack_(pack), opt_(opt), kind_(kind), moe_layer_(moe_layer),
+      deadline_(deadline && (opt.cut > 0 || opt.miss_kind.has_value())), stall_limit_(stall_limit) {}
+
+void StepPlan::set_union(std::span<const int32_t> ids, std::span<const float> weights, int64_t k, int64_t row0,
+                         int64_t row1, int64_t n_expert) {
+  experts.clear();
+  for (StepExpert& se : step_union(ids, weights, k, row0, row1, moe_layer_, n_expert)) {
+    PlannedExpert w;
+    static_cast<StepExpert&>(w) = std::move(se);
+    experts.push_back(std::move(w));
+  }
+}
+
+void StepPlan::acquire_and_read(StepFills& fills, LayerStats& ls, std::vector<int32_t>& pins) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int64_t> records(experts.size());
+  for (size_t i = 0; i < experts.size(); ++i) records[i] = experts[i].record;
+  std::vector<AcquireResult> acq(experts.size());
+  res_.acquire_step(records, kind_, acq);
+  for (const AcquireResult& a : acq)
+    if (a.status != AcquireStatus::no_slot) pins.push_back(a.slot);
+  // No slot: every other slot is loading (prefetches, background reads of cut experts). They
+  // land (or fail) within the IO timeout; then retry.
+  auto since = Clock::now();
+  for (;;) {
+    bool missing = false;
+    for (size_t i = 0; i < experts.size(); ++i) {
+      if (acq[i].status != AcquireStatus::no_slot) continue;
+      acq[i] = res_.acquire(records[i], kind_);
+      if (acq[i].status == AcquireStatus::no_slot) missing = true;
+      else pins.push_back(acq[i].slot);
+    }
+    if (!missing) break;
+    SLUICE_CHECK(fills.in_flight(), Status::internal, "expert cache: no slot for MoE layer ", moe_layer_,
+                 " and nothing loading (", res_.n_slots(), " slots, ", experts.size(), " experts in the step)");
+    if (fills.make_progress() > 0) since = Clock::now();
+    SLUICE_CHECK(Clock::now() - since < stall_limit_, Status::timeout, "expert cache: MoE layer ", moe_layer_,
+                 " waited ", std::chrono::duration<double>(stall_limit_).count(), " s for a free slot");
+  }
+
+  const uint64_t stride = pack_.kind(kind_).record_stride;
+  std::vector<size_t> read_later;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    PlannedExpert& w = experts[i];
+    const AcquireResult& a = acq[i];
+    w.status = a.status;
+    w.slot = a.slot;
+    count_demand_acquire(ls, a, stride);
+    // --miss-kind alone: any late miss may take its low-bit copy; with --cut, the weak ones.
+    if (deadline_ && a.status != AcquireStatus::hit) w.cut_if_late = opt_.cut > 0 ? w.best < opt_.cut : true;
+    if (a.status != AcquireStatus::miss) continue;
+    if (w.cut_if_late) {
+      read_later.push_back(i);
+      continue;
+    }
+    if (fills.start_fill(a, w.record, kind_, IoPriority::demand)) ++ls.host_hits;
+  }
+  if (deadline_ && opt_.miss_kind) {
+    const ExpertKind lk = *opt_.miss_kind;
+    const uint64_t low_stride = pack_.kind(lk).record_stride;
+    for (PlannedExpert& w : experts) {
+      if (!w.cut_if_late) continue;
+      const AcquireResult a = res_.acquire(w.record, lk);
+      if (a.status == AcquireStatus::no_slot) continue;  // best effort: the main copy is coming
+      pins.push_back(a.slot);
+      w.low_slot = a.slot;
+      if (a.status == AcquireStatus::miss) {
+        ++ls.low_bit_reads;
+        ls.bytes_demand += low_stride;
+        fills.start_fill(a, w.record, lk, IoPriority::demand);
+      }
+    }
+  }
+  for (size_t i : read_later)
+    if (fills.start_fill(acq[i], experts[i].record, kind_, IoPriority::demand)) ++ls.host_hits;
+}
+
+bool StepPlan::in_phase1(const PlannedExpert& w) const {
+  return slot_holds(res_, w.slot, w.record, kind_) && !(w.cut_if_late && opt_.deadline_worst_case);
+}
+
+void StepPlan::decide_deadline(LayerStats& ls, const std::function<void(const PlannedExpert&)>& wait_low) {
+  if (!deadline_) return;
+  for (auto it = experts.rbegin(); it != experts.rend(); ++it) {  // weakest first
+    PlannedExpert& w = *it;
+    if (w.done || !w.cut_if_late) continue;
+    if (!opt_.deadline_worst_case && slot_holds(res_, w.slot, w.record, kind_)) continue;  // landed in time
+    if (w.low_slot >= 0 && opt_.deadline_worst_case) wait_low(w);
+    if (w.low_slot >= 0 && slot_holds(res_, w.low_slot, w.record, *opt_.miss_kind)) {
+      take(w, ReadyCopy::low, ls);
+    } else if (opt_.cut > 0) {
+      w.dropped = w.done = true;
+      ++ls.cut;
+    }
+  }
+}
+
+ReadyCopy StepPlan::ready(const PlannedExpert& w, bool decided) const {
+  if (w.done) return ReadyCopy::none;
+  if (w.cut_if_late && !decided && opt_.deadline_worst_case) return ReadyCopy::none;  // late until the deadline
+  if (slot_holds(res_, w.slot, w.record, kind_)) return ReadyCopy::main;
+  // A candidate takes whichever copy lands first once the deadline has passed.
+  if (decided && w.cut_if_late && w.low_slot >= 0 && slot_holds(res_, w.low_slot, w.record, *opt_.miss_kind))
+    return ReadyCopy::low;
+  return ReadyCopy::none;
+}
+
+void StepPlan::take(PlannedExpert& w, ReadyCopy copy, LayerStats& ls) {
+  SLUICE_ASSERT(copy != ReadyCopy::none && !w.done);
+  w.done = true;
+  if (copy == ReadyCopy::low) {
+    w.low = true;
+    ++ls.cut;
+    ++ls.low_bit;
+  }
+}
+
+void plan_prefetch(Residency& residency, const Pack& pack, ExpertKind kind, int64_t next_layer, int64_t n_expert,
+                   std::span<const std::pair<float, int32_t>> order, StepFills& fills, LayerStats& next) {
+  const uint64_t stride = pack.kind(kind).record_stride;
+  for (const auto& [weight, e] : order) {
+    const int64_t record = next_layer * n_expert + e;
+    const AcquireResult a = residency.acquire(record, kind, AccessKind::prefetch);
+    if (a.status == AcquireStatus::no_slot) break;  // the speculative share is full of fills in flight
+    if (a.status != AcquireStatus::miss) {
+      ++next.prefetch_already;
+      continue;
+    }
+    ++next.prefetch_requests;
+    next.bytes_prefetch += stride;
+    if (fills.start_fill(a, record, kind, IoPriority::prefetch)) ++next.host_hits;
   }
 }
 

@@ -1,17 +1,23 @@
-// Planning shared by the providers that stream experts (DESIGN.md, "The streamed decode
-// step", steps 1-3): the CPU streamer (experts/streamer.h) and the CUDA streamer
-// (backends/cuda/cuda_streamer.h) both size the cache, form a step's union strongest first,
-// split a batch into row groups whose union fits the cache, order lookahead's predictions and
-// count what acquire answered, through these functions. They know nothing about memory, IO
-// or compute.
+// The one planner of expert streaming (DESIGN.md, "The streamed decode step", steps 1-6),
+// shared by the CPU streamer (experts/streamer.h) and the CUDA streamer
+// (experts/cuda/cuda_streamer.h): the cache's size, a step's union strongest first, row
+// groups whose union fits the cache, and StepPlan, which makes every decision of a step
+// (hits pinned first, misses reserving slots strongest first, the read order, which misses a
+// deadline may cut and their low-bit copies, what phase 1 computes, what is cut at the
+// deadline, which copy phase 2 takes) and lookahead's prefetches into the speculative share.
+// The streamers only move bytes and compute: they start fills when the plan asks (StepFills)
+// and publish or run what it decided. Nothing here knows about memory, IO or compute.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "experts/io_engine.h"
 #include "experts/residency.h"
 #include "experts/stats.h"
 #include "experts/streamer_options.h"
@@ -62,5 +68,89 @@ std::vector<std::pair<float, int32_t>> predicted_union(std::span<const int32_t> 
 // Counts a demand acquire of a step's expert into the layer's statistics: hit (resident or
 // pending), or miss with its bytes (stride of the kind read).
 void count_demand_acquire(LayerStats& ls, const AcquireResult& a, uint64_t stride);
+
+// True when `slot` holds (record, kind) and its bytes are there.
+bool slot_holds(const Residency& res, int32_t slot, int64_t record, ExpertKind kind);
+
+// What a streamer does for the plan: the memory and IO side of its decisions.
+class StepFills {
+ public:
+  virtual ~StepFills() = default;
+  // Slot a.slot, reserved for (record, kind) and loading, gets its bytes: true when they are
+  // there at once (the host-RAM tier held them), false when a read went out.
+  virtual bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) = 0;
+  // Lands the fills that arrived, waiting a short while for one; returns how many landed.
+  virtual size_t make_progress() = 0;
+  // True while a fill is in flight (so a slot may still free up).
+  virtual bool in_flight() const = 0;
+};
+
+// One distinct expert of a step and what the plan decided for it.
+struct PlannedExpert : StepExpert {
+  AcquireStatus status = AcquireStatus::no_slot;
+  int32_t slot = -1;         // the main kind's slot
+  int32_t low_slot = -1;     // the low-bit copy's slot (--miss-kind), when one was acquired
+  bool cut_if_late = false;  // a miss the deadline cuts if it has not landed by then
+  bool done = false;         // computed (or published), substituted or dropped
+  bool low = false;          // the low-bit copy stands in for it
+  bool dropped = false;      // cut: contributes nothing (the weights are never renormalized)
+};
+
+// Which copy of an expert a phase can compute now.
+enum class ReadyCopy { none, main, low };
+
+// The decisions of one step (a MoE layer's rows [row0, row1) whose union fits the cache).
+class StepPlan {
+ public:
+  // deadline: whether --cut / --miss-kind apply to this step (the CUDA streamer's grouped
+  // path for large batches runs without). stall_limit: the longest the step waits for a slot
+  // with nothing landing.
+  StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, ExpertKind kind, int64_t moe_layer,
+           bool deadline, std::chrono::milliseconds stall_limit);
+
+  // 1. The union of rows [row0, row1) (ids/weights [rows * k]), strongest first.
+  void set_union(std::span<const int32_t> ids, std::span<const float> weights, int64_t k, int64_t row0, int64_t row1,
+                 int64_t n_expert);
+  // 2-3. Acquire: hits pinned first, then misses reserve slots strongest first (no slot: the
+  // fills in flight land, then retry; an error when nothing is in flight or nothing lands for
+  // stall_limit). Reads: misses strongest first, then the low-bit copies of the misses a
+  // deadline may cut, then those misses. Every slot pinned goes to `pins` (the streamer
+  // releases them when the step's compute retired). Counts into `ls`.
+  void acquire_and_read(StepFills& fills, LayerStats& ls, std::vector<int32_t>& pins);
+
+  // 4. Phase 1 computes this expert now: resident, and not a miss the worst-case deadline
+  // measurement treats as late.
+  bool in_phase1(const PlannedExpert& w) const;
+  // 5. The deadline (phase 1 done): late candidates, weakest first, take their landed low-bit
+  // copy (low) or, with --cut, are cut (dropped); every decision is marked done. With
+  // deadline_worst_case every candidate is late and waits for its low-bit copy through
+  // wait_low(w) (which returns once that copy's slot holds it, or throws).
+  void decide_deadline(LayerStats& ls, const std::function<void(const PlannedExpert&)>& wait_low);
+  // 6. Which copy of w can be computed now (phase 2; decided: the deadline has passed). A low
+  // copy taken is counted into ls by take().
+  ReadyCopy ready(const PlannedExpert& w, bool decided) const;
+  void take(PlannedExpert& w, ReadyCopy copy, LayerStats& ls);
+  // The slot and kind a copy lives in.
+  int32_t slot_of(const PlannedExpert& w, ReadyCopy copy) const { return copy == ReadyCopy::low ? w.low_slot : w.slot; }
+  ExpertKind kind_of(ReadyCopy copy) const { return copy == ReadyCopy::low ? *opt_.miss_kind : kind_; }
+  bool deadline() const { return deadline_; }
+
+  std::vector<PlannedExpert> experts;
+
+ private:
+  Residency& res_;
+  const Pack& pack_;
+  const StreamerOptions& opt_;
+  ExpertKind kind_;
+  int64_t moe_layer_;
+  bool deadline_;
+  std::chrono::milliseconds stall_limit_;
+};
+
+// Lookahead (step 8): the predicted experts of MoE layer next_layer (predicted_union order)
+// acquired as prefetches into the speculative share behind the demand reads, until the share
+// is full of fills in flight. Counts into the next layer's statistics.
+void plan_prefetch(Residency& residency, const Pack& pack, ExpertKind kind, int64_t next_layer, int64_t n_expert,
+                   std::span<const std::pair<float, int32_t>> order, StepFills& fills, LayerStats& next);
 
 }  // namespace sluice

@@ -69,15 +69,6 @@ struct ExpertStreamer::StepClock {
   }
 };
 
-// One distinct expert of a step, with what the step did with it.
-struct ExpertStreamer::Want : StepExpert {
-  AcquireStatus status = AcquireStatus::no_slot;
-  int32_t slot = -1;            // the main kind's slot
-  int32_t low_slot = -1;        // the low-bit copy's slot (--miss-kind), when one was acquired
-  bool candidate = false;       // a late miss the deadline may cut
-  bool done = false;            // computed, substituted or dropped
-};
-
 ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
                                const StreamerOptions& opt)
     : pack_(std::move(pack)), kind_(kind), top_k_(top_k), opt_(opt) {
@@ -150,11 +141,6 @@ ExpertStreamer::~ExpertStreamer() {
 
 std::string ExpertStreamer::describe(int64_t record, ExpertKind kind) const {
   return str("expert record ", record, " (", pack_->describe_record(kind, record), ")");
-}
-
-bool ExpertStreamer::resident(int32_t slot, int64_t record, ExpertKind kind) const {
-  return slot >= 0 && residency_->state(slot) == SlotState::resident && residency_->record(slot) == record &&
-         residency_->kind(slot) == kind;
 }
 
 void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority) {
@@ -278,109 +264,49 @@ void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
   be.moe_combine(expert_out, r.weights, k, c.out);
 }
 
+// The CPU side of the plan's decisions: fills land in host slots, and waits run on this
+// thread, counted as demand waits of the step.
+struct ExpertStreamer::Fills final : StepFills {
+  ExpertStreamer& s;
+  StepClock& clock;
+  LayerStats& ls;
+  Fills(ExpertStreamer& streamer, StepClock& c, LayerStats& l) : s(streamer), clock(c), ls(l) {}
+  bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) override {
+    return s.fill_slot(a, record, kind, priority);
+  }
+  size_t make_progress() override {
+    if (s.reads_.empty()) return 0;
+    size_t landed = 0;
+    ls.demand_wait_seconds += clock.wait([&] { landed = s.land(kPollSlice); });
+    return landed;
+  }
+  bool in_flight() const override { return !s.reads_.empty(); }
+};
+
 void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
                           std::vector<uint8_t>& dropped) {
   StepClock clock;
   const Routing& r = *c.routing;
-  const int64_t k = r.k, d = c.h.cols(), L = c.moe_layer;
+  const int64_t k = r.k, L = c.moe_layer;
   LayerStats& ls = layers_[static_cast<size_t>(L)];
-  const PackKindInfo& info = pack_->kind(kind_);
   ++ls.steps;
-
-  // 1. The union over the group's rows, strongest routing weight first (ties: first seen).
-  std::vector<Want> wants;
-  for (StepExpert& se : step_union(r.ids, r.weights, k, row0, row1, L, n_expert_)) {
-    Want w;
-    static_cast<StepExpert&>(w) = std::move(se);
-    wants.push_back(std::move(w));
-  }
-  ls.routed += static_cast<uint64_t>((row1 - row0) * k);
-  ls.unique += wants.size();
-
-  // 2. Acquire: hits pinned first, then the misses reserve slots strongest first.
-  std::vector<int64_t> records(wants.size());
-  for (size_t i = 0; i < wants.size(); ++i) records[i] = wants[i].record;
-  std::vector<AcquireResult> acq(wants.size());
-  residency_->acquire_step(records, kind_, acq);
-  PinGuard pins{*residency_, {}};
-  for (const AcquireResult& a : acq)
-    if (a.status != AcquireStatus::no_slot) pins.slots.push_back(a.slot);
-  // No slot: every other slot is loading (prefetches, background reads of cut experts).
-  // They land (or fail) within the IO timeout; then retry.
   const auto stall_limit = 2 * opt_.io_timeout + std::chrono::seconds(5);
-  {
-    auto since = Clock::now();
-    for (;;) {
-      bool missing = false;
-      for (size_t i = 0; i < wants.size(); ++i) {
-        if (acq[i].status != AcquireStatus::no_slot) continue;
-        acq[i] = residency_->acquire(records[i], kind_);
-        if (acq[i].status == AcquireStatus::no_slot) missing = true;
-        else pins.slots.push_back(acq[i].slot);
-      }
-      if (!missing) break;
-      SLUICE_CHECK(!reads_.empty(), Status::internal, "expert cache: no slot for MoE layer ", L,
-                   " and no read in flight (", n_slots(), " slots, ", wants.size(), " experts in the step)");
-      size_t landed = 0;
-      ls.demand_wait_seconds += clock.wait([&] { landed = land(kPollSlice); });
-      if (landed) since = Clock::now();
-      SLUICE_CHECK(Clock::now() - since < stall_limit, Status::timeout, "expert cache: MoE layer ", L,
-                   " waited ", std::chrono::duration<double>(stall_limit).count(), " s for a free slot");
-    }
-  }
 
-  // 3. Reads: misses strongest first (those a deadline may cut after the low-bit copies).
-  const bool deadline = opt_.cut > 0 || opt_.miss_kind.has_value();
-  std::vector<size_t> read_later;
-  for (size_t i = 0; i < wants.size(); ++i) {
-    Want& w = wants[i];
-    const AcquireResult& a = acq[i];
-    w.status = a.status;
-    w.slot = a.slot;
-    count_demand_acquire(ls, a, info.record_stride);
-    if (deadline && a.status != AcquireStatus::hit)
-      w.candidate = opt_.cut > 0 ? w.best < opt_.cut : true;  // --miss-kind alone: any late miss
-    if (a.status != AcquireStatus::miss) continue;
-    if (w.candidate) {
-      read_later.push_back(i);
-      continue;
-    }
-    if (fill_slot(a, w.record, kind_, IoPriority::demand)) ++ls.host_hits;
-  }
-  if (opt_.miss_kind) {
-    const ExpertKind lk = *opt_.miss_kind;
-    const uint64_t low_stride = pack_->kind(lk).record_stride;
-    for (Want& w : wants) {
-      if (!w.candidate) continue;
-      AcquireResult a = residency_->acquire(w.record, lk);
-      if (a.status == AcquireStatus::no_slot) continue;  // best effort: the main copy is coming
-      pins.slots.push_back(a.slot);
-      w.low_slot = a.slot;
-      if (a.status == AcquireStatus::miss) {
-        ++ls.low_bit_reads;
-        ls.bytes_demand += low_stride;
-        fill_slot(a, w.record, lk, IoPriority::demand);
-      }
-    }
-  }
-  for (size_t i : read_later)
-    if (fill_slot(acq[i], wants[i].record, kind_, IoPriority::demand)) ++ls.host_hits;
-  lookahead(be, c, row0, row1);
+  // 1-3. The union strongest first, acquire (hits pinned first), reads (experts/plan.h).
+  StepPlan plan(*residency_, *pack_, opt_, kind_, L, /*deadline=*/true,
+                std::chrono::duration_cast<std::chrono::milliseconds>(stall_limit));
+  plan.set_union(r.ids, r.weights, k, row0, row1, n_expert_);
+  ls.routed += static_cast<uint64_t>((row1 - row0) * k);
+  ls.unique += plan.experts.size();
+  PinGuard pins{*residency_, {}};
+  Fills fills(*this, clock, ls);
+  plan.acquire_and_read(fills, ls, pins.slots);
+  lookahead(be, c, row0, row1, fills);
 
-  auto compute = [&](Want& w, int32_t slot, ExpertKind kind) {
-    clock.compute(
-        [&] { expert_pairs_forward(be, c.math, expert_view(pack_->kind(kind), slot_ptr(slot)), c.h, w.pairs, k, expert_out); });
-    w.done = true;
-  };
-  auto drop = [&](Want& w) {
-    for (int32_t p : w.pairs) dropped[static_cast<size_t>(p)] = 1;
-    w.done = true;
-    ++ls.cut;
-  };
-  auto substitute = [&](Want& w) {
-    compute(w, w.low_slot, *opt_.miss_kind);
-    ++ls.cut;
-    ++ls.low_bit;
+  auto compute = [&](PlannedExpert& w, ReadyCopy copy) {
+    plan.take(w, copy, ls);
+    const ExpertWeights ew = expert_view(pack_->kind(plan.kind_of(copy)), slot_ptr(plan.slot_of(w, copy)));
+    clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
   };
   // Waits for reads; throws when none landed for the stall limit.
   auto since = Clock::now();
@@ -395,26 +321,27 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   };
 
   // 4. Phase 1: the experts resident now (hits, and misses the host tier answered).
-  for (Want& w : wants) {
-    if (!resident(w.slot, w.record, kind_) || (w.candidate && opt_.deadline_worst_case)) continue;
-    compute(w, w.slot, kind_);
+  for (PlannedExpert& w : plan.experts) {
+    if (!plan.in_phase1(w)) continue;
+    compute(w, ReadyCopy::main);
     land(std::chrono::milliseconds(0));
   }
 
   since = Clock::now();
-  // 5. The deadline: late candidates, weakest first, take their landed low-bit copy or are
-  // cut (their reads finish in the background and join the cache).
-  if (deadline) {
+  // 5. The deadline: late candidates take their landed low-bit copy or are cut (their reads
+  // finish in the background and join the cache).
+  if (plan.deadline()) {
     land(std::chrono::milliseconds(0));
-    for (auto it = wants.rbegin(); it != wants.rend(); ++it) {
-      Want& w = *it;
-      if (w.done || !w.candidate) continue;
-      if (!opt_.deadline_worst_case && resident(w.slot, w.record, kind_)) continue;  // landed in time
-      if (w.low_slot >= 0 && opt_.deadline_worst_case) {
-        while (!resident(w.low_slot, w.record, *opt_.miss_kind)) wait_for_reads(true);
+    plan.decide_deadline(ls, [&](const PlannedExpert& w) {
+      while (!slot_holds(*residency_, w.low_slot, w.record, *opt_.miss_kind)) wait_for_reads(true);
+    });
+    for (PlannedExpert& w : plan.experts) {
+      if (w.dropped) {
+        for (int32_t p : w.pairs) dropped[static_cast<size_t>(p)] = 1;
+      } else if (w.low) {
+        const ExpertWeights ew = expert_view(pack_->kind(*opt_.miss_kind), slot_ptr(w.low_slot));
+        clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
       }
-      if (w.low_slot >= 0 && resident(w.low_slot, w.record, *opt_.miss_kind)) substitute(w);
-      else if (opt_.cut > 0) drop(w);
     }
   }
 
@@ -422,13 +349,11 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   // first).
   for (;;) {
     bool progress = false, all_done = true, demand = false;
-    for (Want& w : wants) {
+    for (PlannedExpert& w : plan.experts) {
       if (w.done) continue;
-      if (resident(w.slot, w.record, kind_)) {
-        compute(w, w.slot, kind_);
-        progress = true;
-      } else if (w.candidate && w.low_slot >= 0 && resident(w.low_slot, w.record, *opt_.miss_kind)) {
-        substitute(w);
+      const ReadyCopy copy = plan.ready(w, /*decided=*/true);
+      if (copy != ReadyCopy::none) {
+        compute(w, copy);
         progress = true;
       } else {
         all_done = false;
@@ -442,7 +367,7 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   clock.finish(ls);
 }
 
-void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1) {
+void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, StepFills& fills) {
   const int64_t L = c.moe_layer;
   if (!opt_.lookahead || c.next_router.empty() || L + 1 >= n_moe_layers_ || residency_->speculative_capacity() == 0)
     return;
@@ -452,22 +377,8 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   std::vector<float> logits(static_cast<size_t>(m * E));
   be.to_host(logits_dev, logits.data());
   const Routing pred = route_topk(*c.router, logits, m);
-  // The predicted union, strongest first.
   const std::vector<std::pair<float, int32_t>> order = predicted_union(pred.ids, pred.weights, E);
-  LayerStats& next = layers_[static_cast<size_t>(L + 1)];
-  const uint64_t stride = pack_->kind(kind_).record_stride;
-  for (const auto& [weight, e] : order) {
-    const int64_t record = (L + 1) * n_expert_ + e;
-    AcquireResult a = residency_->acquire(record, kind_, AccessKind::prefetch);
-    if (a.status == AcquireStatus::no_slot) break;  // the speculative share is full of reads in flight
-    if (a.status != AcquireStatus::miss) {
-      ++next.prefetch_already;
-      continue;
-    }
-    ++next.prefetch_requests;
-    next.bytes_prefetch += stride;
-    if (fill_slot(a, record, kind_, IoPriority::prefetch)) ++next.host_hits;
-  }
+  plan_prefetch(*residency_, *pack_, kind_, L + 1, n_expert_, order, fills, layers_[static_cast<size_t>(L + 1)]);
 }
 
 RunStats ExpertStreamer::stats() const {

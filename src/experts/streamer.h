@@ -18,8 +18,9 @@
 //      are cut, weakest first, replaced by a landed low-bit copy when there is one, else
 //      dropped (never renormalized); their reads finish in the background;
 //   6. phase 2 computes the misses as they land.
-// Every expert is computed by swiglu_mlp on expert_view(kind, slot) over the rows routed to
-// it, in pair order, and the layer's output is moe_combine in routing-rank order: what the
+// Every decision of a step is the one planner's (experts/plan.h, StepPlan). Every expert is
+// computed by expert_pairs_forward (the call's ExpertMath) on expert_view(kind, slot) over the
+// rows routed to it, in pair order, and the layer's output is moe_combine in routing-rank order: what the
 // cache holds, and in which order experts ran, never changes a bit of the result (without a
 // cut or a low-bit substitute).
 //
@@ -56,8 +57,6 @@ class ExpertStreamer final : public StreamingProvider {
 
   void moe(Backend& be, const MoeLayerCall& call) override;
 
-  // Slots a cache needs at least: one row's experts.
-  static int32_t min_slots(int64_t top_k) { return static_cast<int32_t>(top_k); }
   // The slot size for these kinds of this pack: the largest record stride.
   static uint64_t slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
     return streaming_slot_bytes(pack, kind, miss_kind);
@@ -80,12 +79,12 @@ class ExpertStreamer final : public StreamingProvider {
     int64_t record = -1;
     ExpertKind kind = ExpertKind::bf16;
   };
-  struct Want;  // a StepExpert with the step's state
   struct StepClock;
+  struct Fills;  // the plan's fills and waits (StepFills)
 
   void step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
             std::vector<uint8_t>& dropped);
-  void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1);
+  void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, StepFills& fills);
   // A reserved slot (state loading) gets its record: from the host tier at once (true), or
   // by a read submitted now (false).
   bool fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority);
@@ -95,7 +94,6 @@ class ExpertStreamer final : public StreamingProvider {
   // Lands the completions that arrive within `wait`; returns how many. Throws for a failed
   // or corrupt read, naming the record.
   size_t land(std::chrono::milliseconds wait);
-  bool resident(int32_t slot, int64_t record, ExpertKind kind) const;
   uint8_t* slot_ptr(int32_t slot) const { return slot_mem_->data() + static_cast<uint64_t>(slot) * slot_bytes_; }
   std::string describe(int64_t record, ExpertKind kind) const;
 
