@@ -2,12 +2,9 @@
 // lookahead prefetch, the host-RAM tier and the statistics.
 #include "experts/streamer.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 
-#include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "experts/expert_math.h"
@@ -71,121 +68,73 @@ struct ExpertStreamer::StepClock {
 
 ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
                                const StreamerOptions& opt)
-    : pack_(std::move(pack)), kind_(kind), top_k_(top_k), opt_(opt) {
-  SLUICE_CHECK(pack_, Status::internal, "expert streamer without a pack");
-  const PackManifest& m = pack_->manifest();
-  check_streaming_options(*pack_, kind_, top_k_, opt_);
-  n_expert_ = m.n_expert;
-  n_moe_layers_ = static_cast<int64_t>(m.moe_layers.size());
-  slot_bytes_ = slot_bytes_for(*pack_, kind_, opt_.miss_kind);
-  const CacheLayout layout = plan_cache_layout(*pack_, top_k_, slot_bytes_, opt_);
-  const int64_t n_slots = layout.n_slots;
-
-  ResidencyOptions ro;
-  ro.n_slots = static_cast<int32_t>(n_slots);
-  ro.n_records = m.n_records();
-  // The speculative share: a quarter of the cache (at least one slot), never so much that
-  // a token's experts would not fit beside it.
-  ro.speculative_slots = layout.speculative_slots;
-  ro.policy = opt_.policy;
-  // An evicted record's bytes are still in its slot: the host tier keeps them.
-  ro.on_evict = [this](int32_t slot, int64_t record, ExpertKind kind) { keep_in_host_tier(slot, record, kind); };
-  residency_ = std::make_unique<Residency>(ro);
-  slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(n_slots) * slot_bytes_);
-
-  if (layout.host_slots > 0) {
-    const uint64_t n_host = static_cast<uint64_t>(layout.host_slots);
-    ResidencyOptions ho;
-    ho.n_slots = static_cast<int32_t>(n_host);
-    ho.n_records = m.n_records();
-    ho.policy = PolicyKind::lru;
-    host_ = std::make_unique<Residency>(ho);
-    host_mem_ = std::make_unique<AlignedBuffer>(n_host * slot_bytes_);
-  }
-
-  IoEngineOptions io;
-  io.mode = opt_.io_mode;
-  io.queue_depth = opt_.io_depth;
-  io.request_timeout = opt_.io_timeout;
-  if (opt_.io_fault_injection)
-    io.fault_injection = [f = opt_.io_fault_injection](const ReadRequest& q, int64_t res) { return f(q.record, res); };
-  io_ = std::make_unique<IoEngine>(io);
-  files_[kind_] = io_->add_file(pack_->expert_file(kind_));
-  if (opt_.miss_kind) files_[*opt_.miss_kind] = io_->add_file(pack_->expert_file(*opt_.miss_kind));
-  layers_.assign(static_cast<size_t>(n_moe_layers_), LayerStats{});
-  io_base_ = io_->counters();
-  if (opt_.lookahead && ro.speculative_slots == 0)
-    LOG_WARN("--lookahead needs more slots than the ", top_k_, " of one token; prefetching is off");
-  LOG_INFO("expert streaming: ", n_slots, " slots of ", byte_size_text(slot_bytes_), " (", expert_kind_name(kind_),
-           opt_.miss_kind ? str(", misses may use ", expert_kind_name(*opt_.miss_kind)) : std::string(), "), ",
-           ro.speculative_slots, " speculative, policy ", policy_name(opt_.policy), ", ",
-           io_->file_is_direct(files_[kind_]) ? "O_DIRECT" : "buffered", " reads, depth ", opt_.io_depth,
-           io_->uses_io_uring() ? " (io_uring)" : " (pread threads)",
-           host_ ? str(", host tier of ", host_->n_slots(), " records") : std::string());
+    // An evicted record's bytes are still in its slot: the host tier keeps them.
+    : st_(std::move(pack), kind, top_k, opt,
+          [this](int32_t slot, int64_t record, ExpertKind k) { keep_in_host_tier(slot, record, k); }) {
+  slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(st_.layout.n_slots) * st_.slot_bytes);
+  if (st_.host) host_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(st_.host->n_slots()) * st_.slot_bytes);
+  if (st_.opt.lookahead && st_.layout.speculative_slots == 0)
+    LOG_WARN("--lookahead needs more slots than the ", st_.top_k, " of one token; prefetching is off");
+  LOG_INFO("expert streaming: ", st_.layout.n_slots, " slots of ", byte_size_text(st_.slot_bytes), " (",
+           expert_kind_name(st_.kind),
+           st_.opt.miss_kind ? str(", misses may use ", expert_kind_name(*st_.opt.miss_kind)) : std::string(), "), ",
+           st_.layout.speculative_slots, " speculative, policy ", policy_name(st_.opt.policy), ", ",
+           st_.io->file_is_direct(st_.files.at(st_.kind)) ? "O_DIRECT" : "buffered", " reads, depth ", st_.opt.io_depth,
+           st_.io->uses_io_uring() ? " (io_uring)" : " (pread threads)",
+           st_.host ? str(", host tier of ", st_.host->n_slots(), " records") : std::string());
 }
 
 ExpertStreamer::~ExpertStreamer() {
   // Reads in flight write into the slots: the slot memory may go only once they are done.
   bool drained = true;
   try {
-    drained = io_->drain(opt_.io_timeout);
+    drained = st_.io->drain(st_.opt.io_timeout);
   } catch (...) {
     drained = false;
   }
-  io_.reset();
+  st_.io.reset();
   if (!drained) {
     LOG_ERROR("expert streamer: reads still in flight at shutdown; leaving their memory allocated");
     (void)slot_mem_.release();
   }
 }
 
-std::string ExpertStreamer::describe(int64_t record, ExpertKind kind) const {
-  return str("expert record ", record, " (", pack_->describe_record(kind, record), ")");
-}
-
 void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority) {
-  ReadRequest q;
-  q.file = files_.at(kind);
-  q.offset = pack_->record_offset(kind, record);
-  q.bytes = pack_->kind(kind).record_stride;
-  q.dest = slot_ptr(slot);
-  q.record = record;
-  q.tag = next_tag_++;
-  q.priority = priority;
+  const ReadRequest q = st_.read_request(record, kind, slot_ptr(slot), next_tag_++, priority);
   reads_[q.tag] = Read{slot, record, kind};
   try {
-    io_->submit(q);
+    st_.io->submit(q);
   } catch (...) {
     reads_.erase(q.tag);
-    residency_->fail_load(slot);
+    st_.residency->fail_load(slot);
     throw;
   }
 }
 
 void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind) {
-  if (!host_ || host_->find(record, kind) >= 0) return;
-  AcquireResult h = host_->acquire(record, kind);
+  if (!st_.host || st_.host->find(record, kind) >= 0) return;
+  AcquireResult h = st_.host->acquire(record, kind);
   if (h.status == AcquireStatus::miss) {
-    std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * slot_bytes_, slot_ptr(slot),
-                pack_->kind(kind).record_stride);
-    host_->complete_load(h.slot);
+    std::memcpy(host_mem_->data() + static_cast<uint64_t>(h.slot) * st_.slot_bytes, slot_ptr(slot),
+                st_.pack->kind(kind).record_stride);
+    st_.host->complete_load(h.slot);
   }
-  if (h.slot >= 0) host_->release(h.slot);
+  if (h.slot >= 0) st_.host->release(h.slot);
 }
 
 bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
-  if (opt_.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
-    residency_->complete_load(a.slot);
+  if (st_.opt.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
+    st_.residency->complete_load(a.slot);
     return false;
   }
-  if (host_) {
-    const int32_t hs = host_->find(record, kind);
+  if (st_.host) {
+    const int32_t hs = st_.host->find(record, kind);
     if (hs >= 0) {
-      AcquireResult h = host_->acquire(record, kind);  // a hit: counts as an access for the policy
-      std::memcpy(slot_ptr(a.slot), host_mem_->data() + static_cast<uint64_t>(hs) * slot_bytes_,
-                  pack_->kind(kind).record_stride);
-      host_->release(h.slot);
-      residency_->complete_load(a.slot);
+      AcquireResult h = st_.host->acquire(record, kind);  // a hit: counts as an access for the policy
+      std::memcpy(slot_ptr(a.slot), host_mem_->data() + static_cast<uint64_t>(hs) * st_.slot_bytes,
+                  st_.pack->kind(kind).record_stride);
+      st_.host->release(h.slot);
+      st_.residency->complete_load(a.slot);
       return true;
     }
   }
@@ -195,33 +144,23 @@ bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKin
 
 size_t ExpertStreamer::land(std::chrono::milliseconds wait) {
   std::vector<ReadCompletion> done;
-  io_->poll(done, wait);
+  st_.io->poll(done, wait);
   std::optional<Error> first;
   for (const ReadCompletion& c : done) {
-    auto it = reads_.find(c.tag);
-    if (it == reads_.end()) continue;
-    const Read rd = it->second;
-    reads_.erase(it);
+    const std::optional<Read> read = take_in_flight(reads_, c.tag);
+    if (!read) continue;
+    const Read& rd = *read;
     if (c.status != Status::ok) {
-      residency_->fail_load(rd.slot);
-      if (!first) first = Error(c.status, str(describe(rd.record, rd.kind), ": ", c.error));
+      st_.residency->fail_load(rd.slot);
+      if (!first) first = Error(c.status, str(st_.describe(rd.record, rd.kind), ": ", c.error));
       continue;
     }
-    if (opt_.verify_reads) {
-      const PackKindInfo& info = pack_->kind(rd.kind);
-      const uint64_t got = XXH3_64bits(slot_ptr(rd.slot), info.record_bytes);
-      const uint64_t want = info.checksums[static_cast<size_t>(rd.record)];
-      if (got != want) {
-        residency_->fail_load(rd.slot);
-        if (!first)
-          first = Error(Status::corrupt, str(describe(rd.record, rd.kind), " read from ", pack_->expert_file(rd.kind).string(),
-                                             " at offset ", pack_->record_offset(rd.kind, rd.record),
-                                             ": checksum mismatch (manifest ", hex16(want), ", data ", hex16(got),
-                                             "); the pack is corrupt (sluice verify lists every bad record)"));
-        continue;
-      }
+    if (std::optional<Error> bad = st_.check_read(rd.record, rd.kind, slot_ptr(rd.slot))) {
+      st_.residency->fail_load(rd.slot);
+      if (!first) first = std::move(bad);
+      continue;
     }
-    residency_->complete_load(rd.slot);
+    st_.residency->complete_load(rd.slot);
   }
   if (first) throw *first;
   return done.size();
@@ -242,19 +181,19 @@ void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
   SLUICE_CHECK(c.routing && c.router, Status::internal, "expert streamer: a MoE call without its routing");
   const Routing& r = *c.routing;
   const int64_t n = r.n_rows, k = r.k, d = c.h.cols();
-  SLUICE_CHECK(c.moe_layer >= 0 && c.moe_layer < n_moe_layers_, Status::internal, "expert streamer: MoE layer ",
-               c.moe_layer, " outside the pack's ", n_moe_layers_);
+  SLUICE_CHECK(c.moe_layer >= 0 && c.moe_layer < st_.n_layers, Status::internal, "expert streamer: MoE layer ",
+               c.moe_layer, " outside the pack's ", st_.n_layers);
   SLUICE_CHECK(k <= n_slots(), Status::invalid_argument, "expert cache: ", n_slots(), " slots cannot hold the ", k,
                " experts of one token");
   for (int32_t e : r.ids)
-    SLUICE_CHECK(e >= 0 && e < n_expert_, Status::internal, "expert streamer: routed expert ", e, " outside [0, ", n_expert_, ")");
+    SLUICE_CHECK(e >= 0 && e < st_.n_expert, Status::internal, "expert streamer: routed expert ", e, " outside [0, ", st_.n_expert, ")");
   Tensor expert_out = be.alloc(DType::f32, {n * k, d});  // [n*k, n_embd], row = pair
   std::vector<uint8_t> dropped(static_cast<size_t>(n * k), 0);
 
   // Groups of consecutive rows whose expert union fits the cache: the whole batch when it
   // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
   for (int64_t row0 = 0; row0 < n;) {
-    const int64_t row1 = row_group_end(r.ids, k, row0, n, n_slots(), n_expert_);
+    const int64_t row1 = row_group_end(r.ids, k, row0, n, n_slots(), st_.n_expert);
     step(be, c, row0, row1, expert_out, dropped);
     row0 = row1;
   }
@@ -288,24 +227,24 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   StepClock clock;
   const Routing& r = *c.routing;
   const int64_t k = r.k, L = c.moe_layer;
-  LayerStats& ls = layers_[static_cast<size_t>(L)];
+  LayerStats& ls = st_.layers[static_cast<size_t>(L)];
   ++ls.steps;
-  const auto stall_limit = 2 * opt_.io_timeout + std::chrono::seconds(5);
+  const auto stall_limit = 2 * st_.opt.io_timeout + std::chrono::seconds(5);
 
   // 1-3. The union strongest first, acquire (hits pinned first), reads (experts/plan.h).
-  StepPlan plan(*residency_, *pack_, opt_, kind_, L, /*deadline=*/true,
+  StepPlan plan(*st_.residency, *st_.pack, st_.opt, st_.kind, L, /*deadline=*/true,
                 std::chrono::duration_cast<std::chrono::milliseconds>(stall_limit));
-  plan.set_union(r.ids, r.weights, k, row0, row1, n_expert_);
+  plan.set_union(r.ids, r.weights, k, row0, row1, st_.n_expert);
   ls.routed += static_cast<uint64_t>((row1 - row0) * k);
   ls.unique += plan.experts.size();
-  PinGuard pins{*residency_, {}};
+  PinGuard pins{*st_.residency, {}};
   Fills fills(*this, clock, ls);
   plan.acquire_and_read(fills, ls, pins.slots);
   lookahead(be, c, row0, row1, fills);
 
   auto compute = [&](PlannedExpert& w, ReadyCopy copy) {
     plan.take(w, copy, ls);
-    const ExpertWeights ew = expert_view(pack_->kind(plan.kind_of(copy)), slot_ptr(plan.slot_of(w, copy)));
+    const ExpertWeights ew = expert_view(st_.pack->kind(plan.kind_of(copy)), slot_ptr(plan.slot_of(w, copy)));
     clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
   };
   // Waits for reads; throws when none landed for the stall limit.
@@ -316,7 +255,7 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
     (demand ? ls.demand_wait_seconds : ls.prefetch_wait_seconds) += s;
     if (landed) since = Clock::now();
     SLUICE_CHECK(Clock::now() - since < stall_limit, Status::timeout, "MoE layer ", L, " (model layer ",
-                 pack_->manifest().moe_layers[static_cast<size_t>(L)], "): no expert read landed for ",
+                 st_.pack->manifest().moe_layers[static_cast<size_t>(L)], "): no expert read landed for ",
                  std::chrono::duration<double>(stall_limit).count(), " s (", reads_.size(), " reads in flight)");
   };
 
@@ -333,13 +272,13 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
   if (plan.deadline()) {
     land(std::chrono::milliseconds(0));
     plan.decide_deadline(ls, [&](const PlannedExpert& w) {
-      while (!slot_holds(*residency_, w.low_slot, w.record, *opt_.miss_kind)) wait_for_reads(true);
+      while (!slot_holds(*st_.residency, w.low_slot, w.record, *st_.opt.miss_kind)) wait_for_reads(true);
     });
     for (PlannedExpert& w : plan.experts) {
       if (w.dropped) {
         for (int32_t p : w.pairs) dropped[static_cast<size_t>(p)] = 1;
       } else if (w.low) {
-        const ExpertWeights ew = expert_view(pack_->kind(*opt_.miss_kind), slot_ptr(w.low_slot));
+        const ExpertWeights ew = expert_view(st_.pack->kind(*st_.opt.miss_kind), slot_ptr(w.low_slot));
         clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
       }
     }
@@ -369,45 +308,23 @@ void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int6
 
 void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, StepFills& fills) {
   const int64_t L = c.moe_layer;
-  if (!opt_.lookahead || c.next_router.empty() || L + 1 >= n_moe_layers_ || residency_->speculative_capacity() == 0)
+  if (!st_.opt.lookahead || c.next_router.empty() || L + 1 >= st_.n_layers || st_.residency->speculative_capacity() == 0)
     return;
-  const int64_t m = row1 - row0, E = n_expert_;
+  const int64_t m = row1 - row0, E = st_.n_expert;
   Tensor logits_dev = be.alloc(DType::f32, {m, E});
   be.matmul(c.h.slice_rows(row0, m), c.next_router, logits_dev);
   std::vector<float> logits(static_cast<size_t>(m * E));
   be.to_host(logits_dev, logits.data());
   const Routing pred = route_topk(*c.router, logits, m);
   const std::vector<std::pair<float, int32_t>> order = predicted_union(pred.ids, pred.weights, E);
-  plan_prefetch(*residency_, *pack_, kind_, L + 1, n_expert_, order, fills, layers_[static_cast<size_t>(L + 1)]);
+  plan_prefetch(*st_.residency, *st_.pack, st_.kind, L + 1, st_.n_expert, order, fills, st_.layers[static_cast<size_t>(L + 1)]);
 }
 
-RunStats ExpertStreamer::stats() const {
-  RunStats s;
-  s.layers = layers_;
-  s.slots = n_slots();
-  s.slot_bytes = slot_bytes_;
-  s.cache_bytes = static_cast<uint64_t>(n_slots()) * slot_bytes_;
-  s.speculative_slots = residency_->speculative_capacity();
-  s.host_cache_bytes = host_ ? static_cast<uint64_t>(host_->n_slots()) * slot_bytes_ : 0;
-  s.policy = std::string(policy_name(opt_.policy));
-  s.kind = std::string(expert_kind_name(kind_));
-  if (opt_.miss_kind) s.miss_kind = std::string(expert_kind_name(*opt_.miss_kind));
-  s.lookahead = opt_.lookahead;
-  s.cut = opt_.cut;
-  const IoCounters io = io_->counters();
-  s.io_mode = io_->file_is_direct(files_.at(kind_)) ? "direct" : "buffered";
-  s.io_uring = io_->uses_io_uring();
-  s.io_depth = io_->queue_depth();
-  s.io_reads = io.reads - io_base_.reads;
-  s.io_bytes = io.bytes - io_base_.bytes;
-  s.io_busy_seconds = io.busy_seconds - io_base_.busy_seconds;
-  return s;
-}
+RunStats ExpertStreamer::stats() const { return st_.run_stats(); }
 
 void ExpertStreamer::reset_stats() {
-  drain(opt_.io_timeout);
-  layers_.assign(layers_.size(), LayerStats{});
-  io_base_ = io_->counters();
+  drain(st_.opt.io_timeout);
+  st_.reset_counters();
 }
 
 }  // namespace sluice

@@ -40,6 +40,7 @@
 #include "experts/plan.h"
 #include "experts/residency.h"
 #include "experts/stats.h"
+#include "experts/stream_state.h"
 #include "experts/streamer_options.h"
 #include "experts/streaming_provider.h"
 #include "format/pack.h"
@@ -52,8 +53,6 @@ class ExpertStreamer final : public StreamingProvider {
   // cache below the minimum (the message states it), a miss kind the pack lacks, bad options.
   ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt);
   ~ExpertStreamer() override;
-  ExpertStreamer(const ExpertStreamer&) = delete;
-  ExpertStreamer& operator=(const ExpertStreamer&) = delete;
 
   void moe(Backend& be, const MoeLayerCall& call) override;
 
@@ -62,11 +61,11 @@ class ExpertStreamer final : public StreamingProvider {
     return streaming_slot_bytes(pack, kind, miss_kind);
   }
 
-  int32_t n_slots() const override { return residency_->n_slots(); }
-  uint64_t slot_bytes() const override { return slot_bytes_; }
-  ExpertKind kind() const override { return kind_; }
-  const Residency& residency() const override { return *residency_; }
-  const StreamerOptions& options() const override { return opt_; }
+  int32_t n_slots() const override { return st_.residency->n_slots(); }
+  uint64_t slot_bytes() const override { return st_.slot_bytes; }
+  ExpertKind kind() const override { return st_.kind; }
+  const Residency& residency() const override { return *st_.residency; }
+  const StreamerOptions& options() const override { return st_.opt; }
 
   RunStats stats() const override;
   void reset_stats() override;
@@ -94,28 +93,14 @@ class ExpertStreamer final : public StreamingProvider {
   // Lands the completions that arrive within `wait`; returns how many. Throws for a failed
   // or corrupt read, naming the record.
   size_t land(std::chrono::milliseconds wait);
-  uint8_t* slot_ptr(int32_t slot) const { return slot_mem_->data() + static_cast<uint64_t>(slot) * slot_bytes_; }
-  std::string describe(int64_t record, ExpertKind kind) const;
+  uint8_t* slot_ptr(int32_t slot) const { return slot_mem_->data() + static_cast<uint64_t>(slot) * st_.slot_bytes; }
 
-  std::shared_ptr<const Pack> pack_;
-  ExpertKind kind_;
-  int64_t top_k_;
-  StreamerOptions opt_;
-  int64_t n_expert_ = 0, n_moe_layers_ = 0;
-  uint64_t slot_bytes_ = 0;
-  std::unique_ptr<AlignedBuffer> slot_mem_;  // [n_slots * slot_bytes]; outlives the IO engine
-  std::unique_ptr<Residency> residency_;
-  std::map<ExpertKind, int32_t> files_;      // IO engine file index per kind in use
-  std::unique_ptr<IoEngine> io_;
+  // The memory comes first: it outlives the IO engine (in st_), whose reads write into it.
+  std::unique_ptr<AlignedBuffer> slot_mem_;  // [n_slots * slot_bytes]
+  std::unique_ptr<AlignedBuffer> host_mem_;  // the host-RAM tier: records evicted from the slots
+  StreamState st_;
   std::unordered_map<uint64_t, Read> reads_;  // in flight, by tag
   uint64_t next_tag_ = 1;
-
-  // The host-RAM tier: records evicted from the slots, keyed like the slots.
-  std::unique_ptr<AlignedBuffer> host_mem_;
-  std::unique_ptr<Residency> host_;
-
-  std::vector<LayerStats> layers_;
-  IoCounters io_base_;  // IO counters at the last reset
 };
 
 }  // namespace sluice

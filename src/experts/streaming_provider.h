@@ -1,8 +1,8 @@
 // StreamingProvider: an ExpertProvider that streams a pack's routed experts through a bounded
 // expert cache, as the front ends see it (statistics, draining, the cache's shape). Two
-// implementations: ExpertStreamer (experts/streamer.h, the CPU backend: slots in host memory)
-// and the CUDA streamer (backends/cuda/cuda_streamer.h: slots in device memory, the
-// four-signal handshake), built by make_cuda_streamer, which is defined only in CUDA builds.
+// implementations, picked for a backend by make_streamer: ExpertStreamer (experts/streamer.h,
+// the CPU backend: slots in host memory) and CudaStreamer (experts/cuda/cuda_streamer.h:
+// slots in device memory, the four-signal handshake; in CUDA builds).
 #pragma once
 
 #include <chrono>
@@ -19,6 +19,11 @@ namespace sluice {
 
 class StreamingProvider : public ExpertProvider {
  public:
+  StreamingProvider() = default;
+  // A streamer owns slots, reads in flight and threads: it is never copied.
+  StreamingProvider(const StreamingProvider&) = delete;
+  StreamingProvider& operator=(const StreamingProvider&) = delete;
+
   // The per-layer figures, the cache and the IO engine since construction or the last
   // reset_stats() (tokens and their seconds are the caller's to fill in).
   virtual RunStats stats() const = 0;
@@ -34,9 +39,11 @@ class StreamingProvider : public ExpertProvider {
   virtual const Residency& residency() const = 0;
 };
 
-// The CUDA streamer on `backend` (which must be a CUDA backend); top_k: experts per token.
-// In a build without CUDA: an unsupported error.
-std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
-                                                      Backend& backend, const StreamerOptions& opt);
+// The streamer for `backend`: CudaStreamer on a CUDA backend, ExpertStreamer otherwise.
+// top_k: experts per token (the fewest slots a cache may have). Throws invalid_argument for a
+// cache below top_k slots (the message states the minimum), a miss kind the pack lacks, bad
+// options; out_of_memory when the slots do not fit.
+std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+                                                 Backend& backend, const StreamerOptions& opt);
 
 }  // namespace sluice

@@ -3,7 +3,7 @@
 
 #include "core/log.h"
 #include "core/paths.h"
-#include "experts/streamer.h"
+#include "experts/streaming_provider.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "models/registry.h"
@@ -71,11 +71,7 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
                    " model without routed experts has nothing to stream");
       SLUICE_CHECK(info.moe_layers == pack->manifest().moe_layers, Status::corrupt, dir.string(),
                    ": the model's MoE layers do not match the pack's records (manifest experts.layers)");
-      // The CPU backend streams into host slots; a CUDA backend into device slots.
-      if (backend.name().rfind("cuda", 0) == 0)
-        out.streamer = make_cuda_streamer(pack, kind, info.n_expert_used, backend, *options.streaming);
-      else
-        out.streamer = std::make_shared<ExpertStreamer>(pack, kind, info.n_expert_used, *options.streaming);
+      out.streamer = make_streamer(pack, kind, info.n_expert_used, backend, *options.streaming);
       out.model->set_expert_provider(out.streamer);
     }
   } else {

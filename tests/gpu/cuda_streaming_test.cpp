@@ -21,7 +21,7 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
-#include "backends/cuda/cuda_streamer.h"
+#include "experts/cuda/cuda_streamer.h"
 #include "engine/generator.h"
 #include "experts/streamer.h"
 #include "format/npy.h"

@@ -1,10 +1,15 @@
-// DevicePool and PinnedRing (cuda_memory.h).
+// DevicePool, PinnedRing and the owned buffers (cuda_memory.h).
 #include "backends/cuda/cuda_memory.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "core/units.h"
 
 namespace sluice::cuda {
 
@@ -102,6 +107,50 @@ bool PinnedRing::copy_async(void* dst, const void* src, size_t bytes, cudaStream
   CUDA_CHECK(cudaEventRecord(events_[slot], stream));
   pending_[slot] = true;
   return true;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) {
+  cudaError_t err = cudaMalloc(&p_, std::max<size_t>(bytes, 1));
+  SLUICE_CHECK(err == cudaSuccess, Status::out_of_memory, "cuda: cannot allocate ", byte_size_text(bytes),
+               " of device memory for ", what, ": ", cudaGetErrorString(err));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (p_) cudaFree(p_);
+}
+
+MappedHostBuffer::MappedHostBuffer(size_t bytes, const char* what) {
+  cudaError_t err = cudaHostAlloc(&p_, std::max<size_t>(bytes, 1), cudaHostAllocPortable | cudaHostAllocMapped);
+  SLUICE_CHECK(err == cudaSuccess, Status::out_of_memory, "cuda: cannot pin ", byte_size_text(bytes),
+               " of host memory for ", what, ": ", cudaGetErrorString(err));
+  std::memset(p_, 0, std::max<size_t>(bytes, 1));
+  CUDA_CHECK(cudaHostGetDevicePointer(&dev_, p_, 0));
+}
+
+MappedHostBuffer::~MappedHostBuffer() {
+  if (p_) cudaFreeHost(p_);
+}
+
+RegisteredHostBuffer::RegisteredHostBuffer(size_t bytes, const char* what)
+    : bytes_(std::max<size_t>(io_align_up(bytes), kIoAlign)) {
+  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  SLUICE_CHECK(p != MAP_FAILED, Status::out_of_memory, "cannot allocate ", byte_size_text(bytes_), " of host memory for ",
+               what);
+  p_ = p;
+  cudaError_t err = cudaHostRegister(p_, bytes_, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (err != cudaSuccess) {
+    ::munmap(p_, bytes_);
+    p_ = nullptr;
+    fail(Status::out_of_memory, "cuda: cannot page-lock ", byte_size_text(bytes_), " of host memory for ", what, ": ",
+         cudaGetErrorString(err), " (a smaller --host-cache or --expert-cache needs less)");
+  }
+  CUDA_CHECK(cudaHostGetDevicePointer(&dev_, p_, 0));
+}
+
+RegisteredHostBuffer::~RegisteredHostBuffer() {
+  if (!p_) return;
+  cudaHostUnregister(p_);
+  ::munmap(p_, bytes_);
 }
 
 }  // namespace sluice::cuda

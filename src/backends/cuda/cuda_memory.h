@@ -8,6 +8,8 @@
 //     weights) through a ring of pinned slots, so the copy is asynchronous and the caller may
 //     reuse its buffer at once. A slot is rewritten only after the copy that last read it has
 //     completed (an event per slot).
+//   - DeviceBuffer, MappedHostBuffer, RegisteredHostBuffer: owned allocations for the CUDA
+//     streamer's slots, handshake tables and page-locked read targets.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sluice::cuda {
@@ -64,6 +67,79 @@ class PinnedRing {
   cudaEvent_t events_[kSlots] = {};
   bool pending_[kSlots] = {};
   int next_ = 0;
+};
+
+// cudaMalloc'ed device memory, freed when the owner goes.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // Throws out_of_memory naming `what` when the device has not enough free memory.
+  DeviceBuffer(size_t bytes, const char* what);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  template <typename T = uint8_t>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// Host memory the device reads: cudaHostAlloc'ed (zero-filled) and mapped into the device's
+// address space. For small tables the host publishes (the streamer's handshake): direct reads
+// cannot land in it (its pages belong to the driver's device file; O_DIRECT answers EFAULT).
+class MappedHostBuffer {
+ public:
+  MappedHostBuffer() = default;
+  MappedHostBuffer(size_t bytes, const char* what);
+  ~MappedHostBuffer();
+  MappedHostBuffer(MappedHostBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), dev_(o.dev_) {}
+  MappedHostBuffer& operator=(MappedHostBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(dev_, o.dev_);
+    return *this;
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(p_); }
+  // The device's address of host address `h` inside this buffer.
+  template <typename T>
+  T* dev(T* h) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(dev_) + (reinterpret_cast<uint8_t*>(h) - data()));
+  }
+
+ private:
+  void* p_ = nullptr;
+  void* dev_ = nullptr;
+};
+
+// Page-aligned anonymous host memory (zero-filled by mmap), page-locked and mapped for the
+// device (cudaHostRegister): direct reads land in it, and a kernel reads it over PCIe.
+class RegisteredHostBuffer {
+ public:
+  RegisteredHostBuffer() = default;
+  // bytes are rounded up to whole pages. Throws out_of_memory naming `what`.
+  RegisteredHostBuffer(size_t bytes, const char* what);
+  ~RegisteredHostBuffer();
+  RegisteredHostBuffer(RegisteredHostBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), dev_(o.dev_), bytes_(o.bytes_) {}
+  RegisteredHostBuffer& operator=(RegisteredHostBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(dev_, o.dev_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(p_); }
+  const void* dev(const uint8_t* h) const { return static_cast<uint8_t*>(dev_) + (h - data()); }
+  void leak() { p_ = nullptr; }  // reads may still write into it: never unmap
+
+ private:
+  void* p_ = nullptr;
+  void* dev_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace sluice::cuda

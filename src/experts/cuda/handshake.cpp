@@ -1,6 +1,6 @@
 // The handshake's signals: host-mapped memory, the driver's stream memory operations, and the
 // host's loads and stores.
-#include "backends/cuda/handshake.h"
+#include "experts/cuda/handshake.h"
 
 #include <cuda.h>
 #include <immintrin.h>

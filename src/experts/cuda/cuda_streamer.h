@@ -1,7 +1,8 @@
 // CudaStreamer: the routed experts of a pack served from a bounded expert cache in device
 // memory (DESIGN.md, "The streamed decode step", on CUDA). The sibling of ExpertStreamer
-// (experts/streamer.h), sharing its planning (experts/plan.h), residency, eviction policies,
-// IO engine and statistics; what differs is where the bytes go and who waits:
+// (experts/streamer.h), sharing its planner (experts/plan.h: every decision of a step),
+// residency, eviction policies, IO engine and statistics; what differs is where the bytes go
+// and who waits:
 //
 //   slots       one device allocation of n_slots x slot_bytes
 //   misses      read with O_DIRECT through the IO engine into pinned host memory (a host-tier
@@ -12,13 +13,15 @@
 //   routing     on the device (launch_router_topk); the ids come to the host through the
 //               handshake (cuda/handshake.h)
 //
+// Files: streamer_impl.h lists them, one concern each.
+//
 // Per MoE layer call the model thread only enqueues, on the backend's stream:
 //   topk -> ids to host -> write router_ready -> wait resident_ready -> phase 1 (table 1)
 //   -> write resident_done -> wait misses_ready -> phase 2 (table 2) -> combine
-// and hands the call to the service thread, which waits for router_ready, plans (union,
-// acquire, misses strongest first, --miss-kind copies, lookahead), publishes table 1
-// (resident experts), waits for the misses to land (cutting late weak ones at resident_done
-// with --cut), publishes table 2 and answers misses_ready. A whole token is thus enqueued
+// and hands the call to the service thread, which waits for router_ready, plans the step
+// (StepPlan: union, acquire, misses strongest first, --miss-kind copies; lookahead),
+// publishes table 1 (resident experts), waits for the misses to land (at resident_done the
+// plan cuts late weak ones with --cut), publishes table 2 and answers misses_ready. A whole token is thus enqueued
 // without the model thread waiting on the host. A batch whose experts may not fit the cache
 // (a prefill with rows x k > slots) takes a synchronous path instead: rows grouped so each
 // group's union fits, one plan-load-compute round per group.
@@ -28,8 +31,6 @@
 // next moe() or forward_done(); before that, the service thread answers every pending signal
 // with empty tables, so the device stream drains and nothing hangs.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <memory>
 
@@ -47,8 +48,6 @@ class CudaStreamer final : public StreamingProvider {
   CudaStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, CudaBackend& backend,
                const StreamerOptions& opt);
   ~CudaStreamer() override;
-  CudaStreamer(const CudaStreamer&) = delete;
-  CudaStreamer& operator=(const CudaStreamer&) = delete;
 
   void moe(Backend& be, const MoeLayerCall& call) override;
   bool routes_on_device() const override { return true; }
@@ -67,10 +66,15 @@ class CudaStreamer final : public StreamingProvider {
   // is the model layer; first_position is -1: the streamer does not know positions).
   void set_routing_observer(RoutingObserver observer);
 
-  struct Impl;
+  struct Impl;  // streamer_impl.h
 
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The CUDA streamer on `backend`, or null when it is not a CUDA backend (make_streamer in
+// experts/streaming_provider.h picks the streamer for a backend).
+std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+                                                      Backend& backend, const StreamerOptions& opt);
 
 }  // namespace sluice

@@ -1,0 +1,299 @@
+// CudaStreamer: construction, the model thread's side of a MoE layer (the device-side router,
+// the handshake enqueued ahead, the two phases and the combine), barriers with the service
+// thread, and the statistics.
+#include "experts/cuda/cuda_streamer.h"
+
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "core/bits.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "experts/cuda/streamer_impl.h"
+
+namespace sluice {
+
+CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, CudaBackend& b,
+                         const StreamerOptions& o)
+    : StreamState(std::move(p), k, topk, o), be(b), stream(b.stream()),
+      wait_mode(o.wait_mode == WaitMode::spin ? cuda::HostWait::spin : cuda::HostWait::block) {
+  n_embd = pack->manifest().n_embd;
+  n_ff = pack->manifest().n_ff;
+  CUDA_CHECK(cudaSetDevice(be.device()));
+  slots = cuda::DeviceBuffer(static_cast<size_t>(layout.n_slots) * slot_bytes,
+                             str("the expert cache (", layout.n_slots, " slots of ", byte_size_text(slot_bytes),
+                                 "; ask for a smaller --expert-cache)")
+                                 .c_str());
+  if (host)
+    host_mem = cuda::RegisteredHostBuffer(static_cast<size_t>(layout.host_slots) * slot_bytes, "the host-RAM expert tier");
+  // Staging: a buffer per device slot (a slot's record waits in it until the device copied
+  // it), fewer with a host tier, where reads land in the tier.
+  const int32_t n_staging = host ? std::max(4, 2 * opt.io_depth) : layout.n_slots;
+  staging_mem = cuda::RegisteredHostBuffer(static_cast<size_t>(n_staging) * slot_bytes, "expert read staging");
+  for (int32_t i = n_staging - 1; i >= 0; --i) staging_free.push_back(i);
+
+  if (host && opt.host_cache_preload) preload_host_tier();
+  hs = std::make_unique<cuda::Handshake>(n_layers);
+  calls.assign(static_cast<size_t>(n_layers), 0);
+  d_table = cuda::DeviceBuffer(static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), "the expert table");
+  d_copies = cuda::DeviceBuffer(copy_list_bytes() + sizeof(uint32_t), "the copy list");
+  if (opt.lookahead && layout.speculative_slots == 0)
+    LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
+  if (opt.fake_experts)
+    LOG_WARN("--fake-experts: expert reads are skipped and the slots computed as they are; the output is meaningless");
+  LOG_INFO("cuda expert streaming: ", layout.n_slots, " device slots of ", byte_size_text(slot_bytes), " (",
+           expert_kind_name(kind), opt.miss_kind ? str(", misses may use ", expert_kind_name(*opt.miss_kind)) : "",
+           "), ", layout.speculative_slots, " speculative, policy ", policy_name(opt.policy), ", ",
+           io->file_is_direct(files[kind]) ? "O_DIRECT" : "buffered", " reads, depth ", opt.io_depth,
+           host ? str(", pinned host tier of ", host->n_slots(), " records") : std::string(), ", ",
+           opt.wait_mode == WaitMode::spin ? "spinning" : "blocking", " host waits");
+  service = std::thread([this] { service_loop(); });
+}
+
+CudaStreamer::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lk(q_mu);
+    Job stop;
+    stop.kind = Job::Kind::stop;
+    jobs.push_back(stop);
+  }
+  q_cv.notify_all();
+  if (service.joinable()) service.join();
+  // The service thread is gone: answer whatever the device may still wait for (a call whose
+  // enqueue failed half-way), so the stream drains. Errors here are not actionable.
+  if (hs && layer_mem.data()) {
+    for (int64_t L = 0; L < n_layers; ++L) {
+      const uint64_t v = calls[static_cast<size_t>(L)];
+      if (hs->load(L, cuda::Signal::resident_ready) < v) {
+        *layer_view(L).count1 = 0;
+        std::fill(layer_view(L).table1, layer_view(L).table1 + n_expert, cuda::ExpertRef{});
+        hs->store(L, cuda::Signal::resident_ready, v);
+      }
+      if (hs->load(L, cuda::Signal::misses_ready) < v) {
+        *layer_view(L).count2 = 0;
+        std::fill(layer_view(L).table2, layer_view(L).table2 + n_expert, cuda::ExpertRef{});
+        hs->store(L, cuda::Signal::misses_ready, v);
+      }
+    }
+  }
+  cudaStreamSynchronize(stream);
+  bool drained = true;
+  try {
+    drained = io->drain(opt.io_timeout);
+  } catch (...) {
+    drained = false;
+  }
+  io.reset();
+  if (!drained) {
+    LOG_ERROR("cuda expert streamer: reads still in flight at shutdown; leaving their memory allocated");
+    host_mem.leak();
+    staging_mem.leak();
+  }
+}
+
+// ---- the model thread ----
+
+void CudaStreamer::Impl::throw_if_failed() {
+  if (!failed) return;
+  std::lock_guard<std::mutex> lk(q_mu);
+  throw *error;
+}
+
+void CudaStreamer::Impl::barrier() {
+  std::unique_lock<std::mutex> lk(q_mu);
+  const uint64_t id = ++barriers_asked;
+  Job b;
+  b.kind = Job::Kind::barrier;
+  b.value = id;
+  jobs.push_back(b);
+  q_cv.notify_all();
+  const auto limit = 2 * opt.wait_timeout + std::chrono::seconds(5);
+  const bool ok = done_cv.wait_for(lk, limit, [&] { return barriers_done >= id; });
+  SLUICE_CHECK(ok, Status::timeout, "cuda expert streamer: the service thread did not finish the MoE layers in flight ",
+               "within ", std::chrono::duration<double>(limit).count(), " s");
+}
+
+CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L) const {
+  uint8_t* base = layer_mem.data() + static_cast<size_t>(L) * layer_stride;
+  const size_t nk = round_up(static_cast<size_t>(cap_rows * top_k) * 4, 64);
+  LayerView v;
+  v.ids = reinterpret_cast<int32_t*>(base);
+  v.weights = reinterpret_cast<float*>(base + nk);
+  v.pred_ids = reinterpret_cast<int32_t*>(base + 2 * nk);
+  v.pred_weights = reinterpret_cast<float*>(base + 3 * nk);
+  v.table1 = reinterpret_cast<cuda::ExpertRef*>(base + 4 * nk);
+  v.table2 = v.table1 + n_expert;
+  const size_t copies = static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc);
+  uint8_t* c = base + 4 * nk + round_up(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), 64);
+  v.copies1 = reinterpret_cast<cuda::CopyDesc*>(c);
+  v.copies2 = reinterpret_cast<cuda::CopyDesc*>(c + round_up(copies, 64));
+  v.count1 = reinterpret_cast<uint32_t*>(c + 2 * round_up(copies, 64));
+  v.count2 = v.count1 + 16;
+  return v;
+}
+
+void CudaStreamer::Impl::ensure_capacity(int64_t n) {
+  if (n <= cap_rows) return;
+  // Nothing may use the buffers while they are replaced.
+  if (cap_rows > 0) {
+    barrier();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  std::lock_guard<std::mutex> g(mu);
+  const int64_t cap = std::max<int64_t>(n, 16);
+  const size_t pairs = static_cast<size_t>(cap * top_k);
+  const size_t nk = round_up(pairs * 4, 64);
+  layer_stride = 4 * nk + round_up(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), 64) +
+                 2 * round_up(static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc), 64) + 128;
+  layer_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_layers) * layer_stride, "the expert handshake tables");
+  d_ids = cuda::DeviceBuffer(pairs * 4, "routing ids");
+  d_w = cuda::DeviceBuffer(pairs * 4, "routing weights");
+  d_pids = cuda::DeviceBuffer(pairs * 4, "predicted ids");
+  d_pw = cuda::DeviceBuffer(pairs * 4, "predicted weights");
+  d_done = cuda::DeviceBuffer(pairs, "expert pair flags");
+  d_act = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_ff) * 4, "expert activations");
+  d_pair = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "expert outputs");
+  d_plog = cuda::DeviceBuffer(static_cast<size_t>(cap * n_expert) * 4, "lookahead logits");
+  cap_rows = cap;
+}
+
+// ---- CudaStreamer ----
+
+CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, CudaBackend& backend,
+                           const StreamerOptions& opt)
+    : impl_(std::make_unique<Impl>(std::move(pack), kind, top_k, backend, opt)) {}
+
+CudaStreamer::~CudaStreamer() = default;
+
+void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
+  Impl& m = *impl_;
+  const auto enqueue0 = StreamerClock::now();
+  m.throw_if_failed();
+  SLUICE_CHECK(&be == &m.be, Status::internal, "cuda expert streamer: called with another backend (", be.name(), ")");
+  SLUICE_CHECK(c.router, Status::internal, "cuda expert streamer: a MoE call without its router");
+  const int64_t L = c.moe_layer, n = c.h.rows(), k = m.top_k, E = m.n_expert;
+  SLUICE_CHECK(L >= 0 && L < m.n_layers, Status::internal, "cuda expert streamer: MoE layer ", L, " outside the pack's ",
+               m.n_layers);
+  SLUICE_CHECK(c.router_logits.rows() == n && c.router_logits.cols() == E && c.router_logits.dtype == DType::f32,
+               Status::internal, "cuda expert streamer: router logits ", c.router_logits.shape_str(), " for ", n,
+               " rows of ", E, " experts");
+  SLUICE_CHECK(c.router->n_expert_used == k && c.h.cols() == m.n_embd && c.out.rows() == n,
+               Status::internal, "cuda expert streamer: the call does not match the pack (top-k ", c.router->n_expert_used,
+               ", width ", c.h.cols(), ")");
+  if (n == 0) return;
+  m.ensure_capacity(n);
+  // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
+  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::expert_unavailable : expert_wtype(m.kind)};
+  cudaStream_t s = m.stream;
+  const bool norm = c.router->norm_topk_prob;
+  cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s);
+  // The union of n rows fits the cache when n * k slots (or every expert) do; else group.
+  const int64_t slots = m.residency->n_slots();
+  if (n * k > slots && E > slots) {
+    m.grouped(c, shape);
+    return;
+  }
+  const Impl::LayerView lv = m.layer_view(L);
+  const size_t nk = static_cast<size_t>(n * k);
+  const bool look = m.opt.lookahead && !c.next_router.empty() && L + 1 < m.n_layers &&
+                    m.residency->speculative_capacity() > 0;
+  if (look) {
+    Tensor plog(DType::f32, {n, E}, m.d_plog.as());
+    be.matmul(c.h, c.next_router, plog);
+    cuda::launch_router_topk(plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
+    CUDA_CHECK(cudaMemcpyAsync(lv.pred_ids, m.d_pids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(lv.pred_weights, m.d_pw.as(), nk * 4, cudaMemcpyDeviceToHost, s));
+  }
+  CUDA_CHECK(cudaMemcpyAsync(lv.ids, m.d_ids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyAsync(lv.weights, m.d_w.as(), nk * 4, cudaMemcpyDeviceToHost, s));
+  const uint64_t v = ++m.calls[static_cast<size_t>(L)];
+  const size_t table_bytes = static_cast<size_t>(E) * sizeof(cuda::ExpertRef);
+  // The job goes first: whatever of this call reaches the device gets its signals answered,
+  // also when enqueueing the rest fails (the service thread then times out on router_ready).
+  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look};
+  {
+    std::lock_guard<std::mutex> lk(m.q_mu);
+    m.jobs.push_back(j);
+  }
+  m.q_cv.notify_all();
+  m.hs->device_write(s, L, cuda::Signal::router_ready, v);
+  m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
+  // Everything below reads what the host published before the signal: the landed records'
+  // copies, then the table (copied to the device when the stream gets there).
+  m.enqueue_copies(lv.copies1, lv.count1);
+  CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table1, table_bytes, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemsetAsync(m.d_done.as(), 0, nk, s));
+  cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
+                           m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
+  m.hs->device_write(s, L, cuda::Signal::resident_done, v);
+  m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
+  m.enqueue_copies(lv.copies2, lv.count2);
+  CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table2, table_bytes, cudaMemcpyHostToDevice, s));
+  cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
+                           m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
+  cuda::launch_moe_combine_done(m.d_pair.as<float>(), m.d_w.as<float>(), m.d_done.as(), c.out.ptr<float>(), shape, s);
+  const auto enqueue1 = StreamerClock::now();
+  LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,
+            " ms, ", seconds_between(m.last_enqueue, enqueue0) * 1e3, " ms after the previous layer's");
+  m.last_enqueue = enqueue1;
+}
+
+void CudaStreamer::forward_done() {
+  impl_->barrier();
+  impl_->throw_if_failed();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->retire();  // the logits reached the host: the device is idle
+}
+
+RunStats CudaStreamer::stats() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> g(m.mu);
+  RunStats s = m.run_stats();
+  s.h2d_bytes = m.h2d_bytes - m.h2d_base;
+  return s;
+}
+
+bool CudaStreamer::drain(std::chrono::milliseconds wait) {
+  Impl& m = *impl_;
+  m.barrier();
+  const auto until = StreamerClock::now() + wait;
+  std::lock_guard<std::mutex> g(m.mu);
+  // Background reads (cut experts, prefetches) land and are copied here, on this thread.
+  while (m.in_flight() > 0 || !m.retiring.empty()) {
+    if (StreamerClock::now() >= until) return false;
+    if (m.pump() == 0) cuda::host_idle(m.wait_mode);
+    m.copy_landed_on_stream();
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    m.retire();
+  }
+  return true;
+}
+
+void CudaStreamer::reset_stats() {
+  drain(impl_->opt.io_timeout);
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> g(m.mu);
+  m.reset_counters();
+  m.h2d_base = m.h2d_bytes;
+}
+
+int32_t CudaStreamer::n_slots() const { return impl_->residency->n_slots(); }
+uint64_t CudaStreamer::slot_bytes() const { return impl_->slot_bytes; }
+ExpertKind CudaStreamer::kind() const { return impl_->kind; }
+const StreamerOptions& CudaStreamer::options() const { return impl_->opt; }
+const Residency& CudaStreamer::residency() const { return *impl_->residency; }
+
+void CudaStreamer::set_routing_observer(RoutingObserver observer) {
+  impl_->barrier();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->observer = std::move(observer);
+}
+
+std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+                                                      Backend& backend, const StreamerOptions& opt) {
+  auto* cb = dynamic_cast<CudaBackend*>(&backend);
+  if (!cb) return nullptr;
+  return std::make_shared<CudaStreamer>(std::move(pack), kind, top_k, *cb, opt);
+}
+
+}  // namespace sluice

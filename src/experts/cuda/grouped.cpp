@@ -1,0 +1,81 @@
+// CudaStreamer's synchronous path for a batch whose union may exceed the cache (a long
+// prefill on a small cache): rows grouped so each group's union fits (row_group_end); each
+// group is planned, loaded and computed on the model thread before the next, without the
+// handshake and without a deadline.
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "experts/cuda/streamer_impl.h"
+
+namespace sluice {
+
+void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& shape) {
+  const int64_t L = c.moe_layer, n = shape.n_rows, k = shape.k;
+  barrier();
+  throw_if_failed();
+  const LayerView lv = layer_view(L);
+  const size_t nk = static_cast<size_t>(n * k);
+  CUDA_CHECK(cudaMemcpyAsync(lv.ids, d_ids.as(), nk * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(lv.weights, d_w.as(), nk * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemsetAsync(d_done.as(), 0, nk, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::lock_guard<std::mutex> g(mu);
+  retire();  // the device is idle
+  const std::span<const int32_t> ids(lv.ids, nk);
+  const std::span<const float> weights(lv.weights, nk);
+  observe(L, n, lv);
+  LayerStats& ls = layers[static_cast<size_t>(L)];
+  // Landed records are copied on the stream; their staging buffers come back once it passed
+  // the copies. A fill that waits for a staging buffer (a background fill landed, was copied
+  // and its slot evicted by this group, so its record is staged twice) gets one by a
+  // synchronisation here: nothing else would return it before the group ends.
+  auto land = [&] {
+    const size_t n_landed = landed.size();
+    copy_landed_on_stream();
+    if (!waiting.empty() && staging_free.empty() && !retiring.empty()) {
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      retire();
+      return n_landed + 1;
+    }
+    return n_landed;
+  };
+  for (int64_t row0 = 0; row0 < n;) {
+    const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
+    ++ls.steps;
+    ls.routed += static_cast<uint64_t>((row1 - row0) * k);
+    StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
+    plan.set_union(ids, weights, k, row0, row1, n_expert);
+    ls.unique += plan.experts.size();
+    Fills fills(*this, land);
+    plan.acquire_and_read(fills, ls, pins);
+    const auto t0 = StreamerClock::now();
+    auto since = t0;
+    for (;;) {
+      size_t progress = land();
+      bool all = true;
+      for (const PlannedExpert& w : plan.experts) all &= resident(w.slot, w.record, kind);
+      if (all) break;
+      progress += pump();
+      if (progress) since = StreamerClock::now();
+      else cuda::host_idle(wait_mode);
+      SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
+                   model_layer(L), "): expert reads did not land within ",
+                   std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
+                   waiting.size(), " waiting for a staging buffer)");
+    }
+    ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
+    std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+    for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
+    CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                               cudaMemcpyHostToDevice, stream));
+    cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
+                             d_act.as<float>(), d_pair.as<float>(), shape, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
+    retire();
+    release_pins();
+    row0 = row1;
+  }
+  cuda::launch_moe_combine_done(d_pair.as<float>(), d_w.as<float>(), d_done.as(), c.out.ptr<float>(), shape, stream);
+}
+
+}  // namespace sluice

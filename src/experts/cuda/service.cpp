@@ -1,0 +1,231 @@
+// CudaStreamer's service thread: it answers the four-signal handshake of every MoE layer the
+// model thread enqueued (experts/cuda/handshake.h). Per layer: wait for router_ready, plan
+// the step (experts/plan.h: acquire, reads, --miss-kind copies, lookahead), publish table 1
+// (the resident experts), land the misses (at resident_done the plan decides what is cut),
+// publish table 2 and answer misses_ready. It never calls the CUDA API (expert_copy.h says
+// why): copies go out as lists the device's copy kernel reads.
+#include <algorithm>
+
+#include "core/log.h"
+#include "experts/cuda/streamer_impl.h"
+
+namespace sluice {
+
+void CudaStreamer::Impl::set_error(const Error& e) {
+  {
+    std::lock_guard<std::mutex> lk(q_mu);
+    if (!error) error = e;
+  }
+  failed = true;
+  done_cv.notify_all();
+}
+
+void CudaStreamer::Impl::service_loop() {
+  for (;;) {
+    Job j;
+    {
+      std::unique_lock<std::mutex> lk(q_mu);
+      while (jobs.empty()) {
+        // Idle: land background reads (cut experts, prefetches) so their slots free up.
+        lk.unlock();
+        bool busy = false;
+        {
+          std::lock_guard<std::mutex> g(mu);
+          if (!failed) {
+            try {
+              pump();
+            } catch (const Error& e) {
+              set_error(e);
+            }
+          }
+          busy = in_flight() > 0;
+        }
+        lk.lock();
+        if (jobs.empty()) q_cv.wait_for(lk, busy ? std::chrono::microseconds(200) : std::chrono::microseconds(5000));
+      }
+      j = jobs.front();
+      jobs.pop_front();
+    }
+    if (j.kind == Job::Kind::stop) return;
+    if (j.kind == Job::Kind::barrier) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        release_pins();
+      }
+      {
+        std::lock_guard<std::mutex> lk(q_mu);
+        barriers_done = j.value;
+      }
+      done_cv.notify_all();
+      continue;
+    }
+    published_resident = published_misses = false;
+    if (failed) {
+      release_device(j);
+      continue;
+    }
+    try {
+      std::lock_guard<std::mutex> g(mu);
+      run_layer(j);
+    } catch (const Error& e) {
+      set_error(e);
+      release_device(j);
+    } catch (const std::exception& e) {
+      set_error(Error(Status::internal, str("cuda expert streamer: ", e.what())));
+      release_device(j);
+    }
+  }
+}
+
+// After a failure: answers the call's host-to-device signals with empty tables (no expert is
+// computed), so the stream runs to its end and the model thread sees the error.
+void CudaStreamer::Impl::release_device(const Job& j) {
+  const LayerView lv = layer_view(j.layer);
+  if (!published_resident) {
+    *lv.count1 = 0;
+    std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+    hs->store(j.layer, cuda::Signal::resident_ready, j.value);
+  }
+  if (!published_misses) {
+    *lv.count2 = 0;
+    std::fill(lv.table2, lv.table2 + n_expert, cuda::ExpertRef{});
+    hs->store(j.layer, cuda::Signal::misses_ready, j.value);
+  }
+  published_resident = published_misses = true;
+}
+
+void CudaStreamer::Impl::wait_signal(int64_t L, cuda::Signal sig, uint64_t value) {
+  const auto t0 = StreamerClock::now();
+  while (hs->load(L, sig) < value) {
+    if (pump() == 0) cuda::host_idle(wait_mode);
+    if (StreamerClock::now() - t0 > opt.wait_timeout)
+      fail(Status::timeout, "MoE layer ", L, " (model layer ", model_layer(L), "): no ", cuda::signal_name(sig),
+           " signal from the device within ", std::chrono::duration<double>(opt.wait_timeout).count(),
+           " s (waiting for value ", value, ", last seen ", hs->load(L, sig), ")");
+  }
+}
+
+void CudaStreamer::Impl::observe(int64_t L, int64_t n, const LayerView& lv) {
+  if (!observer) return;
+  const size_t nk = static_cast<size_t>(n * top_k);
+  Routing r{n, top_k, std::vector<int32_t>(lv.ids, lv.ids + nk), std::vector<float>(lv.weights, lv.weights + nk)};
+  observer({model_layer(L), -1, &r});
+}
+
+void CudaStreamer::Impl::lookahead(const Job& j, const LayerView& lv, StepFills& fills) {
+  const int64_t L = j.layer;
+  if (!j.lookahead || L + 1 >= n_layers || residency->speculative_capacity() == 0) return;
+  const size_t nk = static_cast<size_t>(j.n * top_k);
+  const auto order = predicted_union(std::span<const int32_t>(lv.pred_ids, nk),
+                                     std::span<const float>(lv.pred_weights, nk), n_expert);
+  plan_prefetch(*residency, *pack, kind, L + 1, n_expert, order, fills, layers[static_cast<size_t>(L + 1)]);
+}
+
+void CudaStreamer::Impl::run_layer(const Job& j) {
+  const int64_t L = j.layer, n = j.n, k = top_k;
+  const uint64_t v = j.value;
+  LayerStats& ls = layers[static_cast<size_t>(L)];
+  const auto ready0 = StreamerClock::now();
+  wait_signal(L, cuda::Signal::router_ready, v);
+  const auto wall0 = StreamerClock::now();
+  const double cpu0 = thread_cpu_seconds();
+  // The device reached this layer: the previous steps' copies and experts are done.
+  retire();
+  release_pins();
+  const LayerView lv = layer_view(L);
+  const size_t nk = static_cast<size_t>(n * k);
+  observe(L, n, lv);
+  ++ls.steps;
+  ls.routed += nk;
+  StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/true, opt.wait_timeout);
+  plan.set_union(std::span<const int32_t>(lv.ids, nk), std::span<const float>(lv.weights, nk), k, 0, n, n_expert);
+  ls.unique += plan.experts.size();
+  uint32_t n1 = 0, n2 = 0;
+  Fills fills(*this, [&] { return list_landed(lv.copies1, n1); });
+  plan.acquire_and_read(fills, ls, pins);
+  lookahead(j, lv, fills);
+  pump();
+
+  // Phase 1: the experts resident now, with the records that landed copied first.
+  list_landed(lv.copies1, n1);
+  *lv.count1 = n1;
+  std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+  for (PlannedExpert& w : plan.experts) {
+    if (!plan.in_phase1(w)) continue;
+    lv.table1[w.expert] = ref(w.slot, kind);
+    plan.take(w, ReadyCopy::main, ls);
+  }
+  hs->store(L, cuda::Signal::resident_ready, v);
+  published_resident = true;
+  // Every copy listed so far runs before phase 1 on the stream: at resident_done their host
+  // memory is free. Phase 2 may need those staging buffers for its own misses (a lookahead
+  // fill listed and evicted within the step holds a second one), so it must not wait for the
+  // next layer's router_ready to get them back.
+  const size_t listed_for_phase1 = retiring.size();
+  ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
+  ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+
+  // Phase 2: the misses as they land; with a deadline, the plan decides what is cut (or
+  // takes its landed low-bit copy) once the device finished phase 1.
+  std::optional<StreamerClock::time_point> phase1_done;
+  bool decided = !plan.deadline();
+  auto since = StreamerClock::now();
+  auto wait_low = [&](const PlannedExpert& w) {
+    const auto t0 = StreamerClock::now();
+    while (!resident(w.low_slot, w.record, *opt.miss_kind)) {
+      if (pump() == 0) cuda::host_idle(wait_mode);
+      list_landed(lv.copies2, n2);
+      SLUICE_CHECK(StreamerClock::now() - t0 < opt.wait_timeout, Status::timeout, "MoE layer ", L,
+                   ": the low-bit copy of ", describe(w.record, *opt.miss_kind), " did not land");
+    }
+  };
+  for (;;) {
+    size_t progress = pump();
+    list_landed(lv.copies2, n2);
+    if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) {
+      phase1_done = StreamerClock::now();
+      retire(listed_for_phase1);
+    }
+    if (!decided && phase1_done) {
+      plan.decide_deadline(ls, wait_low);
+      decided = true;
+    }
+    bool all = true;
+    for (PlannedExpert& w : plan.experts) {
+      if (w.done) continue;
+      const ReadyCopy copy = plan.ready(w, decided);
+      if (copy == ReadyCopy::none) {
+        all = false;
+        continue;
+      }
+      plan.take(w, copy, ls);
+      ++progress;
+    }
+    if (all) break;  // nothing left to cut
+    if (progress) since = StreamerClock::now();
+    else cuda::host_idle(wait_mode);
+    if (StreamerClock::now() - since > opt.wait_timeout) {
+      size_t late = 0;
+      for (const PlannedExpert& w : plan.experts) late += w.done ? 0 : 1;
+      fail(Status::timeout, "MoE layer ", L, " (model layer ", model_layer(L), "): ", late, " expert",
+           late == 1 ? "" : "s", " did not land within ", std::chrono::duration<double>(opt.wait_timeout).count(),
+           " s (", reading.size(), " reads in flight, ", waiting.size(), " waiting for staging; misses_ready not sent)");
+    }
+  }
+  list_landed(lv.copies2, n2);
+  *lv.count2 = n2;
+  std::copy(lv.table1, lv.table1 + n_expert, lv.table2);
+  for (const PlannedExpert& w : plan.experts) {
+    if (w.dropped) continue;
+    lv.table2[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
+  }
+  hs->store(L, cuda::Signal::misses_ready, v);
+  published_misses = true;
+  LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", plan.experts.size(), " experts, ", n1, " + ", n2,
+            " copies, router_ready after ", seconds_between(ready0, wall0) * 1e3, " ms, misses_ready after ",
+            seconds_between(wall0, StreamerClock::now()) * 1e3, " ms");
+  // The device waited from the end of phase 1 until now.
+  if (phase1_done) ls.demand_wait_seconds += seconds_between(*phase1_done, StreamerClock::now());
+}
+
+}  // namespace sluice

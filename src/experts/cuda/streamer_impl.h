@@ -1,0 +1,196 @@
+// The inside of CudaStreamer (cuda_streamer.h), shared by its files, one concern each:
+//   cuda_streamer.cpp  construction, the model thread's enqueue of a MoE layer, statistics
+//   fills.cpp          fills: reads into page-locked memory, copies into device slots, the
+//                      host-RAM tier and its preload
+//   service.cpp        the service thread: the handshake's host side and each layer's plan
+//   grouped.cpp        the synchronous path for batches whose union may exceed the cache
+// Every decision of a step is the planner's (experts/plan.h); this code moves bytes and
+// publishes what the plan decided.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_memory.h"
+#include "backends/cuda/expert_copy.h"
+#include "backends/cuda/moe_kernels.h"
+#include "experts/cuda/cuda_streamer.h"
+#include "experts/cuda/handshake.h"
+#include "experts/io_engine.h"
+#include "experts/plan.h"
+#include "experts/stream_state.h"
+
+namespace sluice {
+
+using StreamerClock = std::chrono::steady_clock;
+
+inline double seconds_between(StreamerClock::time_point a, StreamerClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct CudaStreamer::Impl : StreamState {
+  // One record on its way into a device slot: read into page-locked host memory (reading),
+  // landed there (landed), then listed for a copy kernel the device runs later (retiring:
+  // the slot counts as resident from then on, since every reader of the slot runs after the
+  // copy on the same stream; the host memory is reused once the device passed the copy).
+  struct Fill {
+    int32_t slot = -1;      // device slot (state loading until its copy is listed)
+    int64_t record = -1;
+    ExpertKind kind = ExpertKind::bf16;
+    IoPriority priority = IoPriority::demand;
+    int32_t staging = -1;   // the host source: a staging buffer, or
+    int32_t host_slot = -1; // a host-tier record (pinned in the tier until retired)
+  };
+  struct Job {
+    enum class Kind { layer, barrier, stop } kind = Kind::layer;
+    int64_t layer = 0;
+    uint64_t value = 0;  // the handshake value of this call (layer jobs), or the barrier's id
+    int64_t n = 0;
+    bool lookahead = false;
+  };
+  // The host-mapped per-layer handshake memory: ids, weights, predicted ids and weights
+  // [cap * k], table 1 and table 2 [n_expert], the copy lists of both phases [n_slots] and
+  // their lengths.
+  struct LayerView {
+    int32_t* ids;
+    float* weights;
+    int32_t* pred_ids;
+    float* pred_weights;
+    cuda::ExpertRef* table1;
+    cuda::ExpertRef* table2;
+    cuda::CopyDesc* copies1;
+    cuda::CopyDesc* copies2;
+    uint32_t* count1;
+    uint32_t* count2;
+  };
+  // The plan's fills and waits (StepFills): start_fill, and progress = the landed reads plus
+  // what `land` (the phase's copy listing) made of them; an idle step when nothing moved.
+  struct Fills final : StepFills {
+    Impl& m;
+    std::function<size_t()> land;
+    Fills(Impl& impl, std::function<size_t()> land_fn) : m(impl), land(std::move(land_fn)) {}
+    bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) override {
+      return m.start_fill(a, record, kind, priority);
+    }
+    size_t make_progress() override;
+    bool in_flight() const override { return m.in_flight() > 0; }
+  };
+
+  Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, CudaBackend& b, const StreamerOptions& o);
+  ~Impl();
+
+  // ---- fills (fills.cpp; callers hold mu) ----
+  uint8_t* slot_ptr(int32_t slot) const { return slots.as() + static_cast<uint64_t>(slot) * slot_bytes; }
+  uint8_t* host_ptr(int32_t h) const { return host_mem.data() + static_cast<uint64_t>(h) * slot_bytes; }
+  uint8_t* staging_ptr(int32_t s) const { return staging_mem.data() + static_cast<uint64_t>(s) * slot_bytes; }
+  bool resident(int32_t slot, int64_t record, ExpertKind k) const { return slot_holds(*residency, slot, record, k); }
+  // The device table entry of the record in `slot`, of kind k.
+  cuda::ExpertRef ref(int32_t slot, ExpertKind k) const;
+  bool start_fill(const AcquireResult& a, int64_t record, ExpertKind k, IoPriority priority);
+  void submit_read(Fill f, void* dest);
+  void fail_fill(const Fill& f);
+  void on_read(const ReadCompletion& c);
+  size_t pump();  // lands read completions; no CUDA call
+  const uint8_t* source(const Fill& f) const { return f.host_slot >= 0 ? host_ptr(f.host_slot) : staging_ptr(f.staging); }
+  // Fills waiting for a staging buffer get the free ones and their reads go out.
+  void submit_waiting();
+  // Lists every landed fill in a copy list (descs[*count ...]) and counts its slot resident.
+  size_t list_landed(cuda::CopyDesc* descs, uint32_t& count);
+  // Bytes of one phase's copy list: a descriptor per slot.
+  size_t copy_list_bytes() const { return static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc); }
+  // Model thread: enqueues, behind the signal that publishes it, the copy of a phase's list
+  // (host-mapped) to the device and the copy kernel that reads it there.
+  void enqueue_copies(const cuda::CopyDesc* descs, const uint32_t* count);
+  // The model thread's variant: copies landed fills on the stream itself.
+  void copy_landed_on_stream();
+  // The device passed the first n listed copies (all of them by default): their host memory
+  // is free again, and fills waiting for a staging buffer get it.
+  void retire(size_t n = SIZE_MAX);
+  size_t in_flight() const { return reading.size() + waiting.size() + landed.size(); }
+  void release_pins();
+  void preload_host_tier();
+
+  // ---- the service thread (service.cpp) ----
+  void service_loop();
+  void run_layer(const Job& j);
+  void release_device(const Job& j);
+  void wait_signal(int64_t layer, cuda::Signal sig, uint64_t value);
+  void lookahead(const Job& j, const LayerView& lv, StepFills& fills);
+  void set_error(const Error& e);
+  int64_t model_layer(int64_t L) const { return pack->manifest().moe_layers[static_cast<size_t>(L)]; }
+  // The layer's routing to the observer (--trace-routing), when there is one.
+  void observe(int64_t L, int64_t n, const LayerView& lv);
+
+  // ---- the model thread (cuda_streamer.cpp, grouped.cpp) ----
+  void throw_if_failed();
+  void barrier();
+  void ensure_capacity(int64_t n);
+  LayerView layer_view(int64_t L) const;
+  void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
+
+  // The pack, the kinds, the layout, the residencies, the IO engine and the statistics are
+  // the StreamState's.
+  CudaBackend& be;
+  cudaStream_t stream;
+  cuda::HostWait wait_mode;
+  int64_t n_embd = 0, n_ff = 0;
+
+  // The cache's memory: device slots; the pinned host tier (inclusive: every record read from
+  // the pack), staging buffers for reads when there is no tier.
+  cuda::DeviceBuffer slots;
+  cuda::RegisteredHostBuffer host_mem;
+  cuda::RegisteredHostBuffer staging_mem;
+  std::vector<int32_t> staging_free;
+
+  std::unordered_map<uint64_t, Fill> reading;  // by tag
+  uint64_t next_tag = 1;
+  std::vector<Fill> landed;    // read, not yet listed for a copy
+  std::vector<Fill> retiring;  // listed; their host memory is held until the device passed them
+  std::deque<Fill> waiting;    // reads waiting for a staging buffer
+  std::vector<ReadCompletion> completions;
+  uint64_t h2d_bytes = 0, h2d_base = 0;
+
+  // The handshake and the buffers of the enqueued calls.
+  std::unique_ptr<cuda::Handshake> hs;
+  std::vector<uint64_t> calls;  // [n_layers] handshake value of the latest call
+  StreamerClock::time_point last_enqueue{};  // model thread: when the previous moe() returned (debug timing)
+  int64_t cap_rows = 0;
+  size_t layer_stride = 0;
+  cuda::MappedHostBuffer layer_mem;  // [n_layers * layer_stride]
+  cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
+  cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
+
+  // The service thread and its queue.
+  std::mutex q_mu;
+  std::condition_variable q_cv, done_cv;
+  std::deque<Job> jobs;
+  uint64_t barriers_asked = 0, barriers_done = 0;
+  std::optional<Error> error;  // under q_mu
+  std::atomic<bool> failed{false};
+  std::thread service;
+  bool published_resident = false, published_misses = false;  // of the job in progress
+
+  // The cache state: residency, host tier, fills, pins, statistics. The service thread holds
+  // it while it works; the model thread only between barriers (the grouped path).
+  mutable std::mutex mu;
+  std::vector<int32_t> pins;  // device slots the latest step's computation reads
+  RoutingObserver observer;
+};
+
+// The weight type of the device table entries of an expert kind.
+int32_t expert_wtype(ExpertKind k);
+
+}  // namespace sluice

@@ -1,0 +1,76 @@
+// StreamState: what every streamer holds, whatever memory its slots live in: the pack and
+// the kinds in use, the cache's layout, the residency of the slots and of the host-RAM tier,
+// the IO engine over the pack's expert files, and the per-layer statistics. The CPU streamer
+// (streamer.h) and the CUDA streamer (cuda/streamer_impl.h) each own one and add their
+// memory; neither sets any of this up on its own.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "experts/io_engine.h"
+#include "experts/plan.h"
+#include "experts/residency.h"
+#include "experts/stats.h"
+#include "experts/streamer_options.h"
+#include "format/pack.h"
+
+namespace sluice {
+
+// Reads in flight by their IO tag: the entry of a completion's tag, removed (nothing when the
+// tag is not one of these reads).
+template <typename Read>
+std::optional<Read> take_in_flight(std::unordered_map<uint64_t, Read>& in_flight, uint64_t tag) {
+  auto it = in_flight.find(tag);
+  if (it == in_flight.end()) return std::nullopt;
+  Read r = std::move(it->second);
+  in_flight.erase(it);
+  return r;
+}
+
+struct StreamState {
+  // Checks the options against the pack (check_streaming_options), lays the cache out
+  // (plan_cache_layout), makes the residencies (the slots' with `on_evict`, and the tier's
+  // when --host-cache asks for one) and opens the expert files of the kinds in use. Throws
+  // invalid_argument for a cache below top_k slots (the message states the minimum), a miss
+  // kind the pack lacks, bad options.
+  StreamState(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt,
+              std::function<void(int32_t slot, int64_t record, ExpertKind kind)> on_evict = {});
+
+  std::shared_ptr<const Pack> pack;
+  ExpertKind kind;
+  int64_t top_k;
+  StreamerOptions opt;
+  int64_t n_expert = 0, n_layers = 0;      // experts per MoE layer, MoE layers
+  uint64_t slot_bytes = 0;                 // the largest record stride of the kinds in use
+  CacheLayout layout;
+  std::unique_ptr<Residency> residency;    // the slots
+  std::unique_ptr<Residency> host;         // the host-RAM tier (LRU), or null
+  std::unique_ptr<IoEngine> io;
+  std::map<ExpertKind, int32_t> files;     // IO engine file index per kind in use
+  std::vector<LayerStats> layers;          // [n_layers]
+  IoCounters io_base;                      // IO counters at the last reset
+
+  // "expert record R (layer L, expert E of kind K)", for messages.
+  std::string describe(int64_t record, ExpertKind k) const;
+  // The read of (record, k) into dest (record_stride bytes at the record's offset).
+  ReadRequest read_request(int64_t record, ExpertKind k, void* dest, uint64_t tag, IoPriority priority) const;
+  // With --verify-reads: a record read into `bytes` checked against its manifest checksum; the
+  // error (corrupt) names the record, the file and the offset. Nothing when it matches or
+  // reads are not verified.
+  std::optional<Error> check_read(int64_t record, ExpertKind k, const uint8_t* bytes) const;
+  // The cache's, the options' and the IO engine's part of the statistics (layers included).
+  RunStats run_stats() const;
+  // Forgets the per-layer counters and takes the IO counters as the new base.
+  void reset_counters();
+  // The options' IO engine settings.
+  static IoEngineOptions io_options(const StreamerOptions& opt);
+};
+
+}  // namespace sluice
