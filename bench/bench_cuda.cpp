@@ -118,12 +118,13 @@ int run_matvec(double copy_bw) {
   return 0;
 }
 
-double expert_bytes_per_weight(ExpertKind k, int64_t cols) {
+double expert_bytes_per_weight(DType k, int64_t cols) {
   switch (k) {
-    case ExpertKind::bf16: return 2.0;
-    case ExpertKind::int8: return 1.0 + 4.0 / cols;
-    case ExpertKind::q4: return 18.0 / 32.0;
-    case ExpertKind::q2: return 8.0 / 16.0;
+    case DType::bf16: return 2.0;
+    case DType::q8: return 1.0 + 4.0 / cols;
+    case DType::q4: return 18.0 / 32.0;
+    case DType::q2: return 8.0 / 16.0;
+    default: break;
   }
   return 0;
 }
@@ -176,7 +177,7 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
   const double ff = cfg.value("moe_intermediate_size", cfg.value("intermediate_size", 0));
   const double E = static_cast<double>(info.n_expert), k = static_cast<double>(info.n_expert_used);
   const double moe_layers = static_cast<double>(info.moe_layers.size());
-  const ExpertKind kind = m.expert_kind.value_or(ExpertKind::bf16);
+  const DType kind = m.expert_kind.value_or(DType::bf16);
   const double b_experts = moe_layers * k * 3 * ff * d * expert_bytes_per_weight(kind, static_cast<int64_t>(d));
   const double b_attn = L * (2 * nh * hd * d + 2 * nkv * hd * d) * 2;
   const double b_router = moe_layers * E * d * 2;

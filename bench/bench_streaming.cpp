@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (threads > 0) ThreadPool::set_global_threads(threads);
-    const std::optional<ExpertKind> kind = expert_kind_from_name(kind_name);
+    const std::optional<DType> kind = expert_kind_from_name(kind_name);
     SLUICE_CHECK(kind, Status::invalid_argument, "--kind: unknown kind ", kind_name);
 
     // 1. The pack: Qwen3-30B-A3B's expert and attention shapes, a small vocabulary.

@@ -200,7 +200,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   const fs::path& tmp_dir = staging.dir();
 
   // 3. The manifest skeleton.
-  std::vector<ExpertKind> kinds = layers.empty() ? std::vector<ExpertKind>{} : opt.kinds;
+  std::vector<DType> kinds = layers.empty() ? std::vector<DType>{} : opt.kinds;
   std::sort(kinds.begin(), kinds.end());
   PackManifest m;
   m.family = std::string(family.model_type);
@@ -298,7 +298,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   std::vector<std::unique_ptr<OutFile>> files;
   std::vector<OutFile*> file_ptrs;
   std::vector<PackKindInfo*> infos;
-  for (ExpertKind k : kinds) {
+  for (DType k : kinds) {
     PackKindInfo& info = m.kinds[k];
     files.push_back(open_expert_file(tmp_dir, info, m.n_records()));
     file_ptrs.push_back(files.back().get());
@@ -312,7 +312,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   const int64_t per_batch = std::clamp<int64_t>(static_cast<int64_t>(opt.batch_bytes / std::max<uint64_t>(1, record_in_bytes)), 1, std::max<int64_t>(1, E * 4));
   RecordBatch batches[2];
   for (RecordBatch& b : batches)
-    for (ExpertKind k : kinds) b.out.push_back(std::make_unique<AlignedBuffer>(per_batch * m.kinds[k].record_stride));
+    for (DType k : kinds) b.out.push_back(std::make_unique<AlignedBuffer>(per_batch * m.kinds[k].record_stride));
 
   // The source block of (record, projection).
   auto source_of = [&](int64_t rec, int p) {
@@ -385,13 +385,13 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
               const PackKindInfo& info = *infos[k];
               const PackBlock& blk = item.proj == 0 ? info.gate : item.proj == 1 ? info.up : info.down;
               uint8_t* rec = b.out[k]->data() + (item.rec - r0) * info.record_stride;
-              if (info.kind == ExpertKind::bf16) {
+              if (info.kind == DType::bf16) {
                 auto* o = reinterpret_cast<uint16_t*>(rec + blk.offset) + r * s.cols;
                 if (s.dtype == DType::bf16) std::memcpy(o, src, row_bytes);
                 else for (int64_t c = 0; c < s.cols; ++c) o[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
                 continue;
               }
-              const DType qt = expert_kind_dtype(info.kind);
+              const DType qt = info.kind;
               const bool ok = quantize_row(qt, row.data(), s.cols, rec + blk.offset + r * quant_row_bytes(qt, s.cols),
                                            rec + blk.scale_offset + r * quant_scale_row_bytes(qt, s.cols));
               if (!ok)

@@ -32,7 +32,7 @@ struct ConvertProgress {
 };
 
 struct ConvertOptions {
-  std::vector<ExpertKind> kinds = {ExpertKind::bf16, ExpertKind::q4, ExpertKind::q2};
+  std::vector<DType> kinds = {DType::bf16, DType::q4, DType::q2};
   // Dtype of the dense float tensors; default: bf16 when every float tensor of the
   // checkpoint is bf16, f32 otherwise (so the default never loses precision).
   std::optional<DType> dense_dtype;
@@ -50,7 +50,7 @@ struct ConvertSummary {
   uint64_t bytes_out = 0;           // pack data bytes written
   double seconds = 0;
   DType dense_dtype = DType::bf16;
-  std::vector<ExpertKind> kinds;
+  std::vector<DType> kinds;
 };
 
 // Throws Error naming the file, tensor or field: not_found / corrupt for a bad checkpoint,

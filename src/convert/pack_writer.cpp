@@ -188,7 +188,7 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
 }
 
 void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& layers,
-                               const std::vector<ExpertKind>& kinds) {
+                               const std::vector<DType>& kinds) {
   m.n_expert = layers.empty() ? 0 : layers.front().n_expert;
   m.n_embd = layers.empty() ? 0 : layers.front().n_embd;
   m.n_ff = layers.empty() ? 0 : layers.front().n_ff;
@@ -202,7 +202,7 @@ void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& 
   }
   m.kinds.clear();
   if (layers.empty()) return;
-  for (ExpertKind k : kinds) {
+  for (DType k : kinds) {
     PackKindInfo info = pack_kind_layout(k, m.n_embd, m.n_ff);
     info.checksums.assign(static_cast<size_t>(m.n_records()), 0);
     m.kinds[k] = std::move(info);
@@ -477,7 +477,7 @@ void PackStaging::commit() {
   fsync_dir(parent_);
 }
 
-void check_pack_loads(const fs::path& dir, const std::vector<ExpertKind>& kinds, std::string_view tool) {
+void check_pack_loads(const fs::path& dir, const std::vector<DType>& kinds, std::string_view tool) {
   if (kinds.empty()) {  // a pack without routed experts
     try {
       auto backend = make_cpu_backend();
@@ -486,7 +486,7 @@ void check_pack_loads(const fs::path& dir, const std::vector<ExpertKind>& kinds,
       fail(Status::internal, tool, ": the written pack does not load: ", e.what());
     }
   }
-  for (ExpertKind k : kinds) {
+  for (DType k : kinds) {
     try {
       auto backend = make_cpu_backend();
       LoadOptions lo;

@@ -70,7 +70,7 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& tenso
 // layers, and an empty record layout (checksums zeroed) for each kind. No layers: no experts
 // and no kinds.
 void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& layers,
-                               const std::vector<ExpertKind>& kinds);
+                               const std::vector<DType>& kinds);
 
 // ---- files ----
 
@@ -198,6 +198,6 @@ class PackStaging {
 };
 
 // The staged pack must load as its family at every kind (cheap: weights are mapped, not read).
-void check_pack_loads(const std::filesystem::path& dir, const std::vector<ExpertKind>& kinds, std::string_view tool);
+void check_pack_loads(const std::filesystem::path& dir, const std::vector<DType>& kinds, std::string_view tool);
 
 }  // namespace sluice

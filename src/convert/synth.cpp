@@ -183,21 +183,21 @@ void fill_random_bytes(uint8_t* out, size_t n, uint32_t key) {
 
 // One row of a block of a kind: packed values and scales, as the quantizer would lay them
 // out (a partial last group's missing elements are zero bits).
-void fill_expert_row(ExpertKind kind, int64_t cols, uint64_t key, uint8_t* data, uint8_t* scales) {
+void fill_expert_row(DType kind, int64_t cols, uint64_t key, uint8_t* data, uint8_t* scales) {
   const ScaleTables& t = scale_tables();
   const uint32_t k32 = static_cast<uint32_t>(key), scale_k32 = static_cast<uint32_t>(key >> 32);
   switch (kind) {
-    case ExpertKind::bf16: {
+    case DType::bf16: {
       fill_normal_bf16(reinterpret_cast<uint16_t*>(data), key, 0, static_cast<uint64_t>(cols), 0.0f, kWeightStd);
       return;
     }
-    case ExpertKind::int8: {
+    case DType::q8: {
       fill_random_bytes(data, static_cast<size_t>(cols), k32);
       for (int64_t c = 0; c < cols; ++c) data[c] = static_cast<uint8_t>(static_cast<int8_t>(data[c] % 255 - 127));
       std::memcpy(scales, &t.int8[hash32(scale_k32, 0) & 255], 4);
       return;
     }
-    case ExpertKind::q4: {
+    case DType::q4: {
       const int64_t groups = quant_groups(DType::q4, cols);
       fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q4, cols)), k32);
       for (int64_t e = cols; e < groups * kQ4Group; ++e) data[e / 2] &= static_cast<uint8_t>(e % 2 ? 0x0F : 0xF0);
@@ -208,7 +208,7 @@ void fill_expert_row(ExpertKind kind, int64_t cols, uint64_t key, uint8_t* data,
       }
       return;
     }
-    case ExpertKind::q2: {
+    case DType::q2: {
       const int64_t groups = quant_groups(DType::q2, cols);
       fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::q2, cols)), k32);
       for (int64_t e = cols; e < groups * kQ2Group; ++e) data[e / 4] &= static_cast<uint8_t>(~(3u << (2 * (e % 4))));
@@ -216,6 +216,7 @@ void fill_expert_row(ExpertKind kind, int64_t cols, uint64_t key, uint8_t* data,
         std::memcpy(scales + 4 * g, &t.q2[hash32(scale_k32, static_cast<uint32_t>(g)) & 255], 4);
       return;
     }
+    default: break;
   }
 }
 
@@ -227,7 +228,7 @@ void check_cancel(const SynthOptions& opt) {
 
 // ---- the plan ----
 
-SynthPlan synth_plan(const nlohmann::json& config, std::vector<ExpertKind> kinds) {
+SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds) {
   SLUICE_CHECK(!kinds.empty(), Status::invalid_argument, "synth: no expert kinds to write");
   std::sort(kinds.begin(), kinds.end());
   std::string family;
@@ -346,7 +347,7 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
   }
 
   // 3. Expert records, a batch at a time; checksums computed in parallel with the fill.
-  std::vector<ExpertKind> kinds;
+  std::vector<DType> kinds;
   std::vector<std::unique_ptr<OutFile>> files;
   std::vector<OutFile*> file_ptrs;
   std::vector<PackKindInfo*> infos;
@@ -392,7 +393,7 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
           const PackKindInfo& info = *infos[static_cast<size_t>(item.kind)];
           const PackBlock& blk = item.proj == 0 ? info.gate : item.proj == 1 ? info.up : info.down;
           uint8_t* rec = b.out[static_cast<size_t>(item.kind)]->data() + (item.rec - r0) * info.record_stride;
-          const DType dt = expert_kind_dtype(info.kind);
+          const DType dt = info.kind;
           const uint64_t row_bytes = dt == DType::bf16 ? static_cast<uint64_t>(blk.cols) * 2 : quant_row_bytes(dt, blk.cols);
           const uint64_t scale_row_bytes = dt == DType::bf16 ? 0 : quant_scale_row_bytes(dt, blk.cols);
           const uint64_t key = stream_key(opt.seed, 1 + static_cast<uint64_t>(info.kind), static_cast<uint64_t>(item.rec),

@@ -62,7 +62,7 @@ struct SynthProgress {
 };
 
 struct SynthOptions {
-  std::vector<ExpertKind> kinds = {ExpertKind::q4};
+  std::vector<DType> kinds = {DType::q4};
   bool force = false;                           // replace an existing pack
   uint64_t seed = 1;
   uint64_t batch_bytes = uint64_t{64} << 20;    // record bytes per batch (all kinds together), and
@@ -83,7 +83,7 @@ struct SynthPlan {
 
 // Throws the family's config errors (corrupt / unsupported, naming the field), and
 // unsupported for a family whose checkpoints hold no routed experts.
-SynthPlan synth_plan(const nlohmann::json& config, std::vector<ExpertKind> kinds);
+SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds);
 
 struct SynthSummary {
   std::filesystem::path out_dir;
@@ -92,7 +92,7 @@ struct SynthSummary {
   uint64_t bytes_out = 0;        // pack data bytes written (dense.bin and expert files)
   double seconds = 0;
   bool direct = false;           // the expert files were written with O_DIRECT
-  std::vector<ExpertKind> kinds;
+  std::vector<DType> kinds;
 };
 
 // Writes the pack into a staging directory beside OUT, fsyncs, checks that it loads at every

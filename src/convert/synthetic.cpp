@@ -112,10 +112,10 @@ void fill_bytes(Rng& rng, uint8_t* out, size_t n) {
 }
 
 // One block of a record: values and scales that dequantize to small weights (|w| < 0.02).
-void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
+void fill_block(Rng& rng, DType kind, const PackBlock& b, uint8_t* rec) {
   uint8_t* v = rec + b.offset;
   switch (kind) {
-    case ExpertKind::bf16: {
+    case DType::bf16: {
       // sign and mantissa random, exponent 2^-7: |w| in [0.0078, 0.0156)
       auto* w = reinterpret_cast<uint16_t*>(v);
       const size_t n = b.bytes / 2;
@@ -126,7 +126,7 @@ void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
       for (size_t i = n / 4 * 4; i < n; ++i) w[i] = static_cast<uint16_t>((rng.next() & 0x807F) | 0x3C00);
       return;
     }
-    case ExpertKind::int8: {
+    case DType::q8: {
       fill_bytes(rng, v, b.bytes);
       for (uint64_t i = 0; i < b.bytes; ++i)
         if (v[i] == 0x80) v[i] = 0x81;  // the quantizer's range is [-127, 127]
@@ -134,8 +134,8 @@ void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
       for (uint64_t i = 0; i < b.scale_bytes / 4; ++i) sc[i] = 1e-4f * (1.0f + static_cast<float>(rng.next() >> 40) * 0x1p-24f);
       return;
     }
-    case ExpertKind::q4:
-    case ExpertKind::q2: {
+    case DType::q4:
+    case DType::q2: {
       // Every 4-bit and 2-bit code is valid. The weights must average zero, or every expert
       // adds the same direction to the residual stream and routing collapses onto a few
       // experts: q4 scales get a random sign (codes average 7.5, not the zero point 8), q2
@@ -146,7 +146,7 @@ void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
       for (size_t i = 0; i < n; ++i) {
         const uint64_t r = rng.next();
         const uint16_t m = static_cast<uint16_t>(r & 0x3FF);
-        if (kind == ExpertKind::q4) {
+        if (kind == DType::q4) {
           sc[i] = static_cast<uint16_t>(0x1000 | m | ((r >> 20) & 1) << 15);  // +-2^-11 (1 + m)
         } else {
           const uint16_t scale = 0x1400 | m;  // 2^-10 (1 + m)
@@ -157,6 +157,7 @@ void fill_block(Rng& rng, ExpertKind kind, const PackBlock& b, uint8_t* rec) {
       }
       return;
     }
+    default: break;
   }
 }
 
@@ -251,7 +252,7 @@ uint64_t write_synthetic_checkpoint(const fs::path& dir, const SyntheticSpec& s,
 
 namespace sluice {
 
-uint64_t write_synthetic_pack(const fs::path& dir, const SyntheticSpec& s, const std::vector<ExpertKind>& kinds_in,
+uint64_t write_synthetic_pack(const fs::path& dir, const SyntheticSpec& s, const std::vector<DType>& kinds_in,
                               uint64_t seed) {
   SLUICE_CHECK(!kinds_in.empty(), Status::invalid_argument, "synthetic pack: no expert kinds");
   SLUICE_CHECK(!Pack::is_pack(dir), Status::invalid_argument, dir.string(), " already holds a pack");
@@ -313,12 +314,12 @@ uint64_t write_synthetic_pack(const fs::path& dir, const SyntheticSpec& s, const
   }
 
   // experts.<kind>.bin: records generated in parallel a batch at a time.
-  std::vector<ExpertKind> kinds = kinds_in;
+  std::vector<DType> kinds = kinds_in;
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
   uint64_t expert_bytes = 0;
   const int64_t n_records = m.n_records();
-  for (ExpertKind kind : kinds) {
+  for (DType kind : kinds) {
     PackKindInfo info = pack_kind_layout(kind, s.n_embd, s.n_ff);
     info.checksums.assign(static_cast<size_t>(n_records), 0);
     OutFd out(dir / info.file);

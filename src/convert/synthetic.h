@@ -32,6 +32,6 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Synt
 // checksummed. Records are generated on the global thread pool and the files fsynced.
 // Returns the bytes of the expert files.
 uint64_t write_synthetic_pack(const std::filesystem::path& dir, const SyntheticSpec& spec,
-                              const std::vector<ExpertKind>& kinds, uint64_t seed = 1);
+                              const std::vector<DType>& kinds, uint64_t seed = 1);
 
 }  // namespace sluice

@@ -10,7 +10,7 @@
 
 namespace sluice {
 
-void check_streaming_options(const Pack& pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt) {
+void check_streaming_options(const Pack& pack, DType kind, int64_t top_k, const StreamerOptions& opt) {
   const PackManifest& m = pack.manifest();
   pack.kind(kind);  // an error naming the kinds the pack has
   SLUICE_CHECK(opt.enabled(), Status::invalid_argument, "expert streaming needs --expert-cache SIZE or --expert-slots N");
@@ -25,7 +25,7 @@ void check_streaming_options(const Pack& pack, ExpertKind kind, int64_t top_k, c
                " is outside [0, 1] (a routing weight; 0 turns the deadline off)");
 }
 
-uint64_t streaming_slot_bytes(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
+uint64_t streaming_slot_bytes(const Pack& pack, DType kind, std::optional<DType> miss_kind) {
   uint64_t b = pack.kind(kind).record_stride;
   if (miss_kind) b = std::max(b, pack.kind(*miss_kind).record_stride);
   return b;
@@ -142,11 +142,11 @@ void count_demand_acquire(LayerStats& ls, const AcquireResult& a, uint64_t strid
   }
 }
 
-bool slot_holds(const Residency& res, int32_t slot, int64_t record, ExpertKind kind) {
+bool slot_holds(const Residency& res, int32_t slot, int64_t record, DType kind) {
   return slot >= 0 && res.state(slot) == SlotState::resident && res.record(slot) == record && res.kind(slot) == kind;
 }
 
-StepPlan::StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, ExpertKind kind,
+StepPlan::StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, DType kind,
                    int64_t moe_layer, bool deadline, std::chrono::milliseconds stall_limit)
     : res_(residency), pack_(pack), opt_(opt), kind_(kind), moe_layer_(moe_layer),
       deadline_(deadline && (opt.cut > 0 || opt.miss_kind.has_value())), stall_limit_(stall_limit) {}
@@ -206,7 +206,7 @@ void StepPlan::acquire_and_read(StepFills& fills, LayerStats& ls, std::vector<in
     if (fills.start_fill(a, w.record, kind_, IoPriority::demand)) ++ls.host_hits;
   }
   if (deadline_ && opt_.miss_kind) {
-    const ExpertKind lk = *opt_.miss_kind;
+    const DType lk = *opt_.miss_kind;
     const uint64_t low_stride = pack_.kind(lk).record_stride;
     for (PlannedExpert& w : experts) {
       if (!w.cut_if_late) continue;
@@ -265,7 +265,7 @@ void StepPlan::take(PlannedExpert& w, ReadyCopy copy, LayerStats& ls) {
   }
 }
 
-void plan_prefetch(Residency& residency, const Pack& pack, ExpertKind kind, int64_t next_layer, int64_t n_expert,
+void plan_prefetch(Residency& residency, const Pack& pack, DType kind, int64_t next_layer, int64_t n_expert,
                    std::span<const std::pair<float, int32_t>> order, StepFills& fills, LayerStats& next) {
   const uint64_t stride = pack.kind(kind).record_stride;
   for (const auto& [weight, e] : order) {

@@ -27,10 +27,10 @@ namespace sluice {
 
 // Checks the options that do not depend on memory (top-k range, --miss-kind against the
 // pack, --cut range); throws invalid_argument naming the option.
-void check_streaming_options(const Pack& pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt);
+void check_streaming_options(const Pack& pack, DType kind, int64_t top_k, const StreamerOptions& opt);
 
 // The slot size for these kinds of this pack: the largest record stride.
-uint64_t streaming_slot_bytes(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind);
+uint64_t streaming_slot_bytes(const Pack& pack, DType kind, std::optional<DType> miss_kind);
 
 struct CacheLayout {
   int32_t n_slots = 0;
@@ -70,7 +70,7 @@ std::vector<std::pair<float, int32_t>> predicted_union(std::span<const int32_t> 
 void count_demand_acquire(LayerStats& ls, const AcquireResult& a, uint64_t stride);
 
 // True when `slot` holds (record, kind) and its bytes are there.
-bool slot_holds(const Residency& res, int32_t slot, int64_t record, ExpertKind kind);
+bool slot_holds(const Residency& res, int32_t slot, int64_t record, DType kind);
 
 // What a streamer does for the plan: the memory and IO side of its decisions.
 class StepFills {
@@ -78,7 +78,7 @@ class StepFills {
   virtual ~StepFills() = default;
   // Slot a.slot, reserved for (record, kind) and loading, gets its bytes: true when they are
   // there at once (the host-RAM tier held them), false when a read went out.
-  virtual bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) = 0;
+  virtual bool start_fill(const AcquireResult& a, int64_t record, DType kind, IoPriority priority) = 0;
   // Lands the fills that arrived, waiting a short while for one; returns how many landed.
   virtual size_t make_progress() = 0;
   // True while a fill is in flight (so a slot may still free up).
@@ -105,7 +105,7 @@ class StepPlan {
   // deadline: whether --cut / --miss-kind apply to this step (the CUDA streamer's grouped
   // path for large batches runs without). stall_limit: the longest the step waits for a slot
   // with nothing landing.
-  StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, ExpertKind kind, int64_t moe_layer,
+  StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, DType kind, int64_t moe_layer,
            bool deadline, std::chrono::milliseconds stall_limit);
 
   // 1. The union of rows [row0, row1) (ids/weights [rows * k]), strongest first.
@@ -132,7 +132,7 @@ class StepPlan {
   void take(PlannedExpert& w, ReadyCopy copy, LayerStats& ls);
   // The slot and kind a copy lives in.
   int32_t slot_of(const PlannedExpert& w, ReadyCopy copy) const { return copy == ReadyCopy::low ? w.low_slot : w.slot; }
-  ExpertKind kind_of(ReadyCopy copy) const { return copy == ReadyCopy::low ? *opt_.miss_kind : kind_; }
+  DType kind_of(ReadyCopy copy) const { return copy == ReadyCopy::low ? *opt_.miss_kind : kind_; }
   bool deadline() const { return deadline_; }
 
   std::vector<PlannedExpert> experts;
@@ -141,7 +141,7 @@ class StepPlan {
   Residency& res_;
   const Pack& pack_;
   const StreamerOptions& opt_;
-  ExpertKind kind_;
+  DType kind_;
   int64_t moe_layer_;
   bool deadline_;
   std::chrono::milliseconds stall_limit_;
@@ -150,7 +150,7 @@ class StepPlan {
 // Lookahead (step 8): the predicted experts of MoE layer next_layer (predicted_union order)
 // acquired as prefetches into the speculative share behind the demand reads, until the share
 // is full of fills in flight. Counts into the next layer's statistics.
-void plan_prefetch(Residency& residency, const Pack& pack, ExpertKind kind, int64_t next_layer, int64_t n_expert,
+void plan_prefetch(Residency& residency, const Pack& pack, DType kind, int64_t next_layer, int64_t n_expert,
                    std::span<const std::pair<float, int32_t>> order, StepFills& fills, LayerStats& next);
 
 }  // namespace sluice

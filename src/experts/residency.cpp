@@ -28,15 +28,13 @@ Residency::Residency(const ResidencyOptions& opt) : n_records_(opt.n_records) {
   policy_ = make_policy(opt.policy, po);
 }
 
-int64_t Residency::key_of(int64_t record, ExpertKind kind) const {
-  const int k = static_cast<int>(kind);
+int64_t Residency::key_of(int64_t record, DType kind) const {
   SLUICE_CHECK(record >= 0 && record < n_records_, Status::internal, "expert cache: record ", record,
                " is outside [0, ", n_records_, ")");
-  SLUICE_CHECK(k >= 0 && k < kExpertKindCount, Status::internal, "expert cache: bad kind ", k);
-  return record * kExpertKindCount + k;
+  return record * kExpertKindCount + expert_kind_index(kind);
 }
 
-int32_t Residency::find(int64_t record, ExpertKind kind) const { return slot_of_key_[key_of(record, kind)]; }
+int32_t Residency::find(int64_t record, DType kind) const { return slot_of_key_[key_of(record, kind)]; }
 
 int32_t Residency::find_free() const {
   if (n_free_ == 0) return -1;
@@ -90,7 +88,7 @@ int32_t Residency::reserve(int64_t key, bool speculative, AcquireResult& r) {
   Slot& s = slots_[slot];
   if (s.state != SlotState::free) {
     r.evicted_record = s.key / kExpertKindCount;
-    r.evicted_kind = static_cast<ExpertKind>(s.key % kExpertKindCount);
+    r.evicted_kind = kExpertKinds[s.key % kExpertKindCount];
     r.evicted_speculative = s.speculative;
     if (s.speculative) ++counters_.prefetch_wasted;
     evict(slot);
@@ -109,7 +107,7 @@ int32_t Residency::reserve(int64_t key, bool speculative, AcquireResult& r) {
 void Residency::evict(int32_t slot) {
   const Slot& s = slots_[slot];
   ++counters_.evictions;
-  if (on_evict_) on_evict_(slot, s.key / kExpertKindCount, static_cast<ExpertKind>(s.key % kExpertKindCount));
+  if (on_evict_) on_evict_(slot, s.key / kExpertKindCount, kExpertKinds[s.key % kExpertKindCount]);
   clear(slot);
 }
 
@@ -121,7 +119,7 @@ void Residency::rebalance() {
   }
 }
 
-AcquireResult Residency::acquire(int64_t record, ExpertKind kind, AccessKind access) {
+AcquireResult Residency::acquire(int64_t record, DType kind, AccessKind access) {
   const int64_t key = key_of(record, kind);
   const bool demand = access == AccessKind::demand;
   ++clock_;
@@ -169,7 +167,7 @@ AcquireResult Residency::acquire(int64_t record, ExpertKind kind, AccessKind acc
   return r;
 }
 
-void Residency::acquire_step(std::span<const int64_t> records, ExpertKind kind, std::span<AcquireResult> results) {
+void Residency::acquire_step(std::span<const int64_t> records, DType kind, std::span<AcquireResult> results) {
   SLUICE_ASSERT(records.size() == results.size());
   // Every record of the step already present is pinned before a confirmation may evict.
   in_step_ = true;

@@ -37,7 +37,6 @@
 
 namespace sluice {
 
-constexpr int kExpertKindCount = 4;  // ExpertKind values: bf16, int8, q4, q2
 
 enum class SlotState : uint8_t { free, loading, resident };
 enum class AccessKind : uint8_t { demand, prefetch };
@@ -53,7 +52,7 @@ struct AcquireResult {
   AcquireStatus status = AcquireStatus::no_slot;
   int32_t slot = -1;
   int64_t evicted_record = -1;           // miss: the record the slot held before, or -1
-  ExpertKind evicted_kind = ExpertKind::bf16;
+  DType evicted_kind = DType::bf16;
   bool evicted_speculative = false;      // the evicted record was an unconfirmed prefetch
   bool confirmed_prefetch = false;       // demand hit/pending on a speculative record
 };
@@ -77,7 +76,7 @@ struct ResidencyOptions {
   // Called when a resident record leaves its slot to make room (an eviction; not for
   // fail_load), before anything can reuse the slot: its memory still holds the record (the
   // streamer keeps it in the host-RAM tier). Must not throw.
-  std::function<void(int32_t slot, int64_t record, ExpertKind kind)> on_evict;
+  std::function<void(int32_t slot, int64_t record, DType kind)> on_evict;
 };
 
 class Residency {
@@ -87,26 +86,26 @@ class Residency {
   // Looks up (record, kind). A demand acquire pins the slot it returns (hit, pending or
   // miss); release() drops the pin. A prefetch acquire takes no pin: its reserved slot is
   // protected by its loading state, and on a hit or pending it changes nothing.
-  AcquireResult acquire(int64_t record, ExpertKind kind, AccessKind access = AccessKind::demand);
+  AcquireResult acquire(int64_t record, DType kind, AccessKind access = AccessKind::demand);
   // Demand-acquires the distinct records of one step (a layer's union over the batch rows)
   // in one kind: first every record already present is pinned, then the misses reserve
   // slots in the order given (strongest first), so a step never evicts one of its own
   // records. results[i] answers records[i]; on no_slot for any record, the misses already
   // reserved keep their slots (the caller reads or fails them) and the rest are no_slot.
-  void acquire_step(std::span<const int64_t> records, ExpertKind kind, std::span<AcquireResult> results);
+  void acquire_step(std::span<const int64_t> records, DType kind, std::span<AcquireResult> results);
   void complete_load(int32_t slot);  // loading -> resident
   void fail_load(int32_t slot);      // loading -> free; the record is forgotten
   void pin(int32_t slot);            // one more pin on an occupied slot
   void release(int32_t slot);        // drops one pin
 
   // The slot holding (record, kind) in any state but free, or -1. Changes nothing.
-  int32_t find(int64_t record, ExpertKind kind) const;
+  int32_t find(int64_t record, DType kind) const;
 
   int32_t n_slots() const { return static_cast<int32_t>(slots_.size()); }
   int64_t n_records() const { return n_records_; }
   SlotState state(int32_t slot) const { return slots_[slot].state; }
   int64_t record(int32_t slot) const { return slots_[slot].key < 0 ? -1 : slots_[slot].key / kExpertKindCount; }
-  ExpertKind kind(int32_t slot) const { return static_cast<ExpertKind>(slots_[slot].key % kExpertKindCount); }
+  DType kind(int32_t slot) const { return kExpertKinds[slots_[slot].key % kExpertKindCount]; }
   int32_t pins(int32_t slot) const { return slots_[slot].pins; }
   bool speculative(int32_t slot) const { return slots_[slot].speculative; }
   int32_t n_free() const { return n_free_; }
@@ -122,13 +121,13 @@ class Residency {
 
  private:
   struct Slot {
-    int64_t key = -1;  // record * kExpertKindCount + kind, -1 when free
+    int64_t key = -1;  // record * kExpertKindCount + expert_kind_index(kind), -1 when free
     SlotState state = SlotState::free;
     bool speculative = false;
     int32_t pins = 0;
   };
 
-  int64_t key_of(int64_t record, ExpertKind kind) const;
+  int64_t key_of(int64_t record, DType kind) const;
   bool evictable(const Slot& s) const { return s.state == SlotState::resident && s.pins == 0; }
   int32_t find_free() const;
   int32_t find_victim(bool speculative) const;  // lowest-ranked evictable slot of one partition
@@ -144,7 +143,7 @@ class Residency {
   int32_t n_free_ = 0, n_speculative_ = 0, speculative_capacity_ = 0;
   uint64_t clock_ = 0;
   bool in_step_ = false;  // acquire_step pinning its resident records: rebalance afterwards
-  std::function<void(int32_t, int64_t, ExpertKind)> on_evict_;
+  std::function<void(int32_t, int64_t, DType)> on_evict_;
   std::unique_ptr<EvictionPolicy> policy_;
   ResidencyCounters counters_;
 };

@@ -68,11 +68,11 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, c
     const std::vector<int64_t>& records = seq.steps[step];
     results.assign(records.size(), AcquireResult{});
     if (opt.pin == PinScope::step) {
-      res.acquire_step(records, ExpertKind::bf16, results);
+      res.acquire_step(records, DType::bf16, results);
     } else {
       // Each access is its own request: acquired and released before the next one.
       for (size_t i = 0; i < records.size(); ++i) {
-        results[i] = res.acquire(records[i], ExpertKind::bf16);
+        results[i] = res.acquire(records[i], DType::bf16);
         if (results[i].status == AcquireStatus::miss) res.complete_load(results[i].slot);
         if (results[i].slot >= 0) res.release(results[i].slot);
       }

@@ -17,8 +17,8 @@ IoEngineOptions StreamState::io_options(const StreamerOptions& opt) {
   return io;
 }
 
-StreamState::StreamState(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, const StreamerOptions& o,
-                         std::function<void(int32_t, int64_t, ExpertKind)> on_evict)
+StreamState::StreamState(std::shared_ptr<const Pack> p, DType k, int64_t topk, const StreamerOptions& o,
+                         std::function<void(int32_t, int64_t, DType)> on_evict)
     : pack(std::move(p)), kind(k), top_k(topk), opt(o) {
   SLUICE_CHECK(pack, Status::internal, "expert streamer without a pack");
   const PackManifest& m = pack->manifest();
@@ -52,11 +52,11 @@ StreamState::StreamState(std::shared_ptr<const Pack> p, ExpertKind k, int64_t to
   io_base = io->counters();
 }
 
-std::string StreamState::describe(int64_t record, ExpertKind k) const {
+std::string StreamState::describe(int64_t record, DType k) const {
   return str("expert record ", record, " (", pack->describe_record(k, record), ")");
 }
 
-ReadRequest StreamState::read_request(int64_t record, ExpertKind k, void* dest, uint64_t tag, IoPriority priority) const {
+ReadRequest StreamState::read_request(int64_t record, DType k, void* dest, uint64_t tag, IoPriority priority) const {
   ReadRequest q;
   q.file = files.at(k);
   q.offset = pack->record_offset(k, record);
@@ -68,7 +68,7 @@ ReadRequest StreamState::read_request(int64_t record, ExpertKind k, void* dest, 
   return q;
 }
 
-std::optional<Error> StreamState::check_read(int64_t record, ExpertKind k, const uint8_t* bytes) const {
+std::optional<Error> StreamState::check_read(int64_t record, DType k, const uint8_t* bytes) const {
   if (!opt.verify_reads) return std::nullopt;
   const PackKindInfo& info = pack->kind(k);
   const uint64_t got = XXH3_64bits(bytes, info.record_bytes);

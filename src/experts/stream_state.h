@@ -40,11 +40,11 @@ struct StreamState {
   // when --host-cache asks for one) and opens the expert files of the kinds in use. Throws
   // invalid_argument for a cache below top_k slots (the message states the minimum), a miss
   // kind the pack lacks, bad options.
-  StreamState(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt,
-              std::function<void(int32_t slot, int64_t record, ExpertKind kind)> on_evict = {});
+  StreamState(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, const StreamerOptions& opt,
+              std::function<void(int32_t slot, int64_t record, DType kind)> on_evict = {});
 
   std::shared_ptr<const Pack> pack;
-  ExpertKind kind;
+  DType kind;
   int64_t top_k;
   StreamerOptions opt;
   int64_t n_expert = 0, n_layers = 0;      // experts per MoE layer, MoE layers
@@ -53,18 +53,18 @@ struct StreamState {
   std::unique_ptr<Residency> residency;    // the slots
   std::unique_ptr<Residency> host;         // the host-RAM tier (LRU), or null
   std::unique_ptr<IoEngine> io;
-  std::map<ExpertKind, int32_t> files;     // IO engine file index per kind in use
+  std::map<DType, int32_t> files;     // IO engine file index per kind in use
   std::vector<LayerStats> layers;          // [n_layers]
   IoCounters io_base;                      // IO counters at the last reset
 
   // "expert record R (layer L, expert E of kind K)", for messages.
-  std::string describe(int64_t record, ExpertKind k) const;
+  std::string describe(int64_t record, DType k) const;
   // The read of (record, k) into dest (record_stride bytes at the record's offset).
-  ReadRequest read_request(int64_t record, ExpertKind k, void* dest, uint64_t tag, IoPriority priority) const;
+  ReadRequest read_request(int64_t record, DType k, void* dest, uint64_t tag, IoPriority priority) const;
   // With --verify-reads: a record read into `bytes` checked against its manifest checksum; the
   // error (corrupt) names the record, the file and the offset. Nothing when it matches or
   // reads are not verified.
-  std::optional<Error> check_read(int64_t record, ExpertKind k, const uint8_t* bytes) const;
+  std::optional<Error> check_read(int64_t record, DType k, const uint8_t* bytes) const;
   // The cache's, the options' and the IO engine's part of the statistics (layers included).
   RunStats run_stats() const;
   // Forgets the per-layer counters and takes the IO counters as the new base.

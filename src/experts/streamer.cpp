@@ -66,11 +66,11 @@ struct ExpertStreamer::StepClock {
   }
 };
 
-ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+ExpertStreamer::ExpertStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
                                const StreamerOptions& opt)
     // An evicted record's bytes are still in its slot: the host tier keeps them.
     : st_(std::move(pack), kind, top_k, opt,
-          [this](int32_t slot, int64_t record, ExpertKind k) { keep_in_host_tier(slot, record, k); }) {
+          [this](int32_t slot, int64_t record, DType k) { keep_in_host_tier(slot, record, k); }) {
   slot_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(st_.layout.n_slots) * st_.slot_bytes);
   if (st_.host) host_mem_ = std::make_unique<AlignedBuffer>(static_cast<uint64_t>(st_.host->n_slots()) * st_.slot_bytes);
   if (st_.opt.lookahead && st_.layout.speculative_slots == 0)
@@ -99,7 +99,7 @@ ExpertStreamer::~ExpertStreamer() {
   }
 }
 
-void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority) {
+void ExpertStreamer::submit_read(int32_t slot, int64_t record, DType kind, IoPriority priority) {
   const ReadRequest q = st_.read_request(record, kind, slot_ptr(slot), next_tag_++, priority);
   reads_[q.tag] = Read{slot, record, kind};
   try {
@@ -111,7 +111,7 @@ void ExpertStreamer::submit_read(int32_t slot, int64_t record, ExpertKind kind, 
   }
 }
 
-void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind) {
+void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, DType kind) {
   if (!st_.host || st_.host->find(record, kind) >= 0) return;
   AcquireResult h = st_.host->acquire(record, kind);
   if (h.status == AcquireStatus::miss) {
@@ -122,7 +122,7 @@ void ExpertStreamer::keep_in_host_tier(int32_t slot, int64_t record, ExpertKind 
   if (h.slot >= 0) st_.host->release(h.slot);
 }
 
-bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) {
+bool ExpertStreamer::fill_slot(const AcquireResult& a, int64_t record, DType kind, IoPriority priority) {
   if (st_.opt.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
     st_.residency->complete_load(a.slot);
     return false;
@@ -210,7 +210,7 @@ struct ExpertStreamer::Fills final : StepFills {
   StepClock& clock;
   LayerStats& ls;
   Fills(ExpertStreamer& streamer, StepClock& c, LayerStats& l) : s(streamer), clock(c), ls(l) {}
-  bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) override {
+  bool start_fill(const AcquireResult& a, int64_t record, DType kind, IoPriority priority) override {
     return s.fill_slot(a, record, kind, priority);
   }
   size_t make_progress() override {

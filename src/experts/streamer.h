@@ -51,19 +51,19 @@ class ExpertStreamer final : public StreamingProvider {
  public:
   // top_k: experts per token (the minimum number of slots). Throws invalid_argument for a
   // cache below the minimum (the message states it), a miss kind the pack lacks, bad options.
-  ExpertStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, const StreamerOptions& opt);
+  ExpertStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, const StreamerOptions& opt);
   ~ExpertStreamer() override;
 
   void moe(Backend& be, const MoeLayerCall& call) override;
 
   // The slot size for these kinds of this pack: the largest record stride.
-  static uint64_t slot_bytes_for(const Pack& pack, ExpertKind kind, std::optional<ExpertKind> miss_kind) {
+  static uint64_t slot_bytes_for(const Pack& pack, DType kind, std::optional<DType> miss_kind) {
     return streaming_slot_bytes(pack, kind, miss_kind);
   }
 
   int32_t n_slots() const override { return st_.residency->n_slots(); }
   uint64_t slot_bytes() const override { return st_.slot_bytes; }
-  ExpertKind kind() const override { return st_.kind; }
+  DType kind() const override { return st_.kind; }
   const Residency& residency() const override { return *st_.residency; }
   const StreamerOptions& options() const override { return st_.opt; }
 
@@ -76,7 +76,7 @@ class ExpertStreamer final : public StreamingProvider {
   struct Read {
     int32_t slot = -1;
     int64_t record = -1;
-    ExpertKind kind = ExpertKind::bf16;
+    DType kind = DType::bf16;
   };
   struct StepClock;
   struct Fills;  // the plan's fills and waits (StepFills)
@@ -86,10 +86,10 @@ class ExpertStreamer final : public StreamingProvider {
   void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, StepFills& fills);
   // A reserved slot (state loading) gets its record: from the host tier at once (true), or
   // by a read submitted now (false).
-  bool fill_slot(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority);
+  bool fill_slot(const AcquireResult& a, int64_t record, DType kind, IoPriority priority);
   // The residency's eviction hook: a record leaving its slot goes to the host tier.
-  void keep_in_host_tier(int32_t slot, int64_t record, ExpertKind kind);
-  void submit_read(int32_t slot, int64_t record, ExpertKind kind, IoPriority priority);
+  void keep_in_host_tier(int32_t slot, int64_t record, DType kind);
+  void submit_read(int32_t slot, int64_t record, DType kind, IoPriority priority);
   // Lands the completions that arrive within `wait`; returns how many. Throws for a failed
   // or corrupt read, naming the record.
   size_t land(std::chrono::milliseconds wait);

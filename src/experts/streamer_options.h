@@ -26,7 +26,7 @@ struct StreamerOptions {
   uint64_t host_cache_bytes = 0; // --host-cache: a RAM tier of evicted records (0: none)
   bool lookahead = false;
   double cut = 0;                // deadline cut below this routing weight, in (0, 1]; 0: off
-  std::optional<ExpertKind> miss_kind;  // the low-bit copy a late miss may use instead
+  std::optional<DType> miss_kind;  // the low-bit copy a late miss may use instead
   bool verify_reads = false;     // check every record read against its manifest checksum
   std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
   // CUDA streamer: the longest any host wait on the device (or the device on the host) may

@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
                                                  Backend& backend, const StreamerOptions& opt) {
 #ifdef SLUICE_HAVE_CUDA
   if (auto cuda = make_cuda_streamer(pack, kind, top_k, backend, opt)) return cuda;  // slots in device memory

@@ -33,7 +33,7 @@ class StreamingProvider : public ExpertProvider {
   virtual bool drain(std::chrono::milliseconds wait) = 0;
   virtual int32_t n_slots() const = 0;
   virtual uint64_t slot_bytes() const = 0;
-  virtual ExpertKind kind() const = 0;
+  virtual DType kind() const = 0;
   virtual const StreamerOptions& options() const = 0;
   // The device (or CPU) cache's residency; read it only between forward calls.
   virtual const Residency& residency() const = 0;
@@ -43,7 +43,7 @@ class StreamingProvider : public ExpertProvider {
 // top_k: experts per token (the fewest slots a cache may have). Throws invalid_argument for a
 // cache below top_k slots (the message states the minimum), a miss kind the pack lacks, bad
 // options; out_of_memory when the slots do not fit.
-std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
                                                  Backend& backend, const StreamerOptions& opt);
 
 }  // namespace sluice

@@ -30,39 +30,32 @@ namespace fs = std::filesystem;
 
 // ---- kinds ----
 
-std::string_view expert_kind_name(ExpertKind k) {
-  switch (k) {
-    case ExpertKind::bf16: return "bf16";
-    case ExpertKind::int8: return "int8";
-    case ExpertKind::q4: return "q4";
-    case ExpertKind::q2: return "q2";
-  }
-  return "?";
+bool is_expert_kind(DType t) { return std::find(std::begin(kExpertKinds), std::end(kExpertKinds), t) != std::end(kExpertKinds); }
+
+int expert_kind_index(DType k) {
+  for (int i = 0; i < kExpertKindCount; ++i)
+    if (kExpertKinds[i] == k) return i;
+  fail(Status::internal, "dtype ", dtype_name(k), " is not an expert kind");
 }
 
-std::optional<ExpertKind> expert_kind_from_name(std::string_view s) {
-  for (ExpertKind k : {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2})
+std::string_view expert_kind_name(DType k) {
+  if (k == DType::q8) return "int8";
+  return is_expert_kind(k) ? dtype_name(k) : "?";
+}
+
+std::optional<DType> expert_kind_from_name(std::string_view s) {
+  for (DType k : kExpertKinds)
     if (s == expert_kind_name(k)) return k;
   return std::nullopt;
 }
 
-DType expert_kind_dtype(ExpertKind k) {
-  switch (k) {
-    case ExpertKind::bf16: return DType::bf16;
-    case ExpertKind::int8: return DType::q8;
-    case ExpertKind::q4: return DType::q4;
-    case ExpertKind::q2: return DType::q2;
-  }
-  return DType::bf16;
-}
-
-std::vector<ExpertKind> parse_expert_kinds(std::string_view list) {
-  std::vector<ExpertKind> kinds;
+std::vector<DType> parse_expert_kinds(std::string_view list) {
+  std::vector<DType> kinds;
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = std::min(list.find(',', pos), list.size());
     std::string_view item = list.substr(pos, comma - pos);
-    std::optional<ExpertKind> k = expert_kind_from_name(item);
+    std::optional<DType> k = expert_kind_from_name(item);
     SLUICE_CHECK(k, Status::invalid_argument, "unknown expert kind '", item, "' (kinds: bf16, int8, q4, q2)");
     SLUICE_CHECK(std::find(kinds.begin(), kinds.end(), *k) == kinds.end(), Status::invalid_argument,
                  "expert kind '", item, "' is listed twice");
@@ -72,8 +65,8 @@ std::vector<ExpertKind> parse_expert_kinds(std::string_view list) {
   return kinds;
 }
 
-ExpertKind default_expert_kind(const std::vector<ExpertKind>& available) {
-  for (ExpertKind k : {ExpertKind::q4, ExpertKind::int8, ExpertKind::bf16, ExpertKind::q2})
+DType default_expert_kind(const std::vector<DType>& available) {
+  for (DType k : {DType::q4, DType::q8, DType::bf16, DType::q2})
     if (std::find(available.begin(), available.end(), k) != available.end()) return k;
   fail(Status::invalid_argument, "the pack holds no expert kind");
 }
@@ -82,15 +75,15 @@ namespace {
 
 
 // Packed-value and scale bytes of a [rows, cols] block of a kind.
-std::pair<uint64_t, uint64_t> block_bytes(ExpertKind kind, int64_t rows, int64_t cols) {
-  DType t = expert_kind_dtype(kind);
+std::pair<uint64_t, uint64_t> block_bytes(DType kind, int64_t rows, int64_t cols) {
+  DType t = kind;
   if (t == DType::bf16) return {static_cast<uint64_t>(rows * cols * 2), 0};
   return {static_cast<uint64_t>(rows * quant_row_bytes(t, cols)), static_cast<uint64_t>(rows * quant_scale_row_bytes(t, cols))};
 }
 
 }  // namespace
 
-PackKindInfo pack_kind_layout(ExpertKind kind, int64_t n_embd, int64_t n_ff) {
+PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff) {
   PackKindInfo info;
   info.kind = kind;
   info.file = str("experts.", expert_kind_name(kind), ".bin");
@@ -204,7 +197,7 @@ void check_disjoint(std::vector<Range> ranges, const Fields& f, const std::strin
   }
 }
 
-PackBlock parse_block(const json& v, const Fields& f, const std::string& path, ExpertKind kind, int64_t rows,
+PackBlock parse_block(const json& v, const Fields& f, const std::string& path, DType kind, int64_t rows,
                       int64_t cols, uint64_t record_bytes) {
   f.object(v, path);
   PackBlock b;
@@ -234,14 +227,14 @@ PackBlock parse_block(const json& v, const Fields& f, const std::string& path, E
 PackKindInfo parse_kind(const std::string& name, const json& v, const Fields& f, const PackManifest& m) {
   const std::string path = "kinds." + name;
   f.object(v, path);
-  std::optional<ExpertKind> kind = expert_kind_from_name(name);
+  std::optional<DType> kind = expert_kind_from_name(name);
   if (!kind) f.bad(path, "unknown expert kind (kinds: bf16, int8, q4, q2)", Status::unsupported);
   PackKindInfo info;
   info.kind = *kind;
   const std::string& dtype = f.string(f.member(v, path, "dtype"), path + ".dtype");
   std::optional<DType> dt = dtype_from_name(dtype);
-  if (!dt || *dt != expert_kind_dtype(*kind))
-    f.bad(path + ".dtype", str("'", dtype, "' does not fit expert kind ", name, " (want ", dtype_name(expert_kind_dtype(*kind)), ")"));
+  if (!dt || *dt != *kind)
+    f.bad(path + ".dtype", str("'", dtype, "' does not fit expert kind ", name, " (want ", dtype_name(*kind), ")"));
   info.file = f.string(f.member(v, path, "file"), path + ".file");
   if (!plain_file_name(info.file) || info.file == kPackManifestName || info.file == kPackDenseName)
     f.bad(path + ".file", str("'", info.file, "' is not a plain data file name in the pack directory"));
@@ -534,7 +527,7 @@ std::string pack_manifest_to_json(const PackManifest& m) {
                    {"scale_offset", b.scale_offset}, {"scale_bytes", b.scale_bytes}};
     };
     ojson j;
-    j["dtype"] = dtype_name(expert_kind_dtype(kind));
+    j["dtype"] = dtype_name(kind);
     j["file"] = k.file;
     j["record_bytes"] = k.record_bytes;
     j["record_stride"] = k.record_stride;
@@ -697,7 +690,7 @@ fs::path Pack::ple_file() const {
   return dir_ / manifest_.ple->file;
 }
 
-const PackKindInfo& Pack::kind(ExpertKind k) const {
+const PackKindInfo& Pack::kind(DType k) const {
   auto it = manifest_.kinds.find(k);
   if (it != manifest_.kinds.end()) return it->second;
   std::string have;
@@ -725,15 +718,15 @@ std::vector<std::string> Pack::dense_names() const {
   return out;
 }
 
-fs::path Pack::expert_file(ExpertKind k) const { return dir_ / kind(k).file; }
+fs::path Pack::expert_file(DType k) const { return dir_ / kind(k).file; }
 
-uint64_t Pack::record_offset(ExpertKind k, int64_t record) const {
+uint64_t Pack::record_offset(DType k, int64_t record) const {
   SLUICE_CHECK(record >= 0 && record < manifest_.n_records(), Status::internal, "record ", record, " outside [0, ",
                manifest_.n_records(), ")");
   return kPackHeaderBytes + static_cast<uint64_t>(record) * kind(k).record_stride;
 }
 
-std::span<const uint8_t> Pack::mapped_record(ExpertKind k, int64_t record) const {
+std::span<const uint8_t> Pack::mapped_record(DType k, int64_t record) const {
   const uint64_t off = record_offset(k, record);
   SLUICE_CHECK(expert_bytes_.count(k), Status::internal, dir_.string(), ": the ", expert_kind_name(k),
                " experts are not mapped (the pack was opened for streaming)");
@@ -746,14 +739,14 @@ int64_t Pack::moe_layer_of_prefix(const std::string& prefix) const {
   return it == p.end() ? -1 : static_cast<int64_t>(it - p.begin());
 }
 
-std::string Pack::describe_record(ExpertKind k, int64_t record) const {
+std::string Pack::describe_record(DType k, int64_t record) const {
   const int64_t E = manifest_.n_expert;
   return str("layer ", manifest_.moe_layers[static_cast<size_t>(record / E)], ", expert ", record % E, ", kind ",
              expert_kind_name(k));
 }
 
 ExpertWeights expert_view(const PackKindInfo& kind, const void* record, std::shared_ptr<void> owner) {
-  const DType dt = expert_kind_dtype(kind.kind);
+  const DType dt = kind.kind;
   auto* base = static_cast<uint8_t*>(const_cast<void*>(record));  // views of read-only memory are never written
   auto view = [&](const PackBlock& b) {
     Tensor t(dt, {b.rows, b.cols}, base + b.offset, std::shared_ptr<void>(owner, base + b.offset));

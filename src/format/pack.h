@@ -65,17 +65,22 @@ constexpr int kPackMaxJsonDepth = 64;
 constexpr int64_t kPackMaxTableRows = int64_t{1} << 40;     // rows of one n-gram table
 constexpr int64_t kPackMaxTableChunks = int64_t{1} << 20;   // checksums of one n-gram table
 
-// Expert precisions a pack can hold. bf16 is the checkpoint's precision (f16/f32 experts
-// are converted to bf16); the others are quantized (core/quant.h).
-enum class ExpertKind { bf16, int8, q4, q2 };
-std::string_view expert_kind_name(ExpertKind k);                     // "bf16", "int8", "q4", "q2"
-std::optional<ExpertKind> expert_kind_from_name(std::string_view s);
-DType expert_kind_dtype(ExpertKind k);                               // bf16, q8, q4, q2
+// The expert kinds: the weight dtypes a pack's expert records can hold (the kinds are
+// dtypes, no other type names them). bf16 is the checkpoint's precision (f16/f32 experts are
+// converted to bf16); q8, q4 and q2 are quantized (core/quant.h). The pack format and the
+// command line name q8 "int8".
+constexpr DType kExpertKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2};
+constexpr int kExpertKindCount = 4;
+bool is_expert_kind(DType t);
+// The kind's place in kExpertKinds (0..3; residency keys use it); internal error otherwise.
+int expert_kind_index(DType k);
+std::string_view expert_kind_name(DType k);                     // "bf16", "int8", "q4", "q2"
+std::optional<DType> expert_kind_from_name(std::string_view s);
 // "bf16,q4" -> {bf16, q4}; an unknown or repeated name is Error(invalid_argument).
-std::vector<ExpertKind> parse_expert_kinds(std::string_view list);
+std::vector<DType> parse_expert_kinds(std::string_view list);
 // The kind a run uses when none is asked for: the first of q4, int8, bf16, q2 the pack holds
 // (q4 is the serving precision the format is built around; q2 is the low-bit miss copy).
-ExpertKind default_expert_kind(const std::vector<ExpertKind>& available);
+DType default_expert_kind(const std::vector<DType>& available);
 
 // One projection matrix inside a record.
 struct PackBlock {
@@ -85,7 +90,7 @@ struct PackBlock {
 };
 
 struct PackKindInfo {
-  ExpertKind kind = ExpertKind::bf16;
+  DType kind = DType::bf16;
   std::string file;               // "experts.q4.bin", relative to the pack directory
   uint64_t record_bytes = 0;      // bytes actually used by a record
   uint64_t record_stride = 0;     // multiple of kPackRecordAlign, >= record_bytes
@@ -96,7 +101,7 @@ struct PackKindInfo {
 // The record layout of a kind for experts of this size: blocks in the order gate, gate
 // scales, up, up scales, down, down scales, each 64-byte aligned; record_bytes is where the
 // last one ends and record_stride that rounded up to 4096. Checksums are left empty.
-PackKindInfo pack_kind_layout(ExpertKind kind, int64_t n_embd, int64_t n_ff);
+PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff);
 
 struct PackDenseTensor {
   std::string name;               // the checkpoint's tensor name
@@ -155,7 +160,7 @@ struct PackManifest {
   std::vector<std::string> expert_sources;   // per MoE layer, how the checkpoint stored them:
                                              // "gate_proj,up_proj,down_proj", "w1,w3,w2" or "fused"
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
-  std::map<ExpertKind, PackKindInfo> kinds;  // empty for a pack without routed experts (version 2)
+  std::map<DType, PackKindInfo> kinds;  // empty for a pack without routed experts (version 2)
   std::optional<PackPleInfo> ple;            // version 2
 
   // The version the writer puts in manifest.json: 2 when the pack uses what version 2 added.
@@ -183,8 +188,8 @@ class Pack {
 
   const std::filesystem::path& dir() const { return dir_; }
   const PackManifest& manifest() const { return manifest_; }
-  bool has_kind(ExpertKind k) const { return manifest_.kinds.count(k) != 0; }
-  const PackKindInfo& kind(ExpertKind k) const;  // error naming the kinds the pack has
+  bool has_kind(DType k) const { return manifest_.kinds.count(k) != 0; }
+  const PackKindInfo& kind(DType k) const;  // error naming the kinds the pack has
 
   // Dense tensors by checkpoint name (views into the mapping of dense.bin).
   bool has_dense(const std::string& name) const;
@@ -192,19 +197,19 @@ class Pack {
   std::vector<std::string> dense_names() const;
 
   // The path of a kind's expert file and the byte offset of a record in it.
-  std::filesystem::path expert_file(ExpertKind k) const;
-  uint64_t record_offset(ExpertKind k, int64_t record) const;
+  std::filesystem::path expert_file(DType k) const;
+  uint64_t record_offset(DType k, int64_t record) const;
   // A record's bytes through the read-only mapping (for a fully resident run and verify).
-  std::span<const uint8_t> mapped_record(ExpertKind k, int64_t record) const;
+  std::span<const uint8_t> mapped_record(DType k, int64_t record) const;
   // Keeps a kind's mapping alive (the owner for expert_view over mapped records).
-  std::shared_ptr<void> mapping_owner(ExpertKind k) const { return expert_maps_.at(k); }
-  bool experts_mapped(ExpertKind k) const { return expert_maps_.count(k) != 0; }
+  std::shared_ptr<void> mapping_owner(DType k) const { return expert_maps_.at(k); }
+  bool experts_mapped(DType k) const { return expert_maps_.count(k) != 0; }
 
   int64_t record_id(int64_t moe_layer_index, int64_t expert) const { return moe_layer_index * manifest_.n_expert + expert; }
   // The MoE layer index of an expert prefix, or -1.
   int64_t moe_layer_of_prefix(const std::string& prefix) const;
   // "layer L, expert E, kind K" for messages (L is the model layer index).
-  std::string describe_record(ExpertKind k, int64_t record) const;
+  std::string describe_record(DType k, int64_t record) const;
 
   // The n-gram table stored under this prefix, or null.
   const PackRowTable* row_table(const std::string& prefix) const;
@@ -214,8 +219,8 @@ class Pack {
   std::filesystem::path dir_;
   PackManifest manifest_;
   std::shared_ptr<void> dense_map_;
-  std::map<ExpertKind, std::shared_ptr<void>> expert_maps_;
-  std::map<ExpertKind, std::pair<const uint8_t*, uint64_t>> expert_bytes_;
+  std::map<DType, std::shared_ptr<void>> expert_maps_;
+  std::map<DType, std::pair<const uint8_t*, uint64_t>> expert_bytes_;
   const uint8_t* dense_bytes_ = nullptr;
   uint64_t dense_size_ = 0;
   std::map<std::string, size_t> dense_index_;

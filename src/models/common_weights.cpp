@@ -38,7 +38,7 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
     SLUICE_CHECK(m.n_expert == n_expert && m.n_embd == n_embd && m.n_ff == n_ff, Status::corrupt, wl.family(), ": pack ",
                  pack->dir().string(), " holds ", m.n_expert, " experts of [", m.n_ff, ", ", m.n_embd, "], config.json says ",
                  n_expert, " of [", n_ff, ", ", n_embd, "]");
-    const ExpertKind kind = wl.source().expert_kind();
+    const DType kind = wl.source().expert_kind();
     const PackKindInfo& info = pack->kind(kind);
     wl.source().consume(p);
     wl.count_params(n_expert * 3 * n_ff * n_embd);

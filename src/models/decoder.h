@@ -24,6 +24,7 @@ struct DecoderSpec {
   RouterSpec router;
   float norm_eps = 1e-6f;
   std::vector<DecoderLayerSpec> layers;
+  ExpertMath expert_math;  // what one routed expert computes (SwiGLU for every family so far)
 };
 
 struct DecoderLayerWeights {

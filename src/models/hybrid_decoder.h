@@ -41,6 +41,7 @@ struct HybridSpec {
   PleSpec ple;
   float norm_eps = 1e-6f;
   std::vector<HybridLayerSpec> layers;
+  ExpertMath expert_math;  // what one routed expert computes (SwiGLU for every family so far)
 };
 
 struct HybridLayerWeights {

@@ -44,14 +44,14 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
   if (Pack::is_pack(dir)) {
     // A streamed run never maps the expert files: records are read into the cache on demand.
     std::shared_ptr<Pack> pack = Pack::open(dir, !streamed);
-    std::vector<ExpertKind> kinds;
+    std::vector<DType> kinds;
     for (const auto& [k, info] : pack->manifest().kinds) kinds.push_back(k);
     const bool has_experts = !kinds.empty();
     SLUICE_CHECK(has_experts || !options.expert_kind, Status::invalid_argument, "--expert-kind: ", dir.string(),
                  " is a pack without routed experts");
     SLUICE_CHECK(has_experts || !streamed, Status::invalid_argument, dir.string(),
                  ": a pack without routed experts has nothing to stream");
-    const ExpertKind kind = has_experts ? options.expert_kind.value_or(default_expert_kind(kinds)) : ExpertKind::bf16;
+    const DType kind = has_experts ? options.expert_kind.value_or(default_expert_kind(kinds)) : DType::bf16;
     if (has_experts) pack->kind(kind);  // an error naming the kinds the pack has
     out.config = pack->manifest().config;
     const Family* family = nullptr;

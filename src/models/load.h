@@ -22,7 +22,7 @@ namespace sluice {
 struct LoadOptions {
   // The precision of a pack's routed experts; default: default_expert_kind() of the pack.
   // Asking for a kind when loading a checkpoint is an invalid_argument error.
-  std::optional<ExpertKind> expert_kind;
+  std::optional<DType> expert_kind;
   // Stream the routed experts of a pack through a bounded expert cache instead of mapping
   // them all (experts/streamer.h). Unset or not enabled(): every expert is resident. Asking
   // for it with a checkpoint is an invalid_argument error.
@@ -33,7 +33,7 @@ struct LoadOptions {
 
 struct LoadedModel {
   std::filesystem::path dir;
-  std::optional<ExpertKind> expert_kind;  // set when loaded from a pack with routed experts
+  std::optional<DType> expert_kind;  // set when loaded from a pack with routed experts
   nlohmann::json config;
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the directory holds a tokenizer.json

@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-PackSource::PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed, NgramTableOptions tables)
+PackSource::PackSource(std::shared_ptr<Pack> pack, DType kind, bool streamed, NgramTableOptions tables)
     : pack_(std::move(pack)), kind_(kind), streamed_(streamed), tables_(tables) {
   if (!pack_->manifest().kinds.empty()) pack_->kind(kind);  // an error naming the kinds the pack has
 }

@@ -37,7 +37,7 @@ class WeightSource {
   // The pack whose records hold the routed experts; null for a checkpoint.
   virtual const Pack* pack() const { return nullptr; }
   // The expert kind a pack source serves (meaningless without a pack).
-  virtual ExpertKind expert_kind() const { return ExpertKind::bf16; }
+  virtual DType expert_kind() const { return DType::bf16; }
   // True when the routed experts are streamed (the model gets none resident: load_experts
   // returns an empty list and the streamer serves them).
   virtual bool streams_experts() const { return false; }
@@ -73,7 +73,7 @@ class CheckpointSource final : public WeightSource {
 class PackSource final : public WeightSource {
  public:
   // kind is ignored for a pack without routed experts.
-  PackSource(std::shared_ptr<Pack> pack, ExpertKind kind, bool streamed = false, NgramTableOptions tables = {});
+  PackSource(std::shared_ptr<Pack> pack, DType kind, bool streamed = false, NgramTableOptions tables = {});
   bool has(const std::string& name) const override { return pack_->has_dense(name); }
   Tensor get(const std::string& name) override;
   void consume(const std::string& name) override;
@@ -81,13 +81,13 @@ class PackSource final : public WeightSource {
   std::vector<std::string> unconsumed() const override;
   std::string describe() const override { return pack_->dir().string(); }
   const Pack* pack() const override { return pack_.get(); }
-  ExpertKind expert_kind() const override { return kind_; }
+  DType expert_kind() const override { return kind_; }
   bool streams_experts() const override { return streamed_; }
   std::shared_ptr<NgramTable> ngram_table(const std::string& table) override;
 
  private:
   std::shared_ptr<Pack> pack_;
-  ExpertKind kind_;
+  DType kind_;
   bool streamed_ = false;
   NgramTableOptions tables_;
   std::shared_ptr<PleFileReader> ple_reader_;  // one IO engine for all the pack's n-gram tables

@@ -75,8 +75,8 @@ TEST(Plan, CountDemandAcquire) {
 
 TEST(Plan, CacheLayoutOfAPack) {
   std::shared_ptr<Pack> p = Pack::open(fixture_pack("qwen3_moe_yarn"), false);  // top-3
-  const uint64_t slot = streaming_slot_bytes(*p, ExpertKind::q4, ExpertKind::q2);
-  EXPECT_EQ(slot, std::max(p->kind(ExpertKind::q4).record_stride, p->kind(ExpertKind::q2).record_stride));
+  const uint64_t slot = streaming_slot_bytes(*p, DType::q4, DType::q2);
+  EXPECT_EQ(slot, std::max(p->kind(DType::q4).record_stride, p->kind(DType::q2).record_stride));
   StreamerOptions so;
   so.slots = 2;
   try {
@@ -104,10 +104,10 @@ TEST(Plan, CacheLayoutOfAPack) {
   StreamerOptions bad;
   bad.slots = 4;
   bad.cut = 2;
-  EXPECT_THROW(check_streaming_options(*p, ExpertKind::q4, 3, bad), Error);
+  EXPECT_THROW(check_streaming_options(*p, DType::q4, 3, bad), Error);
   bad.cut = 0;
-  bad.miss_kind = ExpertKind::q4;
-  EXPECT_THROW(check_streaming_options(*p, ExpertKind::q4, 3, bad), Error);
-  bad.miss_kind = ExpertKind::q2;
-  EXPECT_NO_THROW(check_streaming_options(*p, ExpertKind::q4, 3, bad));
+  bad.miss_kind = DType::q4;
+  EXPECT_THROW(check_streaming_options(*p, DType::q4, 3, bad), Error);
+  bad.miss_kind = DType::q2;
+  EXPECT_NO_THROW(check_streaming_options(*p, DType::q4, 3, bad));
 }

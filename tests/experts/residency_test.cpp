@@ -24,7 +24,7 @@ ResidencyOptions options(int32_t n_slots, PolicyKind policy, int32_t speculative
 int hits_of(Residency& r, std::initializer_list<int64_t> seq) {
   int hits = 0;
   for (int64_t rec : seq) {
-    AcquireResult a = r.acquire(rec, ExpertKind::bf16);
+    AcquireResult a = r.acquire(rec, DType::bf16);
     EXPECT_NE(a.status, AcquireStatus::no_slot);
     if (a.status == AcquireStatus::hit) ++hits;
     if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
@@ -103,76 +103,76 @@ TEST(Residency, RejectsBadShapes) {
   EXPECT_THROW(Residency(options(0, PolicyKind::lru)), Error);
   EXPECT_THROW(Residency(options(4, PolicyKind::lru, 4)), Error);  // speculative share = whole cache
   Residency r(options(2, PolicyKind::lru, 0, 4));
-  EXPECT_THROW(r.acquire(4, ExpertKind::bf16), Error);  // record outside [0, n_records)
+  EXPECT_THROW(r.acquire(4, DType::bf16), Error);  // record outside [0, n_records)
 }
 
 TEST(Residency, PinnedSlotsAreNeverEvicted) {
   Residency r(options(2, PolicyKind::lru));
-  AcquireResult a = r.acquire(1, ExpertKind::bf16);  // stays pinned
+  AcquireResult a = r.acquire(1, DType::bf16);  // stays pinned
   ASSERT_EQ(a.status, AcquireStatus::miss);
   r.complete_load(a.slot);
-  AcquireResult b = r.acquire(2, ExpertKind::bf16);
+  AcquireResult b = r.acquire(2, DType::bf16);
   r.complete_load(b.slot);
   r.release(b.slot);
   // 1 is least recently used, but pinned: 3 must take 2's slot.
-  AcquireResult c = r.acquire(3, ExpertKind::bf16);
+  AcquireResult c = r.acquire(3, DType::bf16);
   ASSERT_EQ(c.status, AcquireStatus::miss);
   EXPECT_EQ(c.slot, b.slot);
   EXPECT_EQ(c.evicted_record, 2);
   r.complete_load(c.slot);
   // Both pinned now: no slot, and nothing changes.
-  AcquireResult d = r.acquire(4, ExpertKind::bf16);
+  AcquireResult d = r.acquire(4, DType::bf16);
   EXPECT_EQ(d.status, AcquireStatus::no_slot);
-  EXPECT_EQ(r.find(1, ExpertKind::bf16), a.slot);
-  EXPECT_EQ(r.find(3, ExpertKind::bf16), c.slot);
+  EXPECT_EQ(r.find(1, DType::bf16), a.slot);
+  EXPECT_EQ(r.find(3, DType::bf16), c.slot);
   EXPECT_EQ(r.counters().no_slot, 1u);
   r.check_invariants();
   r.release(a.slot);
-  EXPECT_EQ(r.acquire(4, ExpertKind::bf16).evicted_record, 1);
+  EXPECT_EQ(r.acquire(4, DType::bf16).evicted_record, 1);
 }
 
 TEST(Residency, LoadingSlotsArePendingAndNotEvictable) {
   Residency r(options(1, PolicyKind::lru));
-  AcquireResult a = r.acquire(7, ExpertKind::bf16);
+  AcquireResult a = r.acquire(7, DType::bf16);
   ASSERT_EQ(a.status, AcquireStatus::miss);
   EXPECT_EQ(r.state(a.slot), SlotState::loading);
   r.release(a.slot);  // the requester gave up (a cut), the read is still in flight
-  AcquireResult b = r.acquire(8, ExpertKind::bf16);
+  AcquireResult b = r.acquire(8, DType::bf16);
   EXPECT_EQ(b.status, AcquireStatus::no_slot);
-  AcquireResult c = r.acquire(7, ExpertKind::bf16);
+  AcquireResult c = r.acquire(7, DType::bf16);
   EXPECT_EQ(c.status, AcquireStatus::pending);
   EXPECT_EQ(r.pins(a.slot), 1);
   r.complete_load(a.slot);
   EXPECT_EQ(r.state(a.slot), SlotState::resident);
   r.release(c.slot);
-  EXPECT_EQ(r.acquire(8, ExpertKind::bf16).evicted_record, 7);
+  EXPECT_EQ(r.acquire(8, DType::bf16).evicted_record, 7);
   r.check_invariants();
 }
 
 TEST(Residency, FailedLoadFreesTheSlot) {
   Residency r(options(2, PolicyKind::lru));
-  AcquireResult a = r.acquire(3, ExpertKind::bf16);
+  AcquireResult a = r.acquire(3, DType::bf16);
   r.release(a.slot);
   r.fail_load(a.slot);
   EXPECT_EQ(r.state(a.slot), SlotState::free);
-  EXPECT_EQ(r.find(3, ExpertKind::bf16), -1);
+  EXPECT_EQ(r.find(3, DType::bf16), -1);
   EXPECT_EQ(r.n_free(), 2);
-  EXPECT_EQ(r.acquire(3, ExpertKind::bf16).status, AcquireStatus::miss);
+  EXPECT_EQ(r.acquire(3, DType::bf16).status, AcquireStatus::miss);
   r.check_invariants();
 }
 
 TEST(Residency, KindsAreSeparateKeys) {
   Residency r(options(2, PolicyKind::lru));
-  AcquireResult a = r.acquire(5, ExpertKind::q2);
+  AcquireResult a = r.acquire(5, DType::q2);
   r.complete_load(a.slot);
   r.release(a.slot);
-  EXPECT_EQ(r.kind(a.slot), ExpertKind::q2);
+  EXPECT_EQ(r.kind(a.slot), DType::q2);
   EXPECT_EQ(r.record(a.slot), 5);
-  EXPECT_EQ(r.find(5, ExpertKind::bf16), -1);
-  AcquireResult b = r.acquire(5, ExpertKind::bf16);
+  EXPECT_EQ(r.find(5, DType::bf16), -1);
+  AcquireResult b = r.acquire(5, DType::bf16);
   EXPECT_EQ(b.status, AcquireStatus::miss);
   EXPECT_NE(b.slot, a.slot);
-  EXPECT_EQ(r.kind(b.slot), ExpertKind::bf16);
+  EXPECT_EQ(r.kind(b.slot), DType::bf16);
   r.check_invariants();
 }
 
@@ -181,14 +181,14 @@ TEST(Residency, KindsAreSeparateKeys) {
 TEST(Residency, AcquireStepNeverEvictsItsOwnRecords) {
   Residency r(options(2, PolicyKind::lru));
   for (int64_t rec : {1, 2}) {
-    AcquireResult a = r.acquire(rec, ExpertKind::bf16);
+    AcquireResult a = r.acquire(rec, DType::bf16);
     r.complete_load(a.slot);
     r.release(a.slot);
   }
   // Step {3, 1}: 1 is the least recently used; record-by-record, 3 would evict it first.
   std::vector<int64_t> recs{3, 1};
   std::vector<AcquireResult> res(2);
-  r.acquire_step(recs, ExpertKind::bf16, res);
+  r.acquire_step(recs, DType::bf16, res);
   EXPECT_EQ(res[0].status, AcquireStatus::miss);
   EXPECT_EQ(res[0].evicted_record, 2);
   EXPECT_EQ(res[1].status, AcquireStatus::hit);
@@ -199,29 +199,29 @@ TEST(Residency, AcquireStepNeverEvictsItsOwnRecords) {
 TEST(Residency, SpeculativeShareNeverEvictsDemandRecords) {
   Residency r(options(4, PolicyKind::lru, 1));
   auto demand = [&](int64_t rec) {
-    AcquireResult a = r.acquire(rec, ExpertKind::bf16);
+    AcquireResult a = r.acquire(rec, DType::bf16);
     if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
     if (a.slot >= 0) r.release(a.slot);
     return a;
   };
-  AcquireResult p = r.acquire(10, ExpertKind::bf16, AccessKind::prefetch);
+  AcquireResult p = r.acquire(10, DType::bf16, AccessKind::prefetch);
   ASSERT_EQ(p.status, AcquireStatus::miss);
   EXPECT_TRUE(r.speculative(p.slot));
   EXPECT_EQ(r.pins(p.slot), 0);
   // A second prefetch while the first is loading: the share is full and its only record
   // cannot be evicted yet.
-  EXPECT_EQ(r.acquire(11, ExpertKind::bf16, AccessKind::prefetch).status, AcquireStatus::no_slot);
+  EXPECT_EQ(r.acquire(11, DType::bf16, AccessKind::prefetch).status, AcquireStatus::no_slot);
   r.complete_load(p.slot);
   for (int64_t rec : {1, 2, 3}) EXPECT_EQ(demand(rec).status, AcquireStatus::miss);
   EXPECT_EQ(r.n_free(), 0);
   // A newer prediction replaces the unconfirmed one, not a demand record.
-  AcquireResult q = r.acquire(11, ExpertKind::bf16, AccessKind::prefetch);
+  AcquireResult q = r.acquire(11, DType::bf16, AccessKind::prefetch);
   ASSERT_EQ(q.status, AcquireStatus::miss);
   EXPECT_EQ(q.evicted_record, 10);
   EXPECT_TRUE(q.evicted_speculative);
   EXPECT_EQ(r.counters().prefetch_wasted, 1u);
   // A prefetch of something resident changes nothing.
-  EXPECT_EQ(r.acquire(2, ExpertKind::bf16, AccessKind::prefetch).status, AcquireStatus::hit);
+  EXPECT_EQ(r.acquire(2, DType::bf16, AccessKind::prefetch).status, AcquireStatus::hit);
   EXPECT_EQ(r.counters().prefetch_already, 1u);
   r.complete_load(q.slot);
   // The prediction is confirmed: 11 joins the demand partition.
@@ -234,15 +234,15 @@ TEST(Residency, SpeculativeShareNeverEvictsDemandRecords) {
   // The confirmation grew the demand partition to all 4 slots: the least recently used
   // demand record (1) left, as the miss the prediction saved would have evicted it, so the
   // share has its slot back and the next prediction is not refused.
-  EXPECT_EQ(r.find(1, ExpertKind::bf16), -1);
+  EXPECT_EQ(r.find(1, DType::bf16), -1);
   EXPECT_EQ(r.n_free(), 1);
-  AcquireResult n = r.acquire(12, ExpertKind::bf16, AccessKind::prefetch);
+  AcquireResult n = r.acquire(12, DType::bf16, AccessKind::prefetch);
   EXPECT_EQ(n.status, AcquireStatus::miss);
   EXPECT_EQ(n.evicted_record, -1);
   EXPECT_EQ(r.counters().prefetch_refused, 1u);
   r.complete_load(n.slot);
   // A prefetch never evicts a demand record: with the share full of a loading prediction...
-  AcquireResult m = r.acquire(13, ExpertKind::bf16, AccessKind::prefetch);
+  AcquireResult m = r.acquire(13, DType::bf16, AccessKind::prefetch);
   EXPECT_EQ(m.status, AcquireStatus::miss);
   EXPECT_EQ(m.evicted_record, 12);  // ...it replaces the older unconfirmed one
   // A demand miss evicts by policy among demand records: 2 is the least recently used.
@@ -256,18 +256,18 @@ TEST(Residency, DemandBorrowsTheSpeculativeShareOnlyWhenPinned) {
   Residency r(options(3, PolicyKind::lru, 1));
   std::vector<int32_t> slots;
   for (int64_t rec : {1, 2}) {
-    AcquireResult a = r.acquire(rec, ExpertKind::bf16);
+    AcquireResult a = r.acquire(rec, DType::bf16);
     r.complete_load(a.slot);
     slots.push_back(a.slot);
   }
   r.release(slots[0]);
   // Demand holds 2 = 3 - 1 slots: record 3 evicts 1 rather than take the free slot.
-  AcquireResult a = r.acquire(3, ExpertKind::bf16);
+  AcquireResult a = r.acquire(3, DType::bf16);
   EXPECT_EQ(a.evicted_record, 1);
   EXPECT_EQ(r.n_free(), 1);
   r.complete_load(a.slot);
   // 2 and 3 pinned: record 4 borrows the free slot.
-  AcquireResult b = r.acquire(4, ExpertKind::bf16);
+  AcquireResult b = r.acquire(4, DType::bf16);
   EXPECT_EQ(b.status, AcquireStatus::miss);
   EXPECT_EQ(b.evicted_record, -1);
   EXPECT_EQ(r.n_free(), 0);
@@ -284,7 +284,7 @@ TEST(Residency, RandomTrafficKeepsInvariants) {
     for (int i = 0; i < 5000; ++i) {
       const int op = static_cast<int>(rng() % 10);
       const int64_t rec = static_cast<int64_t>(rng() % 40);
-      const ExpertKind kind = rng() % 4 == 0 ? ExpertKind::q2 : ExpertKind::bf16;
+      const DType kind = rng() % 4 == 0 ? DType::q2 : DType::bf16;
       if (op < 4) {
         const int32_t before = r.find(rec, kind);
         AcquireResult a = r.acquire(rec, kind);

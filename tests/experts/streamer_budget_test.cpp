@@ -32,7 +32,7 @@ const fs::path& demo_pack() {
   static fs::path p = [] {
     fs::path out = pack_test_dir("demo") / "pack";
     ConvertOptions opt;
-    opt.kinds = {ExpertKind::q4, ExpertKind::q2};
+    opt.kinds = {DType::q4, DType::q2};
     convert_checkpoint(source_dir() / "models" / "demo", out, opt);
     return out;
   }();
@@ -76,7 +76,7 @@ TEST(StreamerDeadline, KlOfCutAndMissKind) {
   auto be = make_cpu_backend();
   const fs::path& pack = demo_pack();
   LoadOptions lo;
-  lo.expert_kind = ExpertKind::q4;
+  lo.expert_kind = DType::q4;
   LoadedModel resident = load_model(pack, *be, lo);
   ASSERT_TRUE(resident.tokenizer);
   std::ifstream f(source_dir() / "models" / "demo" / "heldout.txt");
@@ -87,7 +87,7 @@ TEST(StreamerDeadline, KlOfCutAndMissKind) {
   const auto want = decode_logits(*resident.model, ids);
 
   // For scale: every expert at q2 instead of q4.
-  lo.expert_kind = ExpertKind::q2;
+  lo.expert_kind = DType::q2;
   const double kl_all_q2 = mean_kl(want, decode_logits(*load_model(pack, *be, lo).model, ids));
 
   struct Config {
@@ -109,11 +109,11 @@ TEST(StreamerDeadline, KlOfCutAndMissKind) {
   std::printf("| options | mean KL (nats/token) | cut / unique experts | of them low-bit |\n|---|---|---|---|\n");
   std::map<std::string, double> kl;
   for (const Config& c : configs) {
-    lo.expert_kind = ExpertKind::q4;
+    lo.expert_kind = DType::q4;
     StreamerOptions so;
     so.slots = 8;
     so.cut = c.cut;
-    if (c.low_bit) so.miss_kind = ExpertKind::q2;
+    if (c.low_bit) so.miss_kind = DType::q2;
     so.deadline_worst_case = c.worst_case;
     lo.streaming = so;
     LoadedModel m = load_model(pack, *be, lo);
@@ -121,7 +121,7 @@ TEST(StreamerDeadline, KlOfCutAndMissKind) {
     ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
     const RunStats rs = m.streamer->stats();
     const LayerStats t = rs.totals();
-    for (const std::string& e : rs.consistency_errors(rs.slot_bytes, Pack::open(pack, false)->kind(ExpertKind::q2).record_stride))
+    for (const std::string& e : rs.consistency_errors(rs.slot_bytes, Pack::open(pack, false)->kind(DType::q2).record_stride))
       ADD_FAILURE() << c.name << ": " << e;
     std::printf("| `%s` | %.5f | %llu / %llu | %llu |\n", c.name, k, static_cast<unsigned long long>(t.cut),
                 static_cast<unsigned long long>(t.unique), static_cast<unsigned long long>(t.low_bit));
@@ -160,7 +160,7 @@ TEST(StreamerMemory, PeakRssWithinBudget) {
   spec.n_expert_used = 4;
   spec.n_vocab = 16384;
   const fs::path dir = pack_test_dir("memory") / "pack";
-  write_synthetic_pack(dir, spec, {ExpertKind::bf16});
+  write_synthetic_pack(dir, spec, {DType::bf16});
   const uint64_t dense = fs::file_size(dir / kPackDenseName);
   const uint64_t experts = fs::file_size(dir / "experts.bf16.bin");
   const uint64_t cache = uint64_t{96} << 20, host = uint64_t{32} << 20;

@@ -39,7 +39,7 @@ std::vector<int32_t> fixture_ids(const std::string& fixture) {
   return ids;
 }
 
-LoadedModel load(const fs::path& pack, Backend& be, ExpertKind kind, std::optional<StreamerOptions> so = std::nullopt) {
+LoadedModel load(const fs::path& pack, Backend& be, DType kind, std::optional<StreamerOptions> so = std::nullopt) {
   LoadOptions lo;
   lo.expert_kind = kind;
   lo.streaming = std::move(so);
@@ -98,7 +98,7 @@ TEST(StreamerExactness, EveryFixtureEveryCacheSize) {
   for (const std::string& fixture : expert_fixtures()) {
     const fs::path& pack = fixture_pack(fixture);
     const std::vector<int32_t> ids = fixture_ids(fixture);
-    for (ExpertKind kind : {ExpertKind::q4, ExpertKind::bf16}) {
+    for (DType kind : {DType::q4, DType::bf16}) {
       LoadedModel resident = load(pack, *be, kind);
       const auto want_decode = decode_logits(*resident.model, ids);
       const auto want_prefill = prefill_logits(*resident.model, ids);
@@ -146,7 +146,7 @@ TEST(StreamerStats, CountsOfADecodeRun) {
   const std::vector<int32_t> ids = fixture_ids("qwen3_moe");
   StreamerOptions so;
   so.slots = 2;
-  LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+  LoadedModel m = load(pack, *be, DType::q4, so);
   decode_logits(*m.model, ids);
   ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
   RunStats r = m.streamer->stats();
@@ -175,16 +175,16 @@ TEST(StreamerStats, HostTierAnswersMissesExactly) {
   auto be = make_cpu_backend();
   const fs::path& pack = fixture_pack("mixtral");
   const std::vector<int32_t> ids = fixture_ids("mixtral");
-  LoadedModel resident = load(pack, *be, ExpertKind::bf16);
+  LoadedModel resident = load(pack, *be, DType::bf16);
   const auto want = decode_logits(*resident.model, ids);
   StreamerOptions so;
   so.slots = 2;
   so.host_cache_bytes = uint64_t{1} << 20;  // every record of the fixture
-  LoadedModel m = load(pack, *be, ExpertKind::bf16, so);
+  LoadedModel m = load(pack, *be, DType::bf16, so);
   const auto got = decode_logits(*m.model, ids);
   for (size_t t = 0; t < got.size(); ++t)
     ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0) << "step " << t;
-  const uint64_t stride = Pack::open(pack, false)->kind(ExpertKind::bf16).record_stride;
+  const uint64_t stride = Pack::open(pack, false)->kind(DType::bf16).record_stride;
   expect_consistent(*m.streamer, stride, true);
   const LayerStats t = m.streamer->stats().totals();
   EXPECT_GT(t.host_hits, 0u) << "the host tier answered no miss";
@@ -195,7 +195,7 @@ TEST(StreamerStats, IoThroughThePageCacheToo) {
   auto be = make_cpu_backend();
   const fs::path& pack = fixture_pack("olmoe");
   const std::vector<int32_t> ids = fixture_ids("olmoe");
-  LoadedModel resident = load(pack, *be, ExpertKind::int8);
+  LoadedModel resident = load(pack, *be, DType::q8);
   const auto want = decode_logits(*resident.model, ids);
   StreamerOptions so;
   so.slots = 3;
@@ -203,12 +203,12 @@ TEST(StreamerStats, IoThroughThePageCacheToo) {
   so.io_depth = 1;
   so.policy = PolicyKind::lru;
   so.verify_reads = true;
-  LoadedModel m = load(pack, *be, ExpertKind::int8, so);
+  LoadedModel m = load(pack, *be, DType::q8, so);
   const auto got = decode_logits(*m.model, ids);
   for (size_t t = 0; t < got.size(); ++t)
     ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0) << "step " << t;
   EXPECT_EQ(m.streamer->stats().io_mode, "buffered");
-  expect_consistent(*m.streamer, Pack::open(pack, false)->kind(ExpertKind::int8).record_stride);
+  expect_consistent(*m.streamer, Pack::open(pack, false)->kind(DType::q8).record_stride);
 }
 
 TEST(StreamerStats, EverythingAtOnceStaysConsistent) {
@@ -223,18 +223,18 @@ TEST(StreamerStats, EverythingAtOnceStaysConsistent) {
     StreamerOptions so;
     so.slots = 5;
     so.cut = 0.6;
-    so.miss_kind = ExpertKind::q2;
+    so.miss_kind = DType::q2;
     so.lookahead = true;
     so.host_cache_bytes = 64 << 10;
     so.verify_reads = true;
     so.deadline_worst_case = worst;
-    LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+    LoadedModel m = load(pack, *be, DType::q4, so);
     decode_logits(*m.model, ids);
     prefill_logits(*m.model, ids);
     ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
     const RunStats r = m.streamer->stats();
-    for (const std::string& e : r.consistency_errors(p->kind(ExpertKind::q4).record_stride,
-                                                      p->kind(ExpertKind::q2).record_stride))
+    for (const std::string& e : r.consistency_errors(p->kind(DType::q4).record_stride,
+                                                      p->kind(DType::q2).record_stride))
       ADD_FAILURE() << e;
     const LayerStats t = r.totals();
     // Every read is a miss, a prediction or a low-bit copy the host tier did not answer.
@@ -258,7 +258,7 @@ TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
     StreamerOptions so;
     so.slots = slots;
     try {
-      load(pack, *be, ExpertKind::q4, so);
+      load(pack, *be, DType::q4, so);
       FAIL() << "a cache of " << slots << " slots loaded";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::invalid_argument);
@@ -268,7 +268,7 @@ TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
   StreamerOptions so;
   so.cache_bytes = 4096;  // bytes: one slot's worth at most
   try {
-    load(pack, *be, ExpertKind::q4, so);
+    load(pack, *be, DType::q4, so);
     FAIL() << "a 4 KiB cache loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the minimum is 3 slots (--expert-slots 3 or --expert-cache"), std::string::npos)
@@ -276,7 +276,7 @@ TEST(StreamerErrors, TooFewSlotsStatesTheMinimum) {
   }
   so.cache_bytes = 0;
   so.slots = 3;
-  EXPECT_NO_THROW(load(pack, *be, ExpertKind::q4, so));
+  EXPECT_NO_THROW(load(pack, *be, DType::q4, so));
 }
 
 TEST(StreamerErrors, BadOptions) {
@@ -284,14 +284,14 @@ TEST(StreamerErrors, BadOptions) {
   const fs::path& pack = fixture_pack("qwen3_moe");
   StreamerOptions so;
   so.slots = 4;
-  so.miss_kind = ExpertKind::q4;
-  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);  // the same kind
+  so.miss_kind = DType::q4;
+  EXPECT_THROW(load(pack, *be, DType::q4, so), Error);  // the same kind
   so.miss_kind.reset();
   so.cut = 1.5;
-  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);
+  EXPECT_THROW(load(pack, *be, DType::q4, so), Error);
   so.cut = 0;
   so.host_cache_bytes = 100;  // less than one record
-  EXPECT_THROW(load(pack, *be, ExpertKind::q4, so), Error);
+  EXPECT_THROW(load(pack, *be, DType::q4, so), Error);
   // Streaming needs a pack.
   so.host_cache_bytes = 0;
   EXPECT_THROW(load_model(fixture_dir("qwen3_moe"), *be, LoadOptions{std::nullopt, so}), Error);
@@ -310,7 +310,7 @@ fs::path copy_pack(const std::string& fixture, const std::string& name) {
 // The first expert the first MoE layer routes the first token to.
 int32_t first_routed_expert(const fs::path& pack, const std::vector<int32_t>& ids) {
   auto be = make_cpu_backend();
-  LoadedModel m = load(pack, *be, ExpertKind::q4);
+  LoadedModel m = load(pack, *be, DType::q4);
   int32_t first = -1;
   m.model->set_routing_observer([&](const RoutingEvent& ev) {
     if (first < 0) first = ev.routing->ids[0];
@@ -337,8 +337,8 @@ TEST(StreamerErrors, CorruptRecordNamedWhenVerifying) {
   ASSERT_GE(e, 0);
   {
     std::shared_ptr<Pack> p = Pack::open(dir, false);
-    const uint64_t off = p->record_offset(ExpertKind::q4, p->record_id(0, e)) + 100;
-    std::fstream f(dir / p->kind(ExpertKind::q4).file, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t off = p->record_offset(DType::q4, p->record_id(0, e)) + 100;
+    std::fstream f(dir / p->kind(DType::q4).file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(off));
     f.put('\x5a');
   }
@@ -346,14 +346,14 @@ TEST(StreamerErrors, CorruptRecordNamedWhenVerifying) {
   StreamerOptions so;
   so.slots = 2;
   so.verify_reads = true;
-  LoadedModel m = load(dir, *be, ExpertKind::q4, so);
+  LoadedModel m = load(dir, *be, DType::q4, so);
   const int64_t layer = Pack::open(dir, false)->manifest().moe_layers[0];
   const std::string err = error_of([&] { decode_logits(*m.model, ids); });
   EXPECT_NE(err.find(str("layer ", layer, ", expert ", e, ", kind q4")), std::string::npos) << err;
   EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
   // Without verification the read is used as it is.
   so.verify_reads = false;
-  LoadedModel unverified = load(dir, *be, ExpertKind::q4, so);
+  LoadedModel unverified = load(dir, *be, DType::q4, so);
   EXPECT_NO_THROW(decode_logits(*unverified.model, ids));
 }
 
@@ -362,7 +362,7 @@ TEST(StreamerErrors, EioRetriedOnceThenNamed) {
   const fs::path& pack = fixture_pack("mixtral");
   const int32_t e = first_routed_expert(pack, ids);
   auto be = make_cpu_backend();
-  LoadedModel resident = load(pack, *be, ExpertKind::q4);
+  LoadedModel resident = load(pack, *be, DType::q4);
   const auto want = decode_logits(*resident.model, ids);
   // One EIO on every read of the record: the retry succeeds and nothing changes.
   {
@@ -382,7 +382,7 @@ TEST(StreamerErrors, EioRetriedOnceThenNamed) {
       }
       return res;
     };
-    LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+    LoadedModel m = load(pack, *be, DType::q4, so);
     const auto got = decode_logits(*m.model, ids);
     EXPECT_GT(injected.load(), 0);
     for (size_t t = 0; t < got.size(); ++t)
@@ -392,7 +392,7 @@ TEST(StreamerErrors, EioRetriedOnceThenNamed) {
   StreamerOptions so;
   so.slots = 2;
   so.io_fault_injection = [&](int64_t record, int64_t res) -> int64_t { return record == e ? -EIO : res; };
-  LoadedModel m = load(pack, *be, ExpertKind::q4, so);
+  LoadedModel m = load(pack, *be, DType::q4, so);
   const std::string err = error_of([&] { decode_logits(*m.model, ids); });
   EXPECT_NE(err.find(str("layer 0, expert ", e, ", kind q4")), std::string::npos) << err;
   EXPECT_NE(err.find("EIO"), std::string::npos) << err;
@@ -404,9 +404,9 @@ TEST(StreamerErrors, TruncatedExpertFileIsAShortRead) {
   auto be = make_cpu_backend();
   StreamerOptions so;
   so.slots = 2;
-  LoadedModel m = load(dir, *be, ExpertKind::q4, so);
+  LoadedModel m = load(dir, *be, DType::q4, so);
   // The pack was fine when it opened; its expert file loses every record afterwards.
-  fs::resize_file(dir / Pack::open(dir, false)->kind(ExpertKind::q4).file, kPackHeaderBytes);
+  fs::resize_file(dir / Pack::open(dir, false)->kind(DType::q4).file, kPackHeaderBytes);
   const std::string err = error_of([&] { decode_logits(*m.model, ids); });
   EXPECT_NE(err.find("kind q4"), std::string::npos) << err;
   EXPECT_NE(err.find("short read"), std::string::npos) << err;

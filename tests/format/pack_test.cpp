@@ -76,22 +76,22 @@ TEST(Pack, ManifestRoundTripsAndDescribesTheFiles) {
     EXPECT_EQ(fs::file_size(pack->expert_file(kind)), kPackHeaderBytes + 16 * info.record_stride);
     EXPECT_EQ(pack->record_offset(kind, 3) % kPackRecordAlign, 0u);
   }
-  EXPECT_EQ(pack->describe_record(ExpertKind::q4, 13), "layer 1, expert 5, kind q4");
+  EXPECT_EQ(pack->describe_record(DType::q4, 13), "layer 1, expert 5, kind q4");
   EXPECT_EQ(pack->moe_layer_of_prefix("model.layers.1.mlp.experts."), 1);
   EXPECT_EQ(pack->moe_layer_of_prefix("model.layers.1.mlp."), -1);
 }
 
 TEST(Pack, KindLayouts) {
   for (auto [d, ff] : {std::pair<int64_t, int64_t>{64, 40}, {64, 24}, {4096, 1536}, {7, 3}}) {
-    for (ExpertKind k : {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}) {
+    for (DType k : {DType::bf16, DType::q8, DType::q4, DType::q2}) {
       SCOPED_TRACE(testing::Message() << expert_kind_name(k) << " d=" << d << " ff=" << ff);
       PackKindInfo info = pack_kind_layout(k, d, ff);
-      const DType t = expert_kind_dtype(k);
-      const uint64_t gate = k == ExpertKind::bf16 ? ff * d * 2 : ff * quant_row_bytes(t, d);
-      const uint64_t down = k == ExpertKind::bf16 ? d * ff * 2 : d * quant_row_bytes(t, ff);
+      const DType t = k;
+      const uint64_t gate = k == DType::bf16 ? ff * d * 2 : ff * quant_row_bytes(t, d);
+      const uint64_t down = k == DType::bf16 ? d * ff * 2 : d * quant_row_bytes(t, ff);
       EXPECT_EQ(info.gate.bytes, gate);
       EXPECT_EQ(info.down.bytes, down);
-      EXPECT_EQ(info.down.scale_bytes, k == ExpertKind::bf16 ? 0u : static_cast<uint64_t>(d * quant_scale_row_bytes(t, ff)));
+      EXPECT_EQ(info.down.scale_bytes, k == DType::bf16 ? 0u : static_cast<uint64_t>(d * quant_scale_row_bytes(t, ff)));
       for (const PackBlock* b : {&info.gate, &info.up, &info.down}) {
         EXPECT_EQ(b->offset % kPackBlockAlign, 0u);
         EXPECT_EQ(b->scale_offset % kPackBlockAlign, 0u);
@@ -102,11 +102,11 @@ TEST(Pack, KindLayouts) {
       EXPECT_LT(info.record_stride - info.record_bytes, kPackRecordAlign);
     }
   }
-  EXPECT_EQ(parse_expert_kinds("q4,bf16"), (std::vector<ExpertKind>{ExpertKind::q4, ExpertKind::bf16}));
+  EXPECT_EQ(parse_expert_kinds("q4,bf16"), (std::vector<DType>{DType::q4, DType::bf16}));
   expect_error([] { parse_expert_kinds("q4,q3"); }, Status::invalid_argument, {"q3"});
   expect_error([] { parse_expert_kinds("q4,q4"); }, Status::invalid_argument, {"twice"});
-  EXPECT_EQ(default_expert_kind({ExpertKind::bf16, ExpertKind::q2}), ExpertKind::bf16);
-  EXPECT_EQ(default_expert_kind({ExpertKind::bf16, ExpertKind::q4, ExpertKind::int8}), ExpertKind::q4);
+  EXPECT_EQ(default_expert_kind({DType::bf16, DType::q2}), DType::bf16);
+  EXPECT_EQ(default_expert_kind({DType::bf16, DType::q4, DType::q8}), DType::q4);
 }
 
 // The views of a record hold the checkpoint's expert: the same bytes for bf16 (the
@@ -124,8 +124,8 @@ TEST(Pack, ExpertViewsHoldTheCheckpointExperts) {
         SCOPED_TRACE(testing::Message() << expert_kind_name(kind) << " record " << rec << " " << proj);
         Tensor src = ck.get(p + proj + ".weight");
         ASSERT_EQ(t->shape_str(), src.shape_str());
-        ASSERT_EQ(t->dtype, expert_kind_dtype(kind));
-        if (kind == ExpertKind::bf16) {
+        ASSERT_EQ(t->dtype, kind);
+        if (kind == DType::bf16) {
           EXPECT_EQ(0, std::memcmp(t->data, src.data, src.nbytes()));
           continue;
         }
@@ -176,9 +176,9 @@ TEST(Pack, VerifyCatchesAFlippedByteInEveryRecord) {
   EXPECT_NE(r.problems[0].find("dense.bin: checksum mismatch"), std::string::npos) << r.problems[0];
   flip_byte(dir / kPackDenseName, m.dense.back().offset + 3);
   // The padding after a record must stay zero.
-  const PackKindInfo& q4 = m.kinds.at(ExpertKind::q4);
+  const PackKindInfo& q4 = m.kinds.at(DType::q4);
   ASSERT_GT(q4.record_stride, q4.record_bytes);
-  flip_byte(dir / q4.file, pack->record_offset(ExpertKind::q4, 2) + q4.record_bytes);
+  flip_byte(dir / q4.file, pack->record_offset(DType::q4, 2) + q4.record_bytes);
   r = verify_pack(dir);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.problems[0].find("padding"), std::string::npos) << r.problems[0];
@@ -312,11 +312,11 @@ TEST(PackLoad, RefusesTensorsThatDoNotFitTheirRole) {
   fs::path d3 = pack_copy("family");
   edit_manifest(d3, [](json& j) { j["config"]["intermediate_size"] = 48; });
   expect_error([&] { load_model(d3, *backend); }, Status::corrupt, {"olmoe", "manifest.json says 8 of [48, 64]"});
-  EXPECT_NO_THROW(load_model(fixture_pack("olmoe"), *backend, LoadOptions{ExpertKind::int8}));
+  EXPECT_NO_THROW(load_model(fixture_pack("olmoe"), *backend, LoadOptions{DType::q8}));
   // A kind the pack does not hold.
   fs::path d4 = pack_copy("kinds");
   edit_manifest(d4, [](json& j) { j["kinds"].erase("q2"); });
-  expect_error([&] { load_model(d4, *backend, LoadOptions{ExpertKind::q2}); }, Status::invalid_argument,
+  expect_error([&] { load_model(d4, *backend, LoadOptions{DType::q2}); }, Status::invalid_argument,
                {"no q2 experts", "bf16, int8, q4"});
 }
 

@@ -31,7 +31,7 @@ using json = nlohmann::json;
 
 namespace {
 
-SynthOptions kinds(std::vector<ExpertKind> k) {
+SynthOptions kinds(std::vector<DType> k) {
   SynthOptions o;
   o.kinds = std::move(k);
   return o;
@@ -56,7 +56,7 @@ Stats stats(std::span<const float> v) {
 }
 
 // Loads the pack at `kind`, runs a prompt and one more token, and checks the logits.
-void expect_forward_sane(const fs::path& pack, ExpertKind kind) {
+void expect_forward_sane(const fs::path& pack, DType kind) {
   SCOPED_TRACE(expert_kind_name(kind));
   auto backend = make_cpu_backend();
   LoadOptions lo;
@@ -83,7 +83,7 @@ TEST(Synth, TinyQwen3MoeWritesVerifiesLoadsAndRuns) {
   ScratchDir d;
   const fs::path out = d / "pack";
   SynthSummary s = synth_pack(synth_preset_config("tiny-qwen3-moe"), out,
-                              kinds({ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}));
+                              kinds({DType::bf16, DType::q8, DType::q4, DType::q2}));
   EXPECT_EQ(s.family, "qwen3_moe");
   EXPECT_EQ(s.n_records, 2 * 8);  // layer 1 is a dense-MLP layer (mlp_only_layers)
   EXPECT_FALSE(fs::exists(d / (".pack.partial-" + std::to_string(::getpid()))));
@@ -119,13 +119,13 @@ TEST(Synth, TinyQwen3MoeWritesVerifiesLoadsAndRuns) {
   EXPECT_NEAR(emb.mean, 0.0, 0.002);
   EXPECT_NEAR(emb.std, 0.02, 0.002);
 
-  for (ExpertKind k : {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}) expect_forward_sane(out, k);
+  for (DType k : {DType::bf16, DType::q8, DType::q4, DType::q2}) expect_forward_sane(out, k);
 }
 
 TEST(Synth, TinyQwen4ExpWritesVerifiesLoadsAndRuns) {
   ScratchDir d;
   const fs::path out = d / "pack";
-  synth_pack(synth_preset_config("tiny-qwen4-exp"), out, kinds({ExpertKind::q4, ExpertKind::q2}));
+  synth_pack(synth_preset_config("tiny-qwen4-exp"), out, kinds({DType::q4, DType::q2}));
   EXPECT_TRUE(verify_pack(out).ok);
   std::shared_ptr<Pack> pack = Pack::open(out);
   const PackManifest& m = pack->manifest();
@@ -147,7 +147,7 @@ TEST(Synth, TinyQwen4ExpWritesVerifiesLoadsAndRuns) {
   EXPECT_NEAR(mean_of("model.language_model.layers.3.self_attn.q_norm.weight"), 0.0, 0.02);
   EXPECT_NEAR(mean_of("model.language_model.layers.0.linear_attn.norm.weight"), 1.0, 0.02);
   EXPECT_NEAR(mean_of("model.language_model.layers.0.linear_attn.dt_bias"), 1.0, 1e-6);
-  for (ExpertKind k : {ExpertKind::q4, ExpertKind::q2}) expect_forward_sane(out, k);
+  for (DType k : {DType::q4, DType::q2}) expect_forward_sane(out, k);
 }
 
 // Dequantized expert weights of every kind have a standard deviation of about 0.02 (the
@@ -156,7 +156,7 @@ TEST(Synth, ExpertWeightsHaveTheIntendedSpread) {
   ScratchDir d;
   nlohmann::json config = synth_preset_config("tiny-qwen3-moe");
   config["hidden_size"] = 256;  // more weights per record: tighter estimates
-  synth_pack(config, d / "pack", kinds({ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}));
+  synth_pack(config, d / "pack", kinds({DType::bf16, DType::q8, DType::q4, DType::q2}));
   std::shared_ptr<Pack> pack = Pack::open(d / "pack");
   for (const auto& [kind, info] : pack->manifest().kinds) {
     SCOPED_TRACE(expert_kind_name(kind));
@@ -164,7 +164,7 @@ TEST(Synth, ExpertWeightsHaveTheIntendedSpread) {
     for (int64_t rec : {0, 5, 15}) {
       std::span<const uint8_t> r = pack->mapped_record(kind, rec);
       for (const PackBlock* b : {&info.gate, &info.up, &info.down}) {
-        const DType dt = expert_kind_dtype(kind);
+        const DType dt = kind;
         std::vector<float> row(static_cast<size_t>(b->cols));
         for (int64_t i = 0; i < b->rows; ++i) {
           if (dt == DType::bf16) {
@@ -190,7 +190,7 @@ TEST(Synth, ExpertWeightsHaveTheIntendedSpread) {
 TEST(Synth, BytesDependOnlyOnTheSeed) {
   ScratchDir d;
   const nlohmann::json config = synth_preset_config("tiny-qwen3-moe");
-  SynthOptions a = kinds({ExpertKind::q4, ExpertKind::q2});
+  SynthOptions a = kinds({DType::q4, DType::q2});
   SynthOptions b = a;
   b.batch_bytes = 1;  // one record per batch, dense.bin in 4 KiB chunks
   SynthOptions c = a;
@@ -203,20 +203,20 @@ TEST(Synth, BytesDependOnlyOnTheSeed) {
   EXPECT_EQ(ma.dense_checksum, mb.dense_checksum);
   EXPECT_EQ(pack_manifest_to_json(ma), pack_manifest_to_json(mb));
   EXPECT_NE(ma.dense_checksum, mc.dense_checksum);
-  EXPECT_NE(ma.kinds.at(ExpertKind::q4).checksums, mc.kinds.at(ExpertKind::q4).checksums);
+  EXPECT_NE(ma.kinds.at(DType::q4).checksums, mc.kinds.at(DType::q4).checksums);
 }
 
 // The full-size models, planned (nothing written): real names, shapes and file sizes.
 TEST(Synth, FullSizePlans) {
   {
-    SynthPlan p = synth_plan(synth_preset_config("qwen3-30b-a3b"), {ExpertKind::q4});
+    SynthPlan p = synth_plan(synth_preset_config("qwen3-30b-a3b"), {DType::q4});
     const PackManifest& m = p.manifest;
     EXPECT_EQ(m.family, "qwen3_moe");
     EXPECT_EQ(m.moe_layers.size(), 48u);
     EXPECT_EQ(m.n_expert, 128);
     EXPECT_EQ(m.n_embd, 2048);
     EXPECT_EQ(m.n_ff, 768);
-    const PackKindInfo& q4 = m.kinds.at(ExpertKind::q4);
+    const PackKindInfo& q4 = m.kinds.at(DType::q4);
     EXPECT_EQ(q4.record_stride, 2654208u);  // 3 x (768 x 2048 x 4.5 bits), already 4 KiB-aligned
     EXPECT_EQ(p.expert_bytes, uint64_t{4096} + uint64_t{6144} * 2654208);
     std::map<std::string, std::vector<int64_t>> shapes;
@@ -232,7 +232,7 @@ TEST(Synth, FullSizePlans) {
                 p.expert_bytes / 1e9, p.total_bytes() / 1e9);
   }
   {
-    SynthPlan p = synth_plan(synth_preset_config("qwen4-exp"), {ExpertKind::q4});
+    SynthPlan p = synth_plan(synth_preset_config("qwen4-exp"), {DType::q4});
     const PackManifest& m = p.manifest;
     EXPECT_EQ(m.family, "qwen4_exp");
     EXPECT_EQ(m.moe_layers.size(), 40u);
@@ -266,7 +266,7 @@ TEST(Synth, ScaleConfigShrinksLayersAndExperts) {
   EXPECT_EQ(t["num_experts_per_tok"], 10);
   synth_scale_config(c, std::nullopt, 4);
   EXPECT_EQ(c["text_config"]["num_experts_per_tok"], 4);  // capped to the experts left
-  SynthPlan p = synth_plan(c, {ExpertKind::q2});
+  SynthPlan p = synth_plan(c, {DType::q2});
   EXPECT_EQ(p.manifest.n_records(), 6 * 4);
   json q = synth_preset_config("tiny-qwen3-moe");
   synth_scale_config(q, 1, std::nullopt);
@@ -278,20 +278,20 @@ TEST(Synth, ScaleConfigShrinksLayersAndExperts) {
 TEST(Synth, RefusesToOverwriteWithoutForce) {
   ScratchDir d;
   const json config = synth_preset_config("tiny-qwen3-moe");
-  synth_pack(config, d / "pack", kinds({ExpertKind::q4}));
-  expect_error([&] { synth_pack(config, d / "pack", kinds({ExpertKind::q2})); }, Status::invalid_argument,
+  synth_pack(config, d / "pack", kinds({DType::q4}));
+  expect_error([&] { synth_pack(config, d / "pack", kinds({DType::q2})); }, Status::invalid_argument,
                {"already holds a pack", "--force"});
-  EXPECT_TRUE(Pack::open(d / "pack")->has_kind(ExpertKind::q4));  // untouched
+  EXPECT_TRUE(Pack::open(d / "pack")->has_kind(DType::q4));  // untouched
   fs::create_directories(d / "other");
   write_bytes(d / "other" / "notes.txt", "mine");
-  expect_error([&] { synth_pack(config, d / "other", kinds({ExpertKind::q4})); }, Status::invalid_argument,
+  expect_error([&] { synth_pack(config, d / "other", kinds({DType::q4})); }, Status::invalid_argument,
                {"not a sluice pack", "refusing"});
-  SynthOptions force = kinds({ExpertKind::q2});
+  SynthOptions force = kinds({DType::q2});
   force.force = true;
   synth_pack(config, d / "pack", force);
   std::shared_ptr<Pack> p = Pack::open(d / "pack");
-  EXPECT_TRUE(p->has_kind(ExpertKind::q2));
-  EXPECT_FALSE(p->has_kind(ExpertKind::q4));
+  EXPECT_TRUE(p->has_kind(DType::q2));
+  EXPECT_FALSE(p->has_kind(DType::q4));
   for (const auto& e : fs::directory_iterator(d.path()))  // no staging directory left behind
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
 }
@@ -302,12 +302,12 @@ TEST(Synth, UnknownLikeListsTheKnownNames) {
                {"qwen9-1t", "qwen3-30b-a3b", "qwen4-exp", "tiny-qwen3-moe", "tiny-qwen4-exp"});
   json dense_only = synth_preset_config("tiny-qwen3-moe");
   dense_only["mlp_only_layers"] = {0, 1, 2};
-  expect_error([&] { synth_plan(dense_only, {ExpertKind::q4}); }, Status::unsupported, {"no routed experts"});
+  expect_error([&] { synth_plan(dense_only, {DType::q4}); }, Status::unsupported, {"no routed experts"});
   const json ple = read_json_file(fs::path(SLUICE_SOURCE_DIR) / "tests/fixtures/qwen4_exp_ple/config.json");
-  expect_error([&] { synth_plan(ple, {ExpertKind::q4}); }, Status::unsupported, {"ngram_embedding", "ple_layer_ids"});
+  expect_error([&] { synth_plan(ple, {DType::q4}); }, Status::unsupported, {"ngram_embedding", "ple_layer_ids"});
   json bad = synth_preset_config("tiny-qwen3-moe");
   bad["num_experts_per_tok"] = 99;
-  expect_error([&] { synth_plan(bad, {ExpertKind::q4}); }, Status::corrupt, {"num_experts_per_tok (99)"});
+  expect_error([&] { synth_plan(bad, {DType::q4}); }, Status::corrupt, {"num_experts_per_tok (99)"});
 }
 
 // ---- the command line ----
@@ -344,7 +344,7 @@ TEST(SynthCli, SynthVerifyRun) {
   EXPECT_EQ(again.status, 1);
   EXPECT_NE(again.err.find("sluice: error: synth: "), std::string::npos) << again.err;
   EXPECT_NE(again.err.find("already holds a pack; pass --force"), std::string::npos) << again.err;
-  EXPECT_TRUE(Pack::open(pack)->has_kind(ExpertKind::q2));
+  EXPECT_TRUE(Pack::open(pack)->has_kind(DType::q2));
   CliRun forced = sluice(d, {"synth", "--like", "tiny-qwen4-exp", "--layers", "2", "--experts", "4", "--force", "-q", pack});
   ASSERT_EQ(forced.status, 0) << forced.err;
   EXPECT_EQ(Pack::open(pack)->manifest().n_records(), 2 * 4);
@@ -383,7 +383,7 @@ TEST(SynthCli, MemoryStaysBoundedAndSigintLeavesNothing) {
   c.update(json{{"vocab_size", 32000}, {"hidden_size", 1024}, {"num_hidden_layers", 4}, {"mlp_only_layers", json::array()},
                 {"num_attention_heads", 8}, {"head_dim", 128}, {"moe_intermediate_size", 512}, {"num_experts", 64}});
   std::ofstream(d / "config.json") << c.dump(1);
-  SynthPlan plan = synth_plan(c, {ExpertKind::q4, ExpertKind::q2});
+  SynthPlan plan = synth_plan(c, {DType::q4, DType::q2});
   ASSERT_GT(plan.total_bytes(), 400'000'000u);
   CliRun r = sluice(d, {"synth", "--config", (d / "config.json").string(), "--kinds", "q4,q2", "-q", (d / "pack").string()});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -391,7 +391,7 @@ TEST(SynthCli, MemoryStaysBoundedAndSigintLeavesNothing) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // shadow memory is not the tool's
   EXPECT_LT(static_cast<uint64_t>(r.max_rss_kb) * 1024, plan.total_bytes() / 2);
 #endif
-  EXPECT_EQ(fs::file_size(d / "pack" / "experts.q2.bin"), plan.manifest.kinds.at(ExpertKind::q2).record_stride * 256 + 4096);
+  EXPECT_EQ(fs::file_size(d / "pack" / "experts.q2.bin"), plan.manifest.kinds.at(DType::q2).record_stride * 256 + 4096);
   EXPECT_TRUE(verify_pack(d / "pack").ok);
 
   CliRun i = sluice(d, {"synth", "--config", (d / "config.json").string(), "--kinds", "q4,q2", "-q", (d / "pack2").string()},

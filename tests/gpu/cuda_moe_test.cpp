@@ -69,15 +69,15 @@ struct HostWeight {
   }
 };
 
-int32_t wtype_code(DType dt) {
+cuda::WType wtype_code(DType dt) {
   switch (dt) {
-    case DType::f32: return cuda::expert_f32;
-    case DType::f16: return cuda::expert_f16;
-    case DType::bf16: return cuda::expert_bf16;
-    case DType::q8: return cuda::expert_q8;
-    case DType::q4: return cuda::expert_q4;
-    case DType::q2: return cuda::expert_q2;
-    default: return cuda::expert_unavailable;
+    case DType::f32: return cuda::WType::f32;
+    case DType::f16: return cuda::WType::f16;
+    case DType::bf16: return cuda::WType::bf16;
+    case DType::q8: return cuda::WType::q8;
+    case DType::q4: return cuda::WType::q4;
+    case DType::q2: return cuda::WType::q2;
+    default: return cuda::WType::unavailable;
   }
 }
 
@@ -224,7 +224,7 @@ struct GpuRun {
 // optional replacement weights) and then the combine.
 GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::vector<float>& hv, int64_t n_embd,
                   int64_t n_ff, const std::vector<std::vector<cuda::ExpertRef>>& phases,
-                  int32_t wtype = cuda::expert_unavailable) {
+                  cuda::WType wtype = cuda::WType::unavailable) {
   const int64_t n = routing.n_rows, k = routing.k, pairs = n * k;
   DeviceBuffers d;
   const float* h = d.put(hv);
@@ -295,7 +295,7 @@ TEST(CudaMoe, TwoPhaseDispatch) {
     auto unavailable = [](int32_t e) { return e % 3 == 1; };  // experts 1, 4, 7 miss in phase 1
     std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
     for (int32_t e = 0; e < s.E; ++e) {
-      if (unavailable(e)) phase1[e].wtype = cuda::expert_unavailable;
+      if (unavailable(e)) phase1[e].wtype = cuda::WType::unavailable;
       // Phase 2 gives the phase-1 experts another expert's weights: a done pair that were
       // computed again would change the result.
       else phase2[e] = layer.table[(e + 1) % s.E];

@@ -32,7 +32,7 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_
 
 TEST_P(CudaPack, EveryKindMatchesTheCpu) {
   FixtureReference ref = read_reference(GetParam());
-  for (ExpertKind kind : {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}) {
+  for (DType kind : {DType::bf16, DType::q8, DType::q4, DType::q2}) {
     auto cpu = make_cpu_backend();
     auto gpu = make_cuda_backend(0);
     LoadOptions lo;

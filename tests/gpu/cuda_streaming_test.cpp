@@ -40,7 +40,7 @@ std::vector<int32_t> fixture_ids(const std::string& fixture) {
   return ids;
 }
 
-LoadedModel load(const fs::path& pack, Backend& be, ExpertKind kind, std::optional<StreamerOptions> so) {
+LoadedModel load(const fs::path& pack, Backend& be, DType kind, std::optional<StreamerOptions> so) {
   LoadOptions lo;
   lo.expert_kind = kind;
   lo.streaming = std::move(so);
@@ -138,8 +138,8 @@ float expect_same_as_the_cpu(const std::vector<std::string>& fixtures, int& runs
     const std::vector<int32_t> prompt = read_reference(fixture).prompt_ids;
     std::shared_ptr<Pack> p = Pack::open(pack, false);
     const int32_t all = static_cast<int32_t>(p->manifest().n_records());
-    const uint64_t stride = p->kind(ExpertKind::q4).record_stride;
-    const int32_t k = static_cast<int32_t>(load(pack, *cpu, ExpertKind::q4, std::nullopt).model->info().n_expert_used);
+    const uint64_t stride = p->kind(DType::q4).record_stride;
+    const int32_t k = static_cast<int32_t>(load(pack, *cpu, DType::q4, std::nullopt).model->info().n_expert_used);
     for (int32_t slots : {k, k + 1, std::max(k, all / 2), all}) {
       for (bool lookahead : {false, true}) {
         SCOPED_TRACE(str(fixture, " slots ", slots, " lookahead ", lookahead));
@@ -147,8 +147,8 @@ float expect_same_as_the_cpu(const std::vector<std::string>& fixtures, int& runs
         so.slots = slots;
         so.lookahead = lookahead;
         so.wait_timeout = std::chrono::seconds(10);
-        LoadedModel mc = load(pack, *cpu, ExpertKind::q4, so);
-        LoadedModel mg = load(pack, *gpu, ExpertKind::q4, so);
+        LoadedModel mc = load(pack, *cpu, DType::q4, so);
+        LoadedModel mg = load(pack, *gpu, DType::q4, so);
         EXPECT_TRUE(dynamic_cast<CudaStreamer*>(mg.streamer.get()));
         EXPECT_TRUE(mg.model->expert_provider()->routes_on_device());
         Decisions dc, dg;
@@ -203,7 +203,7 @@ TEST(CudaStreaming, Bf16FixturesMatchTransformers) {
     NpyArray want = read_npy(fixture_dir(fixture) / "logits_full.npy");
     StreamerOptions so;
     so.slots = 4;
-    LoadedModel m = load(fixture_pack(fixture), *gpu, ExpertKind::bf16, so);
+    LoadedModel m = load(fixture_pack(fixture), *gpu, DType::bf16, so);
     const auto [decode, prefill] = run_logits(*m.model, ids);
     const float d1 = max_abs_diff(decode, want.data), d2 = max_abs_diff(prefill, want.data);
     std::printf("cuda streaming %s bf16: max |logit - transformers| decode %.3g, prefill %.3g\n", fixture.c_str(),
@@ -229,9 +229,9 @@ struct MixtralThreeSlots {
   uint64_t stride = 0;
   MixtralThreeSlots() {
     base.slots = 3;
-    LoadedModel mc = load(pack, *cpu, ExpertKind::q4, base);
+    LoadedModel mc = load(pack, *cpu, DType::q4, base);
     std::tie(cd, cp) = run_logits(*mc.model, ids);
-    stride = Pack::open(pack, false)->kind(ExpertKind::q4).record_stride;
+    stride = Pack::open(pack, false)->kind(DType::q4).record_stride;
   }
 };
 
@@ -240,7 +240,7 @@ TEST(CudaStreaming, HostTierAndBlockingWaits) {
   StreamerOptions so = t.base;
   so.host_cache_bytes = 1 << 30;
   so.wait_mode = WaitMode::block;
-  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
   const auto [gd, gp] = run_logits(*mg.model, t.ids);
   EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
   EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
@@ -251,10 +251,10 @@ TEST(CudaStreaming, HostTierAndBlockingWaits) {
 TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;
-  so.miss_kind = ExpertKind::q2;
+  so.miss_kind = DType::q2;
   so.cut = 1.0;
   so.deadline_worst_case = true;
-  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
   const auto [gd, gp] = run_logits(*mg.model, t.ids);
   ASSERT_TRUE(mg.streamer->drain(std::chrono::seconds(10)));
   const LayerStats s = mg.streamer->stats().totals();
@@ -267,7 +267,7 @@ TEST(CudaStreaming, FakeExpertsRunWithoutReads) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;
   so.fake_experts = true;
-  LoadedModel mg = load(t.pack, *t.gpu, ExpertKind::q4, so);
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
   const auto [gd, gp] = run_logits(*mg.model, t.ids);
   EXPECT_EQ(gd.size(), t.cd.size());
   EXPECT_EQ(mg.streamer->stats().io_reads, 0u);
@@ -283,7 +283,7 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
   int32_t e = -1;
   {
     auto cpu = make_cpu_backend();
-    LoadedModel m = load(dir, *cpu, ExpertKind::q4, std::nullopt);
+    LoadedModel m = load(dir, *cpu, DType::q4, std::nullopt);
     m.model->set_routing_observer([&](const RoutingEvent& ev) {
       if (e < 0) e = ev.routing->ids[0];
     });
@@ -294,8 +294,8 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
   ASSERT_GE(e, 0);
   std::shared_ptr<Pack> p = Pack::open(dir, false);
   {
-    const uint64_t off = p->record_offset(ExpertKind::q4, p->record_id(0, e)) + 100;
-    std::fstream f(dir / p->kind(ExpertKind::q4).file, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t off = p->record_offset(DType::q4, p->record_id(0, e)) + 100;
+    std::fstream f(dir / p->kind(DType::q4).file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(off));
     f.put('\x5a');
   }
@@ -304,7 +304,7 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
   so.slots = 2;
   so.verify_reads = true;
   so.wait_timeout = std::chrono::seconds(5);
-  LoadedModel m = load(dir, *gpu, ExpertKind::q4, so);
+  LoadedModel m = load(dir, *gpu, DType::q4, so);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string err = error_of([&] { run_logits(*m.model, ids); });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -322,6 +322,6 @@ TEST(CudaStreaming, TooFewSlotsIsAStartupError) {
   const fs::path& pack = fixture_pack("qwen3_moe_yarn");  // top-3
   StreamerOptions so;
   so.slots = 2;
-  const std::string err = error_of([&] { load(pack, *gpu, ExpertKind::q4, so); });
+  const std::string err = error_of([&] { load(pack, *gpu, DType::q4, so); });
   EXPECT_NE(err.find("the minimum is 3 slots"), std::string::npos) << err;
 }

@@ -45,7 +45,7 @@ void expect_only(const fs::path& parent, const std::set<std::string>& keep) {
     EXPECT_TRUE(keep.count(e.path().filename().string())) << "left behind: " << e.path();
 }
 
-ConvertOptions kinds(std::vector<ExpertKind> k) {
+ConvertOptions kinds(std::vector<DType> k) {
   ConvertOptions o;
   o.kinds = std::move(k);
   return o;
@@ -76,14 +76,14 @@ TEST(Convert, FusedAndPerExpertLayoutsGiveTheSameRecords) {
   }
   fs::path fused = write_variant("qwen3_moe", "fused", tensors);
   fs::path out = pack_test_dir("fused-out") / "pack";
-  convert_checkpoint(fused, out, kinds({ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}));
+  convert_checkpoint(fused, out, kinds({DType::bf16, DType::q8, DType::q4, DType::q2}));
   const fs::path& ref = fixture_pack("qwen3_moe");
   for (const char* f : {"dense.bin", "experts.bf16.bin", "experts.int8.bin", "experts.q4.bin", "experts.q2.bin"})
     EXPECT_TRUE(read_bytes(out / f) == read_bytes(ref / f)) << f;
   std::shared_ptr<Pack> pack = Pack::open(out);
   EXPECT_EQ(pack->manifest().expert_sources, (std::vector<std::string>{"fused", "fused"}));
   EXPECT_EQ(pack->manifest().moe_layers, (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(pack->manifest().kinds.at(ExpertKind::q4).checksums, Pack::open(ref)->manifest().kinds.at(ExpertKind::q4).checksums);
+  EXPECT_EQ(pack->manifest().kinds.at(DType::q4).checksums, Pack::open(ref)->manifest().kinds.at(DType::q4).checksums);
   auto backend = make_cpu_backend();
   EXPECT_NO_THROW(load_model(out, *backend));
   EXPECT_TRUE(verify_pack(out).ok);
@@ -107,8 +107,8 @@ TEST(Convert, ShardedCheckpoint) {
   std::ofstream(dir / "model.safetensors.index.json") << index.dump();
   const fs::path out = pack_test_dir("sharded-out") / "pack";
   const fs::path one = pack_test_dir("single-out") / "pack";
-  convert_checkpoint(dir, out, kinds({ExpertKind::int8, ExpertKind::q2}));
-  convert_checkpoint(fixture_dir("mixtral"), one, kinds({ExpertKind::int8, ExpertKind::q2}));
+  convert_checkpoint(dir, out, kinds({DType::q8, DType::q2}));
+  convert_checkpoint(fixture_dir("mixtral"), one, kinds({DType::q8, DType::q2}));
   for (const char* f : {"experts.int8.bin", "experts.q2.bin"}) EXPECT_TRUE(read_bytes(out / f) == read_bytes(one / f)) << f;
   std::shared_ptr<Pack> p = Pack::open(out), q = Pack::open(one);
   ASSERT_EQ(p->dense_names(), q->dense_names());
@@ -123,14 +123,14 @@ TEST(Convert, ShardedCheckpoint) {
 TEST(Convert, DefaultsAndDenseDtype) {
   fs::path parent = pack_test_dir("defaults");
   ConvertSummary s = convert_checkpoint(fixture_dir("mixtral"), parent / "pack", {});
-  EXPECT_EQ(s.kinds, (std::vector<ExpertKind>{ExpertKind::bf16, ExpertKind::q4, ExpertKind::q2}));
+  EXPECT_EQ(s.kinds, (std::vector<DType>{DType::bf16, DType::q4, DType::q2}));
   EXPECT_EQ(s.dense_dtype, DType::f32);  // an f16 checkpoint: f32 keeps every value
   EXPECT_EQ(s.n_records, 2 * 8);
   std::shared_ptr<Pack> pack = Pack::open(parent / "pack");
   EXPECT_EQ(pack->manifest().expert_sources[0], "w1,w3,w2");
   EXPECT_EQ(pack->manifest().expert_prefixes[0], "model.layers.0.block_sparse_moe.experts.");
   ConvertOptions o;
-  o.kinds = {ExpertKind::q4};
+  o.kinds = {DType::q4};
   o.dense_dtype = DType::bf16;
   s = convert_checkpoint(fixture_dir("qwen3_moe"), parent / "bf16dense", o);
   pack = Pack::open(parent / "bf16dense");
@@ -138,8 +138,8 @@ TEST(Convert, DefaultsAndDenseDtype) {
   EXPECT_EQ(pack->dense("lm_head.weight").dtype, DType::bf16);
   auto backend = make_cpu_backend();
   LoadedModel m = load_model(parent / "bf16dense", *backend);
-  EXPECT_EQ(m.expert_kind, ExpertKind::q4);
-  convert_checkpoint(fixture_dir("olmoe"), (parent / "slash").string() + "/", kinds({ExpertKind::q2}));
+  EXPECT_EQ(m.expert_kind, DType::q4);
+  convert_checkpoint(fixture_dir("olmoe"), (parent / "slash").string() + "/", kinds({DType::q2}));
   EXPECT_TRUE(Pack::is_pack(parent / "slash"));
   expect_only(parent, {"pack", "bf16dense", "slash"});
 }
@@ -147,15 +147,15 @@ TEST(Convert, DefaultsAndDenseDtype) {
 TEST(Convert, RefusesToOverwriteWithoutForce) {
   fs::path parent = pack_test_dir("force");
   const fs::path out = parent / "pack";
-  convert_checkpoint(fixture_dir("olmoe"), out, kinds({ExpertKind::q2}));
-  expect_error([&] { convert_checkpoint(fixture_dir("olmoe"), out, kinds({ExpertKind::q4})); }, Status::invalid_argument,
+  convert_checkpoint(fixture_dir("olmoe"), out, kinds({DType::q2}));
+  expect_error([&] { convert_checkpoint(fixture_dir("olmoe"), out, kinds({DType::q4})); }, Status::invalid_argument,
                {"already holds a pack", "--force"});
-  EXPECT_TRUE(Pack::open(out)->has_kind(ExpertKind::q2));
-  ConvertOptions o = kinds({ExpertKind::q4});
+  EXPECT_TRUE(Pack::open(out)->has_kind(DType::q2));
+  ConvertOptions o = kinds({DType::q4});
   o.force = true;
   convert_checkpoint(fixture_dir("olmoe"), out, o);
-  EXPECT_TRUE(Pack::open(out)->has_kind(ExpertKind::q4));
-  EXPECT_FALSE(Pack::open(out)->has_kind(ExpertKind::q2));
+  EXPECT_TRUE(Pack::open(out)->has_kind(DType::q4));
+  EXPECT_FALSE(Pack::open(out)->has_kind(DType::q2));
   EXPECT_FALSE(fs::exists(out / "experts.q2.bin"));
   expect_only(parent, {"pack"});
   // A directory that is not a pack is never replaced, even with --force.
@@ -166,7 +166,7 @@ TEST(Convert, RefusesToOverwriteWithoutForce) {
   EXPECT_EQ(read_bytes(parent / "mine" / "notes.txt"), "precious");
   // An empty directory is fine.
   fs::create_directories(parent / "empty");
-  convert_checkpoint(fixture_dir("olmoe"), parent / "empty", kinds({ExpertKind::q4}));
+  convert_checkpoint(fixture_dir("olmoe"), parent / "empty", kinds({DType::q4}));
   EXPECT_TRUE(Pack::is_pack(parent / "empty"));
   expect_error([&] { convert_checkpoint(parent / "empty", parent / "again", o); }, Status::invalid_argument, {"already a sluice pack"});
 }
@@ -185,11 +185,11 @@ TEST(Convert, FailureLeavesNothingBehind) {
     }
   fs::path src = write_variant("olmoe", "nan", tensors);
   fs::path parent = pack_test_dir("nan-out");
-  expect_error([&] { convert_checkpoint(src, parent / "pack", kinds({ExpertKind::bf16, ExpertKind::q4})); }, Status::corrupt,
+  expect_error([&] { convert_checkpoint(src, parent / "pack", kinds({DType::bf16, DType::q4})); }, Status::corrupt,
                {"model.layers.1.mlp.experts.7.down_proj.weight", "row 5", "NaN"});
   expect_only(parent, {});
   // The bf16 kind alone copies the values (NaN included) and succeeds.
-  EXPECT_NO_THROW(convert_checkpoint(src, parent / "pack", kinds({ExpertKind::bf16})));
+  EXPECT_NO_THROW(convert_checkpoint(src, parent / "pack", kinds({DType::bf16})));
 }
 
 TEST(Convert, BadCheckpointsAreRefusedBeforeWriting) {

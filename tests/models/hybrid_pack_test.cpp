@@ -44,7 +44,7 @@ std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> 
 
 LoadOptions bf16_if_experts(const fs::path& pack) {
   LoadOptions lo;
-  if (!Pack::open(pack, false)->manifest().kinds.empty()) lo.expert_kind = ExpertKind::bf16;
+  if (!Pack::open(pack, false)->manifest().kinds.empty()) lo.expert_kind = DType::bf16;
   return lo;
 }
 
@@ -130,7 +130,7 @@ TEST(HybridPackErrors, KindAndStreamingNeedExperts) {
   const fs::path& pack = fixture_pack("qwen3_5");
   auto backend = make_cpu_backend();
   LoadOptions lo;
-  lo.expert_kind = ExpertKind::q4;
+  lo.expert_kind = DType::q4;
   try {
     load_model(pack, *backend, lo);
     ADD_FAILURE() << "expected an error";

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const ExpertKind kKinds[] = {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2};
+const DType kKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2};
 
 std::vector<int32_t> full_ids(const std::string& fixture) {
   FixtureReference ref = read_reference(fixture);
@@ -52,7 +52,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // The fixture's checkpoint with every routed expert replaced by what `kind` stores in the pack.
-fs::path checkpoint_of_pack_experts(const std::string& fixture, ExpertKind kind) {
+fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
   fs::path dir = pack_test_dir(fixture + "-" + std::string(expert_kind_name(kind)) + "-values");
   fs::copy_file(fixture_dir(fixture) / "config.json", dir / "config.json");
   std::shared_ptr<Pack> pack = Pack::open(fixture_pack(fixture));
@@ -72,7 +72,7 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, ExpertKind kind)
       for (int p = 0; p < 3; ++p) {
         const Tensor& t = *blocks[p];
         const std::string name = m.expert_prefixes[l] + std::to_string(e) + "." + names[p] + ".weight";
-        if (kind == ExpertKind::bf16) {
+        if (kind == DType::bf16) {
           replaced[name] = t;  // bf16 values as stored
           continue;
         }
@@ -101,11 +101,11 @@ TEST(PackParity, Bf16KindOfABf16CheckpointIsBitIdentical) {
   for (const std::string fixture : {"qwen3_moe_yarn", "olmoe"}) {
     SCOPED_TRACE(fixture);
     std::vector<int32_t> ids = full_ids(fixture);
-    EXPECT_TRUE(same_bits(teacher_forced(fixture_pack(fixture), ids, {ExpertKind::bf16}), teacher_forced(fixture_dir(fixture), ids)));
+    EXPECT_TRUE(same_bits(teacher_forced(fixture_pack(fixture), ids, {DType::bf16}), teacher_forced(fixture_dir(fixture), ids)));
     // And the transformers reference continuation, greedily.
     FixtureReference ref = read_reference(fixture);
     auto backend = make_cpu_backend();
-    LoadedModel m = load_model(fixture_pack(fixture), *backend, {ExpertKind::bf16});
+    LoadedModel m = load_model(fixture_pack(fixture), *backend, {DType::bf16});
     EXPECT_TRUE(m.tokenizer.has_value());  // the tokenizer files travel with the pack
     GenerateOptions opt;
     opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
@@ -124,7 +124,7 @@ class PackParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(PackParity, EachKindEqualsTheCheckpointOfItsValues) {
   const std::string fixture = GetParam();
   std::vector<int32_t> ids = full_ids(fixture);
-  for (ExpertKind kind : kKinds) {
+  for (DType kind : kKinds) {
     SCOPED_TRACE(expert_kind_name(kind));
     std::vector<float> from_pack = teacher_forced(fixture_pack(fixture), ids, {kind});
     std::vector<float> from_values = teacher_forced(checkpoint_of_pack_experts(fixture, kind), ids);
@@ -139,7 +139,7 @@ class PackDecode : public ::testing::TestWithParam<std::string> {};
 TEST_P(PackDecode, DecodeReproducesTeacherForcedBitwise) {
   const std::string fixture = GetParam();
   std::vector<int32_t> ids = full_ids(fixture);
-  const ExpertKind kind = ExpertKind::q4;
+  const DType kind = DType::q4;
   std::vector<float> want = teacher_forced(fixture_pack(fixture), ids, {kind});
   auto backend = make_cpu_backend();
   LoadedModel m = load_model(fixture_pack(fixture), *backend, {kind});

@@ -72,8 +72,8 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
     std::vector<int32_t> ids = ref.prompt_ids;
     ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
     NpyArray want = read_npy(fixture_dir(fixture) / "logits_full.npy");
-    std::map<ExpertKind, Quality> q;
-    for (ExpertKind kind : {ExpertKind::bf16, ExpertKind::int8, ExpertKind::q4, ExpertKind::q2}) {
+    std::map<DType, Quality> q;
+    for (DType kind : {DType::bf16, DType::q8, DType::q4, DType::q2}) {
       auto backend = make_cpu_backend();
       LoadedModel m = load_model(fixture_pack(fixture), *backend, {kind});
       const int64_t V = m.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
@@ -86,12 +86,12 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
     }
     SCOPED_TRACE(fixture);
     if (std::find(bounded.begin(), bounded.end(), fixture) != bounded.end()) {
-      EXPECT_LE(q[ExpertKind::int8].mean_kl, 1e-4);
-      EXPECT_LE(q[ExpertKind::q4].mean_kl, 1e-2);
+      EXPECT_LE(q[DType::q8].mean_kl, 1e-4);
+      EXPECT_LE(q[DType::q4].mean_kl, 1e-2);
     }
     // The measurement sees precision: fewer bits, larger divergence.
-    EXPECT_LT(q[ExpertKind::int8].mean_kl, q[ExpertKind::q4].mean_kl);
-    EXPECT_LT(q[ExpertKind::q4].mean_kl, q[ExpertKind::q2].mean_kl);
+    EXPECT_LT(q[DType::q8].mean_kl, q[DType::q4].mean_kl);
+    EXPECT_LT(q[DType::q4].mean_kl, q[DType::q2].mean_kl);
   }
 }
 

@@ -147,7 +147,7 @@ TEST(ConvertCli, VerifyNamesTheFlippedRecord) {
   const std::string pack = (d / "pack").string();
   ASSERT_EQ(sluice({"convert", fixture_dir("mixtral").string(), pack, "--kinds", "int8,q4", "-q"}).status, 0);
   std::shared_ptr<Pack> p = Pack::open(pack);
-  const uint64_t at = p->record_offset(ExpertKind::q4, 8 + 5) + 100;  // layer 1, expert 5
+  const uint64_t at = p->record_offset(DType::q4, 8 + 5) + 100;  // layer 1, expert 5
   p.reset();
   {
     std::fstream f(d / "pack" / "experts.q4.bin", std::ios::in | std::ios::out | std::ios::binary);

@@ -51,7 +51,7 @@ void register_convert(CLI::App& app) {
     }
     progress.finish();
     std::string kinds;
-    for (ExpertKind k : s.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(expert_kind_name(k));
+    for (DType k : s.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(expert_kind_name(k));
     const std::string experts =
         s.kinds.empty() ? std::string("no routed experts") : str(s.n_records, " records x {", kinds, "}");
     std::fprintf(stderr, "sluice: converted %s (%s) to %s: %s, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",

@@ -13,9 +13,9 @@ namespace sluice::cli {
 
 namespace {
 
-std::string kinds_text(const std::vector<ExpertKind>& kinds) {
+std::string kinds_text(const std::vector<DType>& kinds) {
   std::string s;
-  for (ExpertKind k : kinds) s += (s.empty() ? "" : ",") + std::string(expert_kind_name(k));
+  for (DType k : kinds) s += (s.empty() ? "" : ",") + std::string(expert_kind_name(k));
   return s;
 }
 

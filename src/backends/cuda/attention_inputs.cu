@@ -14,8 +14,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int64_t kMaxDim = 1024;
 
-__device__ __forceinline__ float load_any(const void* w, int wtype, int64_t i) {
-  switch (static_cast<WType>(wtype)) {
+__device__ __forceinline__ float load_any(const void* w, WType wtype, int64_t i) {
+  switch (wtype) {
     case WType::f32: return load_w<WType::f32>(w, i);
     case WType::f16: return load_w<WType::f16>(w, i);
     default: return load_w<WType::bf16>(w, i);
@@ -23,8 +23,8 @@ __device__ __forceinline__ float load_any(const void* w, int wtype, int64_t i) {
 }
 
 __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
-                                        const void* __restrict__ q_norm, int q_wtype, const void* __restrict__ k_norm,
-                                        int k_wtype, float eps, const float* __restrict__ cos,
+                                        const void* __restrict__ q_norm, WType q_wtype, const void* __restrict__ k_norm,
+                                        WType k_wtype, float eps, const float* __restrict__ cos,
                                         const float* __restrict__ sin, int64_t rot, bool interleaved,
                                         float* __restrict__ k_cache, float* __restrict__ v_cache,
                                         const int32_t* __restrict__ positions, int64_t n_past, int64_t nh, int64_t nkv,
@@ -45,7 +45,7 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
   const int64_t hh = is_q ? head : head - nh;
   float* x = is_q ? q + (row * nh + hh) * d : k + (row * nkv + hh) * d;
   const void* w = is_q ? q_norm : k_norm;
-  const int wtype = is_q ? q_wtype : k_wtype;
+  const WType wtype = is_q ? q_wtype : k_wtype;
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < d; c += kThreads) {
     const float val = x[c];
@@ -83,8 +83,8 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
 
 }  // namespace
 
-void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, int q_norm_wtype,
-                             const void* k_norm, int k_norm_wtype, float eps, const float* cos, const float* sin,
+void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, WType q_norm_wtype,
+                             const void* k_norm, WType k_norm_wtype, float eps, const float* cos, const float* sin,
                              int64_t rot, bool interleaved, float* k_cache, float* v_cache, const int32_t* positions,
                              int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d, Stream s) {
   SLUICE_CHECK(d <= kMaxDim && rot <= d && rot % 2 == 0, Status::internal, "cuda attention_inputs: head_dim ", d,

@@ -14,11 +14,10 @@
 #include "core/error.h"
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/wtype.h"
 
 namespace sluice::cuda {
 
-// Weight element types a kernel can read (template parameter of the weight loaders).
-enum class WType : int { f32 = 0, f16 = 1, bf16 = 2 };
 
 template <WType T> __device__ __forceinline__ float load_w(const void* p, int64_t i);
 template <> __device__ __forceinline__ float load_w<WType::f32>(const void* p, int64_t i) {

@@ -17,14 +17,7 @@
 namespace sluice {
 namespace {
 
-int wtype_of(const Tensor& t, const char* op) {
-  switch (t.dtype) {
-    case DType::f32: return 0;
-    case DType::f16: return 1;
-    case DType::bf16: return 2;
-    default: fail(Status::unsupported, "cuda ", op, ": weight dtype ", dtype_name(t.dtype), " is not supported yet");
-  }
-}
+cuda::WType wtype_of(const Tensor& t, const char* op) { return cuda::float_wtype_of(t.dtype, op); }
 
 void check_f32(const Tensor& t, const char* op, const char* what) {
   SLUICE_CHECK(t.dtype == DType::f32, Status::internal, "cuda ", op, ": ", what, " must be f32, is ",
@@ -168,8 +161,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
   if (n == 0 || m == 0) return;
-  const int code = w.dtype == DType::q8 ? 10 : w.dtype == DType::q4 ? 11 : w.dtype == DType::q2 ? 12
-                                                                                                : wtype_of(w, "matmul");
+  const cuda::WType code = cuda::wtype_of(w.dtype, "matmul");
   if (n <= cuda::kMatvecMaxRows)  // decode: bandwidth-bound, every weight byte read once
     cuda::launch_matvec(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
   else  // prefill: shared-memory tiles, a weight element read once per 64 rows
@@ -187,7 +179,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
   check_f32(y, "rms_norm", "y");
   SLUICE_CHECK(x.numel() == y.numel() && (w.empty() || w.numel() == x.cols()), Status::internal,
                "cuda rms_norm: x ", x.shape_str(), ", w ", w.shape_str(), ", y ", y.shape_str());
-  cuda::launch_rms_norm(x.ptr<float>(), w.empty() ? nullptr : w.data, w.empty() ? 0 : wtype_of(w, "rms_norm"),
+  cuda::launch_rms_norm(x.ptr<float>(), w.empty() ? nullptr : w.data, w.empty() ? cuda::WType::f32 : wtype_of(w, "rms_norm"),
                         y.ptr<float>(), x.rows(), x.cols(), eps, stream_);
 }
 
@@ -199,7 +191,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w
                Status::internal, "cuda add_rms_norm: x ", x.shape_str(), ", y ", y.shape_str(), ", w ", w.shape_str(),
                ", out ", out.shape_str());
   cuda::launch_add_rms_norm(x.ptr<float>(), y.ptr<float>(), w.empty() ? nullptr : w.data,
-                            w.empty() ? 0 : wtype_of(w, "add_rms_norm"), out.ptr<float>(), x.rows(), x.cols(), eps,
+                            w.empty() ? cuda::WType::f32 : wtype_of(w, "add_rms_norm"), out.ptr<float>(), x.rows(), x.cols(), eps,
                             stream_);
 }
 
@@ -219,9 +211,9 @@ void CudaBackend::attention_inputs(const Tensor& q, const Tensor& k, const Tenso
   SLUICE_CHECK(positions.empty() || positions.dtype == DType::i32, Status::internal,
                "cuda attention_inputs: positions must be i32");
   cuda::launch_attention_inputs(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), q_norm.empty() ? nullptr : q_norm.data,
-                                q_norm.empty() ? 0 : wtype_of(q_norm, "attention_inputs"),
+                                q_norm.empty() ? cuda::WType::f32 : wtype_of(q_norm, "attention_inputs"),
                                 k_norm.empty() ? nullptr : k_norm.data,
-                                k_norm.empty() ? 0 : wtype_of(k_norm, "attention_inputs"), eps, cos.ptr<float>(),
+                                k_norm.empty() ? cuda::WType::f32 : wtype_of(k_norm, "attention_inputs"), eps, cos.ptr<float>(),
                                 sin.ptr<float>(), rot_dim, interleaved, k_cache.ptr<float>(), v_cache.ptr<float>(),
                                 positions.empty() ? nullptr : positions.ptr<int32_t>(), n_past, n, nh, nkv, d, stream_);
 }
@@ -404,5 +396,28 @@ void CudaBackend::graph_launch(const BackendGraph& graph) {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+namespace cuda {
+
+WType wtype_of(DType t, const char* op) {
+  switch (t) {
+    case DType::f32: return WType::f32;
+    case DType::f16: return WType::f16;
+    case DType::bf16: return WType::bf16;
+    case DType::q8: return WType::q8;
+    case DType::q4: return WType::q4;
+    case DType::q2: return WType::q2;
+    default: break;
+  }
+  fail(Status::unsupported, "cuda ", op, ": weight dtype ", dtype_name(t), " is not supported");
+}
+
+WType float_wtype_of(DType t, const char* op) {
+  SLUICE_CHECK(dtype_is_float(t), Status::unsupported, "cuda ", op, ": weight dtype ", dtype_name(t),
+               " is not supported yet");
+  return wtype_of(t, op);
+}
+
+}  // namespace cuda
 
 }  // namespace sluice

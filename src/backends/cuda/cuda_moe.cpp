@@ -16,24 +16,12 @@ namespace {
 struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
-  int32_t wtype = cuda::expert_unavailable;  // every expert's (they share one dtype)
+  cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
 // The grouped expert kernels pay off once experts average this many pairs (a tile of 64
 // pairs reads the expert once; the per-pair kernels read it once per pair).
 constexpr int64_t kGroupedPairsPerExpert = 4;
-
-int32_t expert_wtype(DType t) {
-  switch (t) {
-    case DType::f32: return cuda::expert_f32;
-    case DType::f16: return cuda::expert_f16;
-    case DType::bf16: return cuda::expert_bf16;
-    case DType::q8: return cuda::expert_q8;
-    case DType::q4: return cuda::expert_q4;
-    case DType::q2: return cuda::expert_q2;
-    default: fail(Status::unsupported, "cuda moe: expert weight dtype ", dtype_name(t), " is not supported");
-  }
-}
 
 }  // namespace
 
@@ -59,7 +47,7 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
       SLUICE_CHECK(!dtype_is_quantized(t) || parts[i]->scales, Status::internal, "cuda moe: expert ", e,
                    " is quantized without scales");
     }
-    refs[e].wtype = expert_wtype(t);
+    refs[e].wtype = cuda::wtype_of(t, "moe");
   }
   table->wtype = refs[0].wtype;
   const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));

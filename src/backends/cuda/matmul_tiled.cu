@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kTM = 64, kTN = 64, kTK = 32;
 
-template <DotType T>
+template <WType T>
 __global__ void __launch_bounds__(256) matmul_tiled_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                                                            const uint8_t* __restrict__ scales, float* __restrict__ y,
                                                            int64_t n, int64_t m, int64_t k, int64_t row_bytes,
@@ -62,10 +62,10 @@ __global__ void __launch_bounds__(256) matmul_tiled_kernel(const float* __restri
 
 }  // namespace
 
-void launch_matmul_tiled(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
+void launch_matmul_tiled(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
                          int64_t k, Stream s) {
   if (n == 0 || m == 0) return;
-  const DotType t = static_cast<DotType>(dtype);
+  const WType t = dtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   SLUICE_CHECK((n + kTM - 1) / kTM < 65536, Status::unsupported, "cuda matmul: ", n, " rows exceed one launch");
   const dim3 grid(blocks_for(m, kTN), static_cast<unsigned>((n + kTM - 1) / kTM));
@@ -73,12 +73,12 @@ void launch_matmul_tiled(const float* x, const void* w, const void* scales, int 
   auto wb = static_cast<const uint8_t*>(w);
   auto sc = static_cast<const uint8_t*>(scales);
   switch (t) {
-    case DotType::f32: matmul_tiled_kernel<DotType::f32><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
-    case DotType::f16: matmul_tiled_kernel<DotType::f16><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
-    case DotType::bf16: matmul_tiled_kernel<DotType::bf16><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
-    case DotType::q8: matmul_tiled_kernel<DotType::q8><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
-    case DotType::q4: matmul_tiled_kernel<DotType::q4><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
-    case DotType::q2: matmul_tiled_kernel<DotType::q2><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::f32: matmul_tiled_kernel<WType::f32><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::f16: matmul_tiled_kernel<WType::f16><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::bf16: matmul_tiled_kernel<WType::bf16><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::q8: matmul_tiled_kernel<WType::q8><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::q4: matmul_tiled_kernel<WType::q4><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::q2: matmul_tiled_kernel<WType::q2><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -14,7 +14,7 @@ constexpr int kWarps = 8;
 // A block's kWarps warps form kWarps / KS groups of KS warps; a group computes weight rows
 // j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing), its warps splitting k
 // (small m: enough blocks to fill the GPU); the KS partial sums are added in warp order.
-template <DotType T, int NX, int NW, int KS>
+template <WType T, int NX, int NW, int KS>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
                               int64_t row_bytes, int64_t scale_row_bytes, bool vec) {
@@ -62,7 +62,7 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
   }
 }
 
-template <DotType T, int NX, int NW, int KS>
+template <WType T, int NX, int NW, int KS>
 void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
                int64_t sb, bool vec, cudaStream_t st) {
   const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
@@ -74,7 +74,7 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
 // a row per warp with 8 of its chunks in flight per lane (a warp per row fills the GPU with
 // loads; a block per row, as below, spent each block's life on one round trip); fewer rows
 // (routers, expert-sized matrices), one row per 8 warps splitting k, so that enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
-template <DotType T>
+template <WType T>
 void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
               int64_t rb, int64_t sb, bool vec, cudaStream_t st) {
   switch (n) {
@@ -91,22 +91,22 @@ void launch_t(const float* x, const void* w, const void* scales, float* y, int64
 
 }  // namespace
 
-void launch_matvec(const float* x, const void* w, const void* scales, int dtype, float* y, int64_t n, int64_t m,
+void launch_matvec(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
                    int64_t k, Stream s) {
   SLUICE_CHECK(n >= 1 && n <= kMatvecMaxRows, Status::internal, "cuda matvec: ", n, " rows (1..", kMatvecMaxRows,
                ")");
   if (m == 0) return;
-  const DotType t = static_cast<DotType>(dtype);
+  const WType t = dtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   const bool vec = row_dot_vec_ok(t, w, k, x, k);
   auto st = static_cast<cudaStream_t>(s);
   switch (t) {
-    case DotType::f32: launch_t<DotType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case DotType::f16: launch_t<DotType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case DotType::bf16: launch_t<DotType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case DotType::q8: launch_t<DotType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case DotType::q4: launch_t<DotType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case DotType::q2: launch_t<DotType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::f32: launch_t<WType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::f16: launch_t<WType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::bf16: launch_t<WType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -29,9 +29,9 @@ constexpr int kDownRows = 4;     // embd rows per warp in down
 // there and keep 2. Down + combine: 8 rows a block, 256 blocks, one wave at 2 an SM (at most
 // 128 registers; q4 spills 60 bytes); q2 and mixed would spill there and keep 4 rows and the
 // compiler's choice of registers.
-template <int WT>
+template <WType WT>
 constexpr int gate_up_blocks_per_sm() {
-  return WT == expert_q2 || WT < 0 ? 2 : 3;
+  return WT == WType::q2 || WT == WType::unavailable ? 2 : 3;
 }
 
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
@@ -88,19 +88,19 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
     for (int64_t r = 0; r < k; ++r) weights[row * k + r] = weights[row * k + r] / top_sum;
 }
 
-// NW dots of one activation row: compiled for weight type WT, or (WT < 0) switching on the
+// NW dots of one activation row: compiled for weight type WT, or (WT == WType::unavailable) switching on the
 // expert's type at run time. The same sums either way.
-template <int WT, int NW>
-__device__ __forceinline__ void expert_rows_dot(int wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+template <WType WT, int NW>
+__device__ __forceinline__ void expert_rows_dot(WType wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
                                                 const float* __restrict__ x, int64_t k, bool vec, int lane,
                                                 float (&out)[NW]) {
-  if constexpr (WT < 0) {
+  if constexpr (WT == WType::unavailable) {
     rows_dot_any<NW>(wtype, w, s, x, k, vec, lane, out);
   } else {
     float acc[1][NW];
 #pragma unroll
     for (int r = 0; r < NW; ++r) acc[0][r] = 0.0f;
-    rows_dot_partial<static_cast<DotType>(WT), 1, NW>(w, s, x, 0, k, vec, lane, acc);
+    rows_dot_partial<WT, 1, NW>(w, s, x, 0, k, vec, lane, acc);
 #pragma unroll
     for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);
   }
@@ -109,12 +109,12 @@ __device__ __forceinline__ void expert_rows_dot(int wtype, const uint8_t* const 
 // done == null: no flags (the fully resident launch).
 __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                             int64_t p) {
-  return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != expert_unavailable;
+  return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != WType::unavailable;
 }
 
 // grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
 // four rows (two of gate, two of up) share every activation chunk loaded.
-template <int WT>
+template <WType WT>
 __global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()) moe_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
                                    const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
                                    float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()
   const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kExpertWarps + warp) * kGateRows;
   if (j0 >= n_ff) return;
   const ExpertRef& ref = table[ids[p]];
-  const DotType t = static_cast<DotType>(ref.wtype);
+  const WType t = ref.wtype;
   const int64_t rb = dot_row_bytes(t, n_embd), sb = dot_scale_row_bytes(t, n_embd);
   const float* x = h + (p / k) * n_embd;
   const bool vec = row_dot_vec_ok(t, ref.data[0], n_embd, x, n_embd) && row_dot_vec_ok(t, ref.data[1], n_embd, x, n_embd);
@@ -153,10 +153,10 @@ __global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()
 
 // The down rows i0 .. i0 + kDownRows - 1 of pair p's expert applied to act[p]: y[r].
 // Per-row sums do not depend on DR (each row's chunks are summed in the same order).
-template <int WT, int DR>
+template <WType WT, int DR>
 __device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __restrict__ a, int64_t i0,
                                           int64_t n_embd, int64_t n_ff, int lane, float (&y)[DR]) {
-  const DotType t = static_cast<DotType>(ref.wtype);
+  const WType t = ref.wtype;
   const int64_t rb = dot_row_bytes(t, n_ff), sb = dot_scale_row_bytes(t, n_ff);
   const bool vec = row_dot_vec_ok(t, ref.data[2], n_ff, a, n_ff);
   const uint8_t* w[DR];
@@ -171,7 +171,7 @@ __device__ __forceinline__ void down_rows(const ExpertRef& ref, const float* __r
 }
 
 // grid (n_pairs, ceil(n_embd / (kExpertWarps * kDownRows))); warp -> (pair, embd rows i0..).
-template <int WT>
+template <WType WT>
 __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
                                 const uint8_t* __restrict__ done, const float* __restrict__ act,
                                 float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
@@ -194,12 +194,12 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
 // decode token's 8 experts are read in parallel; the per-rank sums meet in shared memory and
 // are combined in rank order with the fmaf of moe_combine_done_kernel.
 // dynamic shared memory: k * kCombineRows floats.
-template <int WT>
+template <WType WT>
 constexpr int combine_rows() {
-  return WT == expert_q2 || WT < 0 ? kDownRows : 8;
+  return WT == WType::q2 || WT == WType::unavailable ? kDownRows : 8;
 }
 
-template <int WT, int kCombineRows = combine_rows<WT>()>
+template <WType WT, int kCombineRows = combine_rows<WT>()>
 __global__ void __launch_bounds__(kExpertWarps * 32, kCombineRows == 8 ? 2 : 1) moe_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                         const ExpertRef* __restrict__ table, const float* __restrict__ act,
                                         float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
@@ -277,7 +277,7 @@ __global__ void moe_group_kernel(const int32_t* __restrict__ ids, int64_t pairs,
 // grid (ceil(cols / kGTN), n_expert, ceil(pairs / kGTM)). Tile t of expert e: its pairs
 // order[offsets[e] + t * kGTM ..]; x row of pair p: x + (GATE ? p / k : p) * kdim. NMAT = 2
 // (gate and up: act = silu(g) * u) or 1 (down: pair_out).
-template <DotType T, int NMAT>
+template <WType T, int NMAT>
 __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restrict__ x, const int32_t* __restrict__ order,
                                                           const int32_t* __restrict__ offsets,
                                                           const ExpertRef* __restrict__ table, float* __restrict__ y,
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restric
   }
 }
 
-template <DotType T>
+template <WType T>
 void launch_grouped_t(const float* h, const int32_t* order, const int32_t* offsets, const ExpertRef* table, float* act,
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
   const int64_t pairs = shape.n_rows * shape.k;
@@ -372,7 +372,7 @@ int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
 }
 
 void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                int32_t wtype, void* group, float* act, float* pair_out, float* out,
+                                WType wtype, void* group, float* act, float* pair_out, float* out,
                                 const MoeShape& shape, Stream s) {
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
@@ -384,14 +384,14 @@ void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float*
   int32_t* order = offsets + shape.n_expert + 1;
   moe_group_kernel<<<1, 1024, 2 * shape.n_expert * sizeof(int32_t), st>>>(ids, pairs, shape.n_expert, offsets, order);
   CUDA_CHECK(cudaGetLastError());
-  switch (static_cast<DotType>(wtype)) {
-    case DotType::f32: launch_grouped_t<DotType::f32>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case DotType::f16: launch_grouped_t<DotType::f16>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case DotType::bf16: launch_grouped_t<DotType::bf16>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case DotType::q8: launch_grouped_t<DotType::q8>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case DotType::q4: launch_grouped_t<DotType::q4>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case DotType::q2: launch_grouped_t<DotType::q2>(h, order, offsets, table, act, pair_out, shape, st); break;
-    default: fail(Status::internal, "cuda moe grouped: weight type ", wtype);
+  switch (wtype) {
+    case WType::f32: launch_grouped_t<WType::f32>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case WType::f16: launch_grouped_t<WType::f16>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case WType::bf16: launch_grouped_t<WType::bf16>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case WType::q8: launch_grouped_t<WType::q8>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case WType::q4: launch_grouped_t<WType::q4>(h, order, offsets, table, act, pair_out, shape, st); break;
+    case WType::q2: launch_grouped_t<WType::q2>(h, order, offsets, table, act, pair_out, shape, st); break;
+    default: fail(Status::internal, "cuda moe grouped: weight type ", static_cast<int>(wtype));
   }
   launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
 }
@@ -410,7 +410,7 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
 
 namespace {
 
-template <int WT>
+template <WType WT>
 void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
   const int64_t pairs = shape.n_rows * shape.k;
@@ -425,7 +425,7 @@ void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <int WT>
+template <WType WT>
 void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                               float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
   const int64_t pairs = shape.n_rows * shape.k;
@@ -444,13 +444,13 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
 // Runs the statement with WT, a constant, set to the shape's uniform weight type (-1: mixed).
 #define SLUICE_WITH_WTYPE(wtype, ...)                               \
   switch (wtype) {                                                  \
-    case expert_f32: { constexpr int WT = expert_f32; __VA_ARGS__; } break;   \
-    case expert_f16: { constexpr int WT = expert_f16; __VA_ARGS__; } break;   \
-    case expert_bf16: { constexpr int WT = expert_bf16; __VA_ARGS__; } break; \
-    case expert_q8: { constexpr int WT = expert_q8; __VA_ARGS__; } break;     \
-    case expert_q4: { constexpr int WT = expert_q4; __VA_ARGS__; } break;     \
-    case expert_q2: { constexpr int WT = expert_q2; __VA_ARGS__; } break;     \
-    default: { constexpr int WT = -1; __VA_ARGS__; } break;                   \
+    case WType::f32: { constexpr WType WT = WType::f32; __VA_ARGS__; } break;   \
+    case WType::f16: { constexpr WType WT = WType::f16; __VA_ARGS__; } break;   \
+    case WType::bf16: { constexpr WType WT = WType::bf16; __VA_ARGS__; } break; \
+    case WType::q8: { constexpr WType WT = WType::q8; __VA_ARGS__; } break;     \
+    case WType::q4: { constexpr WType WT = WType::q4; __VA_ARGS__; } break;     \
+    case WType::q2: { constexpr WType WT = WType::q2; __VA_ARGS__; } break;     \
+    default: { constexpr WType WT = WType::unavailable; __VA_ARGS__; } break;                   \
   }
 
 }  // namespace

@@ -14,25 +14,13 @@
 
 namespace sluice::cuda {
 
-// Weight type of an expert table entry: the matmul codes of kernels.h (0 f32, 1 f16, 2 bf16)
-// and the quantized kinds (core/quant.h layouts).
-enum ExpertWType : int32_t {
-  expert_unavailable = -1,  // the expert is not (yet) in device memory: its pairs are skipped
-  expert_f32 = 0,
-  expert_f16 = 1,
-  expert_bf16 = 2,
-  expert_q8 = 10,
-  expert_q4 = 11,
-  expert_q2 = 12,
-};
-
 // One routed expert's three projections in device memory. 64 bytes, so a table entry is one
 // aligned load. Quantized rows are quant_row_bytes(cols) long with quant_scale_row_bytes(cols)
 // of scales per row (core/quant.h), dense rows cols elements.
 struct ExpertRef {
   const void* data[3] = {nullptr, nullptr, nullptr};    // gate [n_ff, n_embd], up [n_ff, n_embd], down [n_embd, n_ff]
   const void* scales[3] = {nullptr, nullptr, nullptr};  // quantized kinds only
-  int32_t wtype = expert_unavailable;                   // ExpertWType
+  WType wtype = WType::unavailable;                   // unavailable: not (yet) in device memory, the pairs are skipped
   int32_t pad = 0;
 };
 static_assert(sizeof(ExpertRef) == 56 || sizeof(ExpertRef) == 64, "ExpertRef is a small POD");
@@ -43,10 +31,10 @@ struct MoeShape {
   int64_t n_embd = 0;    // model width: h and out columns
   int64_t n_ff = 0;      // expert width
   int64_t n_expert = 0;  // table entries
-  // The weight type every available expert has (ExpertWType), or expert_unavailable when
+  // The weight type every available expert has, or WType::unavailable when
   // they may differ: the per-pair kernels are then compiled for that type alone (fewer
   // registers, more warps resident) instead of switching on each expert's type.
-  int32_t wtype = expert_unavailable;
+  WType wtype = WType::unavailable;
 };
 
 // ids[n, k] (i32) and weights[n, k] (f32) = transformers' routing of logits[n, n_expert]:
@@ -89,7 +77,7 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
 // the other pairs of its tile, but they are ordered differently from launch_moe_experts'.
 int64_t moe_grouped_scratch_bytes(const MoeShape& shape);
 void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                int32_t wtype, void* group, float* act, float* pair_out, float* out,
+                                WType wtype, void* group, float* act, float* pair_out, float* out,
                                 const MoeShape& shape, Stream s);
 
 }  // namespace sluice::cuda

@@ -120,11 +120,11 @@ void launch_norm_t(float* x, const float* add, const void* w, float* y, int64_t 
 
 }  // namespace
 
-void launch_add_rms_norm(float* x, const float* add, const void* w, int wtype, float* y, int64_t rows, int64_t cols,
+void launch_add_rms_norm(float* x, const float* add, const void* w, WType wtype, float* y, int64_t rows, int64_t cols,
                          float eps, Stream s) {
   if (rows == 0) return;
   auto st = static_cast<cudaStream_t>(s);
-  switch (static_cast<WType>(wtype)) {
+  switch (wtype) {
     case WType::f32: launch_norm_t<WType::f32>(x, add, w, y, rows, cols, eps, st); break;
     case WType::f16: launch_norm_t<WType::f16>(x, add, w, y, rows, cols, eps, st); break;
     case WType::bf16: launch_norm_t<WType::bf16>(x, add, w, y, rows, cols, eps, st); break;
@@ -132,17 +132,17 @@ void launch_add_rms_norm(float* x, const float* add, const void* w, int wtype, f
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_rms_norm(const float* x, const void* w, int wtype, float* y, int64_t rows, int64_t cols, float eps,
+void launch_rms_norm(const float* x, const void* w, WType wtype, float* y, int64_t rows, int64_t cols, float eps,
                      Stream s) {
   // Without `add` the kernel only reads x.
   launch_add_rms_norm(const_cast<float*>(x), nullptr, w, wtype, y, rows, cols, eps, s);
 }
 
-void launch_add_bias(float* y, const void* b, int wtype, int64_t rows, int64_t cols, Stream s) {
+void launch_add_bias(float* y, const void* b, WType wtype, int64_t rows, int64_t cols, Stream s) {
   const int64_t n = rows * cols;
   if (n == 0) return;
   auto st = static_cast<cudaStream_t>(s);
-  switch (static_cast<WType>(wtype)) {
+  switch (wtype) {
     case WType::f32: add_bias_kernel<WType::f32><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;
     case WType::f16: add_bias_kernel<WType::f16><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;
     case WType::bf16: add_bias_kernel<WType::bf16><<<blocks_for(n, 256), 256, 0, st>>>(y, b, rows, cols); break;

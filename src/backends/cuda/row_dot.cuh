@@ -17,54 +17,52 @@
 
 namespace sluice::cuda {
 
-// Weight codes of the dot products: WType's 0..2 and the quantized kinds.
-enum class DotType : int { f32 = 0, f16 = 1, bf16 = 2, q8 = 10, q4 = 11, q2 = 12 };
 
 // Elements one lane consumes per 16-byte load.
-template <DotType T> __host__ __device__ constexpr int dot_vec_elems() {
-  if constexpr (T == DotType::f32) return 4;
-  else if constexpr (T == DotType::f16 || T == DotType::bf16) return 8;
-  else if constexpr (T == DotType::q8) return 16;
-  else if constexpr (T == DotType::q4) return 32;
+template <WType T> __host__ __device__ constexpr int dot_vec_elems() {
+  if constexpr (T == WType::f32) return 4;
+  else if constexpr (T == WType::f16 || T == WType::bf16) return 8;
+  else if constexpr (T == WType::q8) return 16;
+  else if constexpr (T == WType::q4) return 32;
   else return 64;
 }
 
 // Bytes of one row's packed values and of its scales, for k columns.
-__host__ __device__ inline int64_t dot_row_bytes(DotType t, int64_t k) {
+__host__ __device__ inline int64_t dot_row_bytes(WType t, int64_t k) {
   switch (t) {
-    case DotType::f32: return 4 * k;
-    case DotType::f16:
-    case DotType::bf16: return 2 * k;
-    case DotType::q8: return k;
-    case DotType::q4: return (k + 31) / 32 * 16;
-    case DotType::q2: return (k + 15) / 16 * 4;
+    case WType::f32: return 4 * k;
+    case WType::f16:
+    case WType::bf16: return 2 * k;
+    case WType::q8: return k;
+    case WType::q4: return (k + 31) / 32 * 16;
+    case WType::q2: return (k + 15) / 16 * 4;
   }
   return 0;
 }
-__host__ __device__ inline int64_t dot_scale_row_bytes(DotType t, int64_t k) {
+__host__ __device__ inline int64_t dot_scale_row_bytes(WType t, int64_t k) {
   switch (t) {
-    case DotType::q8: return 4;
-    case DotType::q4: return (k + 31) / 32 * 2;
-    case DotType::q2: return (k + 15) / 16 * 4;
+    case WType::q8: return 4;
+    case WType::q4: return (k + 31) / 32 * 2;
+    case WType::q2: return (k + 15) / 16 * 4;
     default: return 0;
   }
 }
 
-__host__ __device__ inline int dot_vec_width(DotType t) {
+__host__ __device__ inline int dot_vec_width(WType t) {
   switch (t) {
-    case DotType::f32: return 4;
-    case DotType::f16:
-    case DotType::bf16: return 8;
-    case DotType::q8: return 16;
-    case DotType::q4: return 32;
-    case DotType::q2: return 64;
+    case WType::f32: return 4;
+    case WType::f16:
+    case WType::bf16: return 8;
+    case WType::q8: return 16;
+    case WType::q4: return 32;
+    case WType::q2: return 64;
   }
   return 1;
 }
 
 // Whether the vectorized path applies: k a multiple of the load width, row starts (base and
 // stride) 16-byte aligned, x rows 16-byte aligned.
-__host__ __device__ inline bool row_dot_vec_ok(DotType t, const void* w, int64_t k, const float* x, int64_t ldx) {
+__host__ __device__ inline bool row_dot_vec_ok(WType t, const void* w, int64_t k, const float* x, int64_t ldx) {
   const int64_t rb = dot_row_bytes(t, k);
   return k % dot_vec_width(t) == 0 && rb % 16 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0 &&
          (reinterpret_cast<uintptr_t>(x) & 15) == 0 && ldx % 4 == 0;
@@ -89,7 +87,7 @@ __device__ __forceinline__ float byte_f(uint32_t v) {
 constexpr float kTwo23 = 8388608.0f;
 
 // The activations of chunk c (dot_vec_elems values) in registers.
-template <DotType T>
+template <WType T>
 __device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_t c, float (&xr)[dot_vec_elems<T>()]) {
   constexpr int E = dot_vec_elems<T>();
   const float4* xv = reinterpret_cast<const float4*>(x + c * E);
@@ -106,18 +104,18 @@ __device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_
 // The scales of one 16-byte weight chunk, loaded together with the chunk (so that their load
 // is in flight with the weights', not issued when the sums need them): q8 the row's scale,
 // q4 the group's scale, q2 four (scale, min) pairs; nothing for the float kinds.
-template <DotType T>
+template <WType T>
 struct ChunkScale {
-  float v[T == DotType::q8 || T == DotType::q4 ? 1 : T == DotType::q2 ? 8 : 1] = {};
+  float v[T == WType::q8 || T == WType::q4 ? 1 : T == WType::q2 ? 8 : 1] = {};
 };
-template <DotType T>
+template <WType T>
 __device__ __forceinline__ ChunkScale<T> load_chunk_scale(const uint8_t* __restrict__ srow, int64_t c) {
   ChunkScale<T> cs;
-  if constexpr (T == DotType::q8) {
+  if constexpr (T == WType::q8) {
     cs.v[0] = __ldg(reinterpret_cast<const float*>(srow));
-  } else if constexpr (T == DotType::q4) {
+  } else if constexpr (T == WType::q4) {
     cs.v[0] = __half2float(reinterpret_cast<const __half*>(srow)[c]);
-  } else if constexpr (T == DotType::q2) {
+  } else if constexpr (T == WType::q2) {
     const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
@@ -132,24 +130,24 @@ __device__ __forceinline__ ChunkScale<T> load_chunk_scale(const uint8_t* __restr
 // The dot of one 16-byte weight chunk (sc: its scales, load_chunk_scale) with the
 // activations xr. Quantized kinds sum q * x per group and apply the group's scale (and min)
 // once: the same weights, summed in another order.
-template <DotType T>
+template <WType T>
 __device__ __forceinline__ float chunk_dot(const uint4 wv, const ChunkScale<T>& sc,
                                            const float (&xr)[dot_vec_elems<T>()]) {
   const uint32_t w32[4] = {wv.x, wv.y, wv.z, wv.w};
   float acc = 0.0f;
-  if constexpr (T == DotType::f32) {
+  if constexpr (T == WType::f32) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc = fmaf(__uint_as_float(w32[i]), xr[i], acc);
-  } else if constexpr (T == DotType::bf16 || T == DotType::f16) {
+  } else if constexpr (T == WType::bf16 || T == WType::f16) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float w0, w1;
-      if constexpr (T == DotType::bf16) bf16x2_to_f32(w32[i], w0, w1);
+      if constexpr (T == WType::bf16) bf16x2_to_f32(w32[i], w0, w1);
       else f16x2_to_f32(w32[i], w0, w1);
       acc = fmaf(w0, xr[2 * i], acc);
       acc = fmaf(w1, xr[2 * i + 1], acc);
     }
-  } else if constexpr (T == DotType::q8) {
+  } else if constexpr (T == WType::q8) {
     // int8 q: q + 128 = byte ^ 0x80, so byte_f - (2^23 + 128) = q exactly.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -160,7 +158,7 @@ __device__ __forceinline__ float chunk_dot(const uint4 wv, const ChunkScale<T>& 
       acc = fmaf(byte_f<3>(v) - (kTwo23 + 128.0f), xr[4 * i + 3], acc);
     }
     acc *= sc.v[0];
-  } else if constexpr (T == DotType::q4) {
+  } else if constexpr (T == WType::q4) {
     // One group of 32: byte j holds element 2j (low nibble) and 2j+1 (high nibble); w = (q - 8) d.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -200,14 +198,14 @@ __device__ __forceinline__ float chunk_dot(const uint4 wv, const ChunkScale<T>& 
 }
 
 // Element c of a row (scalar path).
-template <DotType T>
+template <WType T>
 __device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const uint8_t* __restrict__ s, int64_t c) {
-  if constexpr (T == DotType::f32) return reinterpret_cast<const float*>(w)[c];
-  else if constexpr (T == DotType::f16) return __half2float(reinterpret_cast<const __half*>(w)[c]);
-  else if constexpr (T == DotType::bf16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(w)[c]);
-  else if constexpr (T == DotType::q8)
+  if constexpr (T == WType::f32) return reinterpret_cast<const float*>(w)[c];
+  else if constexpr (T == WType::f16) return __half2float(reinterpret_cast<const __half*>(w)[c]);
+  else if constexpr (T == WType::bf16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(w)[c]);
+  else if constexpr (T == WType::q8)
     return static_cast<float>(reinterpret_cast<const int8_t*>(w)[c]) * *reinterpret_cast<const float*>(s);
-  else if constexpr (T == DotType::q4) {
+  else if constexpr (T == WType::q4) {
     const float d = __half2float(reinterpret_cast<const __half*>(s)[c / 32]);
     const int q = (w[c / 2] >> (4 * (c & 1))) & 15;
     return static_cast<float>(q - 8) * d;
@@ -223,7 +221,7 @@ __device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const 
 // (the activations, not the weights, would otherwise bound the L1 traffic of a 4-bit row).
 // The caller reduces with warp_sum. vec: the vectorized path (row_dot_vec_ok held for every
 // row and x).
-template <DotType T, int NX, int NW>
+template <WType T, int NX, int NW>
 __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
                                                  const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
                                                  int lane, float (&acc)[NX][NW], int ks = 0, int n_ks = 1) {
@@ -266,19 +264,19 @@ __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], 
 // NW whole dots of rows with one activation row, in every lane (runtime type, uniform across
 // the warp).
 template <int NW>
-__device__ __forceinline__ void rows_dot_any(int wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
+__device__ __forceinline__ void rows_dot_any(WType wtype, const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
                                              const float* __restrict__ x, int64_t k, bool vec, int lane,
                                              float (&out)[NW]) {
   float acc[1][NW];
 #pragma unroll
   for (int r = 0; r < NW; ++r) acc[0][r] = 0.0f;
-  switch (static_cast<DotType>(wtype)) {
-    case DotType::f32: rows_dot_partial<DotType::f32, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
-    case DotType::f16: rows_dot_partial<DotType::f16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
-    case DotType::bf16: rows_dot_partial<DotType::bf16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
-    case DotType::q8: rows_dot_partial<DotType::q8, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
-    case DotType::q4: rows_dot_partial<DotType::q4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
-    case DotType::q2: rows_dot_partial<DotType::q2, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+  switch (wtype) {
+    case WType::f32: rows_dot_partial<WType::f32, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::f16: rows_dot_partial<WType::f16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::bf16: rows_dot_partial<WType::bf16, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::q8: rows_dot_partial<WType::q8, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::q4: rows_dot_partial<WType::q4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::q2: rows_dot_partial<WType::q2, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
   }
 #pragma unroll
   for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);

@@ -30,11 +30,11 @@ __global__ void moe_combine_kernel(const float* e, const float* w, float* out, i
 
 }  // namespace
 
-void launch_get_rows(const void* table, int wtype, const int32_t* ids, float* out, int64_t n, int64_t cols, Stream s) {
+void launch_get_rows(const void* table, WType wtype, const int32_t* ids, float* out, int64_t n, int64_t cols, Stream s) {
   const int64_t total = n * cols;
   if (total == 0) return;
   auto st = static_cast<cudaStream_t>(s);
-  switch (static_cast<WType>(wtype)) {
+  switch (wtype) {
     case WType::f32: get_rows_kernel<WType::f32><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;
     case WType::f16: get_rows_kernel<WType::f16><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;
     case WType::bf16: get_rows_kernel<WType::bf16><<<blocks_for(total, 256), 256, 0, st>>>(table, ids, out, n, cols); break;

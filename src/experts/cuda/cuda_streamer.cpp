@@ -13,7 +13,7 @@
 
 namespace sluice {
 
-CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, CudaBackend& b,
+CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, CudaBackend& b,
                          const StreamerOptions& o)
     : StreamState(std::move(p), k, topk, o), be(b), stream(b.stream()),
       wait_mode(o.wait_mode == WaitMode::spin ? cuda::HostWait::spin : cuda::HostWait::block) {
@@ -159,7 +159,7 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
 
 // ---- CudaStreamer ----
 
-CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, CudaBackend& backend,
+CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, CudaBackend& backend,
                            const StreamerOptions& opt)
     : impl_(std::make_unique<Impl>(std::move(pack), kind, top_k, backend, opt)) {}
 
@@ -183,7 +183,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   if (n == 0) return;
   m.ensure_capacity(n);
   // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
-  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::expert_unavailable : expert_wtype(m.kind)};
+  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::wtype_of(m.kind, "the expert cache")};
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
   cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s);
@@ -279,7 +279,7 @@ void CudaStreamer::reset_stats() {
 
 int32_t CudaStreamer::n_slots() const { return impl_->residency->n_slots(); }
 uint64_t CudaStreamer::slot_bytes() const { return impl_->slot_bytes; }
-ExpertKind CudaStreamer::kind() const { return impl_->kind; }
+DType CudaStreamer::kind() const { return impl_->kind; }
 const StreamerOptions& CudaStreamer::options() const { return impl_->opt; }
 const Residency& CudaStreamer::residency() const { return *impl_->residency; }
 
@@ -289,7 +289,7 @@ void CudaStreamer::set_routing_observer(RoutingObserver observer) {
   impl_->observer = std::move(observer);
 }
 
-std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
                                                       Backend& backend, const StreamerOptions& opt) {
   auto* cb = dynamic_cast<CudaBackend*>(&backend);
   if (!cb) return nullptr;

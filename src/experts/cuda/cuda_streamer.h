@@ -45,7 +45,7 @@ class CudaStreamer final : public StreamingProvider {
  public:
   // Throws invalid_argument for a cache below top_k slots (the message states the minimum),
   // a miss kind the pack lacks, bad options; out_of_memory when the slots do not fit.
-  CudaStreamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k, CudaBackend& backend,
+  CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, CudaBackend& backend,
                const StreamerOptions& opt);
   ~CudaStreamer() override;
 
@@ -58,7 +58,7 @@ class CudaStreamer final : public StreamingProvider {
   bool drain(std::chrono::milliseconds wait) override;
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
-  ExpertKind kind() const override;
+  DType kind() const override;
   const StreamerOptions& options() const override;
   const Residency& residency() const override;
 
@@ -74,7 +74,7 @@ class CudaStreamer final : public StreamingProvider {
 
 // The CUDA streamer on `backend`, or null when it is not a CUDA backend (make_streamer in
 // experts/streaming_provider.h picks the streamer for a backend).
-std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, ExpertKind kind, int64_t top_k,
+std::shared_ptr<StreamingProvider> make_cuda_streamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
                                                       Backend& backend, const StreamerOptions& opt);
 
 }  // namespace sluice

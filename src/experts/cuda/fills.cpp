@@ -11,23 +11,13 @@
 
 namespace sluice {
 
-int32_t expert_wtype(ExpertKind k) {
-  switch (k) {
-    case ExpertKind::bf16: return cuda::expert_bf16;
-    case ExpertKind::int8: return cuda::expert_q8;
-    case ExpertKind::q4: return cuda::expert_q4;
-    case ExpertKind::q2: return cuda::expert_q2;
-  }
-  fail(Status::internal, "cuda streamer: unknown expert kind");
-}
-
 size_t CudaStreamer::Impl::Fills::make_progress() {
   const size_t progress = m.pump() + land();
   if (progress == 0) cuda::host_idle(m.wait_mode);
   return progress;
 }
 
-cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, ExpertKind k) const {
+cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, DType k) const {
   const PackKindInfo& info = pack->kind(k);
   const uint8_t* base = slot_ptr(slot);
   cuda::ExpertRef r;
@@ -36,11 +26,11 @@ cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, ExpertKind k) const {
     r.data[i] = base + blocks[i]->offset;
     r.scales[i] = blocks[i]->scale_bytes ? base + blocks[i]->scale_offset : nullptr;
   }
-  r.wtype = expert_wtype(k);
+  r.wtype = cuda::wtype_of(k, "the expert cache");
   return r;
 }
 
-bool CudaStreamer::Impl::start_fill(const AcquireResult& a, int64_t record, ExpertKind k, IoPriority priority) {
+bool CudaStreamer::Impl::start_fill(const AcquireResult& a, int64_t record, DType k, IoPriority priority) {
   if (opt.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
     residency->complete_load(a.slot);
     return false;

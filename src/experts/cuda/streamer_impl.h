@@ -49,7 +49,7 @@ struct CudaStreamer::Impl : StreamState {
   struct Fill {
     int32_t slot = -1;      // device slot (state loading until its copy is listed)
     int64_t record = -1;
-    ExpertKind kind = ExpertKind::bf16;
+    DType kind = DType::bf16;
     IoPriority priority = IoPriority::demand;
     int32_t staging = -1;   // the host source: a staging buffer, or
     int32_t host_slot = -1; // a host-tier record (pinned in the tier until retired)
@@ -82,24 +82,24 @@ struct CudaStreamer::Impl : StreamState {
     Impl& m;
     std::function<size_t()> land;
     Fills(Impl& impl, std::function<size_t()> land_fn) : m(impl), land(std::move(land_fn)) {}
-    bool start_fill(const AcquireResult& a, int64_t record, ExpertKind kind, IoPriority priority) override {
+    bool start_fill(const AcquireResult& a, int64_t record, DType kind, IoPriority priority) override {
       return m.start_fill(a, record, kind, priority);
     }
     size_t make_progress() override;
     bool in_flight() const override { return m.in_flight() > 0; }
   };
 
-  Impl(std::shared_ptr<const Pack> p, ExpertKind k, int64_t topk, CudaBackend& b, const StreamerOptions& o);
+  Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, CudaBackend& b, const StreamerOptions& o);
   ~Impl();
 
   // ---- fills (fills.cpp; callers hold mu) ----
   uint8_t* slot_ptr(int32_t slot) const { return slots.as() + static_cast<uint64_t>(slot) * slot_bytes; }
   uint8_t* host_ptr(int32_t h) const { return host_mem.data() + static_cast<uint64_t>(h) * slot_bytes; }
   uint8_t* staging_ptr(int32_t s) const { return staging_mem.data() + static_cast<uint64_t>(s) * slot_bytes; }
-  bool resident(int32_t slot, int64_t record, ExpertKind k) const { return slot_holds(*residency, slot, record, k); }
+  bool resident(int32_t slot, int64_t record, DType k) const { return slot_holds(*residency, slot, record, k); }
   // The device table entry of the record in `slot`, of kind k.
-  cuda::ExpertRef ref(int32_t slot, ExpertKind k) const;
-  bool start_fill(const AcquireResult& a, int64_t record, ExpertKind k, IoPriority priority);
+  cuda::ExpertRef ref(int32_t slot, DType k) const;
+  bool start_fill(const AcquireResult& a, int64_t record, DType k, IoPriority priority);
   void submit_read(Fill f, void* dest);
   void fail_fill(const Fill& f);
   void on_read(const ReadCompletion& c);
@@ -189,8 +189,5 @@ struct CudaStreamer::Impl : StreamState {
   std::vector<int32_t> pins;  // device slots the latest step's computation reads
   RoutingObserver observer;
 };
-
-// The weight type of the device table entries of an expert kind.
-int32_t expert_wtype(ExpertKind k);
 
 }  // namespace sluice
