@@ -187,9 +187,12 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
 
 }  // namespace
 
-void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
-                         int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
-                         int64_t window, Stream s) {
+void launch_attention_at(const AttentionParams& p, Stream s) {
+  const float *q = p.q, *k = p.k, *v = p.v;
+  float* out = p.out;
+  const int64_t n = p.n, hq = p.hq, hkv = p.hkv, d = p.d, n_past = p.n_past, window = p.window;
+  const int32_t* n_past_dev = p.n_past_dev;
+  const float scale = p.scale;
   SLUICE_CHECK(d <= 32 * kMaxDimsPerLane, Status::unsupported, "cuda attention: head_dim ", d, " exceeds ",
                32 * kMaxDimsPerLane);
   if (n == 0) return;

@@ -83,17 +83,14 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
 
 }  // namespace
 
-void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, WType q_norm_wtype,
-                             const void* k_norm, WType k_norm_wtype, float eps, const float* cos, const float* sin,
-                             int64_t rot, bool interleaved, float* k_cache, float* v_cache, const int32_t* positions,
-                             int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d, Stream s) {
-  SLUICE_CHECK(d <= kMaxDim && rot <= d && rot % 2 == 0, Status::internal, "cuda attention_inputs: head_dim ", d,
-               ", rot ", rot);
-  if (n == 0) return;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(nh + 2 * nkv));
-  launch_chained(attention_inputs_kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(s), q, k, v, q_norm,
-                 q_norm_wtype, k_norm, k_norm_wtype, eps, cos, sin, rot, interleaved, k_cache, v_cache, positions, n_past,
-                 nh, nkv, d);
+void launch_attention_inputs(const AttentionInputsParams& p, Stream s) {
+  SLUICE_CHECK(p.d <= kMaxDim && p.rot <= p.d && p.rot % 2 == 0, Status::internal, "cuda attention_inputs: head_dim ",
+               p.d, ", rot ", p.rot);
+  if (p.n == 0) return;
+  const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(p.nh + 2 * p.nkv));
+  launch_chained(attention_inputs_kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(s), p.q, p.k, p.v,
+                 p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps, p.cos, p.sin, p.rot, p.interleaved,
+                 p.k_cache, p.v_cache, p.positions, p.n_past, p.nh, p.nkv, p.d);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -161,11 +161,11 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
   if (n == 0 || m == 0) return;
-  const cuda::WType code = cuda::wtype_of(w.dtype, "matmul");
+  const cuda::MatmulParams mp{x.ptr<float>(), w.data, w.scales, cuda::wtype_of(w.dtype, "matmul"), y.ptr<float>(), n, m, k};
   if (n <= cuda::kMatvecMaxRows)  // decode: bandwidth-bound, every weight byte read once
-    cuda::launch_matvec(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
+    cuda::launch_matvec(mp, stream_);
   else  // prefill: shared-memory tiles, a weight element read once per 64 rows
-    cuda::launch_matmul_tiled(x.ptr<float>(), w.data, w.scales, code, y.ptr<float>(), n, m, k, stream_);
+    cuda::launch_matmul_tiled(mp, stream_);
 }
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& b) {
@@ -210,12 +210,28 @@ void CudaBackend::attention_inputs(const Tensor& q, const Tensor& k, const Tenso
                k_cache.shape_str(), ", rot ", rot_dim, ", n_past ", n_past);
   SLUICE_CHECK(positions.empty() || positions.dtype == DType::i32, Status::internal,
                "cuda attention_inputs: positions must be i32");
-  cuda::launch_attention_inputs(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), q_norm.empty() ? nullptr : q_norm.data,
-                                q_norm.empty() ? cuda::WType::f32 : wtype_of(q_norm, "attention_inputs"),
-                                k_norm.empty() ? nullptr : k_norm.data,
-                                k_norm.empty() ? cuda::WType::f32 : wtype_of(k_norm, "attention_inputs"), eps, cos.ptr<float>(),
-                                sin.ptr<float>(), rot_dim, interleaved, k_cache.ptr<float>(), v_cache.ptr<float>(),
-                                positions.empty() ? nullptr : positions.ptr<int32_t>(), n_past, n, nh, nkv, d, stream_);
+  cuda::AttentionInputsParams a;
+  a.q = q.ptr<float>();
+  a.k = k.ptr<float>();
+  a.v = v.ptr<float>();
+  a.q_norm = q_norm.empty() ? nullptr : q_norm.data;
+  a.q_norm_wtype = q_norm.empty() ? cuda::WType::f32 : wtype_of(q_norm, "attention_inputs");
+  a.k_norm = k_norm.empty() ? nullptr : k_norm.data;
+  a.k_norm_wtype = k_norm.empty() ? cuda::WType::f32 : wtype_of(k_norm, "attention_inputs");
+  a.eps = eps;
+  a.cos = cos.ptr<float>();
+  a.sin = sin.ptr<float>();
+  a.rot = rot_dim;
+  a.interleaved = interleaved;
+  a.k_cache = k_cache.ptr<float>();
+  a.v_cache = v_cache.ptr<float>();
+  a.positions = positions.empty() ? nullptr : positions.ptr<int32_t>();
+  a.n_past = n_past;
+  a.n = n;
+  a.nh = nh;
+  a.nkv = nkv;
+  a.d = d;
+  cuda::launch_attention_inputs(a, stream_);
 }
 
 Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {
@@ -286,9 +302,20 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     cuda::launch_attention_decode(a, stream_);
     return;
   }
-  cuda::launch_attention_at(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), out.ptr<float>(), q.shape[0], q.shape[1],
-                         k.shape[1], q.shape[2], p.n_past, p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(),
-                         p.scale, p.sliding_window, stream_);
+  cuda::AttentionParams ap;
+  ap.q = q.ptr<float>();
+  ap.k = k.ptr<float>();
+  ap.v = v.ptr<float>();
+  ap.out = out.ptr<float>();
+  ap.n = q.shape[0];
+  ap.hq = q.shape[1];
+  ap.hkv = k.shape[1];
+  ap.d = q.shape[2];
+  ap.n_past = p.n_past;
+  ap.n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>();
+  ap.scale = p.scale;
+  ap.window = p.sliding_window;
+  cuda::launch_attention_at(ap, stream_);
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {

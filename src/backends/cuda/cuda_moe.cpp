@@ -79,8 +79,8 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.
     Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(shape)});
     Tensor pair_out = alloc(DType::f32, {n * k, table->n_embd});
-    cuda::launch_moe_experts_grouped(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), refs, table->wtype,
-                                     group.data, act.ptr<float>(), pair_out.ptr<float>(), out.ptr<float>(), shape,
+    cuda::launch_moe_experts_grouped({h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), refs, group.data,
+                                      act.ptr<float>(), pair_out.ptr<float>(), out.ptr<float>(), shape},
                                      stream_);
     return;
   }

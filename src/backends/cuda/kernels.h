@@ -10,36 +10,65 @@ namespace sluice::cuda {
 
 using Stream = void*;  // cudaStream_t
 
-// Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows: y[n, m] = x[n, k] .
-// w[m, k]^T; dtype: 0 f32, 1 f16, 2 bf16, 10 q8, 11 q4, 12 q2 (scales for the quantized kinds).
+// y[n, m] = x[n, k] . w[m, k]^T.
+struct MatmulParams {
+  const float* x = nullptr;       // [n, k] f32
+  const void* w = nullptr;        // [m, k] of type wtype
+  const void* scales = nullptr;   // the quantized kinds' scales (core/quant.h), else null
+  WType wtype = WType::f32;       // any but unavailable
+  float* y = nullptr;             // [n, m] f32
+  int64_t n = 0, m = 0, k = 0;
+};
+// Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows.
 constexpr int64_t kMatvecMaxRows = 4;
-void launch_matvec(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
-                   int64_t k, Stream s);
-// Prefill matmul (matmul_tiled.cu), any n, the same weight codes as launch_matvec.
-void launch_matmul_tiled(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
-                         int64_t k, Stream s);
+void launch_matvec(const MatmulParams& p, Stream s);
+// Prefill matmul (matmul_tiled.cu), any n.
+void launch_matmul_tiled(const MatmulParams& p, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype 0 f32, 1 f16, 2 bf16).
 void launch_rms_norm(const float* x, const void* w, WType wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
 // x[r, :] += add[r, :], then y = rms_norm(x) as launch_rms_norm (bit for bit the two launches).
 void launch_add_rms_norm(float* x, const float* add, const void* w, WType wtype, float* y, int64_t rows, int64_t cols,
                          float eps, Stream s);
-// Attention inputs (attention_inputs.cu): q [n, nh, d] and k [n, nkv, d] per-head RMSNorm'd
-// (q_norm / k_norm null: none; wtypes as launch_rms_norm) and rotated in place (cos/sin
-// [n, rot/2]), k and v [n, nkv, d] written to k_cache / v_cache [n_ctx, nkv, d] rows
-// positions[i] (device i32; null: n_past + i).
-void launch_attention_inputs(float* q, float* k, const float* v, const void* q_norm, WType q_norm_wtype,
-                             const void* k_norm, WType k_norm_wtype, float eps, const float* cos, const float* sin,
-                             int64_t rot, bool interleaved, float* k_cache, float* v_cache, const int32_t* positions,
-                             int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d, Stream s);
+// Attention inputs (attention_inputs.cu): q and k per-head RMSNorm'd and rotated in place, k
+// and v written to the caches.
+struct AttentionInputsParams {
+  float* q = nullptr;                   // [n, nh, d], in place
+  float* k = nullptr;                   // [n, nkv, d], in place
+  const float* v = nullptr;             // [n, nkv, d]
+  const void* q_norm = nullptr;         // [d] weights, or null: no norm
+  WType q_norm_wtype = WType::f32;      // f32, f16 or bf16
+  const void* k_norm = nullptr;         // [d] weights, or null: no norm
+  WType k_norm_wtype = WType::f32;
+  float eps = 1e-6f;
+  const float* cos = nullptr;           // [n, rot / 2]
+  const float* sin = nullptr;           // [n, rot / 2]
+  int64_t rot = 0;                      // rotated dims of each head (even, <= d)
+  bool interleaved = false;             // GPT-J pairs (2i, 2i+1); else neox (i, i + rot/2)
+  float* k_cache = nullptr;             // [n_ctx, nkv, d]
+  float* v_cache = nullptr;             // [n_ctx, nkv, d]
+  const int32_t* positions = nullptr;   // device i32 [n]: the cache rows; null: n_past + i
+  int64_t n_past = 0;
+  int64_t n = 0, nh = 0, nkv = 0, d = 0;
+};
+void launch_attention_inputs(const AttentionInputsParams& p, Stream s);
 void launch_add_bias(float* y, const void* b, WType wtype, int64_t rows, int64_t cols, Stream s);
 // x[n, heads, d] in place; cos/sin [n, rot/2].
 void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_t heads, int64_t d, int64_t rot,
                  bool interleaved, Stream s);
-// q [n, hq, d], k/v [ctx, hkv, d], out [n, hq, d]. n_past_dev: null, or device memory whose
-// value replaces n_past when the kernel runs (captured graphs).
-void launch_attention_at(const float* q, const float* k, const float* v, float* out, int64_t n, int64_t hq,
-                         int64_t hkv, int64_t d, int64_t n_past, const int32_t* n_past_dev, float scale,
-                         int64_t window, Stream s);
+// Causal grouped-query attention (attention.cu) for n query rows at positions n_past + i.
+struct AttentionParams {
+  const float* q = nullptr;             // [n, hq, d]
+  const float* k = nullptr;             // [ctx, hkv, d]
+  const float* v = nullptr;             // [ctx, hkv, d]
+  float* out = nullptr;                 // [n, hq, d]
+  int64_t n = 0, hq = 0, hkv = 0, d = 0;
+  int64_t n_past = 0;
+  const int32_t* n_past_dev = nullptr;  // null, or device memory whose value replaces n_past when
+                                        // the kernel runs (captured graphs)
+  float scale = 1.0f;                   // on q.k
+  int64_t window = 0;                   // 0: full causal; w: keys in (p - w, p]
+};
+void launch_attention_at(const AttentionParams& p, Stream s);
 void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s);
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);

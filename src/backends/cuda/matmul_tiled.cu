@@ -62,8 +62,12 @@ __global__ void __launch_bounds__(256) matmul_tiled_kernel(const float* __restri
 
 }  // namespace
 
-void launch_matmul_tiled(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
-                         int64_t k, Stream s) {
+void launch_matmul_tiled(const MatmulParams& p, Stream s) {
+  const float* x = p.x;
+  const void *w = p.w, *scales = p.scales;
+  const WType dtype = p.wtype;
+  float* y = p.y;
+  const int64_t n = p.n, m = p.m, k = p.k;
   if (n == 0 || m == 0) return;
   const WType t = dtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);

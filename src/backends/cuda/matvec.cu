@@ -91,8 +91,12 @@ void launch_t(const float* x, const void* w, const void* scales, float* y, int64
 
 }  // namespace
 
-void launch_matvec(const float* x, const void* w, const void* scales, WType dtype, float* y, int64_t n, int64_t m,
-                   int64_t k, Stream s) {
+void launch_matvec(const MatmulParams& p, Stream s) {
+  const float* x = p.x;
+  const void *w = p.w, *scales = p.scales;
+  const WType dtype = p.wtype;
+  float* y = p.y;
+  const int64_t n = p.n, m = p.m, k = p.k;
   SLUICE_CHECK(n >= 1 && n <= kMatvecMaxRows, Status::internal, "cuda matvec: ", n, " rows (1..", kMatvecMaxRows,
                ")");
   if (m == 0) return;

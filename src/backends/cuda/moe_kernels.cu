@@ -371,9 +371,14 @@ int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
   return (shape.n_expert + 1 + shape.n_rows * shape.k) * static_cast<int64_t>(sizeof(int32_t));
 }
 
-void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                WType wtype, void* group, float* act, float* pair_out, float* out,
-                                const MoeShape& shape, Stream s) {
+void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
+  const float *h = p.h, *weights = p.weights;
+  const int32_t* ids = p.ids;
+  const ExpertRef* table = p.table;
+  void* group = p.group;
+  float *act = p.act, *pair_out = p.pair_out, *out = p.out;
+  const MoeShape& shape = p.shape;
+  const WType wtype = shape.wtype;
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
   SLUICE_CHECK((pairs + kGTM - 1) / kGTM < 65536 && shape.n_expert < 65536 &&

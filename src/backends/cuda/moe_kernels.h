@@ -72,12 +72,20 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
 // Prefill (many pairs per expert): the same as launch_moe_experts_combine, with the pairs
 // grouped by expert on the device and each expert's weights read once per tile of 64 pairs
 // (shared-memory tiles, f32 FMA) instead of once per pair. Every entry of the table must be
-// available and of type wtype. Scratch: group (moe_grouped_scratch_bytes), act
-// [n_rows * k, n_ff] f32, pair_out [n_rows * k, n_embd] f32. A pair's sums do not depend on
-// the other pairs of its tile, but they are ordered differently from launch_moe_experts'.
+// available and of type shape.wtype. A pair's sums do not depend on the other pairs of its
+// tile, but they are ordered differently from launch_moe_experts'.
 int64_t moe_grouped_scratch_bytes(const MoeShape& shape);
-void launch_moe_experts_grouped(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                WType wtype, void* group, float* act, float* pair_out, float* out,
-                                const MoeShape& shape, Stream s);
+struct MoeGroupedParams {
+  const float* h = nullptr;          // [n_rows, n_embd]
+  const int32_t* ids = nullptr;      // [n_rows * k]
+  const float* weights = nullptr;    // [n_rows * k]
+  const ExpertRef* table = nullptr;  // [n_expert], every entry available, all of type shape.wtype
+  void* group = nullptr;             // scratch: moe_grouped_scratch_bytes(shape) bytes
+  float* act = nullptr;              // scratch: [n_rows * k, n_ff] f32
+  float* pair_out = nullptr;         // scratch: [n_rows * k, n_embd] f32
+  float* out = nullptr;              // [n_rows, n_embd]
+  MoeShape shape;
+};
+void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s);
 
 }  // namespace sluice::cuda
