@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "convert/convert.h"
-#include "convert/synthetic.h"
+#include "testkit/synthetic_model.h"
 #include "core/thread_pool.h"
 
 using namespace sluice;

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "convert/synthetic.h"
+#include "testkit/synthetic_model.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "experts/io_engine.h"

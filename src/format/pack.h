@@ -32,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -102,6 +103,8 @@ struct PackKindInfo {
 // scales, up, up scales, down, down scales, each 64-byte aligned; record_bytes is where the
 // last one ends and record_stride that rounded up to 4096. Checksums are left empty.
 PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff);
+// Packed-value and scale bytes of a [rows, cols] block of an expert kind.
+std::pair<uint64_t, uint64_t> pack_block_bytes(DType kind, int64_t rows, int64_t cols);
 
 struct PackDenseTensor {
   std::string name;               // the checkpoint's tensor name

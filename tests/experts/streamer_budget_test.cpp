@@ -18,7 +18,7 @@
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
 #include "convert/convert.h"
-#include "convert/synthetic.h"
+#include "testkit/synthetic_model.h"
 #include "experts/streamer.h"
 #include "models/load.h"
 

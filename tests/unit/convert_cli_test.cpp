@@ -16,7 +16,7 @@
 
 #include "../models/fixture_util.h"
 #include "cli_util.h"
-#include "convert/synthetic.h"
+#include "testkit/synthetic_model.h"
 #include "format/npy.h"
 #include "format/pack.h"
 

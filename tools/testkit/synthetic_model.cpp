@@ -1,5 +1,5 @@
 // Synthetic qwen3_moe checkpoints, streamed to disk.
-#include "convert/synthetic.h"
+#include "testkit/synthetic_model.h"
 
 #include <fcntl.h>
 #include <unistd.h>
