@@ -68,7 +68,9 @@ ReadRequest StreamState::read_request(int64_t record, DType k, void* dest, uint6
   return q;
 }
 
-std::optional<Error> StreamState::check_read(int64_t record, DType k, const uint8_t* bytes) const {
+std::optional<Error> StreamState::landed_error(const ReadCompletion& c, int64_t record, DType k,
+                                               const uint8_t* bytes) const {
+  if (c.status != Status::ok) return Error(c.status, str(describe(record, k), ": ", c.error));
   if (!opt.verify_reads) return std::nullopt;
   const PackKindInfo& info = pack->kind(k);
   const uint64_t got = XXH3_64bits(bytes, info.record_bytes);

@@ -61,10 +61,10 @@ struct StreamState {
   std::string describe(int64_t record, DType k) const;
   // The read of (record, k) into dest (record_stride bytes at the record's offset).
   ReadRequest read_request(int64_t record, DType k, void* dest, uint64_t tag, IoPriority priority) const;
-  // With --verify-reads: a record read into `bytes` checked against its manifest checksum; the
-  // error (corrupt) names the record, the file and the offset. Nothing when it matches or
-  // reads are not verified.
-  std::optional<Error> check_read(int64_t record, DType k, const uint8_t* bytes) const;
+  // What is wrong with a read of (record, k) that completed into `bytes`: the IO engine's error,
+  // or with --verify-reads a checksum mismatch (corrupt) naming the record, the file and the
+  // offset. Nothing when the record is good.
+  std::optional<Error> landed_error(const ReadCompletion& c, int64_t record, DType k, const uint8_t* bytes) const;
   // The cache's, the options' and the IO engine's part of the statistics (layers included).
   RunStats run_stats() const;
   // Forgets the per-layer counters and takes the IO counters as the new base.

@@ -150,12 +150,7 @@ size_t ExpertStreamer::land(std::chrono::milliseconds wait) {
     const std::optional<Read> read = take_in_flight(reads_, c.tag);
     if (!read) continue;
     const Read& rd = *read;
-    if (c.status != Status::ok) {
-      st_.residency->fail_load(rd.slot);
-      if (!first) first = Error(c.status, str(st_.describe(rd.record, rd.kind), ": ", c.error));
-      continue;
-    }
-    if (std::optional<Error> bad = st_.check_read(rd.record, rd.kind, slot_ptr(rd.slot))) {
+    if (std::optional<Error> bad = st_.landed_error(c, rd.record, rd.kind, slot_ptr(rd.slot))) {
       st_.residency->fail_load(rd.slot);
       if (!first) first = std::move(bad);
       continue;

@@ -90,11 +90,7 @@ void CudaStreamer::Impl::on_read(const ReadCompletion& c) {
   const std::optional<Fill> fill = take_in_flight(reading, c.tag);
   if (!fill) return;
   const Fill& f = *fill;
-  if (c.status != Status::ok) {
-    fail_fill(f);
-    throw Error(c.status, str(describe(f.record, f.kind), ": ", c.error));
-  }
-  if (std::optional<Error> bad = check_read(f.record, f.kind, source(f))) {
+  if (std::optional<Error> bad = landed_error(c, f.record, f.kind, source(f))) {
     fail_fill(f);
     throw *bad;
   }
