@@ -9,9 +9,10 @@
 
 namespace sluice {
 
-PerplexityScorer::PerplexityScorer(Model& model, int64_t n_ctx)
-    : model_(model), n_ctx_(n_ctx), t0_(std::chrono::steady_clock::now()) {
+PerplexityScorer::PerplexityScorer(Model& model, int64_t n_ctx, int64_t chunk)
+    : model_(model), n_ctx_(n_ctx), chunk_(chunk), t0_(std::chrono::steady_clock::now()) {
   SLUICE_CHECK(n_ctx >= 2, Status::invalid_argument, "perplexity needs a context of at least 2 tokens");
+  SLUICE_CHECK(chunk >= 1, Status::invalid_argument, "perplexity: chunks of ", chunk, " tokens");
   model.check_context(n_ctx, str("--ctx ", n_ctx));
   state_ = model.new_state(n_ctx);
   pending_.reserve(static_cast<size_t>(n_ctx));
@@ -33,12 +34,12 @@ void PerplexityScorer::score_window(std::span<const int32_t> ids) {
   const int64_t V = model_.info().n_vocab, len = static_cast<int64_t>(ids.size());
   state_->reset();
   double nll = 0;
-  for (int64_t c0 = 0; c0 < len; c0 += kPerplexityChunk) {
+  for (int64_t c0 = 0; c0 < len; c0 += chunk_) {
     if (cancel && cancel->load()) {
       interrupted_ = true;  // the window is dropped whole
       return;
     }
-    const int64_t n = std::min(kPerplexityChunk, len - c0);
+    const int64_t n = std::min(chunk_, len - c0);
     logits_.resize(static_cast<size_t>(n * V));
     model_.forward(ids.subspan(static_cast<size_t>(c0), static_cast<size_t>(n)), *state_, logits_, true);
     // Row i predicts token c0 + i + 1; the window's last row predicts nothing.

@@ -27,14 +27,15 @@ struct PerplexityResult {
   bool interrupted = false;  // stopped early by PerplexityScorer::cancel
 };
 
-// Tokens per forward pass of a window: its logits are [chunk, n_vocab] f32 (155 MB for a
-// 151936-token vocabulary), so a long window never holds all of its rows at once.
+// Tokens per forward pass of a window by default: its logits are [chunk, n_vocab] f32 (155 MB
+// for a 151936-token vocabulary at 256), so a long window never holds all of its rows at once.
 constexpr int64_t kPerplexityChunk = 256;
 
 class PerplexityScorer {
  public:
   // n_ctx >= 2 and within the model's context limit (Model::check_context), else an error.
-  PerplexityScorer(Model& model, int64_t n_ctx);
+  // chunk: tokens per forward pass (--ubatch), >= 1.
+  PerplexityScorer(Model& model, int64_t n_ctx, int64_t chunk = kPerplexityChunk);
 
   // Appends ids and scores every window they complete.
   void push(std::span<const int32_t> ids);
@@ -54,9 +55,10 @@ class PerplexityScorer {
 
   Model& model_;
   const int64_t n_ctx_;
+  const int64_t chunk_;
   std::unique_ptr<SequenceState> state_;
   std::vector<int32_t> pending_;  // ids of the window being filled, fewer than n_ctx
-  std::vector<float> logits_;     // [kPerplexityChunk, n_vocab]
+  std::vector<float> logits_;     // [chunk, n_vocab]
   double nll_ = 0;
   PerplexityResult r_;
   bool interrupted_ = false;

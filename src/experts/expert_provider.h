@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "experts/expert_math.h"
 #include "experts/routing.h"
+#include "experts/stats.h"
 
 namespace sluice {
 
@@ -25,6 +26,8 @@ struct MoeLayerCall {
                                         // empty at the last one (lookahead predicts with it)
   Tensor router_logits;                 // [rows, n_expert] f32 on the backend
   ExpertMath math;                      // what one expert computes (the family's)
+  StreamPhase phase = StreamPhase::decode;  // prefill: rows of one sequence's prompt chunk;
+                                            // decode: one token per sequence
 };
 
 class ExpertProvider {

@@ -14,6 +14,8 @@ namespace sluice {
 
 LayerStats& LayerStats::operator+=(const LayerStats& o) {
   steps += o.steps;
+  rows += o.rows;
+  overlapped += o.overlapped;
   routed += o.routed;
   unique += o.unique;
   hits += o.hits;
@@ -32,8 +34,11 @@ LayerStats& LayerStats::operator+=(const LayerStats& o) {
   prefetch_wait_seconds += o.prefetch_wait_seconds;
   service_wall_seconds += o.service_wall_seconds;
   service_cpu_seconds += o.service_cpu_seconds;
+  compute_seconds += o.compute_seconds;
   return *this;
 }
+
+std::string_view stream_phase_name(StreamPhase p) { return p == StreamPhase::prefill ? "prefill" : "decode"; }
 
 LayerStats RunStats::totals() const {
   LayerStats t;
@@ -46,6 +51,8 @@ namespace {
 nlohmann::json layer_json(const LayerStats& l) {
   return {
       {"steps", l.steps},
+      {"rows", l.rows},
+      {"overlapped", l.overlapped},
       {"routed", l.routed},
       {"unique", l.unique},
       {"hits", l.hits},
@@ -65,6 +72,7 @@ nlohmann::json layer_json(const LayerStats& l) {
       {"prefetch_wait_seconds", l.prefetch_wait_seconds},
       {"service_wall_seconds", l.service_wall_seconds},
       {"service_cpu_seconds", l.service_cpu_seconds},
+      {"compute_seconds", l.compute_seconds},
   };
 }
 
@@ -112,6 +120,9 @@ nlohmann::json RunStats::to_json() const {
              {"busy_seconds", io_busy_seconds},
              {"h2d_bytes", h2d_bytes}}},
            {"totals", layer_json(t)},
+           {"phases", {{"prefill", layer_json(prefill)}, {"decode", layer_json(decode)}}},
+           {"sub_batches_per_layer", layers.empty() ? 0.0 : static_cast<double>(prefill.steps) / layers.size()},
+           {"tokens_per_sub_batch", prefill.steps ? static_cast<double>(prefill.rows) / prefill.steps : 0.0},
        }},
       {"layers", std::move(layers_json)},
   };
@@ -132,7 +143,19 @@ std::string RunStats::summary() const {
                 decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(), byte_size_text(cache_bytes).c_str(),
                 static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
                 read_bytes_per_second() / 1e9);
-  return buf;
+  std::string s = buf;
+  // The streamed prefill, when its rows were split into sub-batches (more steps than layers).
+  if (!layers.empty() && prefill.steps > layers.size()) {
+    std::snprintf(buf, sizeof buf,
+                  " | prefill %.1f sub-batches a layer of %.1f tokens, hit rate %.3f, read %.2f GB, waited %.2f s, "
+                  "computed %.2f s",
+                  static_cast<double>(prefill.steps) / static_cast<double>(layers.size()),
+                  static_cast<double>(prefill.rows) / static_cast<double>(prefill.steps), prefill.hit_rate(),
+                  static_cast<double>(prefill.bytes_demand + prefill.bytes_prefetch) / 1e9, prefill.demand_wait_seconds,
+                  prefill.compute_seconds);
+    s += buf;
+  }
+  return s;
 }
 
 double RunStats::read_hidden_share() const {
@@ -155,6 +178,7 @@ std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride, ui
     if (l.prefetch_hits > l.hits) errs.push_back(str(at, "prefetch hits ", l.prefetch_hits, " > hits ", l.hits));
     if (l.host_hits > l.misses + l.prefetch_requests)
       errs.push_back(str(at, "host-tier hits ", l.host_hits, " > misses and prefetch requests"));
+    if (l.overlapped > l.steps) errs.push_back(str(at, "overlapped steps ", l.overlapped, " > steps ", l.steps));
     if (l.steps > 0 && l.routed == 0) errs.push_back(str(at, l.steps, " steps but nothing routed"));
     if (record_stride > 0) {
       if (l.bytes_demand != l.misses * record_stride + l.low_bit_reads * low_bit_stride)
@@ -164,7 +188,8 @@ std::vector<std::string> RunStats::consistency_errors(uint64_t record_stride, ui
         errs.push_back(str(at, "prefetch bytes ", l.bytes_prefetch, " != requests ", l.prefetch_requests, " x stride ",
                            record_stride));
     }
-    for (double s : {l.demand_wait_seconds, l.prefetch_wait_seconds, l.service_wall_seconds, l.service_cpu_seconds})
+    for (double s : {l.demand_wait_seconds, l.prefetch_wait_seconds, l.service_wall_seconds, l.service_cpu_seconds,
+                     l.compute_seconds})
       if (!(s >= 0)) errs.push_back(str(at, "negative or NaN time ", s));
   }
   const LayerStats t = totals();

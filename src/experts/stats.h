@@ -3,8 +3,11 @@
 // as JSON by `--stats FILE` and summarized in one line at the end of `sluice run`.
 //
 // Conventions (the consistency checks below rely on them):
-//   steps    plan-and-read rounds: one per layer per forward call, more when a prefill's
-//            rows are split into groups whose expert union fits the cache
+//   steps    plan-and-read rounds (sub-batches): one per layer per forward call, more when
+//            a prefill's rows are split into sub-batches whose expert union fits the cache
+//   rows     tokens over the steps (rows / steps: tokens per sub-batch)
+//   overlapped  sub-batches whose reads went out while the previous one still computed (the
+//            two-bank pipeline of a streamed prefill)
 //   routed   (row, rank) pairs routed to experts of this layer
 //   unique   distinct experts per step, summed over steps (the union over the batch rows)
 //   hits     unique experts found in the cache, resident or already loading (pending_hits
@@ -18,11 +21,16 @@
 //                 and demand accesses that found a prefetched record (confirmed predictions)
 //   cut           misses dropped by the deadline (--cut); low_bit of them were replaced by a
 //                 landed low-bit copy (--miss-kind)
+//   compute_seconds  the model thread computing experts (CPU streamer; 0 on CUDA, where the
+//                 device computes)
+// The counters are kept per phase too: prefill (a forward call of several rows of one
+// sequence: a prompt chunk) and decode (one token per sequence).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +39,8 @@ namespace sluice {
 
 struct LayerStats {
   uint64_t steps = 0;               // plan-and-read rounds (see above)
+  uint64_t rows = 0;                // tokens over the steps
+  uint64_t overlapped = 0;          // steps planned (reads issued) while the previous one computed
   uint64_t routed = 0, unique = 0;
   uint64_t hits = 0, pending_hits = 0, misses = 0;
   uint64_t host_hits = 0, low_bit_reads = 0;
@@ -43,13 +53,18 @@ struct LayerStats {
   double prefetch_wait_seconds = 0; // waiting for prefetched records still loading
   double service_wall_seconds = 0;  // the streamer's own work: plan, acquire, issue, publish
   double service_cpu_seconds = 0;   // the same, in thread CPU time
+  double compute_seconds = 0;       // computing experts on the model thread (CPU streamer)
 
   LayerStats& operator+=(const LayerStats& o);
   double hit_rate() const { return unique ? static_cast<double>(hits) / static_cast<double>(unique) : 0; }
 };
 
+enum class StreamPhase : uint8_t { prefill, decode };
+std::string_view stream_phase_name(StreamPhase p);  // "prefill", "decode"
+
 struct RunStats {
-  std::vector<LayerStats> layers;   // one per MoE layer
+  std::vector<LayerStats> layers;   // one per MoE layer, both phases
+  LayerStats prefill, decode;       // every layer's counters of one phase
 
   // Tokens and the wall time of the forward calls that processed them.
   uint64_t prefill_tokens = 0, decode_tokens = 0;
@@ -82,7 +97,9 @@ struct RunStats {
 
   nlohmann::json to_json() const;
   void write_json(const std::filesystem::path& path) const;  // atomic replace
-  // "decode 5.31 tok/s | expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s"
+  // "decode 5.31 tok/s | expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s",
+  // and when a prefill was streamed in more sub-batches than layers:
+  // " | prefill 3.0 sub-batches a layer of 21.3 tokens, hit rate 0.512, read 0.80 GB, waited 1.20 s, computed 2.10 s"
   std::string summary() const;
 
   // Violations of the conventions above, one line each (empty when consistent).

@@ -48,7 +48,7 @@ StreamState::StreamState(std::shared_ptr<const Pack> p, DType k, int64_t topk, c
   io = std::make_unique<IoEngine>(io_options(opt));
   files[kind] = io->add_file(pack->expert_file(kind));
   if (opt.miss_kind) files[*opt.miss_kind] = io->add_file(pack->expert_file(*opt.miss_kind));
-  layers.assign(static_cast<size_t>(n_layers), LayerStats{});
+  for (auto& per_layer : layers) per_layer.assign(static_cast<size_t>(n_layers), LayerStats{});
   io_base = io->counters();
 }
 
@@ -83,7 +83,12 @@ std::optional<Error> StreamState::landed_error(const ReadCompletion& c, int64_t 
 
 RunStats StreamState::run_stats() const {
   RunStats s;
-  s.layers = layers;
+  s.layers = layers[0];
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    s.layers[l] += layers[1][l];
+    s.prefill += layers[0][l];
+    s.decode += layers[1][l];
+  }
   s.slots = residency->n_slots();
   s.slot_bytes = slot_bytes;
   s.cache_bytes = static_cast<uint64_t>(s.slots) * slot_bytes;
@@ -105,7 +110,7 @@ RunStats StreamState::run_stats() const {
 }
 
 void StreamState::reset_counters() {
-  layers.assign(layers.size(), LayerStats{});
+  for (auto& per_layer : layers) per_layer.assign(per_layer.size(), LayerStats{});
   io_base = io->counters();
 }
 

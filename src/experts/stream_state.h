@@ -54,9 +54,13 @@ struct StreamState {
   std::unique_ptr<Residency> host;         // the host-RAM tier (LRU), or null
   std::unique_ptr<IoEngine> io;
   std::map<DType, int32_t> files;     // IO engine file index per kind in use
-  std::vector<LayerStats> layers;          // [n_layers]
+  std::vector<LayerStats> layers[2];       // [phase][n_layers]: StreamPhase order (prefill, decode)
   IoCounters io_base;                      // IO counters at the last reset
 
+  // Layer L's counters of a phase.
+  LayerStats& layer_stats(int64_t L, StreamPhase phase) {
+    return layers[static_cast<size_t>(phase)][static_cast<size_t>(L)];
+  }
   // "expert record R (layer L, expert E of kind K)", for messages.
   std::string describe(int64_t record, DType k) const;
   // The read of (record, k) into dest (record_stride bytes at the record's offset).

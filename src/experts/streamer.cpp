@@ -63,6 +63,7 @@ struct ExpertStreamer::StepClock {
     const double cpu = thread_cpu_seconds() - cpu0;
     ls.service_wall_seconds += std::max(0.0, wall - compute_wall - wait_wall);
     ls.service_cpu_seconds += std::max(0.0, cpu - compute_cpu - wait_cpu);
+    ls.compute_seconds += compute_wall;
   }
 };
 
@@ -172,32 +173,6 @@ bool ExpertStreamer::drain(std::chrono::milliseconds wait) {
   return true;
 }
 
-void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
-  SLUICE_CHECK(c.routing && c.router, Status::internal, "expert streamer: a MoE call without its routing");
-  const Routing& r = *c.routing;
-  const int64_t n = r.n_rows, k = r.k, d = c.h.cols();
-  SLUICE_CHECK(c.moe_layer >= 0 && c.moe_layer < st_.n_layers, Status::internal, "expert streamer: MoE layer ",
-               c.moe_layer, " outside the pack's ", st_.n_layers);
-  SLUICE_CHECK(k <= n_slots(), Status::invalid_argument, "expert cache: ", n_slots(), " slots cannot hold the ", k,
-               " experts of one token");
-  for (int32_t e : r.ids)
-    SLUICE_CHECK(e >= 0 && e < st_.n_expert, Status::internal, "expert streamer: routed expert ", e, " outside [0, ", st_.n_expert, ")");
-  Tensor expert_out = be.alloc(DType::f32, {n * k, d});  // [n*k, n_embd], row = pair
-  std::vector<uint8_t> dropped(static_cast<size_t>(n * k), 0);
-
-  // Groups of consecutive rows whose expert union fits the cache: the whole batch when it
-  // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
-  for (int64_t row0 = 0; row0 < n;) {
-    const int64_t row1 = row_group_end(r.ids, k, row0, n, n_slots(), st_.n_expert);
-    step(be, c, row0, row1, expert_out, dropped);
-    row0 = row1;
-  }
-  // A cut expert contributes nothing; the remaining weights stay as routed.
-  for (size_t p = 0; p < dropped.size(); ++p)
-    if (dropped[p]) be.fill(expert_out.slice_rows(static_cast<int64_t>(p), 1), 0.0f);
-  be.moe_combine(expert_out, r.weights, k, c.out);
-}
-
 // The CPU side of the plan's decisions: fills land in host slots, and waits run on this
 // thread, counted as demand waits of the step.
 struct ExpertStreamer::Fills final : StepFills {
@@ -217,25 +192,90 @@ struct ExpertStreamer::Fills final : StepFills {
   bool in_flight() const override { return !s.reads_.empty(); }
 };
 
-void ExpertStreamer::step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
-                          std::vector<uint8_t>& dropped) {
+// A planned sub-batch: its decisions and the pins that protect its slots until it retired.
+struct ExpertStreamer::Step {
+  StepPlan plan;
+  PinGuard pins;
+  int64_t row0, row1;
+  Step(ExpertStreamer& s, int64_t L, int64_t r0, int64_t r1)
+      : plan(*s.st_.residency, *s.st_.pack, s.st_.opt, s.st_.kind, L, /*deadline=*/true, s.stall_limit()),
+        pins{*s.st_.residency, {}}, row0(r0), row1(r1) {}
+};
+
+void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
+  SLUICE_CHECK(c.routing && c.router, Status::internal, "expert streamer: a MoE call without its routing");
+  const Routing& r = *c.routing;
+  const int64_t n = r.n_rows, k = r.k, d = c.h.cols();
+  SLUICE_CHECK(c.moe_layer >= 0 && c.moe_layer < st_.n_layers, Status::internal, "expert streamer: MoE layer ",
+               c.moe_layer, " outside the pack's ", st_.n_layers);
+  SLUICE_CHECK(k <= n_slots(), Status::invalid_argument, "expert cache: ", n_slots(), " slots cannot hold the ", k,
+               " experts of one token");
+  for (int32_t e : r.ids)
+    SLUICE_CHECK(e >= 0 && e < st_.n_expert, Status::internal, "expert streamer: routed expert ", e, " outside [0, ", st_.n_expert, ")");
+  Tensor expert_out = be.alloc(DType::f32, {n * k, d});  // [n*k, n_embd], row = pair
+  std::vector<uint8_t> dropped(static_cast<size_t>(n * k), 0);
+
+  // Sub-batches of consecutive rows whose expert union fits the cache: the whole batch when it
+  // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
+  // With two banks (a cache of at least 2 x top_k slots, no --miss-kind copies pinned beside
+  // the misses) each sub-batch's union fits half the cache, and sub-batch i+1 is planned and
+  // its reads issued before sub-batch i computes: i's pins protect its slots, and the two
+  // unions fit the cache together, so i+1's acquire always finds room once reads land. With
+  // one bank, i retires before i+1 is planned.
+  const int64_t slots = n_slots();
+  const bool split = row_group_end(r.ids, k, 0, n, slots, st_.n_expert) < n;
+  const bool two_banks = split && slots >= 2 * k && !st_.opt.miss_kind;
+  const int64_t budget = two_banks ? slots / 2 : slots;
+  std::unique_ptr<Step> cur = plan_step(be, c, 0, row_group_end(r.ids, k, 0, n, budget, st_.n_expert));
+  while (cur) {
+    std::unique_ptr<Step> next;
+    const int64_t row1 = cur->row1;
+    if (two_banks && row1 < n) {
+      next = plan_step(be, c, row1, row_group_end(r.ids, k, row1, n, budget, st_.n_expert));
+      ++st_.layer_stats(c.moe_layer, c.phase).overlapped;
+    }
+    run_step(be, c, *cur, expert_out, dropped);
+    cur.reset();  // its pins go: the sub-batch retired
+    if (!next && row1 < n) next = plan_step(be, c, row1, row_group_end(r.ids, k, row1, n, budget, st_.n_expert));
+    cur = std::move(next);
+  }
+  // A cut expert contributes nothing; the remaining weights stay as routed.
+  for (size_t p = 0; p < dropped.size(); ++p)
+    if (dropped[p]) be.fill(expert_out.slice_rows(static_cast<int64_t>(p), 1), 0.0f);
+  be.moe_combine(expert_out, r.weights, k, c.out);
+}
+
+std::chrono::milliseconds ExpertStreamer::stall_limit() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(2 * st_.opt.io_timeout + std::chrono::seconds(5));
+}
+
+std::unique_ptr<ExpertStreamer::Step> ExpertStreamer::plan_step(Backend& be, const MoeLayerCall& c, int64_t row0,
+                                                                int64_t row1) {
   StepClock clock;
   const Routing& r = *c.routing;
   const int64_t k = r.k, L = c.moe_layer;
-  LayerStats& ls = st_.layers[static_cast<size_t>(L)];
+  LayerStats& ls = st_.layer_stats(L, c.phase);
   ++ls.steps;
-  const auto stall_limit = 2 * st_.opt.io_timeout + std::chrono::seconds(5);
-
+  ls.rows += static_cast<uint64_t>(row1 - row0);
   // 1-3. The union strongest first, acquire (hits pinned first), reads (experts/plan.h).
-  StepPlan plan(*st_.residency, *st_.pack, st_.opt, st_.kind, L, /*deadline=*/true,
-                std::chrono::duration_cast<std::chrono::milliseconds>(stall_limit));
-  plan.set_union(r.ids, r.weights, k, row0, row1, st_.n_expert);
+  auto step = std::make_unique<Step>(*this, L, row0, row1);
+  step->plan.set_union(r.ids, r.weights, k, row0, row1, st_.n_expert);
   ls.routed += static_cast<uint64_t>((row1 - row0) * k);
-  ls.unique += plan.experts.size();
-  PinGuard pins{*st_.residency, {}};
+  ls.unique += step->plan.experts.size();
   Fills fills(*this, clock, ls);
-  plan.acquire_and_read(fills, ls, pins.slots);
+  step->plan.acquire_and_read(fills, ls, step->pins.slots);
   lookahead(be, c, row0, row1, fills);
+  clock.finish(ls);
+  return step;
+}
+
+void ExpertStreamer::run_step(Backend& be, const MoeLayerCall& c, Step& step, const Tensor& expert_out,
+                              std::vector<uint8_t>& dropped) {
+  StepClock clock;
+  const int64_t k = c.routing->k, L = c.moe_layer;
+  LayerStats& ls = st_.layer_stats(L, c.phase);
+  StepPlan& plan = step.plan;
+  const auto stall_limit = this->stall_limit();
 
   auto compute = [&](PlannedExpert& w, ReadyCopy copy) {
     plan.take(w, copy, ls);
@@ -312,7 +352,7 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   be.to_host(logits_dev, logits.data());
   const Routing pred = route_topk(*c.router, logits, m);
   const std::vector<std::pair<float, int32_t>> order = predicted_union(pred.ids, pred.weights, E);
-  plan_prefetch(*st_.residency, *st_.pack, st_.kind, L + 1, st_.n_expert, order, fills, st_.layers[static_cast<size_t>(L + 1)]);
+  plan_prefetch(*st_.residency, *st_.pack, st_.kind, L + 1, st_.n_expert, order, fills, st_.layer_stats(L + 1, c.phase));
 }
 
 RunStats ExpertStreamer::stats() const { return st_.run_stats(); }

@@ -81,8 +81,13 @@ class ExpertStreamer final : public StreamingProvider {
   struct StepClock;
   struct Fills;  // the plan's fills and waits (StepFills)
 
-  void step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, const Tensor& expert_out,
-            std::vector<uint8_t>& dropped);
+  struct Step;   // a planned sub-batch
+  // Plans rows [row0, row1) of the call (steps 1-3 and lookahead): its reads go out.
+  std::unique_ptr<Step> plan_step(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1);
+  // Computes a planned sub-batch (steps 4-6) into expert_out; cut pairs are marked in dropped.
+  void run_step(Backend& be, const MoeLayerCall& c, Step& step, const Tensor& expert_out, std::vector<uint8_t>& dropped);
+  // The longest a step waits with nothing landing.
+  std::chrono::milliseconds stall_limit() const;
   void lookahead(Backend& be, const MoeLayerCall& c, int64_t row0, int64_t row1, StepFills& fills);
   // A reserved slot (state loading) gets its record: from the host tier at once (true), or
   // by a read submitted now (false).

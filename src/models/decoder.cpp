@@ -180,7 +180,7 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
       moe_routed_half(be_,
                       {static_cast<int64_t>(l), moe_index_[l], state.n_past, &spec_.router, lw.router,
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
-                       expert_tables_[l].get(), spec_.expert_math},
+                       expert_tables_[l].get(), spec_.expert_math, forward_phase_},
                       expert_provider_.get(), routing_observer_, h, y);
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);

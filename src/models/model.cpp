@@ -53,6 +53,11 @@ int32_t Model::forward_sample(int32_t token, SequenceState& state, const SampleR
   SLUICE_CHECK(n_valid > 0 && n_valid <= info_.n_vocab, Status::invalid_argument, "forward_sample: n_valid ", n_valid,
                " outside [1, ", info_.n_vocab, "]");
   std::vector<float> logits(static_cast<size_t>(info_.n_vocab));
+  struct PrefillAfter {  // the step's forward counts as decode; prefill again after it, also on a throw
+    StreamPhase& phase;
+    ~PrefillAfter() { phase = StreamPhase::prefill; }
+  } restore{forward_phase_};
+  forward_phase_ = StreamPhase::decode;
   forward(std::span<const int32_t>(&token, 1), state, logits, false);
   SampleScratch scratch;
   return sample_row(std::span<const float>(logits).first(static_cast<size_t>(n_valid)), rule,

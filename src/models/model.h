@@ -70,7 +70,8 @@ class Model {
 
   // Runs tokens at positions state.n_past, state.n_past + 1, ... and advances n_past.
   // logits receives [n_vocab] f32 for the last token, or [tokens.size(), n_vocab] when
-  // all_logits is true.
+  // all_logits is true. The tokens count as prompt (the streamers' prefill phase) unless the
+  // call comes from a decode step (forward_sample).
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                        bool all_logits) = 0;
 
@@ -97,6 +98,9 @@ class Model {
   static uint64_t saturating_product(uint64_t bytes_per_token, int64_t n_ctx);
 
   ModelInfo info_;
+  // The phase the forward pass in progress belongs to, for the streaming statistics: prefill,
+  // except inside a decode step.
+  StreamPhase forward_phase_ = StreamPhase::prefill;
   RoutingObserver routing_observer_;
   std::shared_ptr<ExpertProvider> expert_provider_;
 };

@@ -10,9 +10,10 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   Tensor logits = be.alloc(DType::f32, {n, E});  // [n, n_expert]
   be.matmul(h, refs.router_w, logits);
 
+  const StreamPhase phase = refs.phase;
   const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
   if (device_routes && !observer) {
-    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits, refs.math});
+    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits, refs.math, phase});
     else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
     return;
   }
@@ -23,7 +24,7 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   if (observer) observer({refs.layer, refs.first_position, &routing});
   if (provider) {
     provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
-                       refs.next_router, logits, refs.math});
+                       refs.next_router, logits, refs.math, phase});
     return;
   }
   SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",

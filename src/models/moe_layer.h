@@ -29,6 +29,7 @@ struct MoeLayerRefs {
   const std::vector<ExpertWeights>* experts = nullptr;  // resident experts ([n_expert]) or empty
   const ExpertTable* table = nullptr;                // the backend's table over them, or null
   ExpertMath math;                                   // what one expert computes
+  StreamPhase phase = StreamPhase::prefill;          // of the forward pass (statistics)
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].

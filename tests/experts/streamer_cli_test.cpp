@@ -105,6 +105,54 @@ TEST(StreamerCli, LogitsThroughTheStreamedPrefill) {
   EXPECT_EQ(j["run"]["decode_tokens"], 0);
 }
 
+// --ubatch N prefills in chunks of N tokens: the logits do not change by a bit, whatever N, and
+// a streamed prefill split into sub-batches reports its phase counters in --stats and in the
+// summary line.
+TEST(StreamerCli, UbatchChunksAndPrefillPhaseCounters) {
+  const std::string pack = fixture_pack("mixtral").string();
+  const fs::path dir = pack_test_dir("cli-ubatch");
+  const std::string base = "logits --model " + pack + " --backend cpu --tokens " + ids_text("mixtral") + " --out ";
+  ASSERT_EQ(run_sluice(base + (dir / "whole.npy").string()).status, 0);
+  const sluice::NpyArray whole = sluice::read_npy(dir / "whole.npy");
+  for (const char* ub : {"1", "3", "7"}) {
+    SCOPED_TRACE(std::string("--ubatch ") + ub);
+    const fs::path out = dir / (std::string("ub") + ub + ".npy");
+    Result r = run_sluice(base + out.string() + " --ubatch " + ub + " --expert-slots 2 --stats " + (dir / "s.json").string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    const sluice::NpyArray got = sluice::read_npy(out);
+    ASSERT_EQ(got.shape, whole.shape);
+    EXPECT_EQ(got.data, whole.data) << "chunked prefill changed the logits";
+    const nlohmann::json j = nlohmann::json::parse(slurp(dir / "s.json"));
+    const auto& pre = j["run"]["phases"]["prefill"];
+    EXPECT_EQ(pre["rows"].get<uint64_t>(), whole.shape[0] * j["layers"].size());
+    EXPECT_GE(pre["steps"].get<uint64_t>(), j["layers"].size());
+    EXPECT_EQ(j["run"]["phases"]["decode"]["steps"], 0);
+    EXPECT_GT(j["run"]["tokens_per_sub_batch"].get<double>(), 0.0);
+  }
+  // Two slots of top-2 experts: every sub-batch is a token or two, so the summary has its
+  // prefill part.
+  Result r = run_sluice(base + (dir / "s.npy").string() + " --expert-slots 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("| prefill "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sub-batches a layer of"), std::string::npos) << r.err;
+  // A generation: the prompt in chunks of 5 is prefill, each generated token after the first a
+  // decode step of every layer.
+  const fs::path rs = dir / "run.json";
+  Result run = run_sluice("run --model " + pack + " --backend cpu --tokens " + ids_text("mixtral") +
+                          " -n 6 --temperature 0 --ignore-eos --ubatch 5 --expert-slots 3 --stats " + rs.string());
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json jr = nlohmann::json::parse(slurp(rs));
+  const uint64_t n_layers = jr["layers"].size();
+  EXPECT_EQ(jr["run"]["phases"]["decode"]["rows"].get<uint64_t>(), 5 * n_layers);
+  EXPECT_EQ(jr["run"]["phases"]["decode"]["steps"].get<uint64_t>(), 5 * n_layers);
+  EXPECT_EQ(jr["run"]["phases"]["prefill"]["rows"].get<uint64_t>(), whole.shape[0] * n_layers);
+  for (const char* bad : {"0", "-3", "70000", "x"}) {
+    Result b = run_sluice(base + (dir / "bad.npy").string() + " --ubatch " + bad);
+    EXPECT_EQ(b.status, 1) << bad;
+    EXPECT_NE(b.err.find("--ubatch"), std::string::npos) << b.err;
+  }
+}
+
 TEST(StreamerCli, BadOptionsGiveOneClearLine) {
   const std::string pack = fixture_pack("qwen3_moe_yarn").string();
   const std::string base = "run --model " + pack + " --backend cpu --tokens 1,2,3 -n 2 ";

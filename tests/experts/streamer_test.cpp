@@ -463,3 +463,66 @@ TEST(ExpertProviderHook, EveryFamilyRoutesThroughIt) {
     EXPECT_EQ(provider->k, info.n_expert_used);
   }
 }
+
+// Issue 14: the streamed prefill in union-bounded sub-batches, pipelined in two banks where the
+// cache holds two unions, at every cache size from top_k to 2 top_k + 1, half and all: the
+// teacher-forced logits equal the resident run's bit for bit, the prompt is long enough that
+// sub-batches split, and the small caches run two banks (reads of sub-batch i+1 issued while
+// i computes) without a stall, with lookahead's speculative share beside them or without.
+TEST(StreamerPrefill, SubBatchesExactAtEveryCacheSize) {
+  auto be = make_cpu_backend();
+  int runs = 0, split_runs = 0, pipelined_runs = 0;
+  for (const std::string& fixture : expert_fixtures()) {
+    const fs::path& pack = fixture_pack(fixture);
+    // The fixture's tokens three times: every sub-batch of a small cache holds a few rows.
+    std::vector<int32_t> ids;
+    for (int rep = 0; rep < 3; ++rep) {
+      const std::vector<int32_t> f = fixture_ids(fixture);
+      ids.insert(ids.end(), f.begin(), f.end());
+    }
+    LoadedModel resident = load(pack, *be, DType::q4);
+    const int64_t n_ctx_max = resident.model->info().n_ctx_train;
+    if (n_ctx_max > 0 && static_cast<int64_t>(ids.size()) > n_ctx_max) ids.resize(static_cast<size_t>(n_ctx_max));
+    const auto want = prefill_logits(*resident.model, ids);
+    const int32_t k = static_cast<int32_t>(resident.model->info().n_expert_used);
+    std::shared_ptr<Pack> p = Pack::open(pack, false);
+    const int32_t all = static_cast<int32_t>(p->manifest().n_records());
+    std::vector<int32_t> sizes;
+    for (int32_t s = k; s <= 2 * k + 1; ++s) sizes.push_back(s);
+    sizes.push_back(std::max(k, all / 2));
+    sizes.push_back(all);
+    for (int32_t slots : sizes)
+    for (bool lookahead : {false, true}) {
+      SCOPED_TRACE(str(fixture, " slots ", slots, " of ", all, ", top-k ", k, ", ", ids.size(), " tokens, lookahead ",
+                       lookahead));
+      StreamerOptions so;
+      so.slots = slots;
+      so.lookahead = lookahead;
+      LoadedModel m = load(pack, *be, DType::q4, so);
+      const auto got = prefill_logits(*m.model, ids);
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "streamed prefill differs from the resident run (max |diff| " << max_abs(got, want) << ")";
+      expect_consistent(*m.streamer, p->kind(DType::q4).record_stride);
+      const RunStats r = m.streamer->stats();
+      EXPECT_EQ(r.prefill.rows, ids.size() * r.layers.size()) << "every prompt token in a sub-batch of every layer";
+      EXPECT_EQ(r.decode.steps, 0u);
+      if (r.prefill.steps > r.layers.size()) ++split_runs;
+      if (r.prefill.overlapped > 0) ++pipelined_runs;
+      if (slots < 2 * k) {
+        EXPECT_EQ(r.prefill.overlapped, 0u) << "one bank below 2 x top_k slots";
+      }
+      if (slots == k) {
+        EXPECT_GT(r.prefill.steps, r.layers.size()) << "a cache of top_k slots must split the prompt";
+      }
+      if (slots >= 2 * k && r.prefill.steps > r.layers.size()) {
+        EXPECT_GT(r.prefill.overlapped, 0u) << "a split prefill at " << slots << " >= 2 x top_k slots runs two banks";
+      }
+      ++runs;
+    }
+  }
+  EXPECT_GT(split_runs, 0);
+  EXPECT_GT(pipelined_runs, 0);
+  std::printf("streamed prefill: %d runs bit-identical to the resident run, %d split into sub-batches, %d pipelined\n",
+              runs, split_runs, pipelined_runs);
+}

@@ -1,5 +1,8 @@
 // sluice logits: one teacher-forced forward pass; writes float32 logits [n_tokens, vocab] as .npy.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <span>
 #include <string>
 
 #include "cli_common.h"
@@ -28,13 +31,20 @@ void register_logits(CLI::App& app) {
     auto state = s.model.model->new_state(n);
     std::vector<float> logits(n * V);
     const auto t0 = std::chrono::steady_clock::now();
-    s.model.model->forward(ids, *state, logits, true);
+    // In chunks of --ubatch tokens: activations stay bounded whatever the prompt's length.
+    for (int64_t i = 0; i < n; i += opt->model.ubatch) {
+      const int64_t m = std::min(opt->model.ubatch, n - i);
+      s.model.model->forward(std::span<const int32_t>(ids).subspan(static_cast<size_t>(i), static_cast<size_t>(m)),
+                             *state, std::span<float>(logits).subspan(static_cast<size_t>(i * V), static_cast<size_t>(m * V)),
+                             true);
+    }
     RunTokens tokens;
     tokens.prefill_tokens = n;
     tokens.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<int64_t> shape{n, V};
     write_npy(opt->out, logits.data(), shape);
-    finish_streaming(opt->model, s, tokens);
+    if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens))
+      std::fprintf(stderr, "sluice: streaming: %s\n", rs->summary().c_str());
   });
 }
 

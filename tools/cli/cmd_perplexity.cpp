@@ -34,7 +34,7 @@ void register_perplexity(CLI::App& app) {
     check_window_context(s, opt->n_ctx);
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "perplexity needs a tokenizer.json in ",
                  s.model.dir.string());
-    PerplexityScorer scorer(*s.model.model, opt->n_ctx);  // checks --ctx against the model's limit
+    PerplexityScorer scorer(*s.model.model, opt->n_ctx, opt->model.ubatch);  // checks --ctx against the model's limit
     const bool tty = isatty(fileno(stderr));
     std::unique_ptr<RoutingTraceWriter> trace;
     if (!opt->trace.empty()) {

@@ -53,6 +53,7 @@ void register_run(CLI::App& app) {
     g.sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
     if (!opt->ignore_eos) g.eos_id = s.model.eos_id();
     g.n_ctx = opt->n_ctx;
+    g.prefill_chunk = opt->model.ubatch;
     if (s.model.tokenizer) g.n_vocab_sampled = s.model.tokenizer->vocab_size();  // padded rows never sampled
     std::vector<int32_t> generated;
     std::optional<GeneratedText> text;  // without a tokenizer, ids only (--print-ids)

@@ -210,7 +210,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const size_t table_bytes = static_cast<size_t>(E) * sizeof(cuda::ExpertRef);
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
-  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look};
+  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};
   {
     std::lock_guard<std::mutex> lk(m.q_mu);
     m.jobs.push_back(j);

@@ -24,7 +24,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   const std::span<const int32_t> ids(lv.ids, nk);
   const std::span<const float> weights(lv.weights, nk);
   observe(L, n, lv);
-  LayerStats& ls = layers[static_cast<size_t>(L)];
+  LayerStats& ls = layer_stats(L, c.phase);
   // Landed records are copied on the stream; their staging buffers come back once it passed
   // the copies. A fill that waits for a staging buffer (a background fill landed, was copied
   // and its slot evicted by this group, so its record is staged twice) gets one by a
@@ -42,6 +42,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     ++ls.steps;
+    ls.rows += static_cast<uint64_t>(row1 - row0);
     ls.routed += static_cast<uint64_t>((row1 - row0) * k);
     StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
     plan.set_union(ids, weights, k, row0, row1, n_expert);

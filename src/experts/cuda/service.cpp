@@ -118,13 +118,13 @@ void CudaStreamer::Impl::lookahead(const Job& j, const LayerView& lv, StepFills&
   const size_t nk = static_cast<size_t>(j.n * top_k);
   const auto order = predicted_union(std::span<const int32_t>(lv.pred_ids, nk),
                                      std::span<const float>(lv.pred_weights, nk), n_expert);
-  plan_prefetch(*residency, *pack, kind, L + 1, n_expert, order, fills, layers[static_cast<size_t>(L + 1)]);
+  plan_prefetch(*residency, *pack, kind, L + 1, n_expert, order, fills, layer_stats(L + 1, j.phase));
 }
 
 void CudaStreamer::Impl::run_layer(const Job& j) {
   const int64_t L = j.layer, n = j.n, k = top_k;
   const uint64_t v = j.value;
-  LayerStats& ls = layers[static_cast<size_t>(L)];
+  LayerStats& ls = layer_stats(L, j.phase);
   const auto ready0 = StreamerClock::now();
   wait_signal(L, cuda::Signal::router_ready, v);
   const auto wall0 = StreamerClock::now();
@@ -136,6 +136,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   const size_t nk = static_cast<size_t>(n * k);
   observe(L, n, lv);
   ++ls.steps;
+  ls.rows += static_cast<uint64_t>(n);
   ls.routed += nk;
   StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/true, opt.wait_timeout);
   plan.set_union(std::span<const int32_t>(lv.ids, nk), std::span<const float>(lv.weights, nk), k, 0, n, n_expert);

@@ -60,6 +60,7 @@ struct CudaStreamer::Impl : StreamState {
     uint64_t value = 0;  // the handshake value of this call (layer jobs), or the barrier's id
     int64_t n = 0;
     bool lookahead = false;
+    StreamPhase phase = StreamPhase::decode;
   };
   // The host-mapped per-layer handshake memory: ids, weights, predicted ids and weights
   // [cap * k], table 1 and table 2 [n_expert], the copy lists of both phases [n_slots] and
