@@ -2,7 +2,7 @@
 //
 //   bench_streaming [--dir DIR] [--gb 6] [--kind q4] [--cache-gb G] [--tokens 32] [--prompt 8]
 //                   [--threads N] [--io-depth 8] [--depths 1,4,8,16,32] [--lookahead off,on]
-//                   [--keep]
+//                   [--prefill-banks 1,2] [--keep]
 //
 // 1. Writes (once; reused while the spec matches) a synthetic qwen3_moe-shaped pack of about
 //    --gb GB of experts of one kind (Qwen3-30B-A3B's shapes: n_embd 2048, 128 experts of
@@ -17,6 +17,12 @@
 //    achieved read bandwidth (over busy IO time and over the decode's wall time) against the
 //    best direct bandwidth measured in step 3, the share of read time hidden behind compute,
 //    and the wait per token.
+//
+// 5. With --prefill-banks: prefills the --prompt tokens from a cold cache once per bank count
+//    (1: each sub-batch planned after the previous retired; 2: the next sub-batch's reads
+//    issued while this one computes) and prints prefill tokens/s, sub-batches per layer,
+//    GB read, wait and compute seconds, against the IO bound (GB read / the disk's best) and
+//    the compute bound (the run's expert compute seconds plus its dense work).
 //
 // Random weights route almost uniformly, so the hit rate is about cache / pack: the decode is
 // miss-bound by construction, which is what this measures.
@@ -115,7 +121,7 @@ double direct_bandwidth(const fs::path& file, uint64_t stride, int64_t n_records
 int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / "sluice-bench-streaming";
   double gb = 6, cache_gb = 0;
-  std::string kind_name = "q4", depths_text = "1,4,8,16,32", lookahead_text = "off,on";
+  std::string kind_name = "q4", depths_text = "1,4,8,16,32", lookahead_text = "off,on", banks_text;
   int64_t n_tokens = 32, n_prompt = 8;
   int threads = 0, io_depth = 8;
   bool keep = false;
@@ -133,10 +139,12 @@ int main(int argc, char** argv) {
     else if (a == "--depths") depths_text = next();
     else if (a == "--lookahead") lookahead_text = next();
     else if (a == "--keep") keep = true;
+    else if (a == "--prefill-banks") banks_text = next();
     else {
       std::fprintf(stderr,
                    "usage: bench_streaming [--dir DIR] [--gb 6] [--kind q4] [--cache-gb G] [--tokens 32] [--prompt 8]\n"
-                   "                       [--threads N] [--io-depth 8] [--depths 1,4,8,16,32] [--lookahead off,on] [--keep]\n");
+                   "                       [--threads N] [--io-depth 8] [--depths 1,4,8,16,32] [--lookahead off,on]\n"
+                   "                       [--prefill-banks 1,2] [--keep]\n");
       return 2;
     }
   }
@@ -247,6 +255,44 @@ int main(int argc, char** argv) {
                   1e3 * (tot.demand_wait_seconds + tot.prefetch_wait_seconds) / static_cast<double>(n_tokens));
       std::fflush(stdout);
       for (const std::string& e : r.consistency_errors(stride)) std::fprintf(stderr, "bench_streaming: stats: %s\n", e.c_str());
+    }
+    // 5. Prefill, one bank against two.
+    if (!banks_text.empty()) {
+      std::printf("\n| cache | prefill banks | prompt tokens | prefill tok/s | sub-batches a layer | tokens a sub-batch | "
+                  "overlapped | GB read | IO bound s | wait s | compute s | wall s |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      for (const std::string& nb : split(banks_text)) {
+        drop_caches();
+        auto be = make_cpu_backend();
+        LoadOptions lo;
+        lo.expert_kind = *kind;
+        StreamerOptions so;
+        so.cache_bytes = cache_bytes;
+        so.io_depth = io_depth;
+        so.prefill_banks = std::atoi(nb.c_str());
+        lo.streaming = so;
+        LoadedModel m = load_model(pack, *be, lo);
+        std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+        for (int64_t i = 0; i < n_prompt; ++i)
+          prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 2654435761u + 7u) % static_cast<uint64_t>(spec.n_vocab));
+        auto state = m.model->new_state(n_prompt);
+        std::vector<float> logits(static_cast<size_t>(m.model->info().n_vocab));
+        const auto t0 = Clock::now();
+        m.model->forward(prompt, *state, logits, false);
+        const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+        m.streamer->drain(std::chrono::seconds(30));
+        const RunStats r = m.streamer->stats();
+        const LayerStats& pre = r.prefill;
+        const double gb_read = static_cast<double>(pre.bytes_demand + pre.bytes_prefetch) / 1e9;
+        std::printf("| %.2f GB (%lld slots) | %s | %lld | %.1f | %.1f | %.1f | %llu | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                    r.cache_bytes / 1e9, static_cast<long long>(r.slots), nb.c_str(), static_cast<long long>(n_prompt),
+                    static_cast<double>(n_prompt) / wall, static_cast<double>(pre.steps) / static_cast<double>(r.layers.size()),
+                    pre.steps ? static_cast<double>(pre.rows) / static_cast<double>(pre.steps) : 0.0,
+                    static_cast<unsigned long long>(pre.overlapped), gb_read, disk_best > 0 ? gb_read / disk_best : 0.0,
+                    pre.demand_wait_seconds, pre.compute_seconds, wall);
+        std::fflush(stdout);
+        for (const std::string& e : r.consistency_errors(stride)) std::fprintf(stderr, "bench_streaming: stats: %s\n", e.c_str());
+      }
     }
     if (!keep) fs::remove_all(dir, ec);
   } catch (const std::exception& e) {

@@ -217,14 +217,14 @@ void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
 
   // Sub-batches of consecutive rows whose expert union fits the cache: the whole batch when it
   // fits (always for a decode step), fewer rows otherwise (a long prefill on a small cache).
-  // With two banks (a cache of at least 2 x top_k slots, no --miss-kind copies pinned beside
-  // the misses) each sub-batch's union fits half the cache, and sub-batch i+1 is planned and
+  // With two banks (StreamerOptions::prefill_banks; a cache of at least 2 x top_k slots, no
+  // --miss-kind copies pinned beside the misses) each sub-batch's union fits half the cache, and sub-batch i+1 is planned and
   // its reads issued before sub-batch i computes: i's pins protect its slots, and the two
   // unions fit the cache together, so i+1's acquire always finds room once reads land. With
   // one bank, i retires before i+1 is planned.
   const int64_t slots = n_slots();
   const bool split = row_group_end(r.ids, k, 0, n, slots, st_.n_expert) < n;
-  const bool two_banks = split && slots >= 2 * k && !st_.opt.miss_kind;
+  const bool two_banks = split && slots >= 2 * k && !st_.opt.miss_kind && st_.opt.prefill_banks >= 2;
   const int64_t budget = two_banks ? slots / 2 : slots;
   std::unique_ptr<Step> cur = plan_step(be, c, 0, row_group_end(r.ids, k, 0, n, budget, st_.n_expert));
   while (cur) {

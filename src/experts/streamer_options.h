@@ -43,6 +43,14 @@ struct StreamerOptions {
   // landed (the reads still happen), so the cost of --cut / --miss-kind is measured for the
   // worst case and reproducibly, whatever the disk's speed.
   bool deadline_worst_case = false;
+  // A prefill split into sub-batches: 1 bank (default on the CPU) plans each sub-batch after
+  // the previous one retired; 2 banks give each sub-batch half the cache and issue sub-batch
+  // i+1's reads while i computes. Measured on the CPU (bench_streaming --prefill-banks,
+  // bench/RESULTS.md) two banks lose: the CPU streamer already computes a sub-batch's experts
+  // as their reads land, so its reads hide behind its own compute, and halving the sub-batches
+  // re-reads more records. The device path, which computes a sub-batch only once all of it
+  // landed, is where the second bank pays.
+  int prefill_banks = 1;
   // Tests only: (record, the OS's answer to a read: bytes or -errno) -> the answer to act on
   // (IoEngineOptions::fault_injection).
   std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
