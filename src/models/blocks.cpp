@@ -7,11 +7,19 @@
 
 namespace sluice {
 
-void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
-                     const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
-                     const Tensor& out, const Tensor& positions) {
+namespace {
+
+// q, k, v of n rows: projected (one product when fused and n == 1), biased, normed unless the
+// norm goes into attention_inputs (norms_inside), clipped.
+struct Qkv {
+  Tensor q, k, v;  // [n, nh * hd], [n, nkv * hd] x2
+  bool norms_inside = false;
+};
+
+Qkv project_qkv(Backend& be, const AttentionSpec& spec, const AttentionWeights& w, const Tensor& h) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
-  Tensor q, k, v;
+  Qkv r;
+  Tensor &q = r.q, &k = r.k, &v = r.v;
   if (!w.qkv.empty() && n == 1) {
     // One product for q, k and v (their weights are rows of one tensor): one row of output
     // holds them one after another, so each is a contiguous view.
@@ -34,16 +42,13 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
   if (!w.q_bias.empty()) be.add_bias(q, w.q_bias);
   if (!w.k_bias.empty()) be.add_bias(k, w.k_bias);
   if (!w.v_bias.empty()) be.add_bias(v, w.v_bias);
-  SLUICE_CHECK(n_past + n <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + n,
-               " tokens exceed the context size ", kv.k.shape[0]);
-  Tensor q3 = q.reshape({n, nh, hd}), k3 = k.reshape({n, nkv, hd}), v3 = v.reshape({n, nkv, hd});
   // Per-head norms go into attention_inputs (with rotary and the cache append: one kernel on
   // CUDA) unless the values are clipped between the norm and the rotary.
-  const bool norms_inside = spec.qk_norm == QkNorm::per_head && !spec.clip_qkv;
+  r.norms_inside = spec.qk_norm == QkNorm::per_head && !spec.clip_qkv;
   if (spec.qk_norm == QkNorm::whole) {
     be.rms_norm(q, w.q_norm, spec.norm_eps, q);
     be.rms_norm(k, w.k_norm, spec.norm_eps, k);
-  } else if (spec.qk_norm == QkNorm::per_head && !norms_inside) {
+  } else if (spec.qk_norm == QkNorm::per_head && !r.norms_inside) {
     be.rms_norm(q.reshape({n * nh, hd}), w.q_norm, spec.norm_eps, q.reshape({n * nh, hd}));
     be.rms_norm(k.reshape({n * nkv, hd}), w.k_norm, spec.norm_eps, k.reshape({n * nkv, hd}));
   }
@@ -52,15 +57,55 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
     be.clamp(k, -*spec.clip_qkv, *spec.clip_qkv);
     be.clamp(v, -*spec.clip_qkv, *spec.clip_qkv);
   }
+  return r;
+}
+
+// Attention of m rows of one sequence at positions n_past..: q3 [m, nh, hd], k3 and v3
+// [m, nkv, hd] (rotated and appended to kv here), cos/sin [m, rot/2]; att [m, nh, hd].
+void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w, bool norms_inside,
+            const Tensor& q3, const Tensor& k3, const Tensor& v3, KvLayer& kv, int64_t n_past, const Tensor& cos,
+            const Tensor& sin, const Tensor& att, const Tensor& positions) {
+  const int64_t m = q3.shape[0];
+  SLUICE_CHECK(n_past + m <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + m,
+               " tokens exceed the context size ", kv.k.shape[0]);
   be.attention_inputs(q3, k3, v3, norms_inside ? w.q_norm : Tensor{}, norms_inside ? w.k_norm : Tensor{},
                       spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, n_past, positions);
-  Tensor att = be.alloc(DType::f32, {n, nh, hd});
   AttentionParams params;
   params.n_past = n_past;
   params.n_past_at = positions;
   params.scale = spec.scale;
   params.sliding_window = spec.sliding_window;
   be.attention(q3, kv.k, kv.v, att, params);
+}
+
+}  // namespace
+
+void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
+                     const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
+                     const Tensor& out, const Tensor& positions) {
+  const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
+  const Qkv p = project_qkv(be, spec, w, h);
+  Tensor att = be.alloc(DType::f32, {n, nh, hd});
+  attend(be, spec, rope, w, p.norms_inside, p.q.reshape({n, nh, hd}), p.k.reshape({n, nkv, hd}),
+         p.v.reshape({n, nkv, hd}), kv, n_past, cos, sin, att, positions);
+  be.matmul(att.reshape({n, nh * hd}), w.o, out);
+  if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
+}
+
+void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
+                              const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
+                              const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
+  const Qkv p = project_qkv(be, spec, w, h);
+  const Tensor q3 = p.q.reshape({n, nh, hd}), k3 = p.k.reshape({n, nkv, hd}), v3 = p.v.reshape({n, nkv, hd});
+  Tensor att = be.alloc(DType::f32, {n, nh, hd});
+  for (const AttentionSegment& s : segments) {
+    SLUICE_CHECK(s.kv && s.row0 >= 0 && s.n > 0 && s.row0 + s.n <= n, Status::internal, "attention segment [", s.row0,
+                 ", ", s.row0 + s.n, ") of ", n, " rows");
+    attend(be, spec, rope, w, p.norms_inside, q3.slice_rows(s.row0, s.n), k3.slice_rows(s.row0, s.n),
+           v3.slice_rows(s.row0, s.n), *s.kv, s.n_past, cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n),
+           att.slice_rows(s.row0, s.n), Tensor{});
+  }
   be.matmul(att.reshape({n, nh * hd}), w.o, out);
   if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
 }
@@ -80,8 +125,13 @@ void fuse_qkv(Backend& be, AttentionWeights& w) {
 RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n) {
   std::vector<int64_t> pos(n);
   std::iota(pos.begin(), pos.end(), n_past);
+  return rope_tables_at(be, rope, pos);
+}
+
+RopeTables rope_tables_at(Backend& be, const RopeConfig& rope, std::span<const int64_t> positions) {
+  const int64_t n = static_cast<int64_t>(positions.size());
   std::vector<float> cos_h, sin_h;
-  rope_tables(rope, pos, cos_h, sin_h);
+  rope_tables(rope, positions, cos_h, sin_h);
   const int64_t half = rope.rot_dim / 2;
   RopeTables t{be.alloc(DType::f32, {n, half}), be.alloc(DType::f32, {n, half})};
   be.from_host(t.cos, cos_h.data());

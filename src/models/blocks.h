@@ -53,10 +53,28 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
                      const Tensor& out, const Tensor& positions = {});
 
+// One sequence's rows of a batch: rows [row0, row0 + n) of h sit at positions n_past.. of the
+// sequence whose keys and values are kv.
+struct AttentionSegment {
+  int64_t row0 = 0, n = 0;
+  KvLayer* kv = nullptr;
+  int64_t n_past = 0;
+};
+
+// attention_block for the rows of several sequences at once (a batched decode step): the
+// projections run over all rows, attention per segment against its own cache. cos/sin: [n,
+// rot_dim/2], each row's own position. Every row's result is what attention_block gives for
+// its sequence alone (bit for bit on the CPU, whose products do not depend on the batch).
+void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
+                              const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
+                              const Tensor& cos, const Tensor& sin, const Tensor& out);
+
 // cos and sin tables [n, rot_dim / 2] on the backend for positions n_past .. n_past + n - 1.
 struct RopeTables {
   Tensor cos, sin;
 };
 RopeTables rope_tables_for(Backend& be, const RopeConfig& rope, int64_t n_past, int64_t n);
+// The same for any positions (one row each).
+RopeTables rope_tables_at(Backend& be, const RopeConfig& rope, std::span<const int64_t> positions);
 
 }  // namespace sluice

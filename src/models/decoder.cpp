@@ -166,6 +166,14 @@ void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const S
 void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,
                                   const Tensor& positions) {
   auto& state = static_cast<DecoderState&>(state_base);
+  run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y) {
+    attention_block(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
+                    positions);
+  });
+}
+
+void DecoderModel::run_layers(const Tensor& x, int64_t first_position,
+                              const std::function<void(size_t l, const Tensor& h, const Tensor& y)>& attention) {
   const int64_t n = x.rows(), d = spec_.info.n_embd;
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
@@ -173,12 +181,12 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
   if (!spec_.layers.empty()) be_.rms_norm(x, w_.layers[0].attn_norm, spec_.norm_eps, h);
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
-    attention_block(be_, spec_.attn, spec_.rope, lw.attn, h, state.kv[l], state.n_past, cos, sin, y, positions);
+    attention(l, h, y);
     be_.add_rms_norm(x, y, lw.ffn_norm, spec_.norm_eps, h);
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,
-                      {static_cast<int64_t>(l), moe_index_[l], state.n_past, &spec_.router, lw.router,
+                      {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router,
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_},
                       expert_provider_.get(), routing_observer_, h, y);
@@ -188,6 +196,36 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
     if (l + 1 < spec_.layers.size()) be_.add_rms_norm(x, y, w_.layers[l + 1].attn_norm, spec_.norm_eps, h);
     else be_.add(x, y);
   }
+}
+
+void DecoderModel::forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                 std::span<float> logits) {
+  check_batch_inputs(tokens, states, logits);
+  const int64_t B = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  DecodePhase decode(*this);
+  if (B == 1) {  // one sequence: its own step (the replayed graph where there is one)
+    forward(tokens, *states[0], logits.first(static_cast<size_t>(V)), false);
+    return;
+  }
+  std::vector<int64_t> positions(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) positions[static_cast<size_t>(b)] = states[static_cast<size_t>(b)]->n_past;
+  const auto [cos, sin] = rope_tables_at(be_, spec_.rope, positions);
+  Tensor x = be_.alloc(DType::f32, {B, d});  // [B, n_embd]: one row per sequence
+  be_.get_rows(w_.tok_embd, tokens, x);
+  std::vector<AttentionSegment> segments(static_cast<size_t>(B));
+  // The routing observer sees row 0's position for the whole batch (rows are sequences here).
+  run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y) {
+    for (int64_t b = 0; b < B; ++b) {
+      auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
+      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past};
+    }
+    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y);
+  });
+  for (SequenceState* s : states) s->n_past += 1;
+  Tensor out = be_.alloc(DType::f32, {B, V});
+  final_logits(x, out);
+  be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
 }
 
 void DecoderModel::final_logits(const Tensor& x, const Tensor& out) {

@@ -4,6 +4,7 @@
 // DecoderSpec and DecoderWeights; the forward pass is the same for all of them.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "models/blocks.h"
@@ -54,6 +55,10 @@ class DecoderModel : public Model {
   // comes back.
   int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
                          int64_t draw53) override;
+  // The batch's rows in every product and one expert union per MoE layer; attention per
+  // sequence against its own cache.
+  void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     std::span<float> logits) override;
 
   const DecoderSpec& spec() const { return spec_; }
 
@@ -62,6 +67,10 @@ class DecoderModel : public Model {
   // the same as an i32 tensor on the backend, or empty), and the output head.
   void forward_layers(SequenceState& state, const Tensor& x, const Tensor& cos, const Tensor& sin,
                       const Tensor& positions);
+  // The layer loop itself; attention(l, h, y) writes layer l's attention of h into y.
+  // first_position: the position of row 0, for the routing observer.
+  void run_layers(const Tensor& x, int64_t first_position,
+                  const std::function<void(size_t l, const Tensor& h, const Tensor& y)>& attention);
   void final_logits(const Tensor& x, const Tensor& out);
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.

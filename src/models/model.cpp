@@ -53,15 +53,35 @@ int32_t Model::forward_sample(int32_t token, SequenceState& state, const SampleR
   SLUICE_CHECK(n_valid > 0 && n_valid <= info_.n_vocab, Status::invalid_argument, "forward_sample: n_valid ", n_valid,
                " outside [1, ", info_.n_vocab, "]");
   std::vector<float> logits(static_cast<size_t>(info_.n_vocab));
-  struct PrefillAfter {  // the step's forward counts as decode; prefill again after it, also on a throw
-    StreamPhase& phase;
-    ~PrefillAfter() { phase = StreamPhase::prefill; }
-  } restore{forward_phase_};
-  forward_phase_ = StreamPhase::decode;
+  DecodePhase decode(*this);
   forward(std::span<const int32_t>(&token, 1), state, logits, false);
   SampleScratch scratch;
   return sample_row(std::span<const float>(logits).first(static_cast<size_t>(n_valid)), rule,
                     static_cast<double>(draw53) * 0x1p-53, scratch);
+}
+
+void Model::forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          std::span<float> logits) {
+  check_batch_inputs(tokens, states, logits);
+  DecodePhase decode(*this);
+  const size_t V = static_cast<size_t>(info_.n_vocab);
+  for (size_t b = 0; b < tokens.size(); ++b)
+    forward(tokens.subspan(b, 1), *states[b], logits.subspan(b * V, V), false);
+}
+
+void Model::check_batch_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                               std::span<float> logits) const {
+  SLUICE_CHECK(!tokens.empty() && states.size() == tokens.size(), Status::invalid_argument, "forward_batch: ",
+               tokens.size(), " tokens for ", states.size(), " sequences");
+  SLUICE_CHECK(logits.size() >= tokens.size() * static_cast<size_t>(info_.n_vocab), Status::invalid_argument,
+               "forward_batch: logits buffer of ", logits.size(), " floats for ", tokens.size(), " rows");
+  for (size_t b = 0; b < tokens.size(); ++b) {
+    SLUICE_CHECK(states[b] != nullptr, Status::invalid_argument, "forward_batch: sequence ", b, " has no state");
+    for (size_t c = 0; c < b; ++c)
+      SLUICE_CHECK(states[c] != states[b], Status::invalid_argument, "forward_batch: sequence ", b,
+                   " is in the batch twice");
+    check_step_inputs(tokens.subspan(b, 1), *states[b]);
+  }
 }
 
 uint64_t Model::saturating_product(uint64_t bytes_per_token, int64_t n_ctx) {

@@ -75,6 +75,15 @@ class Model {
   virtual void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                        bool all_logits) = 0;
 
+  // One decode step of several sequences at once (continuous batching): tokens[b] runs at
+  // position states[b]->n_past of sequence b, which advances by one; logits receives
+  // [tokens.size(), n_vocab] f32. Every row equals what forward() gives its sequence alone (bit
+  // for bit on the CPU, whose products do not depend on the batch), and the routed experts of
+  // a MoE layer are one union over the batch. The default runs the sequences one after
+  // another; the decoder families batch them.
+  virtual void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                             std::span<float> logits);
+
   // One decode step that returns the next token instead of logits: runs `token` at position
   // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with
   // the uniform draw u = draw53 * 2^-53. Returns -1 when the logits hold NaN or +inf. The
@@ -94,6 +103,15 @@ class Model {
                             bool all_logits) const;
   // The same without the logits buffer (forward_sample).
   void check_step_inputs(std::span<const int32_t> tokens, const SequenceState& state) const;
+  // forward_batch's checks: one state per token, distinct, each with room for one more token.
+  void check_batch_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          std::span<float> logits) const;
+  // Sets forward_phase_ to decode while alive (prefill again after, also on a throw).
+  struct DecodePhase {
+    explicit DecodePhase(Model& m) : model(m) { model.forward_phase_ = StreamPhase::decode; }
+    ~DecodePhase() { model.forward_phase_ = StreamPhase::prefill; }
+    Model& model;
+  };
   // bytes_per_token x n_ctx for context_bytes(), UINT64_MAX when it would overflow.
   static uint64_t saturating_product(uint64_t bytes_per_token, int64_t n_ctx);
 
