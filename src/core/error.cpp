@@ -14,6 +14,7 @@ const char* status_name(Status s) {
     case Status::out_of_memory: return "out of memory";
     case Status::timeout: return "timeout";
     case Status::internal: return "internal error";
+    case Status::unavailable: return "unavailable";
   }
   return "unknown";
 }

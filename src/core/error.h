@@ -20,6 +20,7 @@ enum class Status : int {
   out_of_memory = 6,     // an allocation failed or a budget is too small
   timeout = 7,           // a wait ran past its deadline
   internal = 8,          // a bug in sluice
+  unavailable = 9,       // busy or shutting down: the same request may succeed later
 };
 
 const char* status_name(Status s);

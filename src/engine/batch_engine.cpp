@@ -1,0 +1,331 @@
+// BatchEngine: the engine thread's loop (admit, one prefill chunk, one batched decode step),
+// delivery of tokens and the ends of requests.
+#include "engine/batch_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace sluice {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+struct BatchEngine::Job {
+  uint64_t id = 0;
+  CompletionRequest req;
+  Sampler sampler;
+  int state = -1;            // index into states_, once admitted
+  int64_t prefilled = 0;     // prompt tokens run
+  int64_t generated = 0;     // tokens delivered
+  int32_t next = -1;         // the token the next decode step runs
+  bool decoding = false;     // the prompt is done
+  bool ended = false;
+  Clock::time_point submitted = Clock::now(), admitted{};
+  double first_token_seconds = 0;
+  Job(uint64_t i, CompletionRequest r) : id(i), req(std::move(r)), sampler(req.sampling) {}
+};
+
+BatchEngine::BatchEngine(Model& model, const BatchEngineOptions& options) : model_(model), opt_(options) {
+  SLUICE_CHECK(opt_.n_parallel >= 1 && opt_.n_parallel <= 64, Status::invalid_argument, "--parallel ", opt_.n_parallel,
+               ": expected 1 to 64 sequences");
+  SLUICE_CHECK(opt_.n_ctx >= 2, Status::invalid_argument, "--ctx ", opt_.n_ctx, ": a sequence needs at least 2 tokens");
+  SLUICE_CHECK(opt_.ubatch >= 1, Status::invalid_argument, "--ubatch ", opt_.ubatch, ": expected at least 1 token");
+  model_.check_context(opt_.n_ctx, str("--ctx ", opt_.n_ctx));
+  for (int i = 0; i < opt_.n_parallel; ++i) {
+    states_.push_back(model_.new_state(opt_.n_ctx));
+    free_states_.push_back(opt_.n_parallel - 1 - i);
+  }
+  counters_.n_parallel = opt_.n_parallel;
+  thread_ = std::thread([this] { loop(); });
+}
+
+BatchEngine::~BatchEngine() { stop(); }
+
+uint64_t BatchEngine::submit(CompletionRequest request) {
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size()), V = model_.info().n_vocab;
+  SLUICE_CHECK(n_prompt > 0, Status::invalid_argument, "the prompt is empty");
+  SLUICE_CHECK(request.max_tokens >= 0, Status::invalid_argument, "max_tokens must be >= 0 (got ", request.max_tokens,
+               ")");
+  SLUICE_CHECK(n_prompt + request.max_tokens <= opt_.n_ctx, Status::invalid_argument, "the prompt (", n_prompt,
+               " tokens) and max_tokens (", request.max_tokens, ") exceed the context of ", opt_.n_ctx, " tokens");
+  for (int32_t t : request.prompt)
+    SLUICE_CHECK(t >= 0 && t < V, Status::invalid_argument, "token id ", t, " is outside the vocabulary [0, ", V, ")");
+  auto job = std::make_unique<Job>(0, std::move(request));  // Sampler's constructor checks the sampling values
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopping_) {
+    ++counters_.requests_refused;
+    fail(Status::unavailable, "the server is shutting down");
+  }
+  if (queue_.size() >= opt_.max_queue) {
+    ++counters_.requests_refused;
+    fail(Status::unavailable, "too many requests waiting (", queue_.size(), "); try again later");
+  }
+  job->id = next_id_++;
+  const uint64_t id = job->id;
+  queue_.push_back(std::move(job));
+  ++counters_.requests_submitted;
+  counters_.queued = static_cast<int64_t>(queue_.size());
+  cv_.notify_all();
+  return id;
+}
+
+void BatchEngine::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  cancel_ids_.push_back(id);
+  cv_.notify_all();
+}
+
+void BatchEngine::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+BatchEngineCounters BatchEngine::counters() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return counters_;
+}
+
+std::string BatchEngine::failure() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failure_;
+}
+
+void BatchEngine::finish(Job& job, FinishReason reason, std::string error) {
+  if (job.ended) return;
+  job.ended = true;
+  CompletionResult r;
+  r.reason = reason;
+  r.error = std::move(error);
+  r.prompt_tokens = static_cast<int64_t>(job.req.prompt.size());
+  r.completion_tokens = job.generated;
+  r.queue_seconds = job.state >= 0 ? std::chrono::duration<double>(job.admitted - job.submitted).count() : seconds_since(job.submitted);
+  r.first_token_seconds = job.first_token_seconds;
+  r.total_seconds = seconds_since(job.submitted);
+  {
+    // Its sequence is free before anyone hears that the request ended.
+    std::lock_guard<std::mutex> lk(mu_);
+    if (job.state >= 0) {
+      free_states_.push_back(job.state);
+      --counters_.live_sequences;
+      counters_.slots_in_use = opt_.n_parallel - static_cast<int64_t>(free_states_.size());
+    }
+    ++counters_.requests_done;
+    if (reason == FinishReason::cancelled) ++counters_.requests_cancelled;
+    if (reason == FinishReason::error) ++counters_.requests_failed;
+  }
+  if (job.req.on_done) {
+    try {
+      job.req.on_done(r);
+    } catch (const std::exception& e) {
+      LOG_ERROR("batch engine: a request's completion callback failed: ", e.what());
+    }
+  }
+}
+
+bool BatchEngine::deliver(Job& job, int32_t token) {
+  if (job.req.eos_id && token == *job.req.eos_id) {
+    finish(job, FinishReason::stop);
+    return false;
+  }
+  ++job.generated;
+  if (job.generated == 1) {
+    job.first_token_seconds = seconds_since(job.submitted);
+    std::lock_guard<std::mutex> lk(mu_);
+    counters_.first_token_seconds_sum += job.first_token_seconds;
+    ++counters_.first_token_count;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counters_.generated_tokens;
+  }
+  bool go_on = true;
+  try {
+    go_on = !job.req.on_token || job.req.on_token(token);
+  } catch (const std::exception& e) {
+    finish(job, FinishReason::error, str("the request's token callback failed: ", e.what()));
+    return false;
+  }
+  if (!go_on) {
+    finish(job, FinishReason::stop);
+    return false;
+  }
+  if (job.generated >= job.req.max_tokens) {
+    finish(job, FinishReason::length);
+    return false;
+  }
+  job.next = token;
+  return true;
+}
+
+void BatchEngine::reap() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::erase_if(running_, [](const std::unique_ptr<Job>& j) { return j->ended; });
+}
+
+bool BatchEngine::admit() {
+  std::vector<std::unique_ptr<Job>> dropped;  // queued requests that were cancelled
+  std::vector<uint64_t> ids;                  // requests to cancel
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ids.swap(cancel_ids_);
+    if (stopping_) {
+      while (!queue_.empty()) {
+        dropped.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      for (const auto& j : running_) ids.push_back(j->id);
+    }
+    for (uint64_t id : ids) {
+      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) { return q->id == id; });
+      if (it == queue_.end()) continue;
+      dropped.push_back(std::move(*it));
+      queue_.erase(it);
+    }
+    while (!stopping_ && !queue_.empty() && !free_states_.empty()) {
+      std::unique_ptr<Job> j = std::move(queue_.front());
+      queue_.pop_front();
+      j->state = free_states_.back();
+      free_states_.pop_back();
+      j->admitted = Clock::now();
+      counters_.prompt_tokens += j->req.prompt.size();
+      ++counters_.live_sequences;
+      running_.push_back(std::move(j));
+    }
+    counters_.queued = static_cast<int64_t>(queue_.size());
+    counters_.slots_in_use = opt_.n_parallel - static_cast<int64_t>(free_states_.size());
+  }
+  for (auto& j : dropped) finish(*j, FinishReason::cancelled);
+  for (auto& j : running_) {
+    if (std::find(ids.begin(), ids.end(), j->id) != ids.end()) finish(*j, FinishReason::cancelled);
+    else if (j->prefilled == 0 && !j->decoding) states_[static_cast<size_t>(j->state)]->reset();
+  }
+  reap();
+  return !running_.empty();
+}
+
+void BatchEngine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      const bool work = !queue_.empty() || !cancel_ids_.empty() || !running_.empty() || stopping_;
+      if (!work) {
+        thread_idle_ = true;
+        idle_cv_.notify_all();
+        cv_.wait(lk, [&] { return !queue_.empty() || !cancel_ids_.empty() || stopping_; });
+        thread_idle_ = false;
+      }
+    }
+    const bool any = admit();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopping_ && running_.empty() && queue_.empty()) return;
+    }
+    if (!any) continue;
+    const auto t0 = Clock::now();
+    prefill_one();
+    decode_step();
+    reap();
+    std::lock_guard<std::mutex> lk(mu_);
+    counters_.busy_seconds += seconds_since(t0);
+  }
+}
+
+void BatchEngine::prefill_one() {
+  std::vector<Job*> prefills;
+  for (auto& j : running_)
+    if (!j->ended && !j->decoding) prefills.push_back(j.get());
+  if (prefills.empty()) return;
+  Job& job = *prefills[prefill_cursor_++ % prefills.size()];
+  SequenceState& state = *states_[static_cast<size_t>(job.state)];
+  const int64_t n_prompt = static_cast<int64_t>(job.req.prompt.size());
+  const int64_t n = std::min(opt_.ubatch, n_prompt - job.prefilled);
+  const int64_t V = model_.info().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(V));
+  try {
+    model_.forward(std::span<const int32_t>(job.req.prompt).subspan(static_cast<size_t>(job.prefilled),
+                                                                     static_cast<size_t>(n)),
+                   state, logits, false);
+  } catch (const std::exception& e) {
+    finish(job, FinishReason::error, e.what());
+    return;
+  }
+  job.prefilled += n;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counters_.prefill_chunks;
+  }
+  if (job.prefilled < n_prompt) return;
+  job.decoding = true;
+  if (job.req.max_tokens == 0) {
+    finish(job, FinishReason::length);
+    return;
+  }
+  // The first token comes from the prompt's last logits.
+  sample_and_deliver(job, logits);
+}
+
+void BatchEngine::sample_and_deliver(Job& job, std::span<const float> row) {
+  const int64_t V = model_.info().n_vocab;
+  const size_t n_sampled =
+      static_cast<size_t>(opt_.n_vocab_sampled > 0 ? std::min(opt_.n_vocab_sampled, V) : V);
+  const std::span<const float> sampled = row.first(n_sampled);
+  const int64_t bad = first_non_finite(sampled);
+  if (bad >= 0) {
+    finish(job, FinishReason::error,
+           str("the model's logits are not finite at generation step ", job.generated + 1, " (token ", bad, " has ",
+               sampled[static_cast<size_t>(bad)], "): NaN or infinite weights or activations"));
+    return;
+  }
+  deliver(job, job.sampler.sample(sampled));
+}
+
+void BatchEngine::decode_step() {
+  std::vector<Job*> batch;
+  for (auto& j : running_)
+    if (!j->ended && j->decoding) batch.push_back(j.get());
+  if (batch.empty()) return;
+  const size_t V = static_cast<size_t>(model_.info().n_vocab);
+  std::vector<int32_t> tokens;
+  std::vector<SequenceState*> states;
+  for (Job* j : batch) {
+    tokens.push_back(j->next);
+    states.push_back(states_[static_cast<size_t>(j->state)].get());
+  }
+  std::vector<float> logits(batch.size() * V);
+  try {
+    model_.forward_batch(tokens, states, logits);
+  } catch (const std::exception& e) {
+    for (Job* j : batch) finish(*j, FinishReason::error, e.what());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counters_.decode_steps;
+    counters_.decode_rows += batch.size();
+  }
+  for (size_t b = 0; b < batch.size(); ++b)
+    sample_and_deliver(*batch[b], std::span<const float>(logits).subspan(b * V, V));
+}
+
+}  // namespace sluice
