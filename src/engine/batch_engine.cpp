@@ -101,14 +101,14 @@ void BatchEngine::stop() {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
+void BatchEngine::set_step_observer(std::function<void()> observer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  step_observer_ = std::move(observer);
+}
+
 BatchEngineCounters BatchEngine::counters() const {
   std::lock_guard<std::mutex> lk(mu_);
   return counters_;
-}
-
-std::string BatchEngine::failure() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return failure_;
 }
 
 void BatchEngine::finish(Job& job, FinishReason reason, std::string error) {
@@ -229,12 +229,7 @@ void BatchEngine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       const bool work = !queue_.empty() || !cancel_ids_.empty() || !running_.empty() || stopping_;
-      if (!work) {
-        thread_idle_ = true;
-        idle_cv_.notify_all();
-        cv_.wait(lk, [&] { return !queue_.empty() || !cancel_ids_.empty() || stopping_; });
-        thread_idle_ = false;
-      }
+      if (!work) cv_.wait(lk, [&] { return !queue_.empty() || !cancel_ids_.empty() || stopping_; });
     }
     const bool any = admit();
     {
@@ -246,8 +241,19 @@ void BatchEngine::loop() {
     prefill_one();
     decode_step();
     reap();
-    std::lock_guard<std::mutex> lk(mu_);
-    counters_.busy_seconds += seconds_since(t0);
+    std::function<void()> observer;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      counters_.busy_seconds += seconds_since(t0);
+      observer = step_observer_;
+    }
+    if (observer) {
+      try {
+        observer();
+      } catch (const std::exception& e) {
+        LOG_WARN("batch engine: the step observer failed: ", e.what());
+      }
+    }
   }
 }
 

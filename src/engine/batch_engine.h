@@ -8,8 +8,9 @@
 // One engine thread runs every model call; callers submit from any thread and get their
 // tokens through callbacks on the engine thread (which must not block for long). A request
 // ends by its end-of-sequence token, max_tokens, its on_token returning false (a stop string
-// found, a client gone), cancel(), or an error (its own: non-finite logits; or the engine's:
-// every live request then ends with that error and the engine refuses new ones).
+// found, a client gone), cancel(), or an error: non-finite logits, or a model call that threw
+// (a failed read, a device that stopped answering), which ends the requests of that call with
+// its message while the others go on.
 //
 // Greedy output of a request does not depend on what else runs: every row of a batched step
 // equals the sequence alone on the CPU, bit for bit (Model::forward_batch), and each request
@@ -101,10 +102,13 @@ class BatchEngine {
   // engine thread has finished the step in progress. Idempotent.
   void stop();
 
+  // Called on the engine thread after every iteration that ran the model (never during a
+  // model call): the moment to read state only that thread may touch, such as the
+  // streamer's statistics. Set it before submitting requests.
+  void set_step_observer(std::function<void()> observer);
+
   BatchEngineCounters counters() const;
   const BatchEngineOptions& options() const { return opt_; }
-  // The engine's own failure (the model threw outside a request's fault), or empty.
-  std::string failure() const;
 
  private:
   struct Job;
@@ -126,16 +130,15 @@ class BatchEngine {
   std::vector<int> free_states_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable cv_;
   std::deque<std::unique_ptr<Job>> queue_;   // under mu_
   std::vector<uint64_t> cancel_ids_;         // under mu_
   bool stopping_ = false;                    // under mu_
-  bool thread_idle_ = false;                 // under mu_: the loop waits, no model call running
-  std::string failure_;                      // under mu_
   BatchEngineCounters counters_;             // under mu_
   uint64_t next_id_ = 1;                     // under mu_
 
   std::vector<std::unique_ptr<Job>> running_;  // written by the engine thread under mu_
+  std::function<void()> step_observer_;        // under mu_ to set; called on the engine thread
   size_t prefill_cursor_ = 0;                  // engine thread: round robin over prefills
   std::thread thread_;
 };

@@ -1,0 +1,231 @@
+// Parsing and checking OpenAI request bodies; building responses, chunks and errors.
+#include "openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace sluice::server {
+
+using nlohmann::json;
+
+json ApiError::to_json() const {
+  return {{"error",
+           {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+namespace {
+
+[[noreturn]] void bad(std::string message, std::string code = "invalid_value") {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.code = std::move(code);
+  throw e;
+}
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int64_t integer_field(const json& v, const char* name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+    bad(str("'", name, "' must be an integer"), "invalid_type");
+  const double d = v.get<double>();
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)))
+    bad(str("'", name, "' is ", v.dump(), "; expected an integer from ", lo, " to ", hi));
+  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+}
+
+double number_field(const json& v, const char* name, double lo, double hi, bool lo_open = false) {
+  if (!v.is_number()) bad(str("'", name, "' must be a number"), "invalid_type");
+  const double d = v.get<double>();
+  if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
+    bad(str("'", name, "' is ", v.dump(), "; expected a number ", lo_open ? "above " : "from ", lo, lo_open ? " and at most " : " to ", hi));
+  return d;
+}
+
+bool bool_field(const json& v, const char* name) {
+  if (!v.is_boolean()) bad(str("'", name, "' must be true or false"), "invalid_type");
+  return v.get<bool>();
+}
+
+// Rejects a field the server does not implement when it asks for more than the default.
+void unsupported_if(bool cond, const std::string& what) {
+  if (cond) bad(what + " is not supported by sluice", "unsupported");
+}
+
+std::string text_content(const json& content, size_t index) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array()) {  // content parts: text only
+    std::string out;
+    for (const json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        bad(str("messages[", index, "].content: only text parts are supported"), "unsupported");
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  bad(str("messages[", index, "].content must be a string or a list of text parts"), "invalid_type");
+}
+
+}  // namespace
+
+ParsedRequest parse_request(const json& body, Endpoint endpoint) {
+  if (!body.is_object()) bad("the request body must be a JSON object", "invalid_type");
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) bad("'model' must be a string", "invalid_type");
+    r.model = m->get<std::string>();
+  }
+  if (endpoint == Endpoint::completions) {
+    const json* p = field(body, "prompt");
+    if (!p) bad("'prompt' is required", "missing_field");
+    if (p->is_string()) {
+      r.prompt_text = p->get<std::string>();
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      for (const json& t : *p) r.prompt_ids.push_back(static_cast<int32_t>(integer_field(t, "prompt", 0, (1LL << 31) - 1)));
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      r.prompt_text = (*p)[0].get<std::string>();
+    } else if (p->is_array() && p->size() > 1) {
+      bad("'prompt' holds several prompts; one request takes one (send several requests)", "unsupported");
+    } else {
+      bad("'prompt' must be a string, a list of one string, or a list of token ids", "invalid_type");
+    }
+    unsupported_if(field(body, "echo") && bool_field(*field(body, "echo"), "echo"), "'echo'");
+    unsupported_if(field(body, "suffix") != nullptr, "'suffix'");
+    unsupported_if(field(body, "logprobs") != nullptr, "'logprobs'");
+    if (const json* b = field(body, "best_of")) unsupported_if(integer_field(*b, "best_of", 1, 1 << 20) != 1, "'best_of' above 1");
+  } else {
+    const json* msgs = field(body, "messages");
+    if (!msgs) bad("'messages' is required", "missing_field");
+    if (!msgs->is_array() || msgs->empty()) bad("'messages' must be a non-empty list", "invalid_type");
+    for (size_t i = 0; i < msgs->size(); ++i) {
+      const json& m = (*msgs)[i];
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad(str("messages[", i, "] must be an object with a 'role' string"), "invalid_type");
+      ChatMessage cm;
+      cm.role = m["role"].get<std::string>();
+      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
+        bad(str("messages[", i, "].role '", cm.role, "' is not supported (system, developer, user, assistant)"),
+            "unsupported");
+      if (m.contains("content") && !m["content"].is_null()) cm.content = text_content(m["content"], i);
+      unsupported_if(m.contains("tool_calls") && !m["tool_calls"].is_null(), str("messages[", i, "].tool_calls"));
+      r.messages.push_back(std::move(cm));
+    }
+    unsupported_if(field(body, "tools") != nullptr, "'tools' (tool calling)");
+    unsupported_if(field(body, "functions") != nullptr, "'functions'");
+    if (const json* lp = field(body, "logprobs")) unsupported_if(bool_field(*lp, "logprobs"), "'logprobs'");
+    unsupported_if(field(body, "top_logprobs") != nullptr, "'top_logprobs'");
+    if (const json* rf = field(body, "response_format"))
+      unsupported_if(!rf->is_object() || rf->value("type", "") != "text", "a 'response_format' other than text");
+    if (const json* mc = field(body, "max_completion_tokens"))
+      r.max_tokens = integer_field(*mc, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max());
+  }
+  if (const json* n = field(body, "n")) unsupported_if(integer_field(*n, "n", 1, 1 << 20) != 1, "'n' above 1");
+  if (const json* mt = field(body, "max_tokens")) r.max_tokens = integer_field(*mt, "max_tokens", 0, std::numeric_limits<int32_t>::max());
+  for (const char* pen : {"presence_penalty", "frequency_penalty"})
+    if (const json* v = field(body, pen)) unsupported_if(number_field(*v, pen, -2, 2) != 0, str("'", pen, "'"));
+  if (const json* lb = field(body, "logit_bias")) unsupported_if(!lb->is_object() || !lb->empty(), "'logit_bias'");
+  // Sampling: OpenAI's defaults (temperature 1, top_p 1), top_k as llama-server takes it.
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 1.0f;
+  r.sampling.top_k = 0;
+  r.sampling.seed = 0;
+  if (const json* t = field(body, "temperature")) r.sampling.temperature = static_cast<float>(number_field(*t, "temperature", 0, 2));
+  if (const json* t = field(body, "top_p")) r.sampling.top_p = static_cast<float>(number_field(*t, "top_p", 0, 1, true));
+  if (const json* t = field(body, "top_k")) r.sampling.top_k = static_cast<int32_t>(integer_field(*t, "top_k", 0, std::numeric_limits<int32_t>::max()));
+  if (const json* s = field(body, "seed")) {
+    if (!s->is_number_integer()) bad("'seed' must be an integer", "invalid_type");
+    r.sampling.seed = s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  }
+  if (const json* s = field(body, "stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > 4) bad("'stop' holds more than 4 strings");
+      for (const json& x : *s) {
+        if (!x.is_string()) bad("'stop' must be a string or a list of strings", "invalid_type");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("'stop' must be a string or a list of strings", "invalid_type");
+    }
+    for (const std::string& x : r.stop)
+      if (x.empty()) bad("'stop' holds an empty string");
+  }
+  if (const json* s = field(body, "stream")) r.stream = bool_field(*s, "stream");
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("'stream_options' must be an object", "invalid_type");
+    if (!r.stream) bad("'stream_options' needs 'stream': true");
+    if (const json* iu = field(*so, "include_usage")) r.include_usage = bool_field(*iu, "stream_options.include_usage");
+  }
+  return r;
+}
+
+const char* finish_reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::length: return "length";
+    case FinishReason::stop:
+    case FinishReason::cancelled:
+    case FinishReason::error: return "stop";
+  }
+  return "stop";
+}
+
+json usage_json(const CompletionResult& r) {
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", r.completion_tokens},
+          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+}
+
+json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text, const CompletionResult& r) {
+  json choice;
+  if (endpoint == Endpoint::chat) {
+    choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+              {"finish_reason", finish_reason_text(r.reason)}};
+  } else {
+    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_text(r.reason)}};
+  }
+  return {{"id", ids.id},
+          {"object", endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
+          {"created", ids.created},
+          {"model", ids.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(r)}};
+}
+
+json stream_chunk(const ResponseIds& ids, Endpoint endpoint, const std::string& text, bool first,
+                  const std::optional<FinishReason>& finish) {
+  json choice;
+  const json reason = finish ? json(finish_reason_text(*finish)) : json(nullptr);
+  if (endpoint == Endpoint::chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (!finish && !first)) delta["content"] = text;
+    if (first && text.empty() && !finish) delta["content"] = "";
+    choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", reason}};
+  } else {
+    choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason}};
+  }
+  return {{"id", ids.id},
+          {"object", endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ids.created},
+          {"model", ids.model},
+          {"choices", json::array({choice})}};
+}
+
+json stream_usage_chunk(const ResponseIds& ids, Endpoint endpoint, const CompletionResult& r) {
+  return {{"id", ids.id},
+          {"object", endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ids.created},
+          {"model", ids.model},
+          {"choices", json::array()},
+          {"usage", usage_json(r)}};
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,70 @@
+// The OpenAI-compatible request and response bodies of `sluice serve`: a request's JSON
+// checked field by field (wrong types, values out of range, unsupported features: a 400 with a
+// message that names the field), and the JSON of responses, stream chunks and errors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/batch_engine.h"
+#include "engine/sampler.h"
+
+namespace sluice::server {
+
+// An error a client sees: the HTTP status and OpenAI's error object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";  // or "authentication_error", "server_error", ...
+  std::string code;                            // empty: null
+  nlohmann::json to_json() const;              // {"error": {"message", "type", "param": null, "code"}}
+};
+
+// One chat message (role and text content; content parts of type "text" are joined).
+struct ChatMessage {
+  std::string role, content;
+};
+
+enum class Endpoint { completions, chat };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::completions;
+  std::string model;                        // as sent (any name is accepted)
+  std::optional<std::string> prompt_text;   // completions: the prompt as text, or
+  std::vector<int32_t> prompt_ids;          // completions: the prompt as token ids
+  std::vector<ChatMessage> messages;        // chat
+  std::optional<int64_t> max_tokens;        // none: the endpoint's default
+  SamplingParams sampling;
+  std::vector<std::string> stop;            // at most 4
+  bool stream = false;
+  bool include_usage = false;               // stream_options.include_usage
+};
+
+// Parses and checks a request body (already valid JSON). Throws ApiError.
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint);
+
+// OpenAI's finish_reason for how a request ended.
+const char* finish_reason_text(FinishReason r);
+
+struct ResponseIds {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+nlohmann::json usage_json(const CompletionResult& r);
+// The whole response of a request that did not stream.
+nlohmann::json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text,
+                                   const CompletionResult& r);
+// One streamed chunk: text (chat: the delta's content; first: also the role), and the
+// finish_reason on the last one.
+nlohmann::json stream_chunk(const ResponseIds& ids, Endpoint endpoint, const std::string& text, bool first,
+                            const std::optional<FinishReason>& finish);
+// The usage chunk of stream_options.include_usage: no choices, the usage.
+nlohmann::json stream_usage_chunk(const ResponseIds& ids, Endpoint endpoint, const CompletionResult& r);
+
+}  // namespace sluice::server
