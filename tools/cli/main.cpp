@@ -2,6 +2,9 @@
 // dispatches and turns every failure into one line on stderr and a non-zero exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "cli_args.h"
 #include "core/error.h"
@@ -15,6 +18,8 @@ void register_simulate(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_verify(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_bench(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -33,8 +38,14 @@ int main(int argc, char** argv) {
   sluice::cli::register_convert(app);
   sluice::cli::register_verify(app);
   sluice::cli::register_synth(app);
+  sluice::cli::register_serve(app);
+  sluice::cli::register_bench(app);
+  // llama-bench spells one option "-gp"; CLI11 takes single-letter short names only, so the
+  // word is given its long form before parsing (`sluice bench -gp 512,128`).
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.push_back(std::strcmp(argv[i], "-gp") == 0 ? "--gp" : argv[i]);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::RuntimeError& e) {  // a run that ends early on purpose (Ctrl-C: 130), already reported

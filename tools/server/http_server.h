@@ -14,7 +14,7 @@
 // Every error is OpenAI's error object with its status (400 malformed or invalid bodies, 401
 // a wrong API key, 404, 405, 413 a body over the limit, 503 a full queue or a shutdown). A
 // streaming client that goes away frees its sequence at the engine's next step (a failed
-// write, or a keep-alive comment every second while the request waits).
+// write, or a keep-alive comment every 250 ms while the request waits).
 #pragma once
 
 #include <atomic>

@@ -74,7 +74,7 @@ std::string text_content(const json& content, size_t index) {
 
 }  // namespace
 
-ParsedRequest parse_request(const json& body, Endpoint endpoint) {
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingParams& defaults) {
   if (!body.is_object()) bad("the request body must be a JSON object", "invalid_type");
   ParsedRequest r;
   r.endpoint = endpoint;
@@ -131,11 +131,8 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint) {
   for (const char* pen : {"presence_penalty", "frequency_penalty"})
     if (const json* v = field(body, pen)) unsupported_if(number_field(*v, pen, -2, 2) != 0, str("'", pen, "'"));
   if (const json* lb = field(body, "logit_bias")) unsupported_if(!lb->is_object() || !lb->empty(), "'logit_bias'");
-  // Sampling: OpenAI's defaults (temperature 1, top_p 1), top_k as llama-server takes it.
-  r.sampling.temperature = 1.0f;
-  r.sampling.top_p = 1.0f;
-  r.sampling.top_k = 0;
-  r.sampling.seed = 0;
+  // Sampling: the server's defaults, top_k as llama-server takes it.
+  r.sampling = defaults;
   if (const json* t = field(body, "temperature")) r.sampling.temperature = static_cast<float>(number_field(*t, "temperature", 0, 2));
   if (const json* t = field(body, "top_p")) r.sampling.top_p = static_cast<float>(number_field(*t, "top_p", 0, 1, true));
   if (const json* t = field(body, "top_k")) r.sampling.top_k = static_cast<int32_t>(integer_field(*t, "top_k", 0, std::numeric_limits<int32_t>::max()));

@@ -44,8 +44,10 @@ struct ParsedRequest {
   bool include_usage = false;               // stream_options.include_usage
 };
 
-// Parses and checks a request body (already valid JSON). Throws ApiError.
-ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint);
+// Parses and checks a request body (already valid JSON); sampling values the body leaves out
+// come from `defaults` (the server's command line; OpenAI's are temperature 1, top_p 1).
+// Throws ApiError.
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const SamplingParams& defaults);
 
 // OpenAI's finish_reason for how a request ended.
 const char* finish_reason_text(FinishReason r);

@@ -1,0 +1,153 @@
+// `sluice serve` as users run it: the binary started as a child on a free port, talked to by
+// the official `openai` npm client (completions and chat, streaming and not: greedy text equal
+// to `sluice run`'s for the same prompt) and by a real headless browser on the chat page
+// (Debian's chromium through playwright-core: the streamed reply read from the page); SIGTERM
+// ends it with exit status 0; a port in use is a one-line error.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "../models/fixture_util.h"
+#include "../unit/cli_child.h"
+#include "format/tokenizer.h"
+#include "server_util.h"
+
+namespace fs = std::filesystem;
+using namespace sluice;
+using namespace sluice::test;
+using nlohmann::json;
+
+namespace {
+
+// The port a starting server announced on stderr, or 0 once `seconds` passed.
+int wait_for_port(const fs::path& err, double seconds) {
+  int port = 0;
+  wait_for(
+      [&] {
+        std::smatch m;
+        const std::string text = read_text(err);
+        static const std::regex re("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+        if (std::regex_search(text, m, re)) port = std::stoi(m[1]);
+        return port != 0;
+      },
+      seconds);
+  return port;
+}
+
+// Runs `sluice serve` with args; calls body(base_url) while it serves, then sends SIGTERM.
+ChildResult serve_while(const std::vector<std::string>& args, const std::function<void(const std::string&)>& body) {
+  ChildOptions co;
+  co.on_start = [&](pid_t pid, const fs::path&, const fs::path& err) {
+    const int port = wait_for_port(err, 60);
+    if (port == 0) {
+      ADD_FAILURE() << "the server did not say where it listens: " << read_text(err);
+    } else {
+      body("http://127.0.0.1:" + std::to_string(port));
+    }
+    ::kill(pid, SIGTERM);
+  };
+  std::vector<std::string> all = {"serve"};
+  all.insert(all.end(), args.begin(), args.end());
+  return run_sluice_child(all, co);
+}
+
+// What `sluice run` prints for the prompt, greedy (without the newline it ends its output with).
+std::string run_text(const fs::path& model, const std::string& prompt, int64_t n) {
+  ChildResult r = run_sluice_child({"run", "--model", model.string(), "--prompt", prompt, "-n", std::to_string(n),
+                                    "--temperature", "0", "--backend", "cpu"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  if (!r.out.empty() && r.out.back() == '\n') r.out.pop_back();
+  return r.out;
+}
+
+}  // namespace
+
+TEST(ServeCli, OpenAiClientGetsWhatRunGenerates) {
+  const fs::path model = server_test_model();
+  const std::string prompt = "The old man walked slowly";
+  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}});
+  const std::string want = run_text(model, prompt, 12);
+  const std::string want_chat = run_text(model, chatml_prompt("Be brief.", "Hello"), 12);
+  json got;
+  ChildResult r = serve_while({"--model", model.string(), "--port", "0", "--parallel", "2", "--ctx", "128", "--backend", "cpu"},
+                              [&](const std::string& base) {
+                                std::string error;
+                                const std::string out = run_node_script(
+                                    "openai_client.mjs",
+                                    {{"BASE_URL", base}, {"PROMPT", prompt}, {"MAX_TOKENS", "12"},
+                                     {"CHAT_MESSAGES", messages.dump()}},
+                                    &error);
+                                ASSERT_TRUE(error.empty()) << error;
+                                got = json::parse(out);
+                              });
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("sluice serve: stopped after"), std::string::npos) << r.err;
+  ASSERT_TRUE(got.is_object());
+  EXPECT_EQ(got["completion"], want);
+  EXPECT_EQ(got["completion_stream"], want);
+  EXPECT_EQ(got["completion_usage"]["completion_tokens"], got["completion_stream_usage"]["completion_tokens"]);
+  EXPECT_EQ(got["chat"], want_chat);
+  EXPECT_EQ(got["chat_stream"], want_chat);
+  EXPECT_EQ(got["chat_role"], "assistant");
+  EXPECT_EQ(got["bad_status"], 400);
+  EXPECT_NE(got["bad_message"].get<std::string>().find("'n' above 1"), std::string::npos) << got.dump();
+}
+
+TEST(ServeCli, ChatPageInAHeadlessBrowser) {
+  if (!fs::exists("/usr/bin/chromium") && !std::getenv("CHROMIUM"))
+    GTEST_FAIL() << "the browser test needs Debian's chromium (apt-get install chromium; make test installs it as root)";
+  const fs::path model = server_test_model();
+  const std::string message = "Hello there";
+  // The page sends the conversation without max_tokens: the greedy reply (server default
+  // temperature 0) is the template's prompt continued until eos or the context's end (the
+  // fixture's 256 tokens).
+  const std::string prompt = "<|im_start|>user\n" + message + "<|im_end|>\n<|im_start|>assistant\n";
+  const int64_t n_prompt = static_cast<int64_t>(Tokenizer::load(model).encode(prompt).size());
+  const std::string want = run_text(model, prompt, 256 - n_prompt);
+  json got;
+  ChildResult r = serve_while({"--model", model.string(), "--port", "0", "--ctx", "256", "--backend", "cpu",
+                               "--temperature", "0"},
+                              [&](const std::string& base) {
+                                std::string error;
+                                const std::string out =
+                                    run_node_script("chat_page_browser.mjs", {{"BASE_URL", base}, {"MESSAGE", message}}, &error);
+                                ASSERT_TRUE(error.empty()) << error;
+                                got = json::parse(out);
+                              });
+  EXPECT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(got.is_object());
+  EXPECT_EQ(got["state"], "done") << got.dump();
+  EXPECT_EQ(got["text"], want);
+}
+
+TEST(ServeCli, PortInUseAndBadOptionsAreOneLine) {
+  // Hold a port, then ask the server for it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  const fs::path model = server_test_model();
+  ChildResult r = run_sluice_child({"serve", "--model", model.string(), "--port", port, "--backend", "cpu"});
+  ::close(fd);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("cannot listen on 127.0.0.1:" + port), std::string::npos) << r.err;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--parallel", "0"}, {"--parallel", "65"}, {"--port", "70000"}, {"--ctx", "100000000"}}) {
+    std::vector<std::string> args = {"serve", "--model", model.string(), "--backend", "cpu"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    ChildResult b = run_sluice_child(args);
+    EXPECT_EQ(b.status, 1) << bad[0] << " " << bad[1];
+    EXPECT_NE(b.err.find(bad[0]), std::string::npos) << b.err;
+    EXPECT_EQ(std::count(b.err.begin(), b.err.end(), '\n'), 1) << b.err;
+  }
+}

@@ -1,0 +1,350 @@
+// `sluice serve`'s HTTP server, in process on 127.0.0.1 (a free port) over the fixture
+// qwen3_moe with a chat template added: the routes, completions and chat with and without
+// server-sent events (greedy text equal to the Generator's for the same prompt), stop strings,
+// usage, every malformed input answered with its 4xx and OpenAI's error object, the API key,
+// 24 concurrent streaming clients beside 1,000 requests whose clients vanish at random points
+// (their sequences come back, the others are answered correctly: the engine's own counters).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "../models/fixture_util.h"
+#include "../models/pack_util.h"
+#include "engine/batch_engine.h"
+#include "models/load.h"
+#include "server/http_server.h"
+#include "server_util.h"
+
+namespace fs = std::filesystem;
+using namespace sluice;
+using namespace sluice::test;
+using nlohmann::json;
+
+namespace {
+
+// The server over a model, on its own thread; stopped at the end of the test.
+struct Served {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  LoadedModel model;
+  std::unique_ptr<BatchEngine> engine;
+  std::unique_ptr<server::HttpServer> http;
+  std::thread thread;
+  int port = 0;
+
+  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64) {
+    model = load_model(server_test_model(), *be);
+    BatchEngineOptions eo;
+    eo.n_parallel = parallel;
+    eo.n_ctx = 96;
+    eo.max_queue = max_queue;
+    engine = std::make_unique<BatchEngine>(*model.model, eo);
+    so.port = 0;
+    so.model_name = "fixture";
+    so.max_body_bytes = 64 << 10;
+    http = std::make_unique<server::HttpServer>(model, *engine, so);
+    std::string err;
+    EXPECT_TRUE(http->bind(&err)) << err;
+    port = http->port();
+    thread = std::thread([this] { http->run(); });
+  }
+  ~Served() {
+    http->stop();
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(std::chrono::seconds(60));
+    return c;
+  }
+};
+
+std::string greedy_for(const LoadedModel& m, const std::string& prompt, int64_t n) {
+  return greedy_text(m, m.tokenizer->encode(prompt, m.tokenizer->add_bos()), n, 96);
+}
+
+// The data lines of a server-sent event stream, in order.
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& part) {
+  ASSERT_TRUE(r) << "no answer";
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(part), std::string::npos) << r->body;
+}
+
+}  // namespace
+
+TEST(Server, RoutesAndErrors) {
+  Served s;
+  auto c = s.client();
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json::parse(h->body)["status"], "ok");
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "fixture");
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("<title>sluice</title>"), std::string::npos);
+  expect_error(c.Get("/nowhere"), 404, "no such route");
+  expect_error(c.Post("/v1/completions", "{not json", "application/json"), 400, "not valid JSON");
+  expect_error(c.Post("/v1/completions", "[1, 2]", "application/json"), 400, "JSON object");
+  expect_error(c.Post("/v1/completions", R"({"max_tokens": 4})", "application/json"), 400, "'prompt' is required");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "max_tokens": "4"})", "application/json"), 400,
+               "'max_tokens' must be an integer");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "max_tokens": -1})", "application/json"), 400, "max_tokens");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "temperature": 9})", "application/json"), 400, "temperature");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "n": 2})", "application/json"), 400, "'n' above 1");
+  expect_error(c.Post("/v1/completions", R"({"prompt": ["a", "b"]})", "application/json"), 400, "several prompts");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "stop": [1]})", "application/json"), 400, "'stop'");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a", "stream_options": {"include_usage": true}})", "application/json"),
+               400, "'stream'");
+  expect_error(c.Post("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", "application/json"), 400, "not valid JSON");
+  expect_error(c.Post("/v1/chat/completions", R"({"messages": []})", "application/json"), 400, "messages");
+  expect_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", "application/json"),
+               400, "role");
+  expect_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": []})",
+                      "application/json"),
+               400, "tool calling");
+  // A prompt longer than the context (96 tokens).
+  std::string longp(2000, 'a');
+  for (size_t i = 1; i < longp.size(); i += 2) longp[i] = ' ';
+  expect_error(c.Post("/v1/completions", json{{"prompt", longp}}.dump(), "application/json"), 400, "context");
+  expect_error(c.Post("/v1/completions", json{{"prompt", "a b"}, {"max_tokens", 500}}.dump(), "application/json"), 400,
+               "exceed the context");
+  // A body over the limit (64 KiB here).
+  expect_error(c.Post("/v1/completions", json{{"prompt", std::string(100000, 'x')}}.dump(), "application/json"), 413,
+               "larger than");
+  EXPECT_EQ(s.engine->counters().live_sequences, 0);
+}
+
+TEST(Server, ApiKey) {
+  server::ServerOptions so;
+  so.api_key = "sekrit";
+  Served s(so);
+  auto c = s.client();
+  expect_error(c.Get("/v1/models"), 401, "API key");
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a"})", "application/json"), 401, "API key");
+  EXPECT_EQ(c.Get("/health")->status, 200);  // open without a key
+  httplib::Headers bad{{"Authorization", "Bearer wrong"}};
+  expect_error(c.Get("/metrics", bad), 401, "API key");
+  httplib::Headers good{{"Authorization", "Bearer sekrit"}};
+  auto r = c.Get("/v1/models", good);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(Server, CompletionsEqualTheGenerator) {
+  Served s;
+  auto c = s.client();
+  const std::string prompt = "The old man walked";
+  const std::string want = greedy_for(s.model, prompt, 12);
+  // One answer.
+  auto r = c.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], want);
+  const std::string reason = j["choices"][0]["finish_reason"];
+  EXPECT_TRUE(reason == "length" || reason == "stop");
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+  // The same as server-sent events, with the usage chunk.
+  auto st = c.Post("/v1/completions",
+                   json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}}
+                       .dump(),
+                   "application/json");
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->status, 200);
+  EXPECT_NE(st->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  const auto events = sse_data(st->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json e = json::parse(events[i]);
+    if (e["choices"].empty()) {
+      EXPECT_EQ(i + 2, events.size()) << "the usage chunk comes last";
+      EXPECT_EQ(e["usage"]["completion_tokens"], j["usage"]["completion_tokens"]);
+      continue;
+    }
+    text += e["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, want);
+  // Token ids as the prompt give the same text.
+  json ids = json::array();
+  for (int32_t t : s.model.tokenizer->encode(prompt, s.model.tokenizer->add_bos())) ids.push_back(t);
+  auto r2 = c.Post("/v1/completions", json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}}.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(json::parse(r2->body)["choices"][0]["text"], want);
+}
+
+TEST(Server, StopStringsCutTheText) {
+  Served s;
+  auto c = s.client();
+  const std::string prompt = "The old man walked";
+  const std::string full = greedy_for(s.model, prompt, 20);
+  ASSERT_GE(full.size(), 8u);
+  const std::string stop = full.substr(full.size() / 2, 3);
+  const std::string want = full.substr(0, full.find(stop));
+  for (bool stream : {false, true}) {
+    auto r = c.Post("/v1/completions",
+                    json{{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"stop", {stop}}, {"stream", stream}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    std::string text;
+    if (!stream) {
+      json j = json::parse(r->body);
+      text = j["choices"][0]["text"];
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    } else {
+      for (const std::string& e : sse_data(r->body))
+        if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, want) << "stop " << json(stop).dump() << (stream ? " (stream)" : "");
+  }
+}
+
+TEST(Server, ChatThroughTheTemplate) {
+  Served s;
+  auto c = s.client();
+  const json msgs = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}});
+  const std::string prompt = chatml_prompt("Be brief.", "Hello");
+  // The template's text, tokenized without an extra bos, gives the Generator's greedy text.
+  const std::string want = greedy_text(s.model, s.model.tokenizer->encode(prompt, false), 10, 96);
+  auto r = c.Post("/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", 10}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], want);
+  auto st = c.Post("/v1/chat/completions",
+                   json{{"messages", msgs}, {"max_tokens", 10}, {"temperature", 0}, {"stream", true}}.dump(),
+                   "application/json");
+  ASSERT_TRUE(st);
+  const auto events = sse_data(st->body);
+  ASSERT_GE(events.size(), 2u);
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json d = json::parse(events[i])["choices"][0]["delta"];
+    if (d.contains("content")) text += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, want);
+}
+
+TEST(Server, ConcurrentStreamsAndVanishingClients) {
+  Served s({}, 4, 128);
+  const std::string prompt = "The old man walked";
+  const std::string want = greedy_for(s.model, prompt, 16);
+  // 24 streaming clients at once (4 sequences, the rest queued): every one gets the text.
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 24; ++i)
+    clients.emplace_back([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto c = s.client();
+      auto r = c.Post("/v1/completions",
+                      json{{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"stream", true}}.dump(),
+                      "application/json");
+      if (!r || r->status != 200) {
+        ADD_FAILURE() << "status " << (r ? r->status : -1) << (r ? r->body : httplib::to_string(r.error())) << " after "
+                      << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return;
+      }
+      std::string text;
+      for (const std::string& e : sse_data(r->body))
+        if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+      if (text == want) ++ok;
+      else ADD_FAILURE() << "got " << json(text).dump() << " want " << json(want).dump();
+    });
+  // Meanwhile 1,000 requests from 20 threads whose clients close the socket after a random
+  // number of bytes (a third before any answer; the others mid-stream).
+  std::vector<std::thread> vanishing;
+  for (int th = 0; th < 20; ++th) {
+    vanishing.emplace_back([&, th] {
+      std::mt19937 rng(static_cast<uint32_t>(th + 1));
+      for (int i = 0; i < 50; ++i) {
+        const int after = static_cast<int>(rng() % 3 == 0 ? 0 : rng() % 1500);
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(s.port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+          ::close(fd);
+          continue;
+        }
+        const std::string body =
+            json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0.8}, {"seed", i}, {"stream", true}}.dump();
+        const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        (void)!::write(fd, req.data(), req.size());
+        char buf[64];
+        int got = 0;
+        while (got < after) {
+          const ssize_t n = ::read(fd, buf, sizeof buf);
+          if (n <= 0) break;
+          got += static_cast<int>(n);
+        }
+        ::close(fd);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (auto& t : vanishing) t.join();
+  EXPECT_EQ(ok.load(), 24);
+  // Every vanished client's sequence comes back (at the latest at its next keep-alive probe).
+  BatchEngineCounters c;
+  for (int tries = 0; tries < 300; ++tries) {
+    c = s.engine->counters();
+    if (c.live_sequences == 0 && c.queued == 0 && c.requests_done == c.requests_submitted) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(c.live_sequences, 0);
+  EXPECT_EQ(c.slots_in_use, 0);
+  EXPECT_EQ(c.queued, 0);
+  EXPECT_EQ(c.requests_done, c.requests_submitted);
+  EXPECT_GT(c.requests_cancelled, 0u) << "no disconnect was noticed mid-stream";
+  std::printf("vanishing clients: %llu requests submitted, %llu cancelled by disconnects, %llu done\n",
+              static_cast<unsigned long long>(c.requests_submitted), static_cast<unsigned long long>(c.requests_cancelled),
+              static_cast<unsigned long long>(c.requests_done));
+  // The server still answers.
+  auto r = s.client().Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}}.dump(),
+                           "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], want);
+  // The metrics say so too.
+  auto m = s.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("sluice_active_sequences 0"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("# TYPE sluice_generated_tokens_total counter"), std::string::npos);
+}

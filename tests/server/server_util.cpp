@@ -1,0 +1,88 @@
+// Server test helpers (server_util.h).
+#include "server_util.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../models/fixture_util.h"
+#include "../models/pack_util.h"
+#include "engine/generated_text.h"
+#include "engine/generator.h"
+
+namespace fs = std::filesystem;
+
+namespace sluice::test {
+
+namespace {
+
+constexpr const char* kChatml =
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+}  // namespace
+
+fs::path server_test_model() {
+  const fs::path dir = pack_test_dir("server-model");
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(fixture_dir("qwen3_moe") / f, dir / f, fs::copy_options::overwrite_existing);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture_dir("qwen3_moe") / "tokenizer_config.json"));
+  cfg["chat_template"] = kChatml;
+  std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
+  return dir;
+}
+
+std::string chatml_prompt(const std::string& system, const std::string& user) {
+  return "<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +
+         "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t n_ctx) {
+  GenerateOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  g.eos_id = m.eos_id();
+  g.n_ctx = n_ctx;
+  GeneratedText text(*m.tokenizer);
+  std::string out;
+  Generator(*m.model).generate(ids, g, [&](int32_t t) {
+    out += text.push(t);
+    return true;
+  });
+  return out + text.flush();
+}
+
+std::string run_node_script(const std::string& script, const std::map<std::string, std::string>& env,
+                            std::string* error) {
+  const fs::path npm = fs::path(SLUICE_NPM_DIR).parent_path();  // build/npm: node_modules is inside
+  if (!fs::exists(npm / "node_modules")) {
+    *error = str("no npm modules in ", npm.string(), " (scripts/fetch-test-data installs them)");
+    return {};
+  }
+  const fs::path copy = npm / script;
+  fs::copy_file(source_dir() / "tests" / "server" / script, copy, fs::copy_options::overwrite_existing);
+  std::string cmd;
+  for (const auto& [k, v] : env) {
+    std::string q;
+    for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += k + "='" + q + "' ";
+  }
+  const fs::path out = npm / (script + ".out"), err = npm / (script + ".err");
+  cmd += "node " + copy.string() + " >" + out.string() + " 2>" + err.string();
+  const int rc = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  if (rc != 0) {
+    *error = str("node ", script, " failed (", rc, "): ", slurp(err));
+    return {};
+  }
+  return slurp(out);
+}
+
+}  // namespace sluice::test

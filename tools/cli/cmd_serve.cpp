@@ -1,0 +1,115 @@
+// sluice serve: the OpenAI-compatible HTTP server (tools/server/http_server.h) over one model
+// and a BatchEngine of --parallel sequences. Ctrl-C or SIGTERM stops accepting, ends the
+// requests in flight (their answers end cleanly) and exits 0.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "cli_common.h"
+#include "engine/batch_engine.h"
+#include "server/http_server.h"
+
+namespace sluice::cli {
+
+namespace {
+
+// The context of one sequence by default: the model's, at most 4096 tokens (what a server's
+// clients mostly need; --ctx asks for more).
+constexpr int64_t kDefaultServeContext = 4096;
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  struct Options {
+    ModelOptions model;
+    std::string host = "127.0.0.1";
+    int64_t port = 8080;
+    int parallel = 4;
+    int64_t n_ctx = 0;
+    int64_t max_queue = 64;
+    std::string api_key;
+    float temperature = 1.0f, top_p = 1.0f;
+    int32_t top_k = 0;
+    uint64_t seed = 0;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server (completions, chat, SSE, metrics)");
+  add_model_options(*cmd, opt->model);
+  cmd->add_option("--host", opt->host, "address to listen on (default 127.0.0.1)");
+  add_integer(*cmd, "--port", opt->port, IntRange::from(0, 65535), "TCP port (default 8080; 0: any free port)");
+  add_integer(*cmd, "--parallel", opt->parallel, IntRange::from(1, 64),
+              "sequences decoded together in one batched step (default 4)");
+  add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::at_least(0, "0: the model's, at most 4096"),
+              "context of each sequence in tokens (default: the model's, at most 4096)");
+  add_integer(*cmd, "--max-queue", opt->max_queue, IntRange::from(0, 100000),
+              "requests that may wait for a sequence; more get 503 (default 64)");
+  cmd->add_option("--api-key", opt->api_key, "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+  add_real(*cmd, "--temperature", opt->temperature, RealRange::at_least(0, "0 is greedy"),
+           "default sampling temperature of requests that give none (default 1, as OpenAI)");
+  add_real(*cmd, "--top-p", opt->top_p, RealRange::above(0, 1), "default nucleus mass (default 1)");
+  add_integer(*cmd, "--top-k", opt->top_k, IntRange::at_least(0, "0 keeps every token"), "default top-k (default 0: all)");
+  add_seed(*cmd, "--seed", opt->seed, "default seed of requests that give none (default 0)");
+  cmd->callback([opt] {
+    Session s = open_session(opt->model);
+    Model& model = *s.model.model;
+    SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "sluice serve needs a tokenizer.json in ",
+                 s.model.dir.string());
+    const int64_t limit = model.info().n_ctx_train > 0 ? model.info().n_ctx_train : kDefaultServeContext;
+    const int64_t n_ctx = opt->n_ctx > 0 ? opt->n_ctx : std::min(limit, kDefaultServeContext);
+    model.check_context(n_ctx, str("--ctx ", n_ctx));
+    // Every sequence's state is allocated at start: check they fit before allocating them.
+    const uint64_t per = model.context_bytes(n_ctx);
+    if (const std::optional<uint64_t> avail = s.backend->memory_available())
+      SLUICE_CHECK(per <= *avail / static_cast<uint64_t>(opt->parallel), Status::out_of_memory, "--parallel ",
+                   opt->parallel, " sequences of --ctx ", n_ctx, " need ", opt->parallel, " x ", per,
+                   " bytes of context state; ", *avail, " bytes are available (ask for fewer or shorter sequences)");
+
+    BatchEngineOptions eo;
+    eo.n_parallel = opt->parallel;
+    eo.n_ctx = n_ctx;
+    eo.ubatch = opt->model.ubatch;
+    eo.max_queue = static_cast<size_t>(opt->max_queue);
+    eo.n_vocab_sampled = s.model.tokenizer->vocab_size();
+    BatchEngine engine(model, eo);
+
+    server::ServerOptions so;
+    so.host = opt->host;
+    so.port = static_cast<int>(opt->port);
+    so.api_key = opt->api_key;
+    so.model_name = s.model.dir.filename().string();
+    if (so.model_name.empty()) so.model_name = s.model.dir.parent_path().filename().string();
+    so.default_sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
+    server::HttpServer http(s.model, engine, so);
+    // The streamer's statistics for /metrics and the page, read on the engine thread.
+    if (StreamingProvider* st = s.model.streamer.get()) {
+      auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+      engine.set_step_observer([st, last, &http] {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - *last < std::chrono::milliseconds(200)) return;
+        *last = now;
+        http.update_cache_stats(st->stats());
+      });
+    }
+    std::string error;
+    SLUICE_CHECK(http.bind(&error), Status::invalid_argument, error);
+    InterruptFlag interrupt;
+    std::fprintf(stderr, "sluice serve: listening on http://%s:%d (%s, %d parallel sequences of %lld tokens)\n",
+                 so.host.c_str(), http.port(), so.model_name.c_str(), opt->parallel, static_cast<long long>(n_ctx));
+    std::fflush(stderr);
+    std::atomic<bool> listening{true};
+    std::thread watcher([&] {
+      while (listening && !interrupt.flag()->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      http.stop();
+    });
+    http.run();
+    listening = false;
+    watcher.join();
+    SLUICE_CHECK(interrupt.flag()->load(), Status::io, "the server stopped listening on ", so.host, ":", http.port());
+    const BatchEngineCounters c = engine.counters();
+    std::fprintf(stderr, "sluice serve: stopped after %llu requests (%llu tokens generated)\n",
+                 static_cast<unsigned long long>(c.requests_done), static_cast<unsigned long long>(c.generated_tokens));
+  });
+}
+
+}  // namespace sluice::cli
