@@ -84,11 +84,43 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
 void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
                           bool all_logits) {
   auto& st = static_cast<HybridState&>(state_base);
-  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  const int64_t n = static_cast<int64_t>(tokens.size()), V = spec_.info.n_vocab;
   check_forward_inputs(tokens, st, logits, all_logits);
-
   const auto [cos, sin] = rope_tables_for(be_, spec_.rope, st.n_past, n);
+  const Segment seg{0, n, &st, tokens};
+  Tensor x = run_layers(tokens, std::span<const Segment>(&seg, 1), cos, sin);
+  st.n_past += n;
+  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
+  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+  final_logits(xs, out);
+  be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
+}
 
+void HybridModel::forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                std::span<float> logits) {
+  check_batch_inputs(tokens, states, logits);
+  const int64_t B = static_cast<int64_t>(tokens.size()), V = spec_.info.n_vocab;
+  DecodePhase decode(*this);
+  std::vector<int64_t> positions(static_cast<size_t>(B));
+  std::vector<Segment> segs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    auto* st = static_cast<HybridState*>(states[static_cast<size_t>(b)]);
+    positions[static_cast<size_t>(b)] = st->n_past;
+    segs[static_cast<size_t>(b)] = Segment{b, 1, st, tokens.subspan(static_cast<size_t>(b), 1)};
+  }
+  const auto [cos, sin] = rope_tables_at(be_, spec_.rope, positions);
+  Tensor x = run_layers(tokens, segs, cos, sin);
+  for (SequenceState* s : states) s->n_past += 1;
+  Tensor out = be_.alloc(DType::f32, {B, V});
+  final_logits(x, out);
+  be_.to_host(out, logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
+}
+
+Tensor HybridModel::run_layers(std::span<const int32_t> tokens, std::span<const Segment> segs, const Tensor& cos,
+                               const Tensor& sin) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd;
   const bool hyper = spec_.hyper.n_stream > 0;
   const int64_t width = hyper ? spec_.hyper.width() : d;
   Tensor x = be_.alloc(DType::f32, {n, width});  // the residual stream(s)
@@ -106,39 +138,44 @@ void HybridModel::forward(std::span<const int32_t> tokens, SequenceState& state_
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const HybridLayerSpec& ls = spec_.layers[l];
     HybridLayerWeights& lw = w_.layers[l];
+    // The token mixer reads and extends each sequence's own state: one call per segment.
     auto mix = [&](const Tensor& in, const Tensor& out) {
-      if (ls.mixer == TokenMixer::attention)
-        gated_attention_block(be_, spec_.attn, spec_.rope, lw.attn, in, st.attn[l], st.n_past, cos, sin, out);
-      else
-        delta_net_block(be_, spec_.delta, lw.delta, in, st.delta[l], out);
+      for (const Segment& s : segs) {
+        const Tensor in_s = in.slice_rows(s.row0, s.n), out_s = out.slice_rows(s.row0, s.n);
+        if (ls.mixer == TokenMixer::attention)
+          gated_attention_block(be_, spec_.attn, spec_.rope, lw.attn, in_s, s.state->attn[l], s.state->n_past,
+                                cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n), out_s);
+        else
+          delta_net_block(be_, spec_.delta, lw.delta, in_s, s.state->delta[l], out_s);
+      }
     };
+    const int64_t first_position = segs.front().state->n_past;
     if (hyper) {
-      if (ls.ple) ple_block(be_, spec_.ple, lw.ple, tokens, x, st.ple[l]);
+      if (ls.ple)
+        for (const Segment& s : segs) ple_block(be_, spec_.ple, lw.ple, s.tokens, x.slice_rows(s.row0, s.n), s.state->ple[l]);
       hyper_mix_block(be_, spec_.hyper, lw.attn_hyper, x, h, inj);
       mix(h, y);
       be_.hyper_inject(x, y, inj);
       hyper_mix_block(be_, spec_.hyper, lw.ffn_hyper, x, h, inj);
-      feed_forward(l, st.n_past, h, y);
+      feed_forward(l, first_position, h, y);
       be_.hyper_inject(x, y, inj);
     } else {
       be_.rms_norm(x, lw.attn_norm, spec_.norm_eps, h);
       mix(h, y);
       be_.add(x, y);
       be_.rms_norm(x, lw.ffn_norm, spec_.norm_eps, h);
-      feed_forward(l, st.n_past, h, y);
+      feed_forward(l, first_position, h, y);
       be_.add(x, y);
     }
   }
-  st.n_past += n;
+  return x;
+}
 
-  Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
-  Tensor xn = be_.alloc(DType::f32, {xs.rows(), d});
-  if (hyper) hyper_mix_block(be_, spec_.hyper, w_.output_hyper, xs, xn, Tensor{});
+void HybridModel::final_logits(const Tensor& xs, const Tensor& out) {
+  Tensor xn = be_.alloc(DType::f32, {xs.rows(), spec_.info.n_embd});
+  if (spec_.hyper.n_stream > 0) hyper_mix_block(be_, spec_.hyper, w_.output_hyper, xs, xn, Tensor{});
   else be_.rms_norm(xs, w_.output_norm, spec_.norm_eps, xn);
-  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   be_.matmul(xn, w_.output, out);
-  be_.to_host(out, logits.data());
-  if (expert_provider_) expert_provider_->forward_done();
 }
 
 }  // namespace sluice

@@ -86,10 +86,25 @@ class HybridModel : public Model {
   uint64_t context_bytes(int64_t n_ctx) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
+  // The batch's rows in every product and one expert union per MoE layer; the token mixers
+  // (attention, DeltaNet) and PLE per sequence against its own state.
+  void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     std::span<float> logits) override;
 
   const HybridSpec& spec() const { return spec_; }
 
  private:
+  // Rows [row0, row0 + n) of a forward call belong to one sequence (state), whose tokens they are.
+  struct Segment {
+    int64_t row0 = 0, n = 0;
+    HybridState* state = nullptr;
+    std::span<const int32_t> tokens;
+  };
+  // The layers over the tokens of every segment (rows in segment order); the residual
+  // stream(s) [n, width] after the last layer. cos/sin: each row's rotary tables.
+  Tensor run_layers(std::span<const int32_t> tokens, std::span<const Segment> segs, const Tensor& cos, const Tensor& sin);
+  // The output norm (or stream mixer) and head over rows xs.
+  void final_logits(const Tensor& xs, const Tensor& out);
   // y[n, n_embd] = the feed-forward part of layer l for h[n, n_embd] (rows at positions
   // n_past..).
   void feed_forward(size_t l, int64_t n_past, const Tensor& h, const Tensor& y);

@@ -80,7 +80,7 @@ class Model {
   // [tokens.size(), n_vocab] f32. Every row equals what forward() gives its sequence alone (bit
   // for bit on the CPU, whose products do not depend on the batch), and the routed experts of
   // a MoE layer are one union over the batch. The default runs the sequences one after
-  // another; the decoder families batch them.
+  // another; the decoder and hybrid families batch them.
   virtual void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                              std::span<float> logits);
 
