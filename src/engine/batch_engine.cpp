@@ -144,6 +144,7 @@ void BatchEngine::finish(Job& job, FinishReason reason, std::string error) {
 }
 
 bool BatchEngine::deliver(Job& job, int32_t token) {
+  SLUICE_ASSERT(!job.ended);  // nothing reaches a request's callbacks after its on_done
   if (job.req.eos_id && token == *job.req.eos_id) {
     finish(job, FinishReason::stop);
     return false;
