@@ -63,7 +63,7 @@ struct CompletionRequest {
 struct BatchEngineOptions {
   int n_parallel = 4;          // sequences per decode step, 1..64
   int64_t n_ctx = 2048;        // tokens per sequence (prompt + generated)
-  int64_t ubatch = 256;        // prompt tokens per prefill chunk
+  int64_t ubatch = 512;        // prompt tokens per prefill chunk
   size_t max_queue = 256;      // requests waiting for a sequence; more are refused
   int64_t n_vocab_sampled = 0; // > 0: ids at or above it are never sampled (padded output rows)
 };

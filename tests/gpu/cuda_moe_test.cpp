@@ -339,10 +339,11 @@ namespace {
 // against the host path the decoders use without a table: route_topk + routed_experts.
 TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
   for (DType dt : {DType::bf16, DType::q4, DType::q2})
-    // The last two: 4+ pairs per expert, the grouped (prefill) kernels, with a partial tile
-    // and odd sizes.
+    // The last three: 4+ pairs per expert, the grouped (prefill) kernels: on the tensor cores
+    // in tiles of 64 pairs (300 rows) and of 32 (100 rows: fewer than 48 pairs an expert),
+    // and with odd sizes on the f32 tiles.
     for (Shape s : {Shape{1, 8, 2, 256, 192}, {13, 8, 2, 256, 192}, {4, 6, 3, 70, 33}, {300, 8, 2, 256, 192},
-                    {45, 6, 3, 70, 33}}) {
+                    {100, 8, 2, 256, 192}, {45, 6, 3, 70, 33}}) {
       auto gpu = make_cuda_backend(0);
       ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
       auto hv = random_vec(s.n * s.n_embd, 17);

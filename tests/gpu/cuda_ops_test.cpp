@@ -3,7 +3,10 @@
 // normalized squared error of 1e-6 (the bound; f32 reordering gives ~1e-13).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -109,6 +112,69 @@ TEST(CudaOps, Matmul) {
         expect_close(read_with_guard(*p.gpu, yg), read(*p.cpu, yc),
                      ("matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " m=" + std::to_string(m)).c_str());
       }
+}
+
+double nse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// Prefill products of the weight types the tensor cores take (mma_tile.cuh: bf16, q8, q4 with
+// k a multiple of 32), partial tiles in rows and columns, against the CPU. The activations
+// reach the tensor cores as three bf16 parts carrying all 24 bits, so only the order (and the
+// tensor cores' truncating adds within a 32-wide k step) differs from f32: the bound is 1e-11,
+// five orders below kMaxNse, where two parts (16 bits) would give ~1e-10 and one bf16 rounding
+// ~1e-6. Each shape is also run with SLUICE_CUDA_TENSOR_CORES=0 (the f32 FMA tiles) against
+// the same CPU result.
+TEST(CudaOps, MatmulTensorCores) {
+  Pair p;
+  constexpr double kTensorCoreNse = 1e-11;
+  for (DType wt : {DType::bf16, DType::q8, DType::q4}) {
+    double worst[2] = {0, 0};  // tensor cores, f32 tiles
+    for (int64_t n : {5, 63, 64, 65, 200, 513})
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 32}, {130, 96}, {1, 64}, {2056, 512}, {96, 2048}}) {
+        auto xv = random_vec(n * k, 11), wv = random_vec(m * k, 12, 0.05f);
+        std::vector<uint8_t> qdata, qscales;
+        HostTensor bf(DType::bf16, {m, k}, wv);
+        Tensor w = bf.t;
+        if (wt != DType::bf16) {
+          qdata.resize(static_cast<size_t>(m * quant_row_bytes(wt, k)));
+          qscales.resize(static_cast<size_t>(m * quant_scale_row_bytes(wt, k)));
+          for (int64_t r = 0; r < m; ++r)
+            ASSERT_TRUE(quantize_row(wt, wv.data() + r * k, k, qdata.data() + r * quant_row_bytes(wt, k),
+                                     qscales.data() + r * quant_scale_row_bytes(wt, k)));
+          w = Tensor(wt, {m, k}, qdata.data());
+          w.scales = qscales.data();
+        }
+        Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
+        p.cpu->matmul(xc, w, yc);
+        const auto want = read(*p.cpu, yc);
+        Tensor wg = p.gpu->upload(w);
+        const std::string what =
+            "matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" +
+            std::to_string(k);
+        for (bool tensor_cores : {true, false}) {
+          if (!tensor_cores) setenv("SLUICE_CUDA_TENSOR_CORES", "0", 1);
+          Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
+          p.gpu->matmul(xg, wg, yg);
+          const auto got = read_with_guard(*p.gpu, yg);
+          unsetenv("SLUICE_CUDA_TENSOR_CORES");
+          worst[tensor_cores ? 0 : 1] = std::max(worst[tensor_cores ? 0 : 1], nse(got, want));
+          if (tensor_cores)
+            EXPECT_LE(nse(got, want), kTensorCoreNse) << what << " (tensor cores)";
+          else
+            expect_close(got, want, (what + " (f32 tiles)").c_str());
+          for (int64_t i = n * m; i < n * m + kGuard; ++i)
+            ASSERT_EQ(got[static_cast<size_t>(i)], kSentinel) << what << ": write past the end";
+        }
+      }
+    std::printf("matmul %s: worst normalized squared error, tensor cores %.3g, f32 tiles %.3g\n",
+                std::string(dtype_name(wt)).c_str(), worst[0], worst[1]);
+  }
 }
 
 TEST(CudaOps, RmsNormRopeElementwise) {

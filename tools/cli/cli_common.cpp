@@ -24,7 +24,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                  "expert precision of a pack: bf16, int8, q4 or q2 (default: the first of q4, int8, bf16, q2 it holds)");
   add_threads(cmd, opt.threads, "CPU threads");
   add_integer(cmd, "--ubatch", opt.ubatch, IntRange::from(1, 65536),
-              "prompt tokens per forward pass: a long prompt is prefilled in chunks of N (default 256)");
+              "prompt tokens per forward pass: a long prompt is prefilled in chunks of N (default 512, as llama.cpp's ubatch)");
   cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
   // Expert streaming.
   auto* cache = cmd.add_option("--expert-cache", opt.expert_cache,

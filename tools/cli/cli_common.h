@@ -24,7 +24,7 @@ struct ModelOptions {
   int threads = 0;                // --threads N (0: all cores)
   std::string backend = "auto";   // --backend cpu|cuda|cuda:N|auto
   std::string expert_kind;        // --expert-kind KIND (packs only; empty: the pack's default)
-  int64_t ubatch = 256;           // --ubatch N: prompt tokens per forward pass (prefill chunks)
+  int64_t ubatch = 512;           // --ubatch N: prompt tokens per forward pass (prefill chunks)
 
   // Expert streaming (packs only): on when --expert-cache or --expert-slots is given.
   std::string expert_cache;       // --expert-cache SIZE

@@ -1,9 +1,12 @@
-// Tiled matmul for prefill (n > kMatvecMaxRows rows of x), every weight type:
-// y[n, m] = x[n, k] . w[m, k]^T. A block computes a 64 x 64 tile of y (256 threads, 4 x 4
-// outputs each) over k in steps of 32: the x tile and the dequantized w tile (row_dot.cuh's
-// load_elem: exactly core/quant.cpp's values) in shared memory, f32 FMA. Each weight element
-// is read once per 64 rows of x instead of once per row.
+// Tiled matmul for prefill (n > kMatvecMaxRows rows of x): y[n, m] = x[n, k] . w[m, k]^T.
+// bf16, q8 and q4 weights with k a multiple of 32 and 16-byte aligned rows take the tensor
+// cores (mma_tile.cuh: 64 x 64 tiles, split-bf16 activations, exact weights). The rest take
+// the f32 FMA tiles: a block computes a 64 x 64 tile of y (256 threads, 4 x 4 outputs each)
+// over k in steps of 32, the x tile and the dequantized w tile (row_dot.cuh's load_elem:
+// exactly core/quant.cpp's values) in shared memory. Each weight element is read once per 64
+// rows of x instead of once per row.
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/mma_tile.cuh"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -60,6 +63,35 @@ __global__ void __launch_bounds__(256) matmul_tiled_kernel(const float* __restri
   }
 }
 
+// grid (ceil(m / 64), ceil(n / 64)), 128 threads: one 64 x 64 tile of y on the tensor cores.
+template <WType T>
+__global__ void __launch_bounds__(mma::kThreads) matmul_mma_kernel(const float* __restrict__ x,
+                                                                   const uint8_t* __restrict__ w,
+                                                                   const uint8_t* __restrict__ scales,
+                                                                   float* __restrict__ y, int64_t n, int64_t m,
+                                                                   int64_t k, int64_t row_bytes,
+                                                                   int64_t scale_row_bytes) {
+  constexpr int kBM = 64;
+  __shared__ mma::Smem<kBM, 1> s;
+  __shared__ const float* xrow[kBM];
+  __shared__ const uint8_t* wrow[mma::kBN];
+  __shared__ const uint8_t* srow[mma::kBN];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kBM, col0 = static_cast<int64_t>(blockIdx.x) * mma::kBN;
+  const int tid = threadIdx.x;
+  if (tid < kBM) xrow[tid] = row0 + tid < n ? x + (row0 + tid) * k : nullptr;
+  if (tid < mma::kBN) {
+    const bool in = col0 + tid < m;
+    wrow[tid] = in ? w + (col0 + tid) * row_bytes : nullptr;
+    srow[tid] = in && scales ? scales + (col0 + tid) * scale_row_bytes : nullptr;
+  }
+  __syncthreads();
+  mma::Acc<kBM> acc[1];
+  mma::block_product<T, kBM, 1>(s, xrow, wrow, srow, k, acc);
+  mma::for_each_output<kBM, 1>(acc, [&](int r, int c, const float(&v)[1]) {
+    if (row0 + r < n && col0 + c < m) y[(row0 + r) * m + col0 + c] = v[0];
+  });
+}
+
 }  // namespace
 
 void launch_matmul_tiled(const MatmulParams& p, Stream s) {
@@ -76,6 +108,16 @@ void launch_matmul_tiled(const MatmulParams& p, Stream s) {
   auto st = static_cast<cudaStream_t>(s);
   auto wb = static_cast<const uint8_t*>(w);
   auto sc = static_cast<const uint8_t*>(scales);
+  if (mma::usable(t, k, x, k, w, rb) && mma::tensor_cores_enabled()) {
+    const dim3 mgrid(blocks_for(m, mma::kBN), static_cast<unsigned>((n + 63) / 64));
+    switch (t) {
+      case WType::bf16: matmul_mma_kernel<WType::bf16><<<mgrid, mma::kThreads, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+      case WType::q8: matmul_mma_kernel<WType::q8><<<mgrid, mma::kThreads, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+      default: matmul_mma_kernel<WType::q4><<<mgrid, mma::kThreads, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   switch (t) {
     case WType::f32: matmul_tiled_kernel<WType::f32><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
     case WType::f16: matmul_tiled_kernel<WType::f16><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels.h"
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/mma_tile.cuh"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -251,9 +252,12 @@ constexpr int kGTM = 64, kGTN = 64, kGTK = 32;  // pairs x output columns x k pe
 
 // One block: counts pairs per expert, offsets[e] = first slot of expert e in order[],
 // order[] = pair indices grouped by expert (in each group in arrival order: a pair's result
-// does not depend on its neighbours). dynamic shared memory: 2 * n_expert ints.
+// does not depend on its neighbours). tile_bm > 0 also lists the tiles of tile_bm pairs:
+// tiles[0] = their count, then (expert, first slot) per tile, expert by expert (at most
+// pairs / tile_bm + n_expert of them). dynamic shared memory: 2 * n_expert ints.
 __global__ void moe_group_kernel(const int32_t* __restrict__ ids, int64_t pairs, int64_t n_expert,
-                                 int32_t* __restrict__ offsets, int32_t* __restrict__ order) {
+                                 int32_t* __restrict__ offsets, int32_t* __restrict__ order, int32_t tile_bm,
+                                 int32_t* __restrict__ tiles) {
   extern __shared__ int32_t sh[];
   int32_t* count = sh;
   int32_t* cursor = sh + n_expert;
@@ -262,16 +266,28 @@ __global__ void moe_group_kernel(const int32_t* __restrict__ ids, int64_t pairs,
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
   __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t run = 0;
+    int32_t run = 0, n_tiles = 0;
     for (int64_t e = 0; e < n_expert; ++e) {
       offsets[e] = run;
       cursor[e] = run;
+      if (tile_bm > 0)
+        for (int32_t f = 0; f < count[e]; f += tile_bm) {
+          tiles[1 + 2 * n_tiles] = static_cast<int32_t>(e);
+          tiles[2 + 2 * n_tiles] = run + f;
+          ++n_tiles;
+        }
       run += count[e];
     }
     offsets[n_expert] = run;
+    if (tile_bm > 0) tiles[0] = n_tiles;
   }
   __syncthreads();
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) order[atomicAdd(&cursor[ids[p]], 1)] = static_cast<int32_t>(p);
+}
+
+// The tile list's bound for tiles of bm pairs.
+__host__ __device__ inline int64_t max_tiles(int64_t pairs, int64_t n_expert, int64_t bm) {
+  return (pairs + bm - 1) / bm + n_expert;
 }
 
 // grid (ceil(cols / kGTN), n_expert, ceil(pairs / kGTM)). Tile t of expert e: its pairs
@@ -350,6 +366,93 @@ __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restric
   }
 }
 
+// The tensor-core form of moe_grouped_kernel (mma_tile.cuh), tiles of BM pairs x 64 columns,
+// 128 threads; grid (ceil(cols / 64), max_tiles): block y takes tile y of moe_group_kernel's
+// list (none past its count). Every expert's rows are 16-byte aligned (the launcher checks
+// the shapes; tables hold 64-byte aligned blocks).
+template <WType T, int BM, int NMAT>
+__global__ void __launch_bounds__(mma::kThreads) moe_grouped_mma_kernel(const float* __restrict__ x,
+                                                                        const int32_t* __restrict__ order,
+                                                                        const int32_t* __restrict__ offsets,
+                                                                        const int32_t* __restrict__ tiles,
+                                                                        const ExpertRef* __restrict__ table,
+                                                                        float* __restrict__ y, int64_t k,
+                                                                        int64_t kdim, int64_t cols) {
+  __shared__ mma::Smem<BM, NMAT> s;
+  __shared__ const float* xrow[BM];
+  __shared__ int32_t pair[BM];
+  __shared__ const uint8_t* wrow[NMAT * mma::kBN];
+  __shared__ const uint8_t* srow[NMAT * mma::kBN];
+  if (static_cast<int32_t>(blockIdx.y) >= tiles[0]) return;
+  const int64_t e = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y], end = offsets[e + 1];
+  const int64_t n_rows = end - first < BM ? end - first : BM;
+  const int tid = threadIdx.x;
+  const ExpertRef& ref = table[e];
+  const int64_t rb = dot_row_bytes(T, kdim), sb = dot_scale_row_bytes(T, kdim);
+  const int mat0 = NMAT == 2 ? 0 : 2;  // gate/up, or down
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * mma::kBN;
+  if (tid < BM) {
+    const int32_t p = tid < n_rows ? order[first + tid] : -1;
+    pair[tid] = p;
+    xrow[tid] = p >= 0 ? x + (NMAT == 2 ? p / k : p) * kdim : nullptr;
+  }
+  for (int i = tid; i < NMAT * mma::kBN; i += mma::kThreads) {
+    const int m = i / mma::kBN, c = i % mma::kBN;
+    const bool in = col0 + c < cols;
+    const auto* base = static_cast<const uint8_t*>(ref.data[mat0 + m]);
+    const auto* sc = static_cast<const uint8_t*>(ref.scales[mat0 + m]);
+    wrow[i] = in ? base + (col0 + c) * rb : nullptr;
+    srow[i] = in && sc ? sc + (col0 + c) * sb : nullptr;
+  }
+  __syncthreads();
+  mma::Acc<BM> acc[NMAT];
+  mma::block_product<T, BM, NMAT>(s, xrow, wrow, srow, kdim, acc);
+  mma::for_each_output<BM, NMAT>(acc, [&](int r, int c, const float(&v)[NMAT]) {
+    const int32_t p = pair[r];
+    if (p < 0 || col0 + c >= cols) return;
+    if constexpr (NMAT == 2) {
+      y[p * cols + col0 + c] = v[0] / (1.0f + expf(-v[0])) * v[1];  // as launch_swiglu
+    } else {
+      y[p * cols + col0 + c] = v[0];
+    }
+  });
+}
+
+// Tiles of 32 pairs when an expert averages fewer than 48 (a 512-token prompt over 128
+// experts top-8 gives 32: a 64-pair tile would be half empty), else 64.
+int grouped_mma_bm(const MoeShape& shape) { return shape.n_rows * shape.k < 48 * shape.n_expert ? 32 : 64; }
+
+template <WType T, int BM>
+void launch_grouped_mma_t(const float* h, const int32_t* order, const int32_t* offsets, const int32_t* tiles,
+                          const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape,
+                          cudaStream_t st) {
+  const auto bound = static_cast<unsigned>(max_tiles(shape.n_rows * shape.k, shape.n_expert, BM));
+  moe_grouped_mma_kernel<T, BM, 2><<<dim3(blocks_for(shape.n_ff, mma::kBN), bound), mma::kThreads, 0, st>>>(
+      h, order, offsets, tiles, table, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+  moe_grouped_mma_kernel<T, BM, 1><<<dim3(blocks_for(shape.n_embd, mma::kBN), bound), mma::kThreads, 0, st>>>(
+      act, order, offsets, tiles, table, pair_out, shape.k, shape.n_ff, shape.n_embd);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <WType T>
+void launch_grouped_mma(const float* h, const int32_t* order, const int32_t* offsets, const int32_t* tiles,
+                        const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape, cudaStream_t st) {
+  if (grouped_mma_bm(shape) == 32)
+    launch_grouped_mma_t<T, 32>(h, order, offsets, tiles, table, act, pair_out, shape, st);
+  else
+    launch_grouped_mma_t<T, 64>(h, order, offsets, tiles, table, act, pair_out, shape, st);
+}
+
+// Whether the grouped experts can take the tensor cores: a supported type, both products'
+// k (n_embd, n_ff) whole steps and every row 16-byte aligned.
+bool grouped_mma_usable(const MoeShape& shape) {
+  const WType t = shape.wtype;
+  return mma::supports(t) && mma::tensor_cores_enabled() && shape.n_embd % mma::kBK == 0 &&
+         shape.n_ff % mma::kBK == 0 && dot_row_bytes(t, shape.n_embd) % 16 == 0 &&
+         dot_row_bytes(t, shape.n_ff) % 16 == 0;
+}
+
 template <WType T>
 void launch_grouped_t(const float* h, const int32_t* order, const int32_t* offsets, const ExpertRef* table, float* act,
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
@@ -367,8 +470,12 @@ void launch_grouped_t(const float* h, const int32_t* order, const int32_t* offse
 
 }  // namespace
 
+// offsets [n_expert + 1], order [pairs], the tile list [1 + 2 * max_tiles] (bound of the
+// smallest tile, 32 pairs).
 int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
-  return (shape.n_expert + 1 + shape.n_rows * shape.k) * static_cast<int64_t>(sizeof(int32_t));
+  const int64_t pairs = shape.n_rows * shape.k;
+  return (shape.n_expert + 1 + pairs + 1 + 2 * max_tiles(pairs, shape.n_expert, 32)) *
+         static_cast<int64_t>(sizeof(int32_t));
 }
 
 void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
@@ -387,8 +494,22 @@ void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
   auto st = static_cast<cudaStream_t>(s);
   auto* offsets = static_cast<int32_t*>(group);
   int32_t* order = offsets + shape.n_expert + 1;
-  moe_group_kernel<<<1, 1024, 2 * shape.n_expert * sizeof(int32_t), st>>>(ids, pairs, shape.n_expert, offsets, order);
+  int32_t* tiles = order + pairs;
+  const bool tensor_cores = grouped_mma_usable(shape);
+  SLUICE_CHECK(!tensor_cores || max_tiles(pairs, shape.n_expert, grouped_mma_bm(shape)) < 65536, Status::unsupported,
+               "cuda moe grouped: ", pairs, " pairs over ", shape.n_expert, " experts");
+  moe_group_kernel<<<1, 1024, 2 * shape.n_expert * sizeof(int32_t), st>>>(
+      ids, pairs, shape.n_expert, offsets, order, tensor_cores ? grouped_mma_bm(shape) : 0, tiles);
   CUDA_CHECK(cudaGetLastError());
+  if (tensor_cores) {
+    switch (wtype) {
+      case WType::bf16: launch_grouped_mma<WType::bf16>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
+      case WType::q8: launch_grouped_mma<WType::q8>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
+      default: launch_grouped_mma<WType::q4>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
+    }
+    launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
+    return;
+  }
   switch (wtype) {
     case WType::f32: launch_grouped_t<WType::f32>(h, order, offsets, table, act, pair_out, shape, st); break;
     case WType::f16: launch_grouped_t<WType::f16>(h, order, offsets, table, act, pair_out, shape, st); break;

@@ -1,0 +1,295 @@
+// Tensor-core tiles for prefill products (matmul_tiled.cu, the grouped experts in
+// moe_kernels.cu): y[rows, cols] = x[rows, k] . w[cols, k]^T for a block tile of BM rows x
+// 64 columns, k in steps of 32, with mma.sync m16n8k16 (bf16 in, f32 accumulate; sm_80+).
+//
+// Accuracy. The weights reach the tensor cores exactly: bf16 weights as they are, q8 and q4
+// as their small integers (|q| <= 127 is exact in bf16), the scale applied to the f32
+// accumulator afterwards (q4: per group of 32 = one k step, q8: per row at the end), so the
+// products use core/quant.cpp's dequantized values. The f32 activations are split into three
+// bf16 parts, x = hi + mid + lo (hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid)):
+// 8 significant bits each, so the three carry all 24 of x's (exactly, unless a part falls
+// below bf16's normal range) and hi . w + mid . w + lo . w is the f32 product up to the order
+// of the sums. Two parts (16 bits, relative error up to 2^-16 an element) were measured: the
+// hybrid fixtures' logits moved 1.7e-4 from transformers' against 1e-5 on the f32 tiles, past
+// the parity bound of 1e-4; three MMAs per product cost less than that accuracy. The tensor
+// cores' f32 accumulation is not IEEE (its sums
+// are aligned and truncated, so the error grows with k and is biased), so each k step of 32
+// is summed in a fresh fragment and added to the running sums with ordinary f32 adds: the
+// tensor cores never add more than 32 products a part into one value.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): g = lane / 4, t = lane % 4; A (16 x 16,
+// row-major) a0: (g, 2t..2t+1), a1: (g + 8, 2t..), a2: (g, 2t + 8..), a3: (g + 8, 2t + 8..);
+// B (16 x 8, k x n) b0: (k 2t..2t+1, n g), b1: (k 2t + 8.., n g); C c0, c1: (g, 2t, 2t + 1),
+// c2, c3: (g + 8, 2t, 2t + 1). Each 32-bit register holds two bf16, the lower k in the low half.
+#pragma once
+
+#include "backends/cuda/common.cuh"
+
+namespace sluice::cuda::mma {
+
+constexpr int kBN = 64;           // weight rows (output columns) per block tile
+constexpr int kBK = 32;           // k per step: one q4 group
+constexpr int kPad = 8;           // bf16 of padding per shared row: 40 bf16 = 20 words, conflict-free fragment loads
+constexpr int kLd = kBK + kPad;   // shared row stride in bf16
+constexpr int kThreads = 128;     // 4 warps
+constexpr int kParts = 3;         // bf16 parts of each activation
+
+// The weight types the tensor-core tiles read (others take the f32 FMA tiles).
+__host__ __device__ constexpr bool supports(WType t) { return t == WType::bf16 || t == WType::q8 || t == WType::q4; }
+
+// Whether a product of k columns with these row strides can use the tiles: whole k steps,
+// rows 16-byte aligned (vector loads of x and w).
+inline bool usable(WType t, int64_t k, const void* x, int64_t x_row_floats, const void* w, int64_t w_row_bytes) {
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return supports(t) && k % kBK == 0 && aligned(x) && x_row_floats % 4 == 0 && aligned(w) && w_row_bytes % 16 == 0;
+}
+
+// Whether prefill products may take the tensor-core tiles (SLUICE_CUDA_TENSOR_CORES=0 sends
+// them to the f32 FMA tiles, to compare). Read at each launch, so a test can flip it.
+inline bool tensor_cores_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_TENSOR_CORES");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo_k, float hi_k) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_k, hi_k);  // .x (low half) = lo_k
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// x = part[0] + part[1] + part[2] for two consecutive k, each part a packed bf16 pair.
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t (&part)[kParts]) {
+#pragma unroll
+  for (int i = 0; i < kParts; ++i) {
+    const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
+    part[i] = pack_bf16(ah, bh);
+    a -= ah;  // exact: the remainder of a rounding to 8 bits fits in f32
+    b -= bh;
+  }
+}
+
+// Shared memory of one block tile: NMAT weight matrices over the same x rows.
+template <int BM, int NMAT>
+struct Smem {
+  __nv_bfloat16 x[kParts][BM][kLd];  // the activations' parts, hi first
+  __nv_bfloat16 w[NMAT][kBN][kLd];
+  float scale[NMAT][kBN];  // q4: this k step's group scale; q8: the row's scale
+};
+
+// Stages x rows [BM] x k [k0, k0 + 32) into s.x's parts: row r from xrow[r] (null: zero
+// row, past the tile's end). 128 threads: row tid / (128 / BM), 32 / (128 / BM) floats each.
+template <int BM, int NMAT>
+__device__ __forceinline__ void stage_x(Smem<BM, NMAT>& s, const float* const* xrow, int64_t k0) {
+  constexpr int kTpr = kThreads / BM, kEpt = kBK / kTpr;  // threads per row, floats per thread
+  const int r = threadIdx.x / kTpr, c0 = (threadIdx.x % kTpr) * kEpt;
+  const float* src = xrow[r];
+#pragma unroll
+  for (int c = 0; c < kEpt; c += 4) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (src) v = *reinterpret_cast<const float4*>(src + k0 + c0 + c);
+    uint32_t p01[kParts], p23[kParts];
+    split_pair(v.x, v.y, p01);
+    split_pair(v.z, v.w, p23);
+#pragma unroll
+    for (int i = 0; i < kParts; ++i) *reinterpret_cast<uint2*>(&s.x[i][r][c0 + c]) = make_uint2(p01[i], p23[i]);
+  }
+}
+
+// Stages weight rows [64] x k [k0, k0 + 32) of matrix m into s.w[m] as bf16 (q8/q4: the
+// integers, exactly) and, for q4 (every step) and q8 (first step), the rows' scales.
+// wrow[c]: row c's packed values (null past the matrix's end), srow[c] its scales. Two
+// threads per row, 16 k each.
+template <WType T, int BM, int NMAT>
+__device__ __forceinline__ void stage_w(Smem<BM, NMAT>& s, int m, const uint8_t* const* wrow,
+                                        const uint8_t* const* srow, int64_t k0) {
+  const int c = threadIdx.x / 2, half = threadIdx.x % 2;
+  const uint8_t* src = wrow[c];
+  uint32_t out[8] = {};  // 16 bf16
+  if (src) {
+    if constexpr (T == WType::bf16) {
+      const uint4* p = reinterpret_cast<const uint4*>(src + 2 * (k0 + 16 * half));
+      const uint4 a = p[0], b = p[1];
+      out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+      out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    } else if constexpr (T == WType::q8) {
+      const uint4 a = *reinterpret_cast<const uint4*>(src + k0 + 16 * half);
+      const uint32_t words[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(&words[i]);
+        out[2 * i] = pack_bf16(static_cast<float>(q[0]), static_cast<float>(q[1]));
+        out[2 * i + 1] = pack_bf16(static_cast<float>(q[2]), static_cast<float>(q[3]));
+      }
+      if (k0 == 0 && half == 0) s.scale[m][c] = *reinterpret_cast<const float*>(srow[c]);
+    } else {  // q4: group k0 / 32 is 16 bytes, this half's 16 elements are its bytes 8 * half ..
+      const uint2 a = *reinterpret_cast<const uint2*>(src + k0 / 2 + 8 * half);
+      const uint32_t words[2] = {a.x, a.y};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xffu;  // elements 2i (low nibble), 2i + 1
+        out[i] = pack_bf16(static_cast<float>(static_cast<int>(byte & 15u) - 8),
+                           static_cast<float>(static_cast<int>(byte >> 4) - 8));
+      }
+      if (half == 0) s.scale[m][c] = __half2float(reinterpret_cast<const __half*>(srow[c])[k0 / kBK]);
+    }
+  } else if (half == 0 && (T == WType::q4 || k0 == 0)) {
+    s.scale[m][c] = 0.0f;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(&s.w[m][c][16 * half]);
+  dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+  dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// Warp tiles: 4 warps over a BM x 64 block tile; BM = 64: 2 x 2 warps of 32 x 32; BM = 32:
+// 1 x 4 warps of 32 x 16. A warp holds kMi x kNi fragments of 16 x 8.
+template <int BM>
+struct WarpTile {
+  static constexpr int kWarpsN = BM == 64 ? 2 : 4;
+  static constexpr int kWm = 32, kWn = kBN / kWarpsN;
+  static constexpr int kMi = kWm / 16, kNi = kWn / 8;
+  __device__ static int row0() { return (threadIdx.x / 32) / kWarpsN * kWm; }
+  __device__ static int col0() { return (threadIdx.x / 32) % kWarpsN * kWn; }
+};
+
+template <int BM>
+using Acc = float[WarpTile<BM>::kMi][WarpTile<BM>::kNi][4];
+
+// acc += x_tile . w_tile[m]^T over this k step (every part of x).
+template <int BM, int NMAT>
+__device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc) {
+  using W = WarpTile<BM>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = W::row0(), n0 = W::col0();
+#pragma unroll
+  for (int ks = 0; ks < kBK; ks += 16) {
+    uint32_t b[W::kNi][2];
+#pragma unroll
+    for (int j = 0; j < W::kNi; ++j) {
+      const __nv_bfloat16* wr = &s.w[m][n0 + 8 * j + g][ks + 2 * t];
+      b[j][0] = *reinterpret_cast<const uint32_t*>(wr);
+      b[j][1] = *reinterpret_cast<const uint32_t*>(wr + 8);
+    }
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      const auto& xs = s.x[part];
+#pragma unroll
+      for (int i = 0; i < W::kMi; ++i) {
+        const __nv_bfloat16* top = &xs[r0 + 16 * i + g][ks + 2 * t];
+        const __nv_bfloat16* bot = &xs[r0 + 16 * i + g + 8][ks + 2 * t];
+        const uint32_t a[4] = {*reinterpret_cast<const uint32_t*>(top), *reinterpret_cast<const uint32_t*>(bot),
+                               *reinterpret_cast<const uint32_t*>(top + 8), *reinterpret_cast<const uint32_t*>(bot + 8)};
+#pragma unroll
+        for (int j = 0; j < W::kNi; ++j) mma_bf16(acc[i][j], a, b[j]);
+      }
+    }
+  }
+}
+
+// acc[i][j][e] += part[i][j][e] * scale of its column (q4: after each group of 32 k).
+template <int BM, int NMAT>
+__device__ __forceinline__ void add_scaled(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc, Acc<BM>& part) {
+  using W = WarpTile<BM>;
+  const int t = threadIdx.x % 4, n0 = W::col0();
+#pragma unroll
+  for (int j = 0; j < W::kNi; ++j) {
+    const float s0 = s.scale[m][n0 + 8 * j + 2 * t], s1 = s.scale[m][n0 + 8 * j + 2 * t + 1];
+#pragma unroll
+    for (int i = 0; i < W::kMi; ++i) {
+      acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
+      acc[i][j][1] = fmaf(part[i][j][1], s1, acc[i][j][1]);
+      acc[i][j][2] = fmaf(part[i][j][2], s0, acc[i][j][2]);
+      acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
+      part[i][j][0] = part[i][j][1] = part[i][j][2] = part[i][j][3] = 0.0f;
+    }
+  }
+}
+
+// acc += part, part = 0 (bf16, q8).
+template <int BM>
+__device__ __forceinline__ void add_plain(Acc<BM>& acc, Acc<BM>& part) {
+  using W = WarpTile<BM>;
+#pragma unroll
+  for (int i = 0; i < W::kMi; ++i)
+#pragma unroll
+    for (int j = 0; j < W::kNi; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[i][j][e] += part[i][j][e];
+        part[i][j][e] = 0.0f;
+      }
+}
+
+// The whole product of a block tile over k (a multiple of 32): acc[m] for each of the NMAT
+// weight matrices, f32, scales applied. xrow / wrow / srow as stage_x / stage_w take them
+// (wrow[m * 64 + c], srow likewise); all threads of the block call it.
+template <WType T, int BM, int NMAT>
+__device__ __forceinline__ void block_product(Smem<BM, NMAT>& s, const float* const* xrow,
+                                              const uint8_t* const* wrow, const uint8_t* const* srow, int64_t k,
+                                              Acc<BM> (&acc)[NMAT]) {
+  using W = WarpTile<BM>;
+  Acc<BM> part[NMAT];
+#pragma unroll
+  for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+    for (int i = 0; i < W::kMi; ++i)
+#pragma unroll
+      for (int j = 0; j < W::kNi; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][i][j][e] = part[m][i][j][e] = 0.0f;
+  for (int64_t k0 = 0; k0 < k; k0 += kBK) {
+    stage_x(s, xrow, k0);
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m) stage_w<T>(s, m, wrow + m * kBN, srow + m * kBN, k0);
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m) {
+      step(s, m, part[m]);
+      if constexpr (T == WType::q4) add_scaled(s, m, acc[m], part[m]);
+      else add_plain<BM>(acc[m], part[m]);
+    }
+    __syncthreads();
+  }
+  if constexpr (T == WType::q8) {  // one scale per row: applied once, at the end
+    const int t = threadIdx.x % 4, n0 = W::col0();
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+      for (int j = 0; j < W::kNi; ++j) {
+        const float s0 = s.scale[m][n0 + 8 * j + 2 * t], s1 = s.scale[m][n0 + 8 * j + 2 * t + 1];
+#pragma unroll
+        for (int i = 0; i < W::kMi; ++i) {
+          acc[m][i][j][0] *= s0;
+          acc[m][i][j][1] *= s1;
+          acc[m][i][j][2] *= s0;
+          acc[m][i][j][3] *= s1;
+        }
+      }
+  }
+}
+
+// Visits the block tile's outputs of this thread: f(tile row, tile column, value per matrix).
+template <int BM, int NMAT, typename F>
+__device__ __forceinline__ void for_each_output(const Acc<BM> (&acc)[NMAT], F&& f) {
+  using W = WarpTile<BM>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < W::kMi; ++i)
+#pragma unroll
+    for (int j = 0; j < W::kNi; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = W::row0() + 16 * i + g + (e >= 2 ? 8 : 0), c = W::col0() + 8 * j + 2 * t + (e & 1);
+        float v[NMAT];
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m) v[m] = acc[m][i][j][e];
+        f(r, c, v);
+      }
+}
+
+}  // namespace sluice::cuda::mma
