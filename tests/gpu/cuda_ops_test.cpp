@@ -354,19 +354,8 @@ struct FlashInputs {
 
 cuda::AttentionParams flash_params(const FlashCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out) {
-  cuda::AttentionParams ap;
-  ap.q = q.ptr<float>();
-  ap.k = k.ptr<float>();
-  ap.v = v.ptr<float>();
-  ap.out = out.ptr<float>();
-  ap.n = c.n;
-  ap.hq = c.hq;
-  ap.hkv = c.hkv;
-  ap.d = c.d;
-  ap.n_past = c.n_past;
-  ap.scale = c.scale;
-  ap.window = c.window;
-  return ap;
+  return {.q = q.ptr<float>(), .k = k.ptr<float>(), .v = v.ptr<float>(), .out = out.ptr<float>(), .n = c.n,
+          .hq = c.hq, .hkv = c.hkv, .d = c.d, .n_past = c.n_past, .scale = c.scale, .window = c.window};
 }
 
 // Runs a cuda launcher on the default stream between synchronizations (the backend's stream

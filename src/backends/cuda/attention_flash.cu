@@ -71,19 +71,19 @@ __device__ __forceinline__ void mma_split(float (&c)[4], const uint32_t (&ah)[4]
 // Four 8x8 bf16 matrices from shared memory: lane l gives the address of row l % 8 of matrix
 // l / 8 (16 bytes, 16-byte aligned); r[i] is matrix i's fragment (lane: row l / 4, cols
 // 2 (l % 4), +1; with .trans: rows 2 (l % 4), +1 of col l / 4).
+template <bool Trans>
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint32_t* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint32_t* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
 }
 
 // Rows [n_rows, ROWS) of the tile zero; row r of src at src + r * src_stride (floats), D
@@ -127,7 +127,10 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int mi = lane / 8, mr = lane % 8;  // ldmatrix: the matrix and the row this lane addresses
   const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kRows, h = blockIdx.y, kvh = h / (hq / hkv);
+  // Row tiles in reverse: the last tiles see the most keys (causal), so they start first and
+  // the short ones fill the tail of the grid.
+  const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y;
+  const int64_t kvh = h / (hq / hkv);
   const int rows = static_cast<int>(n - i0 < kRows ? n - i0 : kRows);  // valid rows of this tile
   const int64_t p_first = n_past + i0, p_last = p_first + rows - 1;
   const int64_t kv_stride = hkv * D;  // floats between consecutive positions of k and v
@@ -170,14 +173,14 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
       // +0..7), (+0..7, +8..15), (+8..15, +8..15) = a0..a3.
       uint32_t ah[4], al[4];
       const int qa = (rw + (mi & 1) * 8 + mr) * P + 8 * ks + (mi >> 1) * 4;
-      ldsm_x4(ah, q_hi + qa);
-      ldsm_x4(al, q_lo + qa);
+      ldsm_x4<false>(ah, q_hi + qa);
+      ldsm_x4<false>(al, q_lo + qa);
 #pragma unroll
       for (int j = 0; j < NT / 2; ++j) {
         uint32_t bh[4], bl[4];
         const int ka = (16 * j + (mi >> 1) * 8 + mr) * P + 8 * ks + (mi & 1) * 4;
-        ldsm_x4(bh, k_hi + ka);
-        ldsm_x4(bl, k_lo + ka);
+        ldsm_x4<false>(bh, k_hi + ka);
+        ldsm_x4<false>(bl, k_lo + ka);
         mma_split(s[2 * j], ah, al, bh[0], bh[1], bl[0], bl[1]);
         mma_split(s[2 * j + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
       }
@@ -246,8 +249,8 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t vh[4], vl[4];
         const int va = (16 * j + (mi & 1) * 8 + mr) * P + 8 * dd + (mi >> 1) * 4;
-        ldsm_x4_trans(vh, v_hi + va);
-        ldsm_x4_trans(vl, v_lo + va);
+        ldsm_x4<true>(vh, v_hi + va);
+        ldsm_x4<true>(vl, v_lo + va);
         mma_split(o[2 * dd], ph, pl, vh[0], vh[1], vl[0], vl[1]);
         mma_split(o[2 * dd + 1], ph, pl, vh[2], vh[3], vl[2], vl[3]);
       }
