@@ -3,6 +3,11 @@
 //   bench_cuda --matvec            decode matrix-vector products (n = 1) of large weights in
 //                                  every dtype: GB/s of weight bytes read, next to the measured
 //                                  device-to-device copy bandwidth (read + write bytes / s);
+//   bench_cuda --attention         prefill attention kernels (causal, grouped-query) at prompt
+//                                  lengths 512 to 8192: us per call of the f32 per-row kernel
+//                                  and of the tensor-core flash kernel, and the flash kernel's
+//                                  TFLOP/s of useful work (4 d flops per visible (query, key)
+//                                  pair and head) next to the ceiling it is bounded by;
 //   bench_cuda --model PACK [--prefill 512] [--decode 64] [--reps 3]
 //                                  a qwen3_moe-family model fully resident on the GPU: prefill
 //                                  tokens/s for one prompt chunk, decode tokens/s (batch 1),
@@ -26,6 +31,9 @@
 
 #ifdef SLUICE_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
 #endif
 
 using namespace sluice;
@@ -84,6 +92,65 @@ struct HostWeight {
     t.scales = q ? scales.data() : nullptr;
   }
 };
+
+#ifdef SLUICE_HAVE_CUDA
+// Prefill attention over one prompt chunk: q [n, hq, d] at positions n_past.., the cache
+// [n_past + n, hkv, d]; random f32 inputs.
+int run_attention() {
+  // H200: ~989 dense bf16 TFLOP/s; the split-bf16 products take 3 mma each, so a third of it
+  // is the flash kernel's ceiling in useful flops.
+  constexpr double kPeakBf16 = 989e12;
+  std::printf("prefill attention (f32 in and out); flash ceiling: 1/3 of %.0f bf16 TFLOP/s (3 mma a product)\n\n",
+              kPeakBf16 / 1e12);
+  std::printf("| n | n_past | hq / hkv | d | window | rows kernel us | flash us | speedup | flash TFLOP/s | of ceiling |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  struct Case {
+    int64_t n, n_past, hq, hkv, d, window;
+  };
+  for (Case c : {Case{512, 0, 32, 4, 128, 0}, {2048, 0, 32, 4, 128, 0}, {8192, 0, 32, 4, 128, 0},
+                 {512, 7680, 32, 4, 128, 0}, {8192, 0, 32, 4, 128, 4096}, {2048, 0, 64, 8, 64, 0},
+                 {2048, 0, 16, 8, 256, 0}}) {
+    const int64_t ctx = c.n_past + c.n;
+    const size_t q_floats = static_cast<size_t>(c.n * c.hq * c.d), kv_floats = static_cast<size_t>(ctx * c.hkv * c.d);
+    std::vector<float> host(std::max(q_floats, kv_floats));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& x : host) x = nd(rng);
+    float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
+    CUDA_CHECK(cudaMalloc(&q, q_floats * 4));
+    CUDA_CHECK(cudaMalloc(&out, q_floats * 4));
+    CUDA_CHECK(cudaMalloc(&k, kv_floats * 4));
+    CUDA_CHECK(cudaMalloc(&v, kv_floats * 4));
+    CUDA_CHECK(cudaMemcpy(q, host.data(), q_floats * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(k, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
+    const cuda::AttentionParams ap{.q = q, .k = k, .v = v, .out = out, .n = c.n, .hq = c.hq, .hkv = c.hkv, .d = c.d,
+                                   .n_past = c.n_past, .scale = 1.0f / std::sqrt(static_cast<float>(c.d)),
+                                   .window = c.window};
+    auto time_us = [&](void (*launch)(const cuda::AttentionParams&, cuda::Stream), int reps) {
+      launch(ap, nullptr);  // warm-up
+      CUDA_CHECK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      for (int i = 0; i < reps; ++i) launch(ap, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return seconds_since(t0) / reps * 1e6;
+    };
+    const double rows_us = time_us(cuda::launch_attention_rows, 2), flash_us = time_us(cuda::launch_attention_flash, 10);
+    double pairs = 0;  // visible (query, key) pairs
+    for (int64_t i = 0; i < c.n; ++i) {
+      const int64_t pos = c.n_past + i;
+      pairs += static_cast<double>(c.window > 0 ? std::min(c.window, pos + 1) : pos + 1);
+    }
+    const double tflops = 4.0 * c.d * c.hq * pairs / (flash_us * 1e-6) / 1e12;
+    std::printf("| %lld | %lld | %lld / %lld | %lld | %lld | %.0f | %.0f | %.1fx | %.1f | %.0f%% |\n",
+                static_cast<long long>(c.n), static_cast<long long>(c.n_past), static_cast<long long>(c.hq),
+                static_cast<long long>(c.hkv), static_cast<long long>(c.d), static_cast<long long>(c.window), rows_us,
+                flash_us, rows_us / flash_us, tflops, 100.0 * tflops * 1e12 / (kPeakBf16 / 3));
+    for (float* ptr : {q, k, v, out}) CUDA_CHECK(cudaFree(ptr));
+  }
+  return 0;
+}
+#endif
 
 int run_matvec(double copy_bw) {
   auto gpu = make_cuda_backend(0);
@@ -213,7 +280,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   std::string model;
-  bool matvec = false;
+  bool matvec = false, attention = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
   for (int i = 1; i < argc; ++i) {
@@ -226,21 +293,23 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--matvec") matvec = true;
+    else if (a == "--attention") attention = true;
     else if (a == "--model") model = next();
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --model PACK [--prefill N] [--decode N] [--reps R]\n");
       return 2;
     }
   }
   try {
     const double bw = copy_bandwidth();
     if (matvec) run_matvec(bw);
+    if (attention) run_attention();
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw);
-    if (!matvec && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+    if (!matvec && !attention && model.empty()) {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --model PACK [--prefill N] [--decode N] [--reps R]\n");
       return 2;
     }
   } catch (const std::exception& e) {

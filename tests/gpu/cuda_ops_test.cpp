@@ -3,15 +3,19 @@
 // normalized squared error of 1e-6 (the bound; f32 reordering gives ~1e-13).
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cuda/kernels.h"
 #include "core/quant.h"
 
 using namespace sluice;
@@ -371,6 +375,124 @@ TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
                     std::to_string(c.ctx) + " window=" + std::to_string(c.window) + " rep=" + std::to_string(rep))
                        .c_str());
     }
+  }
+}
+
+// Prefill attention on tensor cores (attention_flash.cu), launched directly, against the CPU
+// reference and against the f32 per-row kernel on the same inputs. Query rows 65 (a tile and
+// one row), 128, 200 and 1000; n_past 0 and 77 (tiles not aligned to positions); query heads
+// per kv head 1, 4 and 8; head dims 64, 128, 256; window 0, 50 (< n: masks inside and across
+// tiles) and 1 (only the diagonal). Cache positions past the last query hold NaN: a kernel
+// that reads them, even masked (0 * NaN), fails.
+struct FlashCase {
+  int64_t n, n_past, hq, hkv, d, window;
+  float scale;
+  std::string name() const {
+    return "n=" + std::to_string(n) + " n_past=" + std::to_string(n_past) + " hq=" + std::to_string(hq) +
+           " hkv=" + std::to_string(hkv) + " d=" + std::to_string(d) + " window=" + std::to_string(window) +
+           " scale=" + std::to_string(scale);
+  }
+};
+
+std::vector<FlashCase> flash_cases() {
+  std::vector<FlashCase> cases;
+  for (int64_t d : {64, 128, 256})
+    for (int64_t n : {65, 128, 200, 1000})
+      for (int64_t n_past : {0, 77})
+        for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {8, 1}})
+          for (int64_t window : {0, 50}) cases.push_back({n, n_past, hq, hkv, d, window, 1.0f / std::sqrt(float(d))});
+  // Peaky softmax (scores ~N(0, 16)) and the one-key window.
+  cases.push_back({200, 77, 8, 2, 128, 0, 4.0f / std::sqrt(128.0f)});
+  cases.push_back({130, 5, 4, 1, 64, 1, 0.125f});
+  return cases;
+}
+
+struct FlashInputs {
+  std::vector<float> q, k, v;
+  int64_t ctx;
+  FlashInputs(const FlashCase& c, uint32_t seed) : ctx(c.n_past + c.n + 5) {
+    q = random_vec(c.n * c.hq * c.d, seed);
+    k = random_vec(ctx * c.hkv * c.d, seed + 1);
+    v = random_vec(ctx * c.hkv * c.d, seed + 2);
+    for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < ctx * c.hkv * c.d; ++i) k[i] = v[i] = NAN;
+  }
+};
+
+cuda::AttentionParams flash_params(const FlashCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out) {
+  return {.q = q.ptr<float>(), .k = k.ptr<float>(), .v = v.ptr<float>(), .out = out.ptr<float>(), .n = c.n,
+          .hq = c.hq, .hkv = c.hkv, .d = c.d, .n_past = c.n_past, .scale = c.scale, .window = c.window};
+}
+
+// Runs a cuda launcher on the default stream between synchronizations (the backend's stream
+// does not wait for the default stream, nor it for the backend's).
+template <typename F>
+void run_on_device(Backend& gpu, F&& launch) {
+  gpu.synchronize();
+  launch();
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(CudaOps, FlashAttentionMatchesCpu) {
+  Pair p;
+  uint32_t seed = 100;
+  for (const FlashCase& c : flash_cases()) {
+    const FlashInputs in(c, seed += 3);
+    Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
+    p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, in.q), cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.k),
+                     cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.v), oc, AttentionParams{c.n_past, c.scale, c.window, {}});
+    Tensor gq = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, in.q), gk = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.k),
+           gv = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.v), og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+    const cuda::AttentionParams ap = flash_params(c, gq, gk, gv, og);
+    ASSERT_TRUE(cuda::attention_flash_supported(ap)) << c.name();
+    run_on_device(*p.gpu, [&] { cuda::launch_attention_flash(ap, nullptr); });
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), ("flash attention " + c.name()).c_str());
+  }
+}
+
+TEST(CudaOps, FlashAttentionMatchesRowsKernel) {
+  // The same inputs through both CUDA kernels; then the flash kernel again with n_past read
+  // from device memory (a captured graph's way), the host n_past set wrong on purpose.
+  Pair p;
+  uint32_t seed = 900;
+  for (const FlashCase& c : flash_cases()) {
+    const FlashInputs in(c, seed += 3);
+    Tensor gq = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, in.q), gk = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.k),
+           gv = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.v);
+    Tensor o_rows = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {}), o_flash = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+    run_on_device(*p.gpu, [&] { cuda::launch_attention_rows(flash_params(c, gq, gk, gv, o_rows), nullptr); });
+    run_on_device(*p.gpu, [&] { cuda::launch_attention_flash(flash_params(c, gq, gk, gv, o_flash), nullptr); });
+    std::vector<float> rows = read(*p.gpu, o_rows);
+    expect_close(read_with_guard(*p.gpu, o_flash), rows, ("flash vs rows " + c.name()).c_str());
+
+    Tensor n_past_at = p.gpu->alloc(DType::i32, {1});
+    const int32_t n_past32 = static_cast<int32_t>(c.n_past);
+    p.gpu->from_host(n_past_at, &n_past32);
+    Tensor o_dev = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+    cuda::AttentionParams ap = flash_params(c, gq, gk, gv, o_dev);
+    ap.n_past = c.n_past + 12345;
+    ap.n_past_dev = n_past_at.ptr<int32_t>();
+    run_on_device(*p.gpu, [&] { cuda::launch_attention_flash(ap, nullptr); });
+    expect_close(read_with_guard(*p.gpu, o_dev), rows, ("flash n_past_dev vs rows " + c.name()).c_str());
+  }
+}
+
+TEST(CudaOps, AttentionEitherSideOfTheFlashThreshold) {
+  // Through the backend: 63 rows (the per-row kernel), 64 and 65 (flash), d = 96 (no flash
+  // instantiation: the per-row kernel at any n), all against the CPU.
+  Pair p;
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{63, 128}, {64, 128}, {65, 64}, {300, 96}}) {
+    const FlashCase c{n, 40, 8, 2, d, 0, 0.1f};
+    const FlashInputs in(c, 77);
+    Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
+    const AttentionParams ap{c.n_past, c.scale, c.window, {}};
+    p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, in.q), cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.k),
+                     cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.v), oc, ap);
+    Tensor og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+    p.gpu->attention(gpu_f32(*p.gpu, {c.n, c.hq, c.d}, in.q), gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.k),
+                     gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.v), og, ap);
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), ("backend attention " + c.name()).c_str());
   }
 }
 

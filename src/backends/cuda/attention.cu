@@ -1,10 +1,11 @@
 // Causal grouped-query attention, decode and prefill in one launch: one block per (query row,
-// head). Head dims a multiple of 32 take attention_keys_kernel (a lane per key, below); others
-// this one: its kWarps warps splitting the visible keys (warp w takes keys lo + w, lo + w +
-// kWarps, ...), each with an online softmax; the warps' partial (max, denominator, output)
-// are then merged in shared memory. A key's score is a warp-wide dot product; each lane owns
-// the head dimensions lane, lane + 32, ... (head_dim <= 32 * kMaxDimsPerLane). One launch
-// whatever the number of query rows.
+// head), f32 FMA (launch_attention_rows); launch_attention_at sends many query rows to the
+// tensor-core kernel of attention_flash.cu instead. Head dims a multiple of 32 take
+// attention_keys_kernel (a lane per key, below); others this one: its kWarps warps splitting
+// the visible keys (warp w takes keys lo + w, lo + w + kWarps, ...), each with an online
+// softmax; the warps' partial (max, denominator, output) are then merged in shared memory. A
+// key's score is a warp-wide dot product; each lane owns the head dimensions lane, lane + 32,
+// ... (head_dim <= 32 * kMaxDimsPerLane). One launch whatever the number of query rows.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -188,6 +189,11 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
 }  // namespace
 
 void launch_attention_at(const AttentionParams& p, Stream s) {
+  if (p.n >= kAttentionFlashMinRows && attention_flash_supported(p)) launch_attention_flash(p, s);
+  else launch_attention_rows(p, s);
+}
+
+void launch_attention_rows(const AttentionParams& p, Stream s) {
   const float *q = p.q, *k = p.k, *v = p.v;
   float* out = p.out;
   const int64_t n = p.n, hq = p.hq, hkv = p.hkv, d = p.d, n_past = p.n_past, window = p.window;

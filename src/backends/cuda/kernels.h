@@ -68,7 +68,16 @@ struct AttentionParams {
   float scale = 1.0f;                   // on q.k
   int64_t window = 0;                   // 0: full causal; w: keys in (p - w, p]
 };
+// Any n: launch_attention_flash when attention_flash_supported(p) and n >= kAttentionFlashMinRows,
+// else launch_attention_rows.
 void launch_attention_at(const AttentionParams& p, Stream s);
+// One block per (query row, head), f32 FMA (attention.cu): any head_dim up to 512.
+void launch_attention_rows(const AttentionParams& p, Stream s);
+// Tensor cores, 64 query rows a block (attention_flash.cu): head_dim 64, 128 or 256, q, k, v
+// and out 16-byte aligned. Below kAttentionFlashMinRows rows its 64-row tiles are mostly idle.
+constexpr int64_t kAttentionFlashMinRows = 64;
+bool attention_flash_supported(const AttentionParams& p);
+void launch_attention_flash(const AttentionParams& p, Stream s);
 void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s);
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);
