@@ -175,7 +175,8 @@ TEST(Simulate, CommandOutput) {
   EXPECT_NE(ss.str().find("\nbelady 0.747\n"), std::string::npos) << ss.str();
   int lines = 0;
   for (char c : ss.str()) lines += c == '\n';
-  EXPECT_EQ(lines, 5);
+  EXPECT_EQ(lines, 6);  // lru, lfu, lrfu, fifo, markov, belady
+  EXPECT_NE(ss.str().find("\nmarkov 0.634\n"), std::string::npos) << ss.str();
 
   cmd = std::string(SLUICE_BINARY) + " simulate --trace " + reference_trace().string() +
         " --slots-per-layer 4 --policy arc >/dev/null 2>" + out.string();
