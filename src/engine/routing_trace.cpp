@@ -23,6 +23,11 @@ void RoutingTraceWriter::write(const RoutingEvent& e) {
                         {"token_idx", e.first_position + row}};
     j["experts"] = std::vector<int32_t>(r.ids.begin() + row * r.k, r.ids.begin() + (row + 1) * r.k);
     j["gating_probs"] = std::vector<float>(r.weights.begin() + row * r.k, r.weights.begin() + (row + 1) * r.k);
+    if (e.predicted_next) {
+      const Routing& p = *e.predicted_next;
+      j["next_layer"] = e.next_layer;
+      j["predicted_next"] = std::vector<int32_t>(p.ids.begin() + row * p.k, p.ids.begin() + (row + 1) * p.k);
+    }
     file_.write(j.dump() + "\n");
   }
 }

@@ -3,7 +3,9 @@
 // model's real routing can be replayed by `sluice simulate`. The file is an OutputFile
 // (format/output_file.h): whole lines only, and it appears (or replaces the old one) at
 // close(); a writer destroyed without close() leaves no file behind (a FIFO or device keeps
-// the lines already written).
+// the lines already written). With the lookahead prediction on (Model::set_routing_observer),
+// each line also has "next_layer" and "predicted_next" (that layer's predicted experts,
+// strongest first), which `sluice simulate` hands to prediction-aware policies.
 #pragma once
 
 #include <cstdint>

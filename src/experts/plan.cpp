@@ -268,6 +268,12 @@ void StepPlan::take(PlannedExpert& w, ReadyCopy copy, LayerStats& ls) {
 void plan_prefetch(Residency& residency, const Pack& pack, DType kind, int64_t next_layer, int64_t n_expert,
                    std::span<const std::pair<float, int32_t>> order, StepFills& fills, LayerStats& next) {
   const uint64_t stride = pack.kind(kind).record_stride;
+  // The whole prediction goes to the policy first (a prediction-aware policy protects these
+  // records from demand evictions), even the part the share has no room to prefetch.
+  std::vector<int64_t> predicted;
+  predicted.reserve(order.size());
+  for (const auto& [weight, e] : order) predicted.push_back(next_layer * n_expert + e);
+  residency.note_prediction(predicted);
   for (const auto& [weight, e] : order) {
     const int64_t record = next_layer * n_expert + e;
     const AcquireResult a = residency.acquire(record, kind, AccessKind::prefetch);

@@ -2,6 +2,7 @@
 // demand, so a victim search is one scan over the evictable slots (residency.cpp).
 #include "experts/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,7 +11,8 @@
 namespace sluice {
 namespace {
 
-constexpr PolicyKind kOnline[] = {PolicyKind::lru, PolicyKind::lfu, PolicyKind::lrfu, PolicyKind::fifo};
+constexpr PolicyKind kOnline[] = {PolicyKind::lru, PolicyKind::lfu, PolicyKind::lrfu, PolicyKind::fifo,
+                                  PolicyKind::markov};
 
 // Per-slot time of the last access (lru) or of the fill (fifo).
 class TimePolicy : public EvictionPolicy {
@@ -73,6 +75,128 @@ class LrfuPolicy : public EvictionPolicy {
   std::vector<uint64_t> last_;    // [n_slots]
 };
 
+// markov: per layer, the chance that expert e is used at the layer's next step,
+//   p(e) = w * mean over a in S of (C[a][e] + f(e)) / (N[a] + 1) + (1 - w) * f(e)
+// where S is the layer's latest step (the current one while it acquires), C[a][e] counts the
+// steps that used e right after a step that used a, N[a] the steps after one that used a,
+// and f(e) the share of the layer's recent steps that used e (each step's weight halves every
+// `half_life` steps). The one pseudo-count in the table backs off to f where a has few
+// successors yet. A predicted key of the next layer is worth at least the predictions'
+// precision so far (confirmed / predicted, with one prior hit and one miss).
+// In a pool shared by the layers, the chance becomes an expected time to the next use, so
+// that a key whose layer comes next is worth more than an equally likely one a token away.
+//
+// Memory: n_layers x n_expert^2 counts (128 experts x 48 layers: 3 MiB), per-record
+// doubles, per-slot times.
+class MarkovPolicy : public EvictionPolicy {
+ public:
+  MarkovPolicy(const PolicyOptions& opt)
+      : n_kinds_(opt.n_kinds),
+        n_expert_(opt.n_expert > 0 ? opt.n_expert : opt.n_keys / opt.n_kinds),
+        n_layers_((opt.n_keys / opt.n_kinds + n_expert_ - 1) / n_expert_),
+        decay_(std::exp2(-1.0 / opt.markov_half_life_steps)),
+        weight_(opt.markov_weight),
+        layers_(static_cast<size_t>(n_layers_)),
+        freq_(static_cast<size_t>(n_layers_ * n_expert_), 0.0),
+        freq_step_(freq_.size(), 0),
+        last_(opt.n_slots, 0) {
+    for (Layer& l : layers_) {
+      l.follow.assign(static_cast<size_t>(n_expert_ * n_expert_), 0);
+      l.seen.assign(static_cast<size_t>(n_expert_), 0);
+    }
+  }
+  PolicyKind kind() const override { return PolicyKind::markov; }
+  void on_fill(int32_t slot, int64_t, uint64_t now) override { last_[slot] = now; }
+  void on_hit(int32_t slot, int64_t, uint64_t now) override { last_[slot] = now; }
+
+  void on_step(std::span<const int64_t> records) override {
+    if (records.empty()) return;
+    const int64_t layer = records[0] / n_expert_;
+    if (layer < 0 || layer >= n_layers_) return;
+    current_ = layer;
+    Layer& l = layers_[static_cast<size_t>(layer)];
+    if (!l.predicted.empty()) {
+      // The predictions' track record: how many of the predicted experts this step used.
+      for (int32_t e : l.predicted)
+        for (int64_t r : records) l.confirmed += r % n_expert_ == e;
+      l.predictions += l.predicted.size();
+      l.predicted.clear();
+    }
+    for (int32_t a : l.latest) {
+      ++l.seen[a];
+      for (int64_t r : records)
+        if (r / n_expert_ == layer) ++l.follow[a * n_expert_ + r % n_expert_];
+    }
+    ++l.steps;
+    l.step_weight = l.step_weight * decay_ + 1;
+    l.latest.clear();
+    for (int64_t r : records) {
+      if (r / n_expert_ != layer) continue;  // a step is one layer's; ignore strays
+      const auto e = static_cast<int32_t>(r % n_expert_);
+      const size_t i = static_cast<size_t>(layer * n_expert_ + e);
+      freq_[i] = decayed(i, l) + 1;
+      freq_step_[i] = l.steps;
+      l.latest.push_back(e);
+    }
+  }
+
+  void on_predict(std::span<const int64_t> records) override {
+    for (int64_t r : records) {
+      const int64_t layer = r / n_expert_;
+      if (layer < 0 || layer >= n_layers_) continue;
+      layers_[static_cast<size_t>(layer)].predicted.push_back(static_cast<int32_t>(r % n_expert_));
+    }
+  }
+
+  EvictionRank rank(int32_t slot, int64_t key, uint64_t) const override {
+    const int64_t record = key / n_kinds_, layer = record / n_expert_;
+    const auto e = static_cast<int32_t>(record % n_expert_);
+    const Layer& l = layers_[static_cast<size_t>(layer)];
+    const size_t i = static_cast<size_t>(record);
+    const double f = l.step_weight > 0 ? decayed(i, l) / l.step_weight : 0.0;
+    double next = f;
+    if (!l.latest.empty()) {
+      double sum = 0;
+      for (int32_t a : l.latest)
+        sum += (static_cast<double>(l.follow[a * n_expert_ + e]) + f) / (static_cast<double>(l.seen[a]) + 1);
+      next = sum / static_cast<double>(l.latest.size());
+    }
+    double p = weight_ * next + (1 - weight_) * f;
+    for (int32_t pe : l.predicted)
+      if (pe == e) p = std::max(p, (l.confirmed + 1.0) / (static_cast<double>(l.predictions) + 2.0));
+    if (p <= 0) return {-std::numeric_limits<double>::infinity(), last_[slot]};
+    // The expected time to the next use, in layer steps: the key's layer comes round in
+    // `ahead` steps, then each pass uses it with chance p (a geometric number of passes of
+    // n_layers steps). The furthest goes first; with one layer this orders by p alone.
+    const int64_t ahead = current_ < 0 ? n_layers_ : (layer - current_ + n_layers_ - 1) % n_layers_ + 1;
+    const double next_use = static_cast<double>(ahead) + static_cast<double>(n_layers_) * (1 - p) / p;
+    return {-next_use, last_[slot]};
+  }
+
+ private:
+  struct Layer {
+    std::vector<uint32_t> follow;   // [n_expert, n_expert] steps using e right after one using a
+    std::vector<uint32_t> seen;     // [n_expert] steps that followed a step using a
+    std::vector<int32_t> latest;    // experts of the layer's latest step
+    std::vector<int32_t> predicted; // lookahead's experts for the layer's coming step
+    uint64_t steps = 0, predictions = 0, confirmed = 0;
+    double step_weight = 0;         // sum of the decayed weights of the layer's steps
+  };
+  // The record's frequency brought to the layer's current step.
+  double decayed(size_t i, const Layer& l) const {
+    return freq_[i] * std::pow(decay_, static_cast<double>(l.steps - freq_step_[i]));
+  }
+
+  int32_t n_kinds_;
+  int64_t n_expert_, n_layers_;
+  int64_t current_ = -1;              // the layer of the latest step
+  double decay_, weight_;
+  std::vector<Layer> layers_;         // [n_layers]
+  std::vector<double> freq_;          // [n_records] decayed use count at freq_step_
+  std::vector<uint64_t> freq_step_;   // [n_records] the layer's step count at the last update
+  std::vector<uint64_t> last_;        // [n_slots] time of the last access (ties: lru)
+};
+
 // Belady's MIN: the key used furthest in the future goes first (never-again keys before all).
 class BeladyPolicy : public EvictionPolicy {
  public:
@@ -99,6 +223,7 @@ std::string_view policy_name(PolicyKind k) {
     case PolicyKind::lfu: return "lfu";
     case PolicyKind::lrfu: return "lrfu";
     case PolicyKind::fifo: return "fifo";
+    case PolicyKind::markov: return "markov";
     case PolicyKind::belady: return "belady";
   }
   return "?";
@@ -113,7 +238,7 @@ std::optional<PolicyKind> policy_from_name(std::string_view s) {
 
 std::span<const PolicyKind> online_policies() { return kOnline; }
 
-std::string_view policy_names_text() { return "lru, lfu, lrfu, fifo, belady"; }
+std::string_view policy_names_text() { return "lru, lfu, lrfu, fifo, markov, belady"; }
 
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions& opt) {
   SLUICE_CHECK(opt.n_slots > 0, Status::invalid_argument, "expert cache: the policy needs at least one slot");
@@ -125,6 +250,14 @@ std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions
     case PolicyKind::lrfu: {
       SLUICE_CHECK(opt.lrfu_half_life_slots > 0, Status::invalid_argument, "lrfu: half-life must be positive");
       return std::make_unique<LrfuPolicy>(opt.n_slots, opt.n_keys, opt.lrfu_half_life_slots * opt.n_slots);
+    }
+    case PolicyKind::markov: {
+      SLUICE_CHECK(opt.markov_half_life_steps > 0, Status::invalid_argument, "markov: half-life must be positive");
+      SLUICE_CHECK(opt.markov_weight >= 0 && opt.markov_weight <= 1, Status::invalid_argument,
+                   "markov: the transition weight must be in [0, 1]");
+      SLUICE_CHECK(opt.n_kinds > 0 && opt.n_keys % opt.n_kinds == 0, Status::internal,
+                   "markov: keys are not records x kinds");
+      return std::make_unique<MarkovPolicy>(opt);
     }
     case PolicyKind::belady:
       SLUICE_CHECK(static_cast<bool>(opt.next_use), Status::invalid_argument,

@@ -15,6 +15,13 @@
 //          lowest value is evicted. half_life is a multiple of the slot count so the policy
 //          behaves the same for a per-layer cache and a shared pool.
 //   fifo   first in, first out (a baseline)
+//   markov the predicted chance that a key is used at its layer's next step: online counts of
+//          which experts follow which (a per-layer transition table conditioned on the
+//          layer's latest step), mixed with the key's frequency over the last steps (the
+//          backoff where the table has few counts); when the lookahead router predicts the
+//          next layer's experts (on_predict), a predicted key is worth at least the
+//          predictions' measured precision. Ties go to the least recently used. Without
+//          step notices (on_step) every chance is 0 and it is lru.
 //   belady the offline optimum for simulation: evicts the key whose next use is furthest,
 //          given an oracle over the future of the trace
 #pragma once
@@ -29,7 +36,7 @@
 
 namespace sluice {
 
-enum class PolicyKind { lru, lfu, lrfu, fifo, belady };
+enum class PolicyKind { lru, lfu, lrfu, fifo, markov, belady };
 
 std::string_view policy_name(PolicyKind k);
 std::optional<PolicyKind> policy_from_name(std::string_view s);
@@ -64,6 +71,11 @@ class EvictionPolicy {
   virtual void on_evict(int32_t slot, int64_t key) {}
   // The rank of a resident slot holding `key`; the lowest rank is evicted.
   virtual EvictionRank rank(int32_t slot, int64_t key, uint64_t now) const = 0;
+  // The distinct records of one step of one layer (Residency::acquire_step calls it before
+  // acquiring them): what the engine knows of the step's union. Records, not keys.
+  virtual void on_step(std::span<const int64_t> records) {}
+  // The lookahead router's predicted records of the next layer's coming step.
+  virtual void on_predict(std::span<const int64_t> records) {}
 };
 
 // The next time a key is used, in the oracle's own time unit, or UINT64_MAX if never again.
@@ -75,6 +87,12 @@ struct PolicyOptions {
   int32_t n_slots = 0;             // slots of the cache (lrfu scales its half-life by it)
   int64_t n_keys = 0;              // size of the key space
   double lrfu_half_life_slots = 8; // lrfu: half-life of an access, in accesses per slot
+  int32_t n_kinds = 1;             // key = record * n_kinds + kind (the residency fills it in)
+  int64_t n_expert = 0;            // records per layer (record = layer * n_expert + expert); 0: one layer
+  // markov: the half-life of the frequency, in steps of the key's layer, and the weight of
+  // the transition table against the frequency (docs/policy.md has the measured choice).
+  double markov_half_life_steps = 16;
+  double markov_weight = 0.5;
   NextUseOracle next_use;          // belady only
 };
 

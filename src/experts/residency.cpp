@@ -25,6 +25,8 @@ Residency::Residency(const ResidencyOptions& opt) : n_records_(opt.n_records) {
   PolicyOptions po = opt.policy_options;
   po.n_slots = opt.n_slots;
   po.n_keys = opt.n_records * kExpertKindCount;
+  po.n_kinds = kExpertKindCount;
+  po.n_expert = opt.n_expert;
   policy_ = make_policy(opt.policy, po);
 }
 
@@ -169,6 +171,7 @@ AcquireResult Residency::acquire(int64_t record, DType kind, AccessKind access) 
 
 void Residency::acquire_step(std::span<const int64_t> records, DType kind, std::span<AcquireResult> results) {
   SLUICE_ASSERT(records.size() == results.size());
+  note_step(records);
   // Every record of the step already present is pinned before a confirmation may evict.
   in_step_ = true;
   for (size_t i = 0; i < records.size(); ++i)

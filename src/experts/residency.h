@@ -70,6 +70,7 @@ struct ResidencyCounters {
 struct ResidencyOptions {
   int32_t n_slots = 0;
   int64_t n_records = 0;                 // moe layers x experts
+  int64_t n_expert = 0;                  // records per layer, for per-layer policies (0: one layer)
   int32_t speculative_slots = 0;         // speculative share, < n_slots
   PolicyKind policy = kDefaultPolicy;
   PolicyOptions policy_options;          // n_slots and n_keys are filled in by the residency
@@ -93,6 +94,11 @@ class Residency {
   // records. results[i] answers records[i]; on no_slot for any record, the misses already
   // reserved keep their slots (the caller reads or fails them) and the rest are no_slot.
   void acquire_step(std::span<const int64_t> records, DType kind, std::span<AcquireResult> results);
+  // Tells the policy the distinct records of one layer's step (acquire_step does it first;
+  // a caller acquiring a step's records one by one calls it itself).
+  void note_step(std::span<const int64_t> records) { policy_->on_step(records); }
+  // Tells the policy the lookahead router's predicted records of the next layer's step.
+  void note_prediction(std::span<const int64_t> records) { policy_->on_predict(records); }
   void complete_load(int32_t slot);  // loading -> resident
   void fail_load(int32_t slot);      // loading -> free; the record is forgotten
   void pin(int32_t slot);            // one more pin on an occupied slot

@@ -27,6 +27,10 @@ struct RoutingEvent {
   int64_t layer = 0;           // model layer index
   int64_t first_position = 0;  // sequence position of row 0 (rows are consecutive positions)
   const Routing* routing = nullptr;
+  // With lookahead on: the lookahead router's top-k for the next MoE layer (model layer
+  // next_layer) over the same rows, as the streamer predicts it; null otherwise.
+  const Routing* predicted_next = nullptr;
+  int64_t next_layer = -1;
 };
 
 using RoutingObserver = std::function<void(const RoutingEvent&)>;

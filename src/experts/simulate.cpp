@@ -34,12 +34,15 @@ int64_t int_field(const nlohmann::json& j, const char* name, const std::string& 
   return it->get<int64_t>();
 }
 
-// One sequence to replay: a list of steps, each the keys of one (token, layer).
+// One sequence to replay: a list of steps, each the keys of one (token, layer), and what the
+// lookahead router predicted during that step (keys of the next layer; empty when none).
 struct Sequence {
   std::vector<std::vector<int64_t>> steps;
+  std::vector<std::vector<int64_t>> predicted;  // [steps] or empty
 };
 
-SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, const SimulateOptions& opt) {
+SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, int32_t n_slots,
+                      const SimulateOptions& opt) {
   // Belady's oracle: per key, the steps that use it, ascending.
   std::map<int64_t, std::vector<uint64_t>> uses;
   if (opt.policy == PolicyKind::belady)
@@ -49,6 +52,7 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, c
   ResidencyOptions ro;
   ro.n_slots = n_slots;
   ro.n_records = n_records;
+  ro.n_expert = n_expert;
   ro.policy = opt.policy;
   ro.policy_options.lrfu_half_life_slots = opt.lrfu_half_life_slots;
   if (opt.policy == PolicyKind::belady) {
@@ -70,7 +74,9 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, c
     if (opt.pin == PinScope::step) {
       res.acquire_step(records, DType::bf16, results);
     } else {
-      // Each access is its own request: acquired and released before the next one.
+      // Each access is its own request: acquired and released before the next one. The
+      // engine still knows the step's union.
+      res.note_step(records);
       for (size_t i = 0; i < records.size(); ++i) {
         results[i] = res.acquire(records[i], DType::bf16);
         if (results[i].status == AcquireStatus::miss) res.complete_load(results[i].slot);
@@ -88,6 +94,7 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int32_t n_slots, c
       }
       if (opt.pin == PinScope::step) res.release(r.slot);
     }
+    if (step < seq.predicted.size() && !seq.predicted[step].empty()) res.note_prediction(seq.predicted[step]);
   }
   return out;
 }
@@ -144,6 +151,21 @@ Trace read_trace(const std::filesystem::path& path) {
         row.weights.push_back(x.get<float>());
       }
     }
+    auto pn = j.find("predicted_next");
+    if (pn != j.end()) {
+      SLUICE_CHECK(pn->is_array(), Status::corrupt, where, ": 'predicted_next' must be an array of expert ids");
+      for (const auto& e : *pn) {
+        SLUICE_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < kMaxExpertId,
+                     Status::corrupt, where, ": 'predicted_next' must hold expert ids in [0, ", kMaxExpertId, ")");
+        row.predicted_next.push_back(e.get<int32_t>());
+      }
+      row.next_layer = int_field(j, "next_layer", where, row.layer + 1, false);
+      SLUICE_CHECK(row.next_layer > row.layer && row.next_layer < kMaxLayer, Status::corrupt, where,
+                   ": next_layer ", row.next_layer, " must be after layer ", row.layer, " and below ", kMaxLayer);
+      tr.has_predictions = tr.has_predictions || !row.predicted_next.empty();
+      for (int32_t e : row.predicted_next) tr.n_expert = std::max(tr.n_expert, e + 1);
+      tr.n_layer = std::max(tr.n_layer, row.next_layer + 1);
+    }
     tr.n_layer = std::max(tr.n_layer, row.layer + 1);
     for (int32_t e : row.experts) tr.n_expert = std::max(tr.n_expert, e + 1);
     tr.top_k = std::max(tr.top_k, static_cast<int32_t>(row.experts.size()));
@@ -185,7 +207,7 @@ SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
   const int64_t n_expert = trace.n_expert;
   SimulateResult total;
   auto add = [&](const Sequence& seq, int64_t n_records) {
-    SimulateResult r = replay(seq, n_records, n_slots, opt);
+    SimulateResult r = replay(seq, n_records, n_expert, n_slots, opt);
     total.hits += r.hits;
     total.misses += r.misses;
   };
@@ -213,11 +235,14 @@ SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
       if (problem_rank[r.problem] != current && !seq.steps.empty()) {
         add(seq, trace.n_layer * n_expert);
         seq.steps.clear();
+        seq.predicted.clear();
       }
       current = problem_rank[r.problem];
-      std::vector<int64_t> keys;
+      std::vector<int64_t> keys, predicted;
       for (int32_t e : r.experts) keys.push_back(r.layer * n_expert + e);
+      for (int32_t e : r.predicted_next) predicted.push_back(r.next_layer * n_expert + e);
       seq.steps.push_back(std::move(keys));
+      seq.predicted.push_back(std::move(predicted));
     }
     if (!seq.steps.empty()) add(seq, trace.n_layer * n_expert);
   }

@@ -6,7 +6,13 @@
 //   {"problem_id": 0, "layer": 3, "token_idx": 17, "experts": [6, 5], "gating_probs": [0.7, 0.3]}
 // experts are strongest first. problem_id (default 0) separates independent requests, each
 // replayed from a cold cache; token_idx (default: file order) orders the layers of a problem
-// into token order for a shared pool; "weights" is accepted for "gating_probs".
+// into token order for a shared pool; "weights" is accepted for "gating_probs". Optional
+// "predicted_next" (expert ids, strongest first) is the lookahead router's prediction for the
+// next MoE layer of the same token, "next_layer" (default layer + 1) that layer's index, as
+// `sluice run --trace-routing` writes them with --lookahead on; a shared-pool replay hands
+// them to the policy after the row's step, where the engine's lookahead runs. (With one cache
+// per layer a prediction is for a step whose union its cache knows when it evicts, so there
+// it cannot change a decision.)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,8 @@ struct TraceRow {
   int64_t token = 0;             // token_idx, or the row's position among its (problem, layer)
   std::vector<int32_t> experts;  // strongest first, distinct
   std::vector<float> weights;    // empty when the trace has none
+  std::vector<int32_t> predicted_next;  // lookahead's experts for next_layer; empty when none
+  int64_t next_layer = -1;              // the layer predicted_next is for (-1: none)
 };
 
 struct Trace {
@@ -31,6 +39,7 @@ struct Trace {
   int32_t n_expert = 0;        // 1 + the largest expert id
   int32_t top_k = 0;           // the most experts in a row
   int64_t n_problems = 0;
+  bool has_predictions = false;  // some row carries predicted_next
 };
 
 // Parses a trace file; errors name the file and line.

@@ -31,6 +31,7 @@ StreamState::StreamState(std::shared_ptr<const Pack> p, DType k, int64_t topk, c
   ResidencyOptions ro;
   ro.n_slots = layout.n_slots;
   ro.n_records = m.n_records();
+  ro.n_expert = m.n_expert;
   // The speculative share: a quarter of the cache (at least one slot), never so much that a
   // token's experts would not fit beside it.
   ro.speculative_slots = layout.speculative_slots;

@@ -188,7 +188,7 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position,
       moe_routed_half(be_,
                       {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router,
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
-                       expert_tables_[l].get(), spec_.expert_math, forward_phase_},
+                       expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_},
                       expert_provider_.get(), routing_observer_, h, y);
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);

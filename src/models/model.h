@@ -48,7 +48,12 @@ class Model {
 
   // Called with every routing decision of every MoE layer (null: none). For tools, not the
   // hot path: it runs synchronously inside forward().
-  void set_routing_observer(RoutingObserver observer) { routing_observer_ = std::move(observer); }
+  // predict_next: each event also carries the lookahead router's prediction for the next MoE
+  // layer (--trace-routing with --lookahead on).
+  void set_routing_observer(RoutingObserver observer, bool predict_next = false) {
+    routing_observer_ = std::move(observer);
+    routing_predict_next_ = predict_next;
+  }
 
   // Routes every MoE layer's experts through `provider` (the streamer) instead of resident
   // weights; load_model sets it when streaming options are given. Null: resident experts.
@@ -120,6 +125,7 @@ class Model {
   // except inside a decode step.
   StreamPhase forward_phase_ = StreamPhase::prefill;
   RoutingObserver routing_observer_;
+  bool routing_predict_next_ = false;
   std::shared_ptr<ExpertProvider> expert_provider_;
 };
 

@@ -21,7 +21,18 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   std::vector<float> host_logits(n * E);
   be.to_host(logits, host_logits.data());
   Routing routing = route_topk(spec, host_logits, n);
-  if (observer) observer({refs.layer, refs.first_position, &routing});
+  if (observer) {
+    Routing predicted;
+    const bool predict = refs.observe_prediction && !refs.next_router.empty();
+    if (predict) {
+      Tensor next_logits = be.alloc(DType::f32, {n, E});  // [n, n_expert] of the next MoE layer
+      be.matmul(h, refs.next_router, next_logits);
+      std::vector<float> host_next(n * E);
+      be.to_host(next_logits, host_next.data());
+      predicted = route_topk(spec, host_next, n);
+    }
+    observer({refs.layer, refs.first_position, &routing, predict ? &predicted : nullptr, refs.next_layer});
+  }
   if (provider) {
     provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
                        refs.next_router, logits, refs.math, phase});

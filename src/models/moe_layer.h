@@ -5,7 +5,9 @@
 //   - provider (the streamer): routes on the device itself when it says so, else gets the
 //     routing computed on the host;
 //   - host: the logits are copied to the host, route_topk, then routed_experts (experts/expert_math.h).
-// A routing observer (--trace-routing) always gets the host routing.
+// A routing observer (--trace-routing) always gets the host routing, and with
+// observe_prediction the next layer's predicted top-k (h through next_router, as lookahead
+// computes it; a second matmul, paid only while tracing).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,8 @@ struct MoeLayerRefs {
   const ExpertTable* table = nullptr;                // the backend's table over them, or null
   ExpertMath math;                                   // what one expert computes
   StreamPhase phase = StreamPhase::prefill;          // of the forward pass (statistics)
+  int64_t next_layer = -1;                           // model layer index of next_router's layer
+  bool observe_prediction = false;                   // the observer also gets the lookahead prediction
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].

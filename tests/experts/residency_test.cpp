@@ -44,10 +44,11 @@ int hits_of(PolicyKind p, int32_t n_slots, std::initializer_list<int64_t> seq, d
 }  // namespace
 
 TEST(Policy, NamesRoundTrip) {
-  for (PolicyKind p : {PolicyKind::lru, PolicyKind::lfu, PolicyKind::lrfu, PolicyKind::fifo, PolicyKind::belady})
+  for (PolicyKind p : {PolicyKind::lru, PolicyKind::lfu, PolicyKind::lrfu, PolicyKind::fifo, PolicyKind::markov,
+                       PolicyKind::belady})
     EXPECT_EQ(policy_from_name(policy_name(p)), p);
   EXPECT_FALSE(policy_from_name("arc").has_value());
-  EXPECT_EQ(online_policies().size(), 4u);
+  EXPECT_EQ(online_policies().size(), 5u);
 }
 
 // 3 slots, 1 2 3 1 4 1 2 5 3.
@@ -315,5 +316,74 @@ TEST(Residency, RandomTrafficKeepsInvariants) {
       r.check_invariants();
       for (int32_t s : pinned) EXPECT_NE(r.state(s), SlotState::free);
     }
+  }
+}
+
+namespace {
+
+// Replays steps (one layer's records each) through acquire_step, loads and releases them;
+// counts hits.
+int step_hits(PolicyKind p, int32_t n_slots, const std::vector<std::vector<int64_t>>& steps) {
+  Residency r(options(n_slots, p));
+  int hits = 0;
+  for (const std::vector<int64_t>& s : steps) {
+    std::vector<AcquireResult> res(s.size());
+    r.acquire_step(s, DType::bf16, res);
+    for (const AcquireResult& a : res) {
+      hits += a.status == AcquireStatus::hit;
+      if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
+      r.release(a.slot);
+    }
+    r.check_invariants();
+  }
+  return hits;
+}
+
+}  // namespace
+
+// Steps 1 2 3 repeated 4 times, top-1, 2 slots. lru always evicts the record the next step
+// needs: 0 hits. markov learns which expert follows which: from the 4th step on, when a
+// step's record misses, the table says which resident comes next (after 1 comes 2, after
+// 3 comes 1) and the other one goes. Steps 5, 7, 9 and 11 (1-based) hit: 4 hits.
+TEST(Policy, MarkovLearnsWhatFollows) {
+  std::vector<std::vector<int64_t>> steps;
+  for (int i = 0; i < 4; ++i)
+    for (int64_t e : {1, 2, 3}) steps.push_back({e});
+  EXPECT_EQ(step_hits(PolicyKind::lru, 2, steps), 0);
+  EXPECT_EQ(step_hits(PolicyKind::markov, 2, steps), 4);
+}
+
+// Without step notices (acquires one at a time, nothing calls note_step) markov knows no
+// chances and orders by recency alone: exactly lru.
+TEST(Policy, MarkovWithoutStepsIsLru) {
+  for (auto seq : {std::initializer_list<int64_t>{1, 2, 3, 1, 4, 1, 2, 5, 3}, {1, 1, 1, 2, 3, 4, 1}, {1, 2, 1, 3, 1}})
+    EXPECT_EQ(hits_of(PolicyKind::markov, 3, seq), hits_of(PolicyKind::lru, 3, seq));
+}
+
+// A pool shared by 2 layers of 4 experts (records layer * 4 + e), 3 slots. Steps L1{5} x3,
+// L1{4}, L0{0} leave 5, 4, 0 resident; the L0{1} step must evict one. Record 4 was used once
+// in layer 1's 4 steps, so without a prediction it is the least likely (5 is layer 1's
+// favourite, 0 layer 0's only record) and goes, and L1{4} misses. With lookahead's
+// prediction of L1{4} it is worth the predictions' precision (1/2 before any track record)
+// one step ahead, more than record 0 a whole token ahead: 0 goes and L1{4} hits.
+TEST(Policy, MarkovKeepsPredictedRecords) {
+  for (bool predict : {false, true}) {
+    ResidencyOptions o = options(3, PolicyKind::markov, 0, 8);
+    o.n_expert = 4;
+    Residency r(o);
+    auto step = [&](int64_t rec) {
+      AcquireResult a;
+      r.acquire_step(std::span<const int64_t>(&rec, 1), DType::bf16, std::span<AcquireResult>(&a, 1));
+      if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
+      r.release(a.slot);
+      return a.status;
+    };
+    for (int64_t rec : {5, 5, 5, 4, 0}) step(rec);
+    const int64_t predicted = 4;
+    if (predict) r.note_prediction(std::span<const int64_t>(&predicted, 1));
+    EXPECT_EQ(step(1), AcquireStatus::miss);
+    EXPECT_EQ(r.find(4, DType::bf16) >= 0, predict);
+    EXPECT_EQ(r.find(0, DType::bf16) >= 0, !predict);
+    EXPECT_EQ(step(4), predict ? AcquireStatus::hit : AcquireStatus::miss);
   }
 }

@@ -175,7 +175,8 @@ TEST(Simulate, CommandOutput) {
   EXPECT_NE(ss.str().find("\nbelady 0.747\n"), std::string::npos) << ss.str();
   int lines = 0;
   for (char c : ss.str()) lines += c == '\n';
-  EXPECT_EQ(lines, 5);
+  EXPECT_EQ(lines, 6);  // lru, lfu, lrfu, fifo, markov, belady
+  EXPECT_NE(ss.str().find("\nmarkov 0.634\n"), std::string::npos) << ss.str();
 
   cmd = std::string(SLUICE_BINARY) + " simulate --trace " + reference_trace().string() +
         " --slots-per-layer 4 --policy arc >/dev/null 2>" + out.string();
@@ -184,4 +185,39 @@ TEST(Simulate, CommandOutput) {
   std::ifstream g(out);
   std::string err((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
   EXPECT_NE(err.find("'arc' is not one of"), std::string::npos) << err;
+}
+
+// A committed snippet of the Mixtral trace (problem 0, layers 0..3: 332 rows, 664 routed
+// experts) replayed with step pins: exact counts, so a change to a policy's decisions shows.
+// markov beats lru at 3 and 4 slots per layer and stays below Belady.
+TEST(Simulate, SnippetExactCounts) {
+  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / "mixtral-humaneval-p0-l0-3.jsonl");
+  EXPECT_EQ(t.rows.size(), 332u);
+  EXPECT_FALSE(t.has_predictions);
+  struct Want {
+    PolicyKind policy;
+    int32_t slots;
+    uint64_t hits;
+  };
+  for (const Want& w : {Want{PolicyKind::lru, 3, 297}, Want{PolicyKind::lru, 4, 372}, Want{PolicyKind::markov, 3, 324},
+                        Want{PolicyKind::markov, 4, 386}, Want{PolicyKind::belady, 3, 380}, Want{PolicyKind::belady, 4, 464}}) {
+    const SimulateResult r = run(t, w.policy, w.slots, 0, PinScope::step);
+    EXPECT_EQ(r.hits, w.hits) << policy_name(w.policy) << " " << w.slots;
+    EXPECT_EQ(r.hits + r.misses, 664u);
+  }
+}
+
+// predicted_next and next_layer are read when present and checked like experts.
+TEST(Simulate, ReadsPredictions) {
+  const Trace t = read_trace(write_trace(
+      "pred.jsonl", "{\"layer\": 0, \"experts\": [1, 2], \"next_layer\": 2, \"predicted_next\": [3, 4]}\n" + row(0, 2, 0, {3, 5})));
+  EXPECT_TRUE(t.has_predictions);
+  EXPECT_EQ(t.rows[0].next_layer, 2);
+  EXPECT_EQ(t.rows[0].predicted_next, (std::vector<int32_t>{3, 4}));
+  EXPECT_TRUE(t.rows[1].predicted_next.empty());
+  EXPECT_EQ(t.n_expert, 6);
+  EXPECT_EQ(run(t, PolicyKind::markov, 0, 4, PinScope::step).hits + run(t, PolicyKind::markov, 0, 4, PinScope::step).misses, 4u);
+  EXPECT_THROW(read_trace(write_trace("pred-bad.jsonl", "{\"layer\": 1, \"experts\": [1], \"next_layer\": 1, \"predicted_next\": [3]}\n")),
+               Error);
+  EXPECT_THROW(read_trace(write_trace("pred-bad2.jsonl", "{\"layer\": 1, \"experts\": [1], \"predicted_next\": [-3]}\n")), Error);
 }

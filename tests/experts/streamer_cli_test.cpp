@@ -12,6 +12,7 @@
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
 #include "backends/backend.h"
+#include "experts/simulate.h"
 #include "format/npy.h"
 #include <nlohmann/json.hpp>
 
@@ -191,4 +192,47 @@ TEST(StreamerCli, BadOptionsGiveOneClearLine) {
   Result r = run_sluice("run --model " + fixture_dir("qwen3_moe_yarn").string() + " --tokens 1,2 --expert-slots 8");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("needs a pack"), std::string::npos) << r.err;
+}
+
+// --trace-routing with --lookahead on: every record also carries the next MoE layer's
+// predicted experts (as many as the router picks), which `sluice simulate` reads back and
+// replays; the streamed run with the markov policy still generates what the resident run
+// does. Without lookahead the records have no prediction.
+TEST(StreamerCli, RoutingTraceCarriesPredictions) {
+  const std::string pack = fixture_pack("qwen3_moe").string();
+  const std::string base = "run --model " + pack + " --tokens " + ids_text("qwen3_moe") +
+                           " -n 6 --temperature 0 --print-ids --backend cpu";
+  Result resident = run_sluice(base);
+  ASSERT_EQ(resident.status, 0) << resident.err;
+  const fs::path dir = pack_test_dir("cli-trace-pred");
+  const fs::path with = dir / "with.jsonl", without = dir / "without.jsonl";
+  Result streamed = run_sluice(base + " --expert-cache 16K --lookahead on --policy markov --trace-routing " + with.string());
+  ASSERT_EQ(streamed.status, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, resident.out);
+  EXPECT_NE(streamed.err.find("markov"), std::string::npos) << streamed.err;
+  const sluice::Trace t = sluice::read_trace(with);
+  EXPECT_TRUE(t.has_predictions);
+  size_t predicted = 0;
+  for (const sluice::TraceRow& r : t.rows) {
+    if (r.layer + 1 >= t.n_layer) {
+      EXPECT_TRUE(r.predicted_next.empty()) << "the last MoE layer has no next layer";
+      continue;
+    }
+    ++predicted;
+    EXPECT_GT(r.next_layer, r.layer);
+    EXPECT_EQ(r.predicted_next.size(), r.experts.size());
+  }
+  EXPECT_GT(predicted, 0u);
+  sluice::SimulateOptions so;
+  so.slots = 2 * t.top_k;
+  so.pin = sluice::PinScope::step;
+  so.policy = sluice::PolicyKind::markov;
+  const sluice::SimulateResult sr = sluice::simulate_trace(t, so);
+  size_t routed = 0;
+  for (const sluice::TraceRow& r : t.rows) routed += r.experts.size();
+  EXPECT_EQ(sr.hits + sr.misses, routed);
+
+  ASSERT_EQ(run_sluice(base + " --trace-routing " + without.string()).status, 0);
+  EXPECT_FALSE(sluice::read_trace(without).has_predictions);
+  EXPECT_EQ(slurp(without).find("predicted_next"), std::string::npos);
 }

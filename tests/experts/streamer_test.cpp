@@ -139,6 +139,36 @@ TEST(StreamerExactness, EveryFixtureEveryCacheSize) {
               static_cast<double>(worst_prefill));
 }
 
+// Every online policy (markov among them) through the smallest caches, where it decides
+// every step, with lookahead's predictions reaching it or not: decode bit-identical to the
+// resident run, since what the cache holds never changes the result.
+TEST(StreamerExactness, EveryPolicy) {
+  auto be = make_cpu_backend();
+  const std::string fixture = expert_fixtures().front();
+  const fs::path& pack = fixture_pack(fixture);
+  const std::vector<int32_t> ids = fixture_ids(fixture);
+  LoadedModel resident = load(pack, *be, DType::q4);
+  const auto want = decode_logits(*resident.model, ids);
+  const auto k = static_cast<int32_t>(resident.model->info().n_expert_used);
+  const uint64_t stride = Pack::open(pack, false)->kind(DType::q4).record_stride;
+  for (PolicyKind policy : online_policies())
+    for (int32_t slots : {k, k + 2})
+      for (bool lookahead : {false, true}) {
+        SCOPED_TRACE(str(fixture, " ", policy_name(policy), " slots ", slots, " lookahead ", lookahead));
+        StreamerOptions so;
+        so.slots = slots;
+        so.lookahead = lookahead;
+        so.policy = policy;
+        LoadedModel m = load(pack, *be, DType::q4, so);
+        const auto got = decode_logits(*m.model, ids);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t t = 0; t < got.size(); ++t)
+          ASSERT_EQ(std::memcmp(got[t].data(), want[t].data(), got[t].size() * sizeof(float)), 0)
+              << "decode step " << t << " differs from the resident run";
+        expect_consistent(*m.streamer, stride);
+      }
+}
+
 TEST(StreamerStats, CountsOfADecodeRun) {
   // One token per step and a cache of top_k slots: every step's union is exactly top_k.
   auto be = make_cpu_backend();

@@ -32,7 +32,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   auto* slots = add_integer(cmd, "--expert-slots", opt.expert_slots, IntRange::at_least(1),
                             "stream through a cache of N expert slots");
   cache->excludes(slots);
-  cmd.add_option("--policy", opt.policy, str("expert cache eviction policy: ", "lru, lfu, lrfu, fifo (default lrfu)"));
+  cmd.add_option("--policy", opt.policy, str("expert cache eviction policy: lru, lfu, lrfu, fifo, markov (default ", policy_name(kDefaultPolicy), ")"));
   cmd.add_option("--io", opt.io, "expert reads: direct (O_DIRECT, default) or buffered (page cache)");
   add_integer(cmd, "--io-depth", opt.io_depth, IntRange::from(1, 256), "expert reads in flight (default 8)");
   cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");

@@ -39,7 +39,8 @@ void register_perplexity(CLI::App& app) {
     std::unique_ptr<RoutingTraceWriter> trace;
     if (!opt->trace.empty()) {
       trace = std::make_unique<RoutingTraceWriter>(opt->trace);
-      s.model.model->set_routing_observer(trace->observer());
+      // With lookahead on, each record also carries the next layer's predicted experts.
+      s.model.model->set_routing_observer(trace->observer(), opt->model.lookahead == "on");
     }
     InterruptFlag interrupt;  // Ctrl-C: stop between chunks, report the whole windows scored
     scorer.cancel = interrupt.flag();

@@ -40,7 +40,9 @@ void register_run(CLI::App& app) {
   add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::at_least(0, "0: prompt + n"),
               "context size in tokens (default: prompt + n)");
   cmd->add_flag("--print-ids", opt->print_ids, "end stdout with the generated token ids, comma-separated");
-  cmd->add_option("--trace-routing", opt->trace, "write every routing decision as JSON lines (shared/traces format)");
+  cmd->add_option("--trace-routing", opt->trace,
+                  "write every routing decision as JSON lines (shared/traces format; with --lookahead on also "
+                  "the next layer's predicted experts)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([opt] {
     require_prompt(opt->prompt, "run");
@@ -61,7 +63,8 @@ void register_run(CLI::App& app) {
     std::unique_ptr<RoutingTraceWriter> trace;
     if (!opt->trace.empty()) {
       trace = std::make_unique<RoutingTraceWriter>(opt->trace);
-      s.model.model->set_routing_observer(trace->observer());
+      // With lookahead on, each record also carries the next layer's predicted experts.
+      s.model.model->set_routing_observer(trace->observer(), opt->model.lookahead == "on");
     }
     InterruptFlag interrupt;  // Ctrl-C: stop at the next token boundary, then report as usual
     g.cancel = interrupt.flag();
