@@ -295,13 +295,14 @@ TEST(CliHostileIo, ContextLimitIsCheckedBeforeRunning) {
                "--ctx 1048576: 1048576 tokens exceed the model's context limit of 256 tokens");
 }
 
-// Item 8: a long prefill reports its progress on stderr (a line a quarter when not a terminal).
+// Item 8: a long prefill reports its progress on stderr (a line a quarter when not a terminal),
+// after each --ubatch chunk (256 here: four chunks).
 TEST(CliHostileIo, LongPrefillShowsProgress) {
   const fs::path d = fixture_copy("qwen3_moe", [](json& j) { j["max_position_embeddings"] = 4096; });
   std::vector<int32_t> prompt(1000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i % 400);
-  ChildResult r =
-      run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1", "--temperature", "0"});
+  ChildResult r = run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1",
+                                    "--temperature", "0", "--ubatch", "256"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 256/1000 tokens (26%)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 1000/1000 tokens (100%)"), std::string::npos) << r.err;
