@@ -1,9 +1,10 @@
 // `sluice serve`'s HTTP server, in process on 127.0.0.1 (a free port) over the fixture
 // qwen3_moe with a chat template added: the routes, completions and chat with and without
 // server-sent events (greedy text equal to the Generator's for the same prompt), stop strings,
-// usage, every malformed input answered with its 4xx and OpenAI's error object, the API key,
-// 24 concurrent streaming clients beside 1,000 requests whose clients vanish at random points
-// (their sequences come back, the others are answered correctly: the engine's own counters).
+// usage, every malformed input answered with its 4xx and OpenAI's error object, the API key;
+// on the demo model (models/demo, trained), 64 concurrent streaming clients beside 1,000
+// requests whose clients vanish at random points (their sequences come back, the others are
+// answered correctly: the engine's own counters).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -40,8 +41,9 @@ struct Served {
   std::thread thread;
   int port = 0;
 
-  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64) {
-    model = load_model(server_test_model(), *be);
+  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
+                  const std::filesystem::path& model_dir = server_test_model()) {
+    model = load_model(model_dir, *be);
     BatchEngineOptions eo;
     eo.n_parallel = parallel;
     eo.n_ctx = 96;
@@ -262,13 +264,14 @@ TEST(Server, ChatThroughTheTemplate) {
 }
 
 TEST(Server, ConcurrentStreamsAndVanishingClients) {
-  Served s({}, 4, 128);
+  constexpr int kStreamingClients = 64;
+  Served s({}, 8, 128, source_dir() / "models" / "demo");
   const std::string prompt = "The old man walked";
   const std::string want = greedy_for(s.model, prompt, 16);
-  // 24 streaming clients at once (4 sequences, the rest queued): every one gets the text.
+  // 64 streaming clients at once (8 sequences, the rest queued): every one gets the text.
   std::atomic<int> ok{0};
   std::vector<std::thread> clients;
-  for (int i = 0; i < 24; ++i)
+  for (int i = 0; i < kStreamingClients; ++i)
     clients.emplace_back([&] {
       const auto t0 = std::chrono::steady_clock::now();
       auto c = s.client();
@@ -321,7 +324,7 @@ TEST(Server, ConcurrentStreamsAndVanishingClients) {
   }
   for (auto& t : clients) t.join();
   for (auto& t : vanishing) t.join();
-  EXPECT_EQ(ok.load(), 24);
+  EXPECT_EQ(ok.load(), kStreamingClients);
   // Every vanished client's sequence comes back (at the latest at its next keep-alive probe).
   BatchEngineCounters c;
   for (int tries = 0; tries < 300; ++tries) {
