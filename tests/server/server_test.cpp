@@ -21,6 +21,7 @@
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
 #include "engine/batch_engine.h"
+#include "format/chat_template.h"
 #include "models/load.h"
 #include "server/http_server.h"
 #include "server_util.h"
@@ -42,11 +43,11 @@ struct Served {
   int port = 0;
 
   explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
-                  const std::filesystem::path& model_dir = server_test_model()) {
+                  const std::filesystem::path& model_dir = server_test_model(), int64_t n_ctx = 96) {
     model = load_model(model_dir, *be);
     BatchEngineOptions eo;
     eo.n_parallel = parallel;
-    eo.n_ctx = 96;
+    eo.n_ctx = n_ctx;
     eo.max_queue = max_queue;
     engine = std::make_unique<BatchEngine>(*model.model, eo);
     so.port = 0;
@@ -127,9 +128,9 @@ TEST(Server, RoutesAndErrors) {
   expect_error(c.Post("/v1/chat/completions", R"({"messages": []})", "application/json"), 400, "messages");
   expect_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", "application/json"),
                400, "role");
-  expect_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": []})",
+  expect_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": 5})",
                       "application/json"),
-               400, "tool calling");
+               400, "'tools' must be a list");
   // A prompt longer than the context (96 tokens).
   std::string longp(2000, 'a');
   for (size_t i = 1; i < longp.size(); i += 2) longp[i] = ' ';
@@ -350,4 +351,95 @@ TEST(Server, ConcurrentStreamsAndVanishingClients) {
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("sluice_active_sequences 0"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("# TYPE sluice_generated_tokens_total counter"), std::string::npos);
+}
+
+namespace {
+
+// A Hermes-style template (the shape of Qwen's): tools in the system turn, calls as
+// <tool_call> blocks, tool results as user turns.
+constexpr const char* kToolTemplate =
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}"
+    "{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}"
+    "{%- endif %}{%- for message in messages %}"
+    "{%- if message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif message.tool_calls %}{{- '<|im_start|>assistant\\n' + message.content }}{%- for tc in message.tool_calls %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + tc.function.arguments + "
+    "'}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+// Small: the fixture holds 256 positions of a byte-level tokenizer.
+const char* const kWeatherTools = R"([{"type": "function", "function": {"name": "weather",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+
+}  // namespace
+
+// Chat with tools: the tools and the tool turns reach the template (the reply is the greedy
+// continuation of exactly that rendering, in the client's key order), streamed or not;
+// tool_choice "required", malformed tools and calls on a user turn are 400s; a template
+// without the <tool_call> format refuses tools (and tool_choice "none" ignores them).
+TEST(Server, ChatWithTools) {
+  server::ServerOptions so;
+  const std::filesystem::path dir = server_test_model("server-tools-model", kToolTemplate);
+  Served s(so, 4, 64, dir, 256);
+  auto c = s.client();
+  const auto tools = nlohmann::ordered_json::parse(kWeatherTools);
+  const auto conversations = std::vector<nlohmann::ordered_json>{
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Paris?"}])"),
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "21 C"}])"),
+  };
+  const ChatTemplate tmpl = load_chat_template(dir)->tmpl;
+  for (const auto& msgs : conversations) {
+    ChatRenderOptions ro;
+    ro.extra_ordered["tools"] = tools;
+    const std::vector<int32_t> ids = s.model.tokenizer->encode(tmpl.render_json(msgs, ro), false);
+    const std::string want = greedy_text(s.model, ids, 8, 256);
+    nlohmann::ordered_json body = {{"messages", msgs}, {"tools", tools}, {"max_tokens", 8}, {"temperature", 0}};
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], ids.size());
+    EXPECT_EQ(j["choices"][0]["message"]["content"], want);
+    body["stream"] = true;
+    auto st = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(st);
+    std::string text;
+    for (const std::string& e : sse_data(st->body)) {
+      if (e == "[DONE]") continue;
+      const json d = json::parse(e)["choices"][0]["delta"];
+      if (d.contains("content")) text += d["content"].get<std::string>();
+    }
+    EXPECT_EQ(text, want);
+  }
+  const json user = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  expect_error(c.Post("/v1/chat/completions",
+                      json{{"messages", user}, {"tools", json::parse(kWeatherTools)}, {"tool_choice", "required"}}.dump(),
+                      "application/json"),
+               400, "\"required\"");
+  expect_error(c.Post("/v1/chat/completions", json{{"messages", user}, {"tools", json::array({{{"type", "web"}}})}}.dump(),
+                      "application/json"),
+               400, "tools[0]");
+  expect_error(c.Post("/v1/chat/completions",
+                      json{{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array()}}})}}
+                          .dump(),
+                      "application/json"),
+               400, "only an assistant message makes tool calls");
+
+  Served plain;  // ChatML without tools
+  auto p = plain.client();
+  expect_error(p.Post("/v1/chat/completions", json{{"messages", user}, {"tools", json::parse(kWeatherTools)}}.dump(),
+                      "application/json"),
+               400, "<tool_call>");
+  auto none = p.Post("/v1/chat/completions",
+                     json{{"messages", user}, {"tools", json::parse(kWeatherTools)}, {"tool_choice", "none"},
+                          {"max_tokens", 4}}
+                         .dump(),
+                     "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 200) << none->body;
 }

@@ -24,15 +24,17 @@ constexpr const char* kChatml =
 
 }  // namespace
 
-fs::path server_test_model() {
-  const fs::path dir = pack_test_dir("server-model");
+fs::path server_test_model(const std::string& name, const std::string& chat_template) {
+  const fs::path dir = pack_test_dir(name);
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
     fs::copy_file(fixture_dir("qwen3_moe") / f, dir / f, fs::copy_options::overwrite_existing);
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture_dir("qwen3_moe") / "tokenizer_config.json"));
-  cfg["chat_template"] = kChatml;
+  cfg["chat_template"] = chat_template;
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
   return dir;
 }
+
+fs::path server_test_model() { return server_test_model("server-model", kChatml); }
 
 std::string chatml_prompt(const std::string& system, const std::string& user) {
   return "<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +

@@ -13,6 +13,8 @@ namespace sluice::test {
 // A copy of the qwen3_moe fixture whose tokenizer_config.json has a ChatML-style chat
 // template (the shape of Qwen's; the fixture ships none).
 std::filesystem::path server_test_model();
+// The same fixture with another chat template, in its own directory `name`.
+std::filesystem::path server_test_model(const std::string& name, const std::string& chat_template);
 // The template's text for those messages (system, user) with the generation prompt.
 std::string chatml_prompt(const std::string& system, const std::string& user);
 

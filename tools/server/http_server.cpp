@@ -121,7 +121,8 @@ struct HttpServer::Impl {
 
   void routes();
   void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  std::vector<int32_t> prompt_of(const ParsedRequest& pr);
+  // The prompt's tokens; body: the request as sent (key order kept), for chats with tools.
+  std::vector<int32_t> prompt_of(const ParsedRequest& pr, const std::string& body);
 };
 
 void HttpServer::Impl::routes() {
@@ -193,7 +194,7 @@ void HttpServer::Impl::routes() {
   });
 }
 
-std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr) {
+std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const std::string& body) {
   const Tokenizer& tok = *model.tokenizer;
   try {
     if (pr.endpoint == Endpoint::completions) {
@@ -205,13 +206,34 @@ std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr) {
     if (!chat)
       throw api_error(400, "this model has no chat template (tokenizer_config.json chat_template); use /v1/completions",
                       "invalid_request_error", "no_chat_template");
-    std::vector<ChatTurn> turns;
-    for (const ChatMessage& m : pr.messages) turns.push_back({m.role, m.content});
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
     ro.bos_token = chat->bos_token;
     ro.eos_token = chat->eos_token;
-    const std::string text = chat->tmpl.render(turns, ro);
+    const bool with_tools = !pr.tools.is_null() && !pr.tool_choice_none;
+    bool tool_messages = false;
+    for (const ChatMessage& m : pr.messages) tool_messages |= m.role == "tool" || !m.tool_calls.is_null();
+    if (with_tools && !template_has_tool_calls(chat->tmpl.source()))
+      throw api_error(400,
+                      "'tools': this model's chat template has no <tool_call> format (the Qwen and Hermes one) that "
+                      "sluice reads calls in",
+                      "invalid_request_error", "unsupported");
+    std::string text;
+    if (with_tools || tool_messages) {
+      // The messages as OpenAI JSON (tool_calls, tool_call_id), in the client's key order, so
+      // that tojson prints schemas and arguments as sent; content is the joined text.
+      const auto sent = nlohmann::ordered_json::parse(body);
+      nlohmann::ordered_json messages = sent["messages"];
+      for (size_t i = 0; i < messages.size(); ++i)
+        if (messages[i].contains("content") && !messages[i]["content"].is_null())
+          messages[i]["content"] = pr.messages[i].content;
+      if (with_tools) ro.extra_ordered["tools"] = sent["tools"];
+      text = chat->tmpl.render_json(messages, ro);
+    } else {
+      std::vector<ChatTurn> turns;
+      for (const ChatMessage& m : pr.messages) turns.push_back({m.role, m.content});
+      text = chat->tmpl.render(turns, ro);
+    }
     return tok.encode(text, false);  // the template writes the bos token itself when the model wants one
   } catch (const Error& e) {
     throw api_error(400, e.what(), "invalid_request_error", e.status() == Status::invalid_argument ? "invalid_value" : "");
@@ -239,7 +261,7 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
   std::vector<int32_t> prompt;
   try {
     pr = parse_request(body, endpoint, opt.default_sampling);
-    prompt = prompt_of(pr);
+    prompt = prompt_of(pr, req.body);
   } catch (const ApiError& e) {
     send_error(res, e);
     return;
@@ -284,6 +306,8 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
   }
   ResponseIds ids{random_id(endpoint == Endpoint::chat ? "chatcmpl" : "cmpl"), unix_now(),
                   pr.model.empty() ? opt.model_name : pr.model};
+  // A chat offered tools: the reply's <tool_call> blocks become tool_calls.
+  const bool parse_calls = endpoint == Endpoint::chat && !pr.tools.is_null() && !pr.tool_choice_none;
 
   if (!pr.stream) {
     std::string text;
@@ -296,6 +320,13 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
         send_error(res, api_error(500, ev->done->error, "server_error"));
         return;
       }
+      if (parse_calls) {
+        ParsedReply reply = parse_tool_calls(text);
+        if (!reply.calls.empty()) {
+          send_json(res, 200, completion_response(ids, endpoint, reply.content, *ev->done, reply.calls));
+          return;
+        }
+      }
       send_json(res, 200, completion_response(ids, endpoint, text, *ev->done));
       return;
     }
@@ -307,9 +338,10 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
   res.set_header("Cache-Control", "no-cache");
   const bool include_usage = pr.include_usage;
   auto first = std::make_shared<bool>(true);
+  auto calls = parse_calls ? std::make_shared<ToolCallStream>() : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, stream, ids, endpoint, include_usage, first](size_t, httplib::DataSink& sink) {
+      [this, stream, ids, endpoint, include_usage, first, calls](size_t, httplib::DataSink& sink) {
         if (*first && endpoint == Endpoint::chat) {  // the role comes first, as OpenAI sends it
           *first = false;
           const std::string s = sse(stream_chunk(ids, endpoint, "", true, std::nullopt));
@@ -321,16 +353,24 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
           static const std::string ping = ": keep-alive\n\n";
           return sink.write(ping.data(), ping.size());
         }
-        if (!ev->text.empty()) {
-          const std::string s = sse(stream_chunk(ids, endpoint, ev->text, false, std::nullopt));
+        const std::string content = calls ? calls->push(ev->text) : ev->text;
+        if (!content.empty()) {
+          const std::string s = sse(stream_chunk(ids, endpoint, content, false, std::nullopt));
           if (!sink.write(s.data(), s.size())) return false;
         }
         if (!ev->done) return true;
         std::string tail;
-        if (ev->done->reason == FinishReason::error)
+        ParsedReply reply;
+        if (calls) reply = calls->finish();
+        if (!reply.content.empty()) tail += sse(stream_chunk(ids, endpoint, reply.content, false, std::nullopt));
+        if (ev->done->reason == FinishReason::error) {
           tail += sse(api_error(500, ev->done->error, "server_error").to_json());
-        else
+        } else if (!reply.calls.empty()) {
+          tail += sse(stream_tool_calls_chunk(ids, reply.calls));
+          tail += sse(stream_tool_calls_end(ids));
+        } else {
           tail += sse(stream_chunk(ids, endpoint, "", false, ev->done->reason));
+        }
         if (include_usage) tail += sse(stream_usage_chunk(ids, endpoint, *ev->done));
         tail += "data: [DONE]\n\n";
         if (!sink.write(tail.data(), tail.size())) return false;

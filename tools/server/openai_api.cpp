@@ -110,15 +110,50 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
         bad(str("messages[", i, "] must be an object with a 'role' string"), "invalid_type");
       ChatMessage cm;
       cm.role = m["role"].get<std::string>();
-      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
-        bad(str("messages[", i, "].role '", cm.role, "' is not supported (system, developer, user, assistant)"),
+      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
+          cm.role != "tool")
+        bad(str("messages[", i, "].role '", cm.role, "' is not supported (system, developer, user, assistant, tool)"),
             "unsupported");
       if (m.contains("content") && !m["content"].is_null()) cm.content = text_content(m["content"], i);
-      unsupported_if(m.contains("tool_calls") && !m["tool_calls"].is_null(), str("messages[", i, "].tool_calls"));
+      if (const json* tc = field(m, "tool_calls")) {
+        if (cm.role != "assistant") bad(str("messages[", i, "].tool_calls: only an assistant message makes tool calls"));
+        if (!tc->is_array()) bad(str("messages[", i, "].tool_calls must be a list"), "invalid_type");
+        for (size_t c = 0; c < tc->size(); ++c) {
+          const json& call = (*tc)[c];
+          const json* fn = call.is_object() ? field(call, "function") : nullptr;
+          if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+            bad(str("messages[", i, "].tool_calls[", c, "] must be {type: \"function\", function: {name, arguments}}"),
+                "invalid_type");
+        }
+        cm.tool_calls = *tc;
+      }
+      if (const json* id = field(m, "tool_call_id")) {
+        if (!id->is_string()) bad(str("messages[", i, "].tool_call_id must be a string"), "invalid_type");
+        cm.tool_call_id = id->get<std::string>();
+      }
       r.messages.push_back(std::move(cm));
     }
-    unsupported_if(field(body, "tools") != nullptr, "'tools' (tool calling)");
-    unsupported_if(field(body, "functions") != nullptr, "'functions'");
+    if (const json* tools = field(body, "tools")) {
+      if (!tools->is_array()) bad("'tools' must be a list", "invalid_type");
+      for (size_t t = 0; t < tools->size(); ++t) {
+        const json& tool = (*tools)[t];
+        const json* fn = tool.is_object() ? field(tool, "function") : nullptr;
+        if (!tool.is_object() || tool.value("type", "") != "function" || !fn || !fn->is_object() ||
+            !fn->contains("name") || !(*fn)["name"].is_string())
+          bad(str("tools[", t, "] must be {type: \"function\", function: {name, description, parameters}}"),
+              "invalid_type");
+      }
+      if (!tools->empty()) r.tools = *tools;
+    }
+    if (const json* tc = field(body, "tool_choice")) {
+      if (!tc->is_string()) unsupported_if(true, "a 'tool_choice' naming a function (only \"auto\" and \"none\")");
+      const std::string choice = tc->get<std::string>();
+      unsupported_if(choice == "required", "'tool_choice' \"required\" (only \"auto\" and \"none\")");
+      if (choice != "auto" && choice != "none") bad(str("'tool_choice' is '", choice, "'; expected auto or none"));
+      r.tool_choice_none = choice == "none";
+    }
+    if (const json* ptc = field(body, "parallel_tool_calls")) (void)bool_field(*ptc, "parallel_tool_calls");
+    unsupported_if(field(body, "functions") != nullptr, "'functions' (use 'tools')");
     if (const json* lp = field(body, "logprobs")) unsupported_if(bool_field(*lp, "logprobs"), "'logprobs'");
     unsupported_if(field(body, "top_logprobs") != nullptr, "'top_logprobs'");
     if (const json* rf = field(body, "response_format"))
@@ -180,9 +215,50 @@ json usage_json(const CompletionResult& r) {
           {"total_tokens", r.prompt_tokens + r.completion_tokens}};
 }
 
-json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text, const CompletionResult& r) {
+namespace {
+
+// OpenAI's tool_calls list; with_index: the streamed form (delta.tool_calls[i].index).
+json tool_calls_json(const std::string& response_id, const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", str("call_", response_id, "_", i)},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls) {
+  json choice = {{"index", 0},
+                 {"delta", {{"tool_calls", tool_calls_json(ids.id, calls, true)}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  return {{"id", ids.id}, {"object", "chat.completion.chunk"}, {"created", ids.created}, {"model", ids.model},
+          {"choices", json::array({choice})}};
+}
+
+json stream_tool_calls_end(const ResponseIds& ids) {
+  json choice = {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}};
+  return {{"id", ids.id}, {"object", "chat.completion.chunk"}, {"created", ids.created}, {"model", ids.model},
+          {"choices", json::array({choice})}};
+}
+
+json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text, const CompletionResult& r,
+                         const std::vector<ToolCall>& calls) {
   json choice;
-  if (endpoint == Endpoint::chat) {
+  if (endpoint == Endpoint::chat && !calls.empty()) {
+    choice = {{"index", 0},
+              {"message",
+               {{"role", "assistant"},
+                {"content", text.empty() ? json(nullptr) : json(text)},
+                {"tool_calls", tool_calls_json(ids.id, calls, false)}}},
+              {"logprobs", nullptr},
+              {"finish_reason", "tool_calls"}};
+  } else if (endpoint == Endpoint::chat) {
     choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
               {"finish_reason", finish_reason_text(r.reason)}};
   } else {

@@ -12,6 +12,7 @@
 
 #include "engine/batch_engine.h"
 #include "engine/sampler.h"
+#include "tool_calls.h"
 
 namespace sluice::server {
 
@@ -24,9 +25,12 @@ struct ApiError {
   nlohmann::json to_json() const;              // {"error": {"message", "type", "param": null, "code"}}
 };
 
-// One chat message (role and text content; content parts of type "text" are joined).
+// One chat message (role and text content; content parts of type "text" are joined). An
+// assistant message may carry tool calls, a "tool" message answers one.
 struct ChatMessage {
   std::string role, content;
+  nlohmann::json tool_calls;  // null, or [{id, type: "function", function: {name, arguments}}] as sent
+  std::string tool_call_id;   // role "tool": the call it answers (may be empty)
 };
 
 enum class Endpoint { completions, chat };
@@ -37,6 +41,8 @@ struct ParsedRequest {
   std::optional<std::string> prompt_text;   // completions: the prompt as text, or
   std::vector<int32_t> prompt_ids;          // completions: the prompt as token ids
   std::vector<ChatMessage> messages;        // chat
+  nlohmann::json tools;                     // chat: null, or [{type: "function", function: {name, ...}}] as sent
+  bool tool_choice_none = false;            // tool_choice "none": tools are neither shown nor parsed
   std::optional<int64_t> max_tokens;        // none: the endpoint's default
   SamplingParams sampling;
   std::vector<std::string> stop;            // at most 4
@@ -59,9 +65,14 @@ struct ResponseIds {
 };
 
 nlohmann::json usage_json(const CompletionResult& r);
-// The whole response of a request that did not stream.
+// The whole response of a request that did not stream; chat replies with tool calls carry
+// them (content null when empty, finish_reason "tool_calls").
 nlohmann::json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text,
-                                   const CompletionResult& r);
+                                   const CompletionResult& r, const std::vector<ToolCall>& calls = {});
+// The streamed chunk of a reply's tool calls (delta.tool_calls with index, id, type, function).
+nlohmann::json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls);
+// The last chunk of a reply that ended in tool calls: an empty delta, finish_reason "tool_calls".
+nlohmann::json stream_tool_calls_end(const ResponseIds& ids);
 // One streamed chunk: text (chat: the delta's content; first: also the role), and the
 // finish_reason on the last one.
 nlohmann::json stream_chunk(const ResponseIds& ids, Endpoint endpoint, const std::string& text, bool first,
