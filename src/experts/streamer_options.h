@@ -27,6 +27,9 @@ struct StreamerOptions {
   bool lookahead = false;
   double cut = 0;                // deadline cut below this routing weight, in (0, 1]; 0: off
   std::optional<DType> miss_kind;  // the low-bit copy a late miss may use instead
+  // A miss kind from a profile (--profile fast), not asked for by name: make_streamer drops it
+  // when the pack lacks that kind or the run already uses it, instead of refusing.
+  bool miss_kind_optional = false;
   bool verify_reads = false;     // check every record read against its manifest checksum
   std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
   // CUDA streamer: the longest any host wait on the device (or the device on the host) may
@@ -56,6 +59,10 @@ struct StreamerOptions {
   std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
 
   bool enabled() const { return cache_bytes > 0 || slots > 0; }
+  // Whether a step may differ from the exact (resident) one: a deadline cut or a low-bit copy
+  // standing in for a miss. Lookahead, the policy, the host tier and the cache size never change
+  // a result (the layer is combined in routing-rank order).
+  bool lossy() const { return cut > 0 || miss_kind.has_value(); }
 };
 
 }  // namespace sluice
