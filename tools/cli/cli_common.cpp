@@ -149,18 +149,20 @@ std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, co
   return r;
 }
 
+void check_kl_check_options(const ModelOptions& opt, int64_t n_steps) {
+  SLUICE_CHECK(n_steps <= 0 || !opt.fake_experts, Status::invalid_argument,
+               "--kl-check cannot measure --fake-experts: its experts are never read, so no step is exact");
+}
+
 KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_steps) {
   KlCheckStats kl;
   if (n_steps <= 0) return kl;
   kl.on = true;
+  check_kl_check_options(opt, n_steps);
   if (!s.model.streamer || !s.model.streamer->options().lossy()) {
-    SLUICE_CHECK(!opt.fake_experts, Status::invalid_argument,
-                 "--kl-check cannot measure --fake-experts: its experts are never read, so no step is exact");
     kl.by_construction = true;  // every step is the exact one: nothing to compare
     return kl;
   }
-  SLUICE_CHECK(!opt.fake_experts, Status::invalid_argument,
-               "--kl-check cannot measure --fake-experts: its experts are never read, so no step is exact");
   SLUICE_CHECK(s.backend->name() == "cpu", Status::invalid_argument, "--kl-check runs on the CPU backend for now (",
                s.backend->name(), " given): add --backend cpu");
   SLUICE_CHECK(s.model.model->decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",

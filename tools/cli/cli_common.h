@@ -53,7 +53,7 @@ struct ModelOptions {
 
 // --profile fast: the lossy streaming options chosen by measurement (docs/profile.md). The
 // miss kind applies when the pack holds it and the run's kind is not it already.
-inline constexpr double kProfileFastCut = 0.5;
+inline constexpr double kProfileFastCut = 0.2;
 inline constexpr const char* kProfileFastMissKind = "q2";
 inline constexpr bool kProfileFastLookahead = true;
 
@@ -101,6 +101,8 @@ std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, co
 // --kl-check N before the run: off for N = 0; 0 by construction (by_construction) when no
 // lossy option is on (no streaming, or streaming without --cut / --miss-kind); otherwise on.
 // Refuses (one line) what it cannot check: --fake-experts, a backend other than the CPU.
+// Before loading: what --kl-check refuses whatever the model (--fake-experts).
+void check_kl_check_options(const ModelOptions& opt, int64_t n_steps);
 KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_steps);
 // The exact reference of --kl-check: a second streamer over the same pack with the run's cache
 // size, IO and policy, and no --cut, --miss-kind, lookahead or host tier.

@@ -50,6 +50,7 @@ void register_run(CLI::App& app) {
               "the exact step; prints the mean and max KL(exact || lossy) in nats/token");
   cmd->callback([opt] {
     require_prompt(opt->prompt, "run");
+    check_kl_check_options(opt->model, opt->kl_check);
     if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     Session s = open_session(opt->model);
     std::vector<int32_t> prompt = prompt_tokens(s.model, opt->prompt);
