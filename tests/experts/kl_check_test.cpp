@@ -57,33 +57,44 @@ TEST(KlCheck, StepsAreSpreadAndCounted) {
 
 namespace {
 
+// A deterministic lossy provider: the exact streamer's routed sum times -2 (a cut at a disk's
+// speed is not reproducible from run to run; this is, and it moves the KV rows far enough that
+// an exact row left behind by the check changes the tokens: checked by swapping the order).
+class ScaledProvider final : public ExpertProvider {
+ public:
+  explicit ScaledProvider(std::shared_ptr<ExpertProvider> inner) : inner_(std::move(inner)) {}
+  void moe(Backend& be, const MoeLayerCall& call) override {
+    inner_->moe(be, call);
+    float* out = call.out.ptr<float>();  // CPU backend: host memory
+    for (int64_t i = 0; i < call.out.numel(); ++i) out[i] *= -2.0f;
+  }
+
+ private:
+  std::shared_ptr<ExpertProvider> inner_;
+};
+
 struct Checked {
   std::vector<int32_t> tokens;
   GenerateStats stats;
 };
 
-// Greedy generation of the qwen3_moe fixture streamed through 2 slots (the least: top-2), every
-// miss late (deadline_worst_case) so the cuts do not depend on the disk's speed.
-Checked generate(double cut, int64_t kl_steps) {
+// Greedy generation of the qwen3_moe fixture streamed through 2 slots (the least: top-2);
+// lossy: through ScaledProvider. kl_steps > 0: checked against a second, exact streamer.
+Checked generate(bool lossy, int64_t kl_steps, float temperature = 0) {
   auto be = make_cpu_backend();
   StreamerOptions so;
   so.slots = 2;
-  so.cut = cut;
-  so.deadline_worst_case = true;
   LoadOptions lo;
   lo.expert_kind = DType::q4;
   lo.streaming = so;
   LoadedModel m = load_model(fixture_pack("qwen3_moe"), *be, lo);
+  if (lossy) m.model->set_expert_provider(std::make_shared<ScaledProvider>(m.streamer));
   GenerateOptions g;
   g.n_predict = 12;
-  g.sampling.temperature = 0;
+  g.sampling.temperature = temperature;
+  g.sampling.seed = 7;
   g.kl_check_steps = kl_steps;
-  if (kl_steps > 0) {
-    StreamerOptions exact = so;
-    exact.cut = 0;
-    exact.deadline_worst_case = false;
-    g.kl_exact = make_streamer(m.pack, DType::q4, m.model->info().n_expert_used, *be, exact);
-  }
+  if (kl_steps > 0) g.kl_exact = make_streamer(m.pack, DType::q4, m.model->info().n_expert_used, *be, so);
   Checked out;
   Generator gen(*m.model);
   out.stats = gen.generate(read_reference("qwen3_moe").prompt_ids, g, [&](int32_t id) {
@@ -96,23 +107,30 @@ Checked generate(double cut, int64_t kl_steps) {
 }  // namespace
 
 TEST(KlCheck, ExactRunMeasuresZero) {
-  // No cut: both providers compute every expert exactly, so the logits agree bit for bit and
-  // the computed divergence is exactly 0 (not 0 by construction: the check ran).
-  const Checked c = generate(0, 100);
+  // Both providers compute every expert exactly, so the logits agree bit for bit and the
+  // computed divergence is exactly 0 (not 0 by construction: the check ran).
+  const Checked c = generate(false, 100);
   EXPECT_TRUE(c.stats.kl.on);
   EXPECT_EQ(c.stats.kl.steps, 11);  // every decode step (12 tokens: the first from the prefill)
+  EXPECT_EQ(c.stats.kl.decode_steps, 11);
   EXPECT_EQ(c.stats.kl.mean_nats, 0.0);
   EXPECT_EQ(c.stats.kl.max_nats, 0.0);
+  EXPECT_EQ(c.tokens, generate(false, 0).tokens);
 }
 
-TEST(KlCheck, CutRunMeasuresAboveZeroAndKeepsItsText) {
-  const Checked plain = generate(1.0, 0);
-  const Checked checked = generate(1.0, 4);
+TEST(KlCheck, LossyRunMeasuresAboveZeroAndKeepsItsText) {
+  const Checked plain = generate(true, 0);
+  const Checked checked = generate(true, 4);
   EXPECT_EQ(checked.stats.kl.steps, 4);
   EXPECT_GT(checked.stats.kl.mean_nats, 0.0);
   EXPECT_GE(checked.stats.kl.max_nats, checked.stats.kl.mean_nats);
   EXPECT_GT(checked.stats.kl.seconds, 0.0);
-  // The check leaves the lossy run's state as it was: the same tokens as without it.
-  EXPECT_EQ(checked.tokens, plain.tokens);
   EXPECT_FALSE(plain.stats.kl.on);
+  // The check leaves the lossy run's state as the lossy step wrote it: the same tokens as
+  // without the check (a check that ran the exact step last would leave exact KV rows).
+  EXPECT_EQ(checked.tokens, plain.tokens);
+  EXPECT_NE(plain.tokens, generate(false, 0).tokens);  // and the lossy run is not the exact one
+  // Sampled at temperature 1, every step checked: a draw is sensitive to any change of the
+  // logits, so exact KV rows left behind would show in the tokens.
+  EXPECT_EQ(generate(true, 100, 1.0f).tokens, generate(true, 0, 1.0f).tokens);
 }
