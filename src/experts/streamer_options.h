@@ -27,9 +27,6 @@ struct StreamerOptions {
   bool lookahead = false;
   double cut = 0;                // deadline cut below this routing weight, in (0, 1]; 0: off
   std::optional<DType> miss_kind;  // the low-bit copy a late miss may use instead
-  // A miss kind from a profile (--profile fast), not asked for by name: make_streamer drops it
-  // when the pack lacks that kind or the run already uses it, instead of refusing.
-  bool miss_kind_optional = false;
   bool verify_reads = false;     // check every record read against its manifest checksum
   std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
   // CUDA streamer: the longest any host wait on the device (or the device on the host) may

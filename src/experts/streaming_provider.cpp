@@ -9,12 +9,7 @@
 namespace sluice {
 
 std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k,
-                                                 Backend& backend, const StreamerOptions& options) {
-  StreamerOptions opt = options;
-  if (opt.miss_kind && opt.miss_kind_optional &&
-      (*opt.miss_kind == kind || !pack->manifest().kinds.count(*opt.miss_kind)))
-    opt.miss_kind.reset();  // a profile's miss kind this pack cannot serve: the profile goes without
-  opt.miss_kind_optional = false;
+                                                 Backend& backend, const StreamerOptions& opt) {
 #ifdef SLUICE_HAVE_CUDA
   if (auto cuda = make_cuda_streamer(pack, kind, top_k, backend, opt)) return cuda;  // slots in device memory
 #endif

@@ -288,31 +288,31 @@ TEST(StreamerCli, KlCheckReportsAndWritesStats) {
   EXPECT_EQ(std::count(hybrid.err.begin(), hybrid.err.end(), '\n'), 1) << hybrid.err;
 }
 
-// --profile fast sets --cut, --miss-kind and --lookahead (docs/profile.md); an option given
-// explicitly overrides the profile's value; the miss kind is dropped when the run already uses it.
+// --profile fast sets --cut (docs/profile.md) and nothing else; an explicit --cut overrides
+// it (--cut 0 turns the deadline off again); the other lossy options combine with it.
 TEST(StreamerCli, ProfileFastSetsTheDocumentedOptions) {
   const std::string pack = fixture_pack("qwen3_moe").string();
   const fs::path stats = pack_test_dir("cli-profile") / "stats.json";
-  const std::string base = "run --model " + pack + " --tokens 1,2,3 -n 3 --temperature 0 --backend cpu --expert-slots 4 --stats " +
-                           stats.string() + " ";
+  const std::string base = "run --model " + pack + " --tokens 1,2,3 -n 3 --temperature 0 --backend cpu --expert-kind q4 "
+                           "--expert-slots 4 --stats " + stats.string() + " ";
   auto options = [&](const std::string& args) {
     Result r = run_sluice(base + args);
     EXPECT_EQ(r.status, 0) << args << ": " << r.err;
     return nlohmann::json::parse(slurp(stats))["run"]["options"];
   };
-  nlohmann::json o = options("--expert-kind q4 --profile fast");
+  nlohmann::json o = options("--profile fast");
   EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.2);
+  EXPECT_TRUE(o["miss_kind"].is_null());
+  EXPECT_EQ(o["lookahead"], false);
+  o = options("--profile fast --cut 0.05 --miss-kind q2 --lookahead on");
+  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.05);
   EXPECT_EQ(o["miss_kind"], "q2");
   EXPECT_EQ(o["lookahead"], true);
-  o = options("--expert-kind q4 --profile fast --cut 0.05 --lookahead off --miss-kind int8");
-  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.05);
-  EXPECT_EQ(o["miss_kind"], "int8");
-  EXPECT_EQ(o["lookahead"], false);
-  o = options("--expert-kind q2 --profile fast");  // the profile's miss kind is the run's: none
-  EXPECT_TRUE(o["miss_kind"].is_null());
-  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.2);
-  o = options("--expert-kind q4 --profile exact");
+  o = options("--profile fast --cut 0");
   EXPECT_TRUE(o["cut"].is_null());
-  EXPECT_TRUE(o["miss_kind"].is_null());
-  EXPECT_EQ(o["lookahead"], false);
+  for (const char* exact : {"--profile exact", ""}) {
+    o = options(exact);
+    EXPECT_TRUE(o["cut"].is_null()) << exact;
+    EXPECT_TRUE(o["miss_kind"].is_null()) << exact;
+  }
 }

@@ -37,10 +37,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--io", opt.io, "expert reads: direct (O_DIRECT, default) or buffered (page cache)");
   add_integer(cmd, "--io-depth", opt.io_depth, IntRange::from(1, 256), "expert reads in flight (default 8)");
   cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");
-  opt.lookahead_option = cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
+  cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
   opt.cut_option = add_real(cmd, "--cut", opt.cut, RealRange::from(0, 1, "0: off"),
            "deadline: cut late misses whose routing weight is below W (default 0: off)");
-  opt.miss_kind_option = cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
+  cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
   cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
   cmd.add_flag("--verify-reads", opt.verify_reads, "check every expert read against its checksum");
   cmd.add_option("--wait", opt.wait, "CUDA streaming: host waits spin (default) or block (sleep between looks)");
@@ -54,8 +54,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                  "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
   cmd.add_option("--profile", opt.profile,
                  str("streaming profile: exact (default; bit-identical to the resident run) or fast (--cut ",
-                     kProfileFastCut, " --miss-kind ", kProfileFastMissKind,
-                     " --lookahead on; explicit options override it)"));
+                     kProfileFastCut, "; an explicit --cut overrides it)"));
   cmd.add_flag("--deadline-worst-case", opt.deadline_worst_case,
                "measurement: every miss counts as late at the deadline, so --cut/--miss-kind cost their worst case "
                "whatever the disk's speed");
@@ -110,14 +109,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
     SLUICE_CHECK(so.miss_kind, Status::invalid_argument, "--miss-kind: unknown kind '", opt.miss_kind,
                  "' (kinds: bf16, int8, q4, q2)");
   }
-  if (opt.profile == "fast") {  // what the user gave explicitly stays
-    if (!given(opt.cut_option)) so.cut = kProfileFastCut;
-    if (!given(opt.lookahead_option)) so.lookahead = kProfileFastLookahead;
-    if (!given(opt.miss_kind_option)) {
-      so.miss_kind = expert_kind_from_name(kProfileFastMissKind);
-      so.miss_kind_optional = true;  // dropped when the pack lacks it or the run uses it
-    }
-  }
+  if (opt.profile == "fast" && !given(opt.cut_option)) so.cut = kProfileFastCut;  // an explicit --cut stays
   so.deadline_worst_case = opt.deadline_worst_case;
   so.verify_reads = opt.verify_reads;
   if (!opt.wait.empty()) {
@@ -182,7 +174,6 @@ std::shared_ptr<StreamingProvider> make_exact_streamer(const Session& s) {
   so.slots = main.n_slots();
   so.cut = 0;
   so.miss_kind.reset();
-  so.miss_kind_optional = false;
   so.lookahead = false;
   so.host_cache_bytes = 0;
   so.host_cache_preload = false;
