@@ -301,7 +301,8 @@ TEST(CliHostileIo, LongPrefillShowsProgress) {
   std::vector<int32_t> prompt(1000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i % 400);
   ChildResult r =
-      run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1", "--temperature", "0"});
+      run_sluice_child({"run", "--model", d.string(), "--tokens", ids_text(prompt), "-n", "1", "--temperature", "0",
+                        "--ubatch", "256"});  // chunks of 256 (the default is 512 since 5ff0fb1): a line each quarter
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 256/1000 tokens (26%)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sluice: prefill 1000/1000 tokens (100%)"), std::string::npos) << r.err;
