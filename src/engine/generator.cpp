@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/sampling.h"
+#include "engine/kl_check.h"
 
 namespace sluice {
 
@@ -45,6 +47,14 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   std::vector<float> logits(V);
   GenerateStats st;
   st.n_prompt = n_prompt;
+  if (opt.kl_check_steps > 0) {
+    SLUICE_CHECK(opt.kl_exact != nullptr, Status::invalid_argument, "--kl-check needs an exact expert provider");
+    SLUICE_CHECK(model_.decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
+                 model_.info().family,
+                 " family keeps a recurrent state that a decode step updates in place, so the exact step cannot "
+                 "run beside the lossy one (decoder families only: qwen3_moe, mixtral, olmoe)");
+    st.kl.on = true;
+  }
   auto cancelled = [&] { return opt.cancel && opt.cancel->load(); };
 
   auto t0 = clock::now();
@@ -77,12 +87,63 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     ++st.n_generated;
     if (!on_token(next)) break;
     if (step + 1 == opt.n_predict) break;
-    next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, sampler.next_draw53());
+    st.kl.decode_steps += 1;
+    if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps))
+      next = checked_step(next, *state, sampler, n_sampled, opt, st, step);
+    else
+      next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, sampler.next_draw53());
     SLUICE_CHECK(next >= 0, Status::corrupt, "the model's logits are not finite at generation step ", step + 2,
                  " (the token after position ", n_prompt + step, "): NaN or infinite weights or activations");
   }
-  st.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  st.decode_seconds = std::max(0.0, std::chrono::duration<double>(clock::now() - t1).count() - st.kl.seconds);
+  if (!st.kl.on) st.kl.decode_steps = 0;
+  if (st.kl.steps > 0) st.kl.mean_nats /= static_cast<double>(st.kl.steps);  // the sum until here
   return st;
+}
+
+// The exact step runs first, through the exact provider, at position p; then n_past goes back
+// to p and the lossy step runs through the run's own provider, overwriting every KV row the
+// exact step wrote at p (decode_step_rerunnable). So the state after is the lossy run's, the
+// generated text is what the run without --kl-check would generate, and the exact step saw
+// exactly the lossy run's history. Why not the other order or one streamer: running the exact
+// step second would leave exact KV rows at p for the rest of the run, and running it through
+// the run's own streamer would load the step's misses into that cache, so the lossy step after
+// it would find them resident and cut nothing (KL 0: the check would compare a run to itself).
+// The second streamer's own cache keeps the lossy one untouched; its reads are done when its
+// step returns. The exact pass's time is left out of decode_seconds (kl.seconds). One bias,
+// small: reads the lossy cache left in flight at the previous step land during the exact pass.
+int32_t Generator::checked_step(int32_t token, SequenceState& state, Sampler& sampler, int64_t n_sampled,
+                                const GenerateOptions& opt, GenerateStats& st, int64_t step) {
+  using clock = std::chrono::steady_clock;
+  const size_t V = static_cast<size_t>(model_.info().n_vocab);
+  kl_exact_logits_.resize(V);
+  kl_lossy_logits_.resize(V);
+  SequenceState* states[] = {&state};
+  const int64_t pos = state.n_past;
+  const std::shared_ptr<ExpertProvider> lossy = model_.expert_provider();
+  const auto t0 = clock::now();
+  model_.set_expert_provider(opt.kl_exact);
+  try {
+    model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_exact_logits_);
+  } catch (...) {
+    model_.set_expert_provider(lossy);
+    throw;
+  }
+  model_.set_expert_provider(lossy);
+  state.n_past = pos;
+  st.kl.seconds += std::chrono::duration<double>(clock::now() - t0).count();
+  model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_lossy_logits_);
+  const auto exact = std::span<const float>(kl_exact_logits_).first(static_cast<size_t>(n_sampled));
+  const auto lossy_row = std::span<const float>(kl_lossy_logits_).first(static_cast<size_t>(n_sampled));
+  check_logits_finite(lossy_row, step + 2, pos);
+  check_logits_finite(exact, step + 2, pos);
+  const double kl = kl_divergence_nats(exact, lossy_row);
+  st.kl.steps += 1;
+  st.kl.mean_nats += kl;
+  st.kl.max_nats = std::max(st.kl.max_nats, kl);
+  // The draw forward_sample's host path makes (Model::forward_sample): same rule, same number.
+  SampleScratch scratch;
+  return sample_row(lossy_row, sampler.rule(), static_cast<double>(sampler.next_draw53()) * 0x1p-53, scratch);
 }
 
 }  // namespace sluice

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "experts/stats.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -32,14 +34,22 @@ struct GenerateOptions {
   const std::atomic<bool>* cancel = nullptr;
   // Called after each prefill chunk with the prompt tokens done and the prompt's length.
   std::function<void(int64_t done, int64_t total)> on_prefill;
+  // --kl-check: kl_check_steps > 0 decode steps (spread as kl_check_selects says) also run
+  // the exact step through kl_exact (an exact provider: a second streamer without --cut or
+  // --miss-kind) against the same state, and KL(exact || lossy) goes into GenerateStats::kl.
+  // Needs Model::decode_step_rerunnable().
+  int64_t kl_check_steps = 0;
+  std::shared_ptr<ExpertProvider> kl_exact;
 };
 
 struct GenerateStats {
   int64_t n_prompt = 0;
   int64_t n_generated = 0;
   double prefill_seconds = 0;
-  double decode_seconds = 0;  // from the first decode step to the last sampled token
+  double decode_seconds = 0;  // from the first decode step to the last sampled token, less
+                              // the exact passes of --kl-check (kl.seconds)
   bool interrupted = false;   // stopped early by GenerateOptions::cancel
+  KlCheckStats kl;            // --kl-check (on when GenerateOptions::kl_check_steps > 0)
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? n_prompt / prefill_seconds : 0; }
   double decode_tokens_per_second() const;
 };
@@ -52,7 +62,13 @@ class Generator {
                          const std::function<bool(int32_t)>& on_token);
 
  private:
+  // One decode step checked by --kl-check: the exact step, then the lossy one at the same
+  // position; returns the token drawn from the lossy logits (as forward_sample would).
+  int32_t checked_step(int32_t token, SequenceState& state, Sampler& sampler, int64_t n_sampled,
+                       const GenerateOptions& opt, GenerateStats& st, int64_t step);
+
   Model& model_;
+  std::vector<float> kl_exact_logits_, kl_lossy_logits_;  // [n_vocab] f32
 };
 
 }  // namespace sluice

@@ -78,6 +78,16 @@ nlohmann::json layer_json(const LayerStats& l) {
 
 }  // namespace
 
+nlohmann::json KlCheckStats::to_json() const {
+  if (!on) return nullptr;
+  return {{"steps", steps},
+          {"decode_steps", decode_steps},
+          {"mean_nats", mean_nats},
+          {"max_nats", max_nats},
+          {"by_construction", by_construction},
+          {"seconds", seconds}};
+}
+
 nlohmann::json RunStats::to_json() const {
   nlohmann::json layers_json = nlohmann::json::array();
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -119,6 +129,7 @@ nlohmann::json RunStats::to_json() const {
              {"bytes", io_bytes},
              {"busy_seconds", io_busy_seconds},
              {"h2d_bytes", h2d_bytes}}},
+           {"kl_check", kl_check.to_json()},
            {"totals", layer_json(t)},
            {"phases", {{"prefill", layer_json(prefill)}, {"decode", layer_json(decode)}}},
            {"sub_batches_per_layer", layers.empty() ? 0.0 : static_cast<double>(prefill.steps) / layers.size()},

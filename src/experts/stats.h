@@ -62,6 +62,18 @@ struct LayerStats {
 enum class StreamPhase : uint8_t { prefill, decode };
 std::string_view stream_phase_name(StreamPhase p);  // "prefill", "decode"
 
+// --kl-check (engine/kl_check.h): how far the lossy decode steps (--cut, --miss-kind) were from
+// the exact steps, KL(exact || lossy) in nats per token over the checked steps.
+struct KlCheckStats {
+  bool on = false;                    // --kl-check was asked for
+  bool by_construction = false;       // no lossy option: every step is exact, nothing checked
+  int64_t steps = 0;                  // decode steps checked
+  int64_t decode_steps = 0;           // decode steps run (the pool the checked ones came from)
+  double mean_nats = 0, max_nats = 0;
+  double seconds = 0;                 // the exact passes' wall time (left out of decode_seconds)
+  nlohmann::json to_json() const;     // null when off
+};
+
 struct RunStats {
   std::vector<LayerStats> layers;   // one per MoE layer, both phases
   LayerStats prefill, decode;       // every layer's counters of one phase
@@ -84,6 +96,8 @@ struct RunStats {
   uint64_t io_reads = 0, io_bytes = 0;
   double io_busy_seconds = 0;           // wall time with at least one read in flight
   uint64_t h2d_bytes = 0;               // bytes copied into device slots (CUDA streamer; 0 on the CPU)
+
+  KlCheckStats kl_check;                // filled by the front end (sluice run --kl-check)
 
   LayerStats totals() const;
   double hit_rate() const { return totals().hit_rate(); }

@@ -56,6 +56,10 @@ struct StreamerOptions {
   std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
 
   bool enabled() const { return cache_bytes > 0 || slots > 0; }
+  // Whether a step may differ from the exact (resident) one: a deadline cut or a low-bit copy
+  // standing in for a miss. Lookahead, the policy, the host tier and the cache size never change
+  // a result (the layer is combined in routing-rank order).
+  bool lossy() const { return cut > 0 || miss_kind.has_value(); }
 };
 
 }  // namespace sluice

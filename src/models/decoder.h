@@ -57,6 +57,7 @@ class DecoderModel : public Model {
                          int64_t draw53) override;
   // The batch's rows in every product and one expert union per MoE layer; attention per
   // sequence against its own cache.
+  bool decode_step_rerunnable() const override { return true; }  // KV cache only
   void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                      std::span<float> logits) override;
 

@@ -44,6 +44,7 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
   if (Pack::is_pack(dir)) {
     // A streamed run never maps the expert files: records are read into the cache on demand.
     std::shared_ptr<Pack> pack = Pack::open(dir, !streamed);
+    out.pack = pack;
     std::vector<DType> kinds;
     for (const auto& [k, info] : pack->manifest().kinds) kinds.push_back(k);
     const bool has_experts = !kinds.empty();

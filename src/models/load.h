@@ -40,6 +40,8 @@ struct LoadedModel {
   // Set when the experts are streamed (the model holds it too): an ExpertStreamer on the CPU
   // backend, the CUDA streamer on a CUDA backend.
   std::shared_ptr<StreamingProvider> streamer;
+  // The pack (null for a checkpoint), for a second streamer over the same records (--kl-check).
+  std::shared_ptr<const Pack> pack;
 
   std::optional<int32_t> bos_id() const;  // the tokenizer's, else config.json's
   std::optional<int32_t> eos_id() const;  // the tokenizer's, else config.json's

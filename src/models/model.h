@@ -89,6 +89,13 @@ class Model {
   virtual void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                              std::span<float> logits);
 
+  // Whether a decode step may run twice at the same position, the second run leaving the state
+  // as if it had run once: true when the state is a KV cache only (running position p again
+  // overwrites every row the first run wrote at p). False for recurrent state (hybrids), which
+  // a step updates in place. --kl-check (engine/kl_check.h) runs the exact step first, then
+  // the lossy one at the same position.
+  virtual bool decode_step_rerunnable() const { return false; }
+
   // One decode step that returns the next token instead of logits: runs `token` at position
   // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with
   // the uniform draw u = draw53 * 2^-53. Returns -1 when the logits hold NaN or +inf. The

@@ -174,6 +174,12 @@ TEST(StreamerCli, BadOptionsGiveOneClearLine) {
       {"--fake-experts", "--fake-experts is an expert streaming option"},
       {"--wait block", "--wait is an expert streaming option"},
       {"--expert-slots 8 --wait hot", "--wait: 'hot' (spin or block)"},
+      {"--expert-slots 8 --profile turbo", "--profile: 'turbo' (exact or fast)"},
+      {"--profile fast", "--profile fast is an expert streaming option"},
+      {"--deadline-worst-case", "--deadline-worst-case is an expert streaming option"},
+      {"--kl-check 0", "--kl-check 0: expected an integer, 1 or more"},
+      {"--kl-check x", "--kl-check x: expected an integer, 1 or more"},
+      {"--expert-slots 8 --cut 0.5 --fake-experts --kl-check 2", "--kl-check cannot measure --fake-experts"},
   };
   for (const Case& c : cases) {
     Result r = run_sluice(base + c.args);
@@ -235,4 +241,78 @@ TEST(StreamerCli, RoutingTraceCarriesPredictions) {
   ASSERT_EQ(run_sluice(base + " --trace-routing " + without.string()).status, 0);
   EXPECT_FALSE(sluice::read_trace(without).has_predictions);
   EXPECT_EQ(slurp(without).find("predicted_next"), std::string::npos);
+}
+
+// --kl-check: an exact run says 0 by construction; a run whose deadline cuts (every miss late,
+// so it does not depend on the disk) measures a divergence above 0; both go into --stats. A
+// family with recurrent state is refused in one line.
+TEST(StreamerCli, KlCheckReportsAndWritesStats) {
+  const std::string pack = fixture_pack("qwen3_moe").string();
+  const std::string base = "run --model " + pack + " --tokens " + ids_text("qwen3_moe") +
+                           " -n 12 --temperature 0 --backend cpu --expert-kind q4 --expert-slots 2 --kl-check 4 ";
+  const fs::path stats = pack_test_dir("cli-kl") / "stats.json";
+  Result exact = run_sluice(base + "--stats " + stats.string());
+  ASSERT_EQ(exact.status, 0) << exact.err;
+  EXPECT_NE(exact.err.find("sluice: kl-check: 0 nats/token by construction"), std::string::npos) << exact.err;
+  nlohmann::json j = nlohmann::json::parse(slurp(stats))["run"]["kl_check"];
+  EXPECT_EQ(j["by_construction"], true);
+  EXPECT_EQ(j["steps"], 0);
+  EXPECT_EQ(j["mean_nats"], 0.0);
+
+  Result cut = run_sluice(base + "--cut 1 --deadline-worst-case --stats " + stats.string());
+  ASSERT_EQ(cut.status, 0) << cut.err;
+  EXPECT_NE(cut.err.find("nats/token KL(exact || lossy) over 4 of 11 decode steps"), std::string::npos) << cut.err;
+  j = nlohmann::json::parse(slurp(stats))["run"]["kl_check"];
+  EXPECT_EQ(j["by_construction"], false);
+  EXPECT_EQ(j["steps"], 4);
+  EXPECT_EQ(j["decode_steps"], 11);
+  EXPECT_GT(j["mean_nats"].get<double>(), 0.0);
+  EXPECT_GE(j["max_nats"].get<double>(), j["mean_nats"].get<double>());
+
+  // Without --kl-check the field is null.
+  Result off = run_sluice("run --model " + pack + " --tokens 1,2,3 -n 2 --backend cpu --expert-slots 2 --stats " +
+                          stats.string());
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_TRUE(nlohmann::json::parse(slurp(stats))["run"]["kl_check"].is_null());
+  EXPECT_EQ(off.err.find("kl-check"), std::string::npos) << off.err;
+
+  // Without streaming the resident run is the exact one.
+  Result resident = run_sluice("run --model " + pack + " --tokens 1,2,3 -n 2 --backend cpu --kl-check 2");
+  ASSERT_EQ(resident.status, 0) << resident.err;
+  EXPECT_NE(resident.err.find("by construction"), std::string::npos) << resident.err;
+
+  Result hybrid = run_sluice("run --model " + fixture_pack("qwen3_next").string() +
+                             " --tokens 1,2,3 -n 3 --backend cpu --expert-slots 8 --cut 0.5 --kl-check 2");
+  EXPECT_EQ(hybrid.status, 1);
+  EXPECT_NE(hybrid.err.find("recurrent state"), std::string::npos) << hybrid.err;
+  EXPECT_EQ(std::count(hybrid.err.begin(), hybrid.err.end(), '\n'), 1) << hybrid.err;
+}
+
+// --profile fast sets --cut (docs/profile.md) and nothing else; an explicit --cut overrides
+// it (--cut 0 turns the deadline off again); the other lossy options combine with it.
+TEST(StreamerCli, ProfileFastSetsTheDocumentedOptions) {
+  const std::string pack = fixture_pack("qwen3_moe").string();
+  const fs::path stats = pack_test_dir("cli-profile") / "stats.json";
+  const std::string base = "run --model " + pack + " --tokens 1,2,3 -n 3 --temperature 0 --backend cpu --expert-kind q4 "
+                           "--expert-slots 4 --stats " + stats.string() + " ";
+  auto options = [&](const std::string& args) {
+    Result r = run_sluice(base + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    return nlohmann::json::parse(slurp(stats))["run"]["options"];
+  };
+  nlohmann::json o = options("--profile fast");
+  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.2);
+  EXPECT_TRUE(o["miss_kind"].is_null());
+  EXPECT_EQ(o["lookahead"], false);
+  o = options("--profile fast --cut 0.05 --miss-kind q2 --lookahead on");
+  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.05);
+  EXPECT_EQ(o["miss_kind"], "q2");
+  EXPECT_EQ(o["lookahead"], true);
+  o = options("--profile fast --cut 0");
+  EXPECT_TRUE(o["cut"].is_null());
+  for (const char* exact : {"--profile exact", ""}) {
+    o = options(exact);
+    EXPECT_TRUE(o["cut"].is_null()) << exact;
+    EXPECT_TRUE(o["miss_kind"].is_null()) << exact;
+  }
 }

@@ -13,6 +13,7 @@
 namespace sluice::cli {
 
 namespace {
+bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 // --wait-timeout's largest value in seconds (11.6 days): beyond any real wait, and its
 // milliseconds fit std::chrono's int64 with room to spare.
 constexpr double kWaitTimeoutMax = 1e6;
@@ -37,7 +38,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   add_integer(cmd, "--io-depth", opt.io_depth, IntRange::from(1, 256), "expert reads in flight (default 8)");
   cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");
   cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
-  add_real(cmd, "--cut", opt.cut, RealRange::from(0, 1, "0: off"),
+  opt.cut_option = add_real(cmd, "--cut", opt.cut, RealRange::from(0, 1, "0: off"),
            "deadline: cut late misses whose routing weight is below W (default 0: off)");
   cmd.add_option("--miss-kind", opt.miss_kind, "a late miss may use this low-bit copy instead (e.g. q2)");
   cmd.add_option("--stats", opt.stats, "write the streaming statistics as JSON");
@@ -51,9 +52,17 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                "developer: skip expert reads and compute with whatever the slots hold (output is meaningless)");
   cmd.add_option("--ple-cache", opt.ple_cache,
                  "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
+  cmd.add_option("--profile", opt.profile,
+                 str("streaming profile: exact (default; bit-identical to the resident run) or fast (--cut ",
+                     kProfileFastCut, "; an explicit --cut overrides it)"));
+  cmd.add_flag("--deadline-worst-case", opt.deadline_worst_case,
+               "measurement: every miss counts as late at the deadline, so --cut/--miss-kind cost their worst case "
+               "whatever the disk's speed");
 }
 
 std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
+  SLUICE_CHECK(opt.profile.empty() || opt.profile == "exact" || opt.profile == "fast", Status::invalid_argument,
+               "--profile: '", opt.profile, "' (exact or fast)");
   const bool on = !opt.expert_cache.empty() || opt.expert_slots > 0;
   if (!on) {
     const std::pair<bool, const char*> extras[] = {
@@ -62,7 +71,8 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
         {!opt.lookahead.empty(), "--lookahead"}, {opt.cut > 0, "--cut"},
         {!opt.miss_kind.empty(), "--miss-kind"}, {!opt.stats.empty(), "--stats"},
         {opt.verify_reads, "--verify-reads"},    {!opt.wait.empty(), "--wait"},
-        {opt.wait_timeout > 0, "--wait-timeout"}, {opt.fake_experts, "--fake-experts"}};
+        {opt.wait_timeout > 0, "--wait-timeout"}, {opt.fake_experts, "--fake-experts"},
+        {opt.profile == "fast", "--profile fast"}, {opt.deadline_worst_case, "--deadline-worst-case"}};
     for (const auto& [given, name] : extras)
       SLUICE_CHECK(!given, Status::invalid_argument, name,
                    " is an expert streaming option: also give --expert-cache SIZE or --expert-slots N");
@@ -99,6 +109,8 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
     SLUICE_CHECK(so.miss_kind, Status::invalid_argument, "--miss-kind: unknown kind '", opt.miss_kind,
                  "' (kinds: bf16, int8, q4, q2)");
   }
+  if (opt.profile == "fast" && !given(opt.cut_option)) so.cut = kProfileFastCut;  // an explicit --cut stays
+  so.deadline_worst_case = opt.deadline_worst_case;
   so.verify_reads = opt.verify_reads;
   if (!opt.wait.empty()) {
     SLUICE_CHECK(opt.wait == "spin" || opt.wait == "block", Status::invalid_argument, "--wait: '", opt.wait,
@@ -124,8 +136,63 @@ std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, co
   r.decode_tokens = static_cast<uint64_t>(tokens.decode_tokens);
   r.prefill_seconds = tokens.prefill_seconds;
   r.decode_seconds = tokens.decode_seconds;
+  r.kl_check = tokens.kl_check;
   if (!opt.stats.empty()) r.write_json(opt.stats);
   return r;
+}
+
+void check_kl_check_options(const ModelOptions& opt, int64_t n_steps) {
+  SLUICE_CHECK(n_steps <= 0 || !opt.fake_experts, Status::invalid_argument,
+               "--kl-check cannot measure --fake-experts: its experts are never read, so no step is exact");
+}
+
+KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_steps) {
+  KlCheckStats kl;
+  if (n_steps <= 0) return kl;
+  kl.on = true;
+  check_kl_check_options(opt, n_steps);
+  if (!s.model.streamer || !s.model.streamer->options().lossy()) {
+    kl.by_construction = true;  // every step is the exact one: nothing to compare
+    return kl;
+  }
+  SLUICE_CHECK(s.backend->name() == "cpu", Status::invalid_argument, "--kl-check runs on the CPU backend for now (",
+               s.backend->name(), " given): add --backend cpu");
+  SLUICE_CHECK(s.model.model->decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
+               s.model.model->info().family,
+               " family keeps a recurrent state a decode step updates in place, so the exact step cannot run beside "
+               "the lossy one (decoder families only: qwen3_moe, mixtral, olmoe)");
+  return kl;
+}
+
+std::shared_ptr<StreamingProvider> make_exact_streamer(const Session& s) {
+  // The same cache size, so the checked steps stay about as fast as the run's; nothing that
+  // changes a result (--cut, --miss-kind) and nothing that would read ahead in the background
+  // while the lossy step runs (lookahead, the host tier's reads).
+  const StreamingProvider& main = *s.model.streamer;
+  StreamerOptions so = main.options();
+  so.cache_bytes = 0;
+  so.slots = main.n_slots();
+  so.cut = 0;
+  so.miss_kind.reset();
+  so.lookahead = false;
+  so.host_cache_bytes = 0;
+  so.host_cache_preload = false;
+  so.deadline_worst_case = false;
+  so.fake_experts = false;
+  return make_streamer(s.model.pack, *s.model.expert_kind, s.model.model->info().n_expert_used, *s.backend, so);
+}
+
+std::string kl_check_summary(const KlCheckStats& kl) {
+  if (kl.by_construction)
+    return "0 nats/token by construction: no lossy option (--cut, --miss-kind) is on, so every step is the exact "
+           "one; nothing checked";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "mean %.6f max %.6f nats/token KL(exact || lossy) over %lld of %lld decode steps (exact passes %.2f s, "
+                "not in the tok/s)",
+                kl.mean_nats, kl.max_nats, static_cast<long long>(kl.steps), static_cast<long long>(kl.decode_steps),
+                kl.seconds);
+  return line;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

@@ -23,6 +23,7 @@ void register_run(CLI::App& app) {
     uint64_t seed = 0;
     int64_t n_ctx = 0;
     bool print_ids = false, ignore_eos = false;
+    int64_t kl_check = 0;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
@@ -44,13 +45,22 @@ void register_run(CLI::App& app) {
                   "write every routing decision as JSON lines (shared/traces format; with --lookahead on also "
                   "the next layer's predicted experts)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
+  add_integer(*cmd, "--kl-check", opt->kl_check, IntRange::at_least(1),
+              "with a lossy streaming option (--cut, --miss-kind): N decode steps, spread over the run, also run "
+              "the exact step; prints the mean and max KL(exact || lossy) in nats/token");
   cmd->callback([opt] {
     require_prompt(opt->prompt, "run");
+    check_kl_check_options(opt->model, opt->kl_check);
     if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     Session s = open_session(opt->model);
     std::vector<int32_t> prompt = prompt_tokens(s.model, opt->prompt);
     check_generation_context(s, static_cast<int64_t>(prompt.size()), opt->n_predict, opt->n_ctx);
+    const KlCheckStats kl_plan = plan_kl_check(opt->model, s, opt->kl_check);
     GenerateOptions g;
+    if (kl_plan.on && !kl_plan.by_construction) {
+      g.kl_check_steps = opt->kl_check;
+      g.kl_exact = make_exact_streamer(s);
+    }
     g.n_predict = opt->n_predict;
     g.sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
     if (!opt->ignore_eos) g.eos_id = s.model.eos_id();
@@ -101,11 +111,15 @@ void register_run(CLI::App& app) {
     tokens.prefill_seconds = st.prefill_seconds;
     tokens.decode_tokens = std::max<int64_t>(0, st.n_generated - 1);  // the first comes from the prefill
     tokens.decode_seconds = st.decode_seconds;
+    KlCheckStats kl = kl_plan.by_construction ? kl_plan : st.kl;
+    kl.decode_steps = tokens.decode_tokens;
+    tokens.kl_check = kl;
     if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens)) {
       std::fprintf(stderr, "sluice: streaming: %s\n", rs->summary().c_str());
       if (opt->model.fake_experts)
         std::fprintf(stderr, "sluice: --fake-experts: the experts were not read; the text above is meaningless\n");
     }
+    if (kl.on) std::fprintf(stderr, "sluice: kl-check: %s\n", kl_check_summary(kl).c_str());
     if (st.interrupted) exit_interrupted("generation stopped at a token boundary");
   });
 }
