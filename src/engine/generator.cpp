@@ -87,7 +87,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     ++st.n_generated;
     if (!on_token(next)) break;
     if (step + 1 == opt.n_predict) break;
-    st.kl.decode_steps += 1;
+    if (st.kl.on) ++st.kl.decode_steps;
     if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps))
       next = checked_step(next, *state, sampler, n_sampled, opt, st, step);
     else
@@ -96,7 +96,6 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
                  " (the token after position ", n_prompt + step, "): NaN or infinite weights or activations");
   }
   st.decode_seconds = std::max(0.0, std::chrono::duration<double>(clock::now() - t1).count() - st.kl.seconds);
-  if (!st.kl.on) st.kl.decode_steps = 0;
   if (st.kl.steps > 0) st.kl.mean_nats /= static_cast<double>(st.kl.steps);  // the sum until here
   return st;
 }

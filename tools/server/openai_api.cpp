@@ -58,6 +58,13 @@ void unsupported_if(bool cond, const std::string& what) {
   if (cond) bad(what + " is not supported by sluice", "unsupported");
 }
 
+// Whether v is an object whose "function" is an object with a string "name" (a tool, or a
+// tool call).
+bool names_a_function(const json& v) {
+  const json* fn = v.is_object() ? field(v, "function") : nullptr;
+  return fn && fn->is_object() && fn->contains("name") && (*fn)["name"].is_string();
+}
+
 std::string text_content(const json& content, size_t index) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_array()) {  // content parts: text only
@@ -118,13 +125,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
       if (const json* tc = field(m, "tool_calls")) {
         if (cm.role != "assistant") bad(str("messages[", i, "].tool_calls: only an assistant message makes tool calls"));
         if (!tc->is_array()) bad(str("messages[", i, "].tool_calls must be a list"), "invalid_type");
-        for (size_t c = 0; c < tc->size(); ++c) {
-          const json& call = (*tc)[c];
-          const json* fn = call.is_object() ? field(call, "function") : nullptr;
-          if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+        for (size_t c = 0; c < tc->size(); ++c)
+          if (!names_a_function((*tc)[c]))
             bad(str("messages[", i, "].tool_calls[", c, "] must be {type: \"function\", function: {name, arguments}}"),
                 "invalid_type");
-        }
         cm.tool_calls = *tc;
       }
       if (const json* id = field(m, "tool_call_id")) {
@@ -137,9 +141,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
       if (!tools->is_array()) bad("'tools' must be a list", "invalid_type");
       for (size_t t = 0; t < tools->size(); ++t) {
         const json& tool = (*tools)[t];
-        const json* fn = tool.is_object() ? field(tool, "function") : nullptr;
-        if (!tool.is_object() || tool.value("type", "") != "function" || !fn || !fn->is_object() ||
-            !fn->contains("name") || !(*fn)["name"].is_string())
+        if (!names_a_function(tool) || tool.value("type", "") != "function")
           bad(str("tools[", t, "] must be {type: \"function\", function: {name, description, parameters}}"),
               "invalid_type");
       }

@@ -22,7 +22,8 @@ bool parse_call(const std::string& body, ToolCall& out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
     return false;
   out.name = j["name"].get<std::string>();
-  const auto args = j.find("arguments") != j.end() ? j.find("arguments") : j.find("parameters");
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");  // Llama-style calls name them so
   if (args == j.end() || args->is_null()) {
     out.arguments = "{}";
   } else if (args->is_object()) {
