@@ -348,17 +348,23 @@ TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {
 }
 
 TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
-  // One query row (attention_decode.cu): query heads per kv head 1, 3, 8 and 16; head dims
-  // 64, 128, 256; capacities far above the position (many splits, most empty) and at it;
-  // sliding windows inside one chunk and across splits.
+  // One query row (attention_decode.cu): query heads per kv head 1 (the per-head kernel) and
+  // 2, 3, 4, 8, 16, 24 (the grouped-query kernel: one warp per head, several chunks a round,
+  // several heads a warp); head dims 64, 128, 256; capacities far above the position (many
+  // splits, most empty) and at it; sliding windows inside one chunk and across splits. Cache
+  // positions past the query hold NaN: a kernel that reads them, even masked (0 * NaN), fails.
   Pair p;
   struct Case {
     int64_t hq, hkv, d, n_past, ctx, window;
   };
   for (const Case c : {Case{4, 4, 128, 0, 1, 0}, Case{6, 2, 64, 37, 40, 0}, Case{8, 1, 128, 543, 576, 0},
                        Case{32, 4, 128, 200, 4096, 0}, Case{32, 4, 128, 3000, 4096, 0}, Case{16, 1, 128, 700, 800, 100},
-                       Case{8, 2, 256, 300, 1000, 0}, Case{12, 3, 64, 9000, 9100, 4096}, Case{8, 8, 128, 5, 20000, 3}}) {
+                       Case{8, 2, 256, 300, 1000, 0}, Case{12, 3, 64, 9000, 9100, 4096}, Case{8, 8, 128, 5, 20000, 3},
+                       Case{32, 4, 128, 8191, 8320, 0}, Case{32, 8, 128, 8000, 8320, 0}, Case{64, 4, 128, 4100, 8320, 0},
+                       Case{48, 2, 64, 1000, 1100, 0}, Case{4, 2, 128, 77, 300, 0}, Case{32, 4, 256, 5000, 6000, 0},
+                       Case{16, 2, 128, 0, 64, 0}, Case{32, 4, 128, 31, 32, 0}, Case{32, 4, 128, 999, 1024, 64}}) {
     auto qv = random_vec(c.hq * c.d, 21), kv = random_vec(c.ctx * c.hkv * c.d, 22), vv = random_vec(c.ctx * c.hkv * c.d, 23);
+    for (int64_t i = (c.n_past + 1) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
     AttentionParams ap{c.n_past, 0.09f, c.window, {}};
     Tensor oc = p.cpu->alloc(DType::f32, {1, c.hq, c.d});
     p.cpu->attention(cpu_f32(*p.cpu, {1, c.hq, c.d}, qv), cpu_f32(*p.cpu, {c.ctx, c.hkv, c.d}, kv),

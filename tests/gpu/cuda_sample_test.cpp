@@ -2,7 +2,7 @@
 // greedy exactly; for sampled rows every id the device draws is in the CPU's kept set, and
 // the two agree on the token for nearly every uniform number (they differ only where a sum's
 // rounding moves a boundary between two tokens: the device adds in a tree, the CPU in order);
-// a row with NaN gives -1; padded ids (>= n_valid) are never drawn; writes stay inside ids.
+// a row with NaN or +inf gives -1; padded ids (>= n_valid) are never drawn; writes stay inside ids.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,12 +30,16 @@ TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
                        Case{151936, 151936, {0.7f, 40, 1.0f}}, Case{151936, 151669, {1.0f, 0, 0.9f}},
                        Case{151936, 151936, {0.8f, 20, 0.95f}}, Case{1000, 997, {1.0f, 1, 1.0f}},
                        Case{7, 7, {2.0f, 0, 0.3f}}, Case{1025, 1025, {1.0f, 1000, 0.99f}},
-                       Case{4096, 4096, {1.0f, 0, 1.0f}}}) {
+                       Case{4096, 4096, {1.0f, 0, 1.0f}}, Case{1025, 1001, {0.0f, 0, 1.0f}},
+                       Case{7, 7, {0.0f, 0, 1.0f}}, Case{4099, 4099, {0.0f, 0, 1.0f}}}) {
     std::vector<float> logits(static_cast<size_t>(n * c.vocab));
     for (auto& x : logits) x = g(rng);
     // Ties at the top and in the middle: several rows share a value at many ids.
     for (int64_t r = 0; r < n; r += 3)
       for (int64_t i = 0; i < c.n_valid; i += 5) logits[r * c.vocab + i] = 6.0f;
+    // Ties at the maximum, far apart (in different blocks of the greedy reduction).
+    for (int64_t r = 1; r < n; r += 6)
+      for (int64_t i = c.n_valid / 3; i < c.n_valid; i += 997) logits[r * c.vocab + i] = 50.0f;
     std::vector<int64_t> draws(static_cast<size_t>(n));
     for (auto& d : draws) d = static_cast<int64_t>(rng() >> 11) & ((int64_t{1} << 53) - 1);
     Tensor tl = gpu->alloc(DType::f32, {n, c.vocab}), tu = gpu->alloc(DType::i64, {n});
@@ -75,16 +79,19 @@ TEST(CudaSample, NanRowsAreMinusOneAndOtherRowsAreUntouched) {
   std::vector<float> logits(2 * V, 0.0f);
   logits[10] = NAN;
   logits[V + 20] = 5.0f;
-  std::vector<int64_t> draws = {0, 0};
-  Tensor tl = gpu->alloc(DType::f32, {2, V}), tu = gpu->alloc(DType::i64, {2}), ti = gpu->alloc(DType::i32, {2});
+  logits.resize(3 * V, 1.0f);
+  logits[2 * V + 299] = INFINITY;  // in the last slice of the greedy reduction
+  std::vector<int64_t> draws = {0, 0, 0};
+  Tensor tl = gpu->alloc(DType::f32, {3, V}), tu = gpu->alloc(DType::i64, {3}), ti = gpu->alloc(DType::i32, {3});
   gpu->from_host(tl, logits.data());
   gpu->from_host(tu, draws.data());
   for (const SampleRule rule : {SampleRule{}, SampleRule{1.0f, 5, 0.9f}}) {
     gpu->sample(tl, V, rule, tu, ti);
-    std::vector<int32_t> got(2);
+    std::vector<int32_t> got(3);
     gpu->to_host(ti, got.data());
     EXPECT_EQ(got[0], -1);
     EXPECT_EQ(got[1], 20);
+    EXPECT_EQ(got[2], -1);
   }
 }
 

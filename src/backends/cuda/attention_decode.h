@@ -28,9 +28,10 @@ struct AttentionDecodeArgs {
 // Whether the split kernel serves these heads (head_dim 64, 128 or 256; up to
 // kAttentionDecodeMaxHeads query heads) and pointers (16-byte aligned).
 bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k, const void* v);
-// Splits per kv head for a cache of n_ctx positions (1..64: about one chunk of 32 keys a warp).
-int attention_decode_splits(int64_t n_ctx);
-int64_t attention_decode_partial_floats(int64_t hq, int64_t d, int64_t n_ctx);
+// Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
+// of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
+int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
+int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 
 }  // namespace sluice::cuda

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/cuda/attention_decode.h"
+#include "backends/cuda/sample.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
@@ -52,6 +53,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const size_t counter_bytes = cuda::kAttentionDecodeMaxHeads * sizeof(int);
   attention_counters_ = device_alloc(counter_bytes, device);
   CUDA_CHECK(cudaMemsetAsync(attention_counters_.get(), 0, counter_bytes, stream_));
+  sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
+  CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -283,7 +286,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
     // Decode: the context split over many blocks (attention_decode.cu).
-    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, d, n_ctx)});
+    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
     cuda::AttentionDecodeArgs a;
     a.q = q.ptr<float>();
     a.k = k.ptr<float>();

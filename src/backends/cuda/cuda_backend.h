@@ -110,6 +110,7 @@ class CudaBackend final : public Backend {
   void* readback_ = nullptr;
   size_t readback_bytes_ = 0;
   std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
+  std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
 };
 
 }  // namespace sluice

@@ -16,6 +16,16 @@
 
 namespace sluice::cuda {
 
+// One block's part of a greedy row (sample.cu): its maximum, the lowest id holding it, and
+// whether it saw NaN or +inf.
+struct GreedyPartial {
+  float v;
+  int32_t id;
+  int32_t bad;
+};
+
+constexpr int64_t kSampleMaxRows = 1024;  // rows the greedy kernel serves (counters the backend keeps)
+
 struct SampleParams {
   const float* logits = nullptr;  // [n, vocab] f32, row stride vocab
   const int64_t* uniform = nullptr;  // [n] device: per row a draw u * 2^53, u in [0, 1) (unused when greedy)
@@ -26,10 +36,14 @@ struct SampleParams {
   float temperature = 0.0f;         // below kSampleKernelGreedyTemperature (0): greedy
   int64_t top_k = 0;                // 0: every token
   float top_p = 1.0f;               // (0, 1]; 1: every token
+  // Greedy rows (n <= kSampleMaxRows) are reduced over many blocks when these are set:
+  GreedyPartial* greedy_partials = nullptr;  // [sample_greedy_partials(n)] scratch
+  int* greedy_counters = nullptr;            // [kSampleMaxRows] zero (each launch leaves them zero)
 };
 
 constexpr double kSampleKernelMassOne = 1099511627776.0;  // sample.cu's fixed point: 2^-40 units
 constexpr float kSampleKernelGreedyTemperature = 1e-6f;    // below it a draw is greedy
+int64_t sample_greedy_partials(int64_t n);
 void launch_sample(const SampleParams& p, Stream s);
 
 }  // namespace sluice::cuda
