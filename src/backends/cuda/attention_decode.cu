@@ -378,26 +378,16 @@ __global__ void __launch_bounds__(256)
     if (lane == 0) ls[gi] = l;
   }
   __syncthreads();
-  // Four outputs a thread: one 16-byte load a split.
-  for (int i = threadIdx.x; i < G * (d / 4); i += blockDim.x) {
-    const int gi = i / (d / 4), c = 4 * (i % (d / 4));
+  // An output a thread, a load a split (a 16-byte load of four outputs measured slower on the
+  // H200: 38.4 against 33.5 us a layer at 8192 positions).
+  for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
+    const int gi = i / d, c = i % d;
     const float* hr = heads + static_cast<int64_t>(gi) * S * ds + c;
     const float* f = fs + gi * S;
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float o = 0.0f;
 #pragma unroll 16
-    for (int t = 0; t < S; ++t) {
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(hr + t * ds));
-      o.x = fmaf(x.x, f[t], o.x);
-      o.y = fmaf(x.y, f[t], o.y);
-      o.z = fmaf(x.z, f[t], o.z);
-      o.w = fmaf(x.w, f[t], o.w);
-    }
-    const float inv_l = 1.0f / ls[gi];
-    float* dst = out + (static_cast<int64_t>(kvh) * G + gi) * d + c;
-    dst[0] = o.x * inv_l;
-    dst[1] = o.y * inv_l;
-    dst[2] = o.z * inv_l;
-    dst[3] = o.w * inv_l;
+    for (int t = 0; t < S; ++t) o = fmaf(__ldcg(hr + t * ds), f[t], o);
+    out[(static_cast<int64_t>(kvh) * G + gi) * d + c] = o / ls[gi];
   }
 }
 
