@@ -5,6 +5,8 @@
 //    weights within 1e-5), teacher-forced logits (decode steps through the handshake, the
 //    prefill through the handshake or the grouped path) within 1e-3 of the CPU's, the same
 //    greedy continuation, consistent statistics and no pin left after a forward;
+//  - a prefill on the grouped path (its union beyond the cache) gives the resident prefill's
+//    logits bit for bit;
 //  - the fixtures saved in bf16 (qwen3_moe_yarn, olmoe) streamed at the bf16 kind give
 //    transformers' logits within 1e-3 (f32 activations, reordered sums);
 //  - a host-RAM tier, blocking waits, --miss-kind with the worst-case deadline, and
@@ -17,10 +19,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
+#include "backends/cuda/moe_kernels.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "engine/generator.h"
 #include "experts/streamer.h"
@@ -194,6 +198,45 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
   const float worst = expect_same_as_the_cpu(hybrid_expert_fixtures(), runs);
   std::printf("cuda streaming, hybrid families: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
+}
+
+// A prefill whose union exceeds the cache takes the streamer's grouped path: each group of
+// rows is computed once its union is resident. With many pairs an expert those rows go
+// through the grouped kernels as the resident prefill's do, so the logits are the resident
+// model's bit for bit, at every cache size (many groups at k slots, fewer at more).
+TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
+  auto gpu = make_cuda_backend(0);
+  int compared = 0;
+  for (const std::string& fixture : expert_fixtures()) {
+    const fs::path& pack = fixture_pack(fixture);
+    std::vector<int32_t> ids = fixture_ids(fixture);
+    const std::vector<int32_t> once = ids;
+    while (ids.size() < 96) ids.insert(ids.end(), once.begin(), once.end());
+    ids.resize(96);
+    LoadedModel resident = load(pack, *gpu, DType::q4, std::nullopt);
+    const ModelInfo& info = resident.model->info();
+    if (static_cast<int64_t>(ids.size()) * info.n_expert_used < cuda::kMoeGroupedPairsPerExpert * info.n_expert) continue;
+    const int64_t V = info.n_vocab;
+    std::vector<float> want(ids.size() * static_cast<size_t>(V));
+    resident.model->forward(ids, *resident.model->new_state(96), want, true);
+    const int32_t k = static_cast<int32_t>(info.n_expert_used);
+    for (int32_t slots : {k, 2 * k + 1}) {
+      SCOPED_TRACE(str(fixture, " slots ", slots));
+      StreamerOptions so;
+      so.slots = slots;
+      so.wait_timeout = std::chrono::seconds(10);
+      LoadedModel streamed = load(pack, *gpu, DType::q4, so);
+      std::vector<float> got(want.size());
+      streamed.model->forward(ids, *streamed.model->new_state(96), got, true);
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << "logits differing from the resident prefill's (max |diff| " << max_abs_diff(got, want)
+                            << ")";
+      EXPECT_GT(streamed.streamer->stats().totals().steps, static_cast<uint64_t>(info.n_layer)) << "no grouping";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0) << "no fixture has enough pairs an expert for the grouped kernels";
 }
 
 TEST(CudaStreaming, Bf16FixturesMatchTransformers) {

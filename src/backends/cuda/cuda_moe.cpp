@@ -19,10 +19,6 @@ struct CudaExpertTable final : ExpertTable {
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
-// The grouped expert kernels pay off once experts average this many pairs (a tile of 64
-// pairs reads the expert once; the per-pair kernels read it once per pair).
-constexpr int64_t kGroupedPairsPerExpert = 4;
-
 }  // namespace
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts) {
@@ -75,7 +71,7 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
                            weights.ptr<float>(), stream_);
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
-  if (n * k >= kGroupedPairsPerExpert * table->n_expert) {
+  if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.
     Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(shape)});
     Tensor pair_out = alloc(DType::f32, {n * k, table->n_embd});

@@ -70,16 +70,21 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
                                 float* act, float* out, const MoeShape& shape, Stream s);
 
 // Prefill (many pairs per expert): the same as launch_moe_experts_combine, with the pairs
-// grouped by expert on the device and each expert's weights read once per tile of 64 pairs
-// (shared-memory tiles, f32 FMA) instead of once per pair. Every entry of the table must be
-// available and of type shape.wtype. A pair's sums do not depend on the other pairs of its
-// tile, but they are ordered differently from launch_moe_experts'.
+// grouped by expert on the device and each expert's weights read once per tile of pairs
+// instead of once per pair. Every table entry the pairs use must be available and of type
+// shape.wtype (the others are not read). A pair's sums do not depend on the other pairs of
+// its tile or on n_rows, but they are ordered differently from launch_moe_experts'.
+//
+// The grouped kernels pay off once experts average this many pairs (a tile reads the expert
+// once; the per-pair kernels read it once per pair): the resident path and the streamer's
+// grouped prefill both take them from n_rows * k >= kMoeGroupedPairsPerExpert * n_expert.
+constexpr int64_t kMoeGroupedPairsPerExpert = 4;
 int64_t moe_grouped_scratch_bytes(const MoeShape& shape);
 struct MoeGroupedParams {
   const float* h = nullptr;          // [n_rows, n_embd]
   const int32_t* ids = nullptr;      // [n_rows * k]
   const float* weights = nullptr;    // [n_rows * k]
-  const ExpertRef* table = nullptr;  // [n_expert], every entry available, all of type shape.wtype
+  const ExpertRef* table = nullptr;  // [n_expert]: the entries of ids available, of type shape.wtype
   void* group = nullptr;             // scratch: moe_grouped_scratch_bytes(shape) bytes
   float* act = nullptr;              // scratch: [n_rows * k, n_ff] f32
   float* pair_out = nullptr;         // scratch: [n_rows * k, n_embd] f32

@@ -154,6 +154,8 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   d_act = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_ff) * 4, "expert activations");
   d_pair = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "expert outputs");
   d_plog = cuda::DeviceBuffer(static_cast<size_t>(cap * n_expert) * 4, "lookahead logits");
+  const cuda::MoeShape most{cap, top_k, n_embd, n_ff, n_expert, cuda::WType::unavailable};
+  d_group = cuda::DeviceBuffer(static_cast<size_t>(cuda::moe_grouped_scratch_bytes(most)), "grouped expert scratch");
   cap_rows = cap;
 }
 

@@ -1,7 +1,9 @@
 // CudaStreamer's synchronous path for a batch whose union may exceed the cache (a long
 // prefill on a small cache): rows grouped so each group's union fits (row_group_end); each
 // group is planned, loaded and computed on the model thread before the next, without the
-// handshake and without a deadline.
+// handshake and without a deadline. A group's union is wholly resident when it computes, so
+// with many pairs an expert its rows go through the grouped (tensor-core) kernels exactly as
+// the resident prefill's do, bit for bit; otherwise through the pair kernels and one combine.
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
@@ -25,6 +27,8 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   const std::span<const float> weights(lv.weights, nk);
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
+  const bool grouped_kernels =
+      shape.wtype != cuda::WType::unavailable && n * k >= cuda::kMoeGroupedPairsPerExpert * n_expert;
   // Landed records are copied on the stream; their staging buffers come back once it passed
   // the copies. A fill that waits for a staging buffer (a background fill landed, was copied
   // and its slot evicted by this group, so its record is staged twice) gets one by a
@@ -69,14 +73,25 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
     CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                cudaMemcpyHostToDevice, stream));
-    cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
-                             d_act.as<float>(), d_pair.as<float>(), shape, stream);
+    if (grouped_kernels) {
+      cuda::MoeShape rows = shape;
+      rows.n_rows = row1 - row0;
+      cuda::launch_moe_experts_grouped({c.h.ptr<float>() + row0 * shape.n_embd, d_ids.as<int32_t>() + row0 * k,
+                                        d_w.as<float>() + row0 * k, d_table.as<cuda::ExpertRef>(), d_group.as(),
+                                        d_act.as<float>(), d_pair.as<float>(), c.out.ptr<float>() + row0 * shape.n_embd,
+                                        rows},
+                                       stream);
+    } else {
+      cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
+                               d_act.as<float>(), d_pair.as<float>(), shape, stream);
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
     retire();
     release_pins();
     row0 = row1;
   }
-  cuda::launch_moe_combine_done(d_pair.as<float>(), d_w.as<float>(), d_done.as(), c.out.ptr<float>(), shape, stream);
+  if (!grouped_kernels)
+    cuda::launch_moe_combine_done(d_pair.as<float>(), d_w.as<float>(), d_done.as(), c.out.ptr<float>(), shape, stream);
 }
 
 }  // namespace sluice

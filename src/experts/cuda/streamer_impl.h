@@ -172,6 +172,7 @@ struct CudaStreamer::Impl : StreamState {
   size_t layer_stride = 0;
   cuda::MappedHostBuffer layer_mem;  // [n_layers * layer_stride]
   cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
+  cuda::DeviceBuffer d_group;  // the grouped expert kernels' scratch (moe_grouped_scratch_bytes)
   cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
 
   // The service thread and its queue.
