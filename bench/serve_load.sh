@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# serve_load.sh MODEL BIN_DIR: `sluice serve` under concurrent streaming clients
+# (bench/serve_load.py), resident and with a device expert cache of 10% of the pack's expert
+# bytes; prints a markdown table for each.
+#   MODEL: a pack (manifest.json), an HF checkpoint (config.json; converted to a q4 pack with
+#          bf16 dense weights, as the peer comparison does), or `peer`: the LAYERS-layer
+#          Qwen3-30B-A3B-shaped checkpoint of $PEER/make_model.py (random bf16 weights, needs
+#          torch and a GPU) with the Qwen3 tokenizer of $PEER/ik_llama-trimmed.tar.xz.
+#   BIN_DIR: holds sluice (LD_LIBRARY_PATH set for its libraries).
+# Environment (defaults): PEER (.carry/peer), LAYERS (12), BACKEND (cuda), PORT (18080),
+#   CLIENTS (1,8,32,64), REQUESTS (2 per client), PROMPT_TOKENS (128), MAX_TOKENS (128),
+#   PARALLEL (64 sequences), CTX (1024 tokens each), HOST_CACHE (16G: the cached run's misses
+#   come from a preloaded host-RAM tier, as side_by_side.sh's "experts in host RAM" row;
+#   0: from the pack on disk), WORK (/tmp/serve_load: checkpoint and pack; a finished pack is
+#   reused), OUT (/tmp/serve_load/out: logs and JSON), DEADLINE (570 s: every step runs under
+#   `timeout` of at most what is left of it, so that a hang cannot outlast a 10-minute call).
+# The server is stopped (SIGTERM, then SIGKILL) after each run.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ $# -eq 2 ] || { echo "usage: serve_load.sh MODEL|peer BIN_DIR" >&2; exit 2; }
+MODEL=$1; BIN=$(realpath "$2")
+PEER=${PEER:-.carry/peer}; LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}; PORT=${PORT:-18080}
+CLIENTS=${CLIENTS:-1,8,32,64}; REQUESTS=${REQUESTS:-2}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
+MAX_TOKENS=${MAX_TOKENS:-128}; PARALLEL=${PARALLEL:-64}; CTX=${CTX:-1024}; HOST_CACHE=${HOST_CACHE:-16G}
+W=${WORK:-/tmp/serve_load}; OUTD=${OUT:-$W/out}; mkdir -p "$W" "$OUTD"
+DEADLINE=${DEADLINE:-570}
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
+say() { echo "serve_load.sh: [$(el) s] $*" >&2; }
+die() { echo "serve_load.sh: error: $*" >&2; exit 1; }
+[ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
+
+# The pack.
+convert() {  # HF_DIR: a q4 pack with bf16 dense weights at $W/pack
+  say "converting $1"
+  rm -rf "$W/pack" "$W/pack.done"
+  timeout "$(tmo 300)" "$BIN/sluice" convert "$1" "$W/pack" --kinds q4 --dense bf16 -q --force > "$OUTD/convert.log" 2>&1 \
+    || { tail -5 "$OUTD/convert.log" >&2; die "sluice convert failed (log: $OUTD/convert.log)"; }
+  touch "$W/pack.done"
+}
+if [ "$MODEL" = peer ]; then
+  PACK=$W/pack
+  if [ -f "$W/pack.done" ] && [ "$(cat "$W/layers" 2>/dev/null)" = "$LAYERS" ]; then
+    say "reusing the $LAYERS-layer pack at $PACK"
+  else
+    [ -f "$PEER/make_model.py" ] || die "$PEER/make_model.py not found (set PEER to the peer folder)"
+    rm -rf "$W/hf" "$W/tok"; mkdir -p "$W/tok"
+    tar xJf "$PEER/ik_llama-trimmed.tar.xz" -C "$W/tok" qwen3-tok || die "no qwen3-tok in $PEER/ik_llama-trimmed.tar.xz"
+    say "making the $LAYERS-layer peer checkpoint"
+    timeout "$(tmo 300)" python3 "$PEER/make_model.py" "$W/hf" "$LAYERS" > "$OUTD/make_model.log" 2>&1 \
+      || { tail -5 "$OUTD/make_model.log" >&2; die "make_model.py failed (log: $OUTD/make_model.log)"; }
+    cp "$W/tok/qwen3-tok/"* "$W/hf/"
+    convert "$W/hf"
+    echo "$LAYERS" > "$W/layers"
+    rm -rf "$W/hf"  # 16 GB for 12 layers; the pack is what runs
+  fi
+elif [ -f "$MODEL/manifest.json" ]; then
+  PACK=$MODEL
+elif [ -f "$MODEL/config.json" ]; then
+  convert "$MODEL"; PACK=$W/pack; rm -f "$W/layers"
+else
+  die "$MODEL: neither a pack (manifest.json), an HF checkpoint (config.json) nor 'peer'"
+fi
+EXPERTS=""  # the kind serve picks by default: the first of q4, int8, bf16, q2 the pack holds
+for k in q4 int8 bf16 q2; do [ -f "$PACK/experts.$k.bin" ] && { EXPERTS=$PACK/experts.$k.bin; break; }; done
+[ -n "$EXPERTS" ] || die "$PACK holds no experts.*.bin"
+CACHE=$(( $(stat -c %s "$EXPERTS") / 10 ))  # 10% of the expert bytes, as side_by_side.sh
+
+# One run: start the server, wait until /health answers, load it, stop it.
+SERVER=""
+stop_server() {
+  [ -n "$SERVER" ] || return 0
+  kill -TERM "$SERVER" 2>/dev/null
+  for _ in $(seq 1 150); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$SERVER" 2>/dev/null
+  wait "$SERVER" 2>/dev/null
+  SERVER=""
+}
+trap stop_server EXIT
+bench() {  # NAME TITLE SERVE_OPTIONS...
+  local name=$1 title=$2; shift 2
+  say "$name: sluice serve --model $PACK $*"
+  if python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), timeout=2)" 2>/dev/null; then
+    say "$name: something already listens on port $PORT (set PORT)"; return 1
+  fi
+  timeout "$(tmo 500)" "$BIN/sluice" serve --model "$PACK" --backend "$BACKEND" --port "$PORT" --parallel "$PARALLEL" \
+    --ctx "$CTX" --max-queue 256 "$@" > "$OUTD/serve_$name.log" 2>&1 &
+  SERVER=$!
+  local ready=0
+  local until=$(( $(el) + $(tmo 180) ))  # up to 180 s to load
+  while [ "$(el)" -lt "$until" ]; do
+    kill -0 "$SERVER" 2>/dev/null || break
+    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" 2>/dev/null; then
+      ready=1; break
+    fi
+    sleep 0.5
+  done
+  if [ $ready = 0 ]; then
+    tail -5 "$OUTD/serve_$name.log" >&2; stop_server; say "$name: the server did not come up"; return 1
+  fi
+  say "$name: up; loading it with $CLIENTS clients"
+  local rc=0
+  timeout "$(tmo 300)" python3 "$HERE/serve_load.py" --url "http://127.0.0.1:$PORT" --clients "$CLIENTS" --requests "$REQUESTS" \
+    --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --title "$title" --json "$OUTD/$name.json" \
+    > "$OUTD/$name.md" 2> "$OUTD/load_$name.log" || rc=$?
+  cat "$OUTD/load_$name.log" >&2
+  stop_server
+  tail -1 "$OUTD/serve_$name.log" >&2
+  cat "$OUTD/$name.md"; echo
+  return $rc
+}
+
+KINDS=""; [ "$PACK" = "$W/pack" ] && KINDS="q4 experts, bf16 dense; "
+NAME=$(basename "$(realpath "$MODEL")"); [ "$MODEL" = peer ] && NAME="${LAYERS}-layer peer checkpoint (Qwen3-30B-A3B shape, random weights)"
+SHAPE="$KINDS$BACKEND; --parallel $PARALLEL; prompt $PROMPT_TOKENS tokens, max_tokens $MAX_TOKENS, greedy; $REQUESTS requests per client"
+status=0
+bench resident "**$NAME, experts resident** ($SHAPE)" || status=1
+if [ "$HOST_CACHE" = 0 ]; then
+  bench cache10 "**$NAME, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
+    --expert-cache "$CACHE" || status=1
+else
+  bench cache10 "**$NAME, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host-RAM tier, preloaded** ($SHAPE)" \
+    --expert-cache "$CACHE" --host-cache "$HOST_CACHE" --host-cache-preload || status=1
+fi
+say "done (status $status; logs and JSON in $OUTD)"
+exit $status
