@@ -64,6 +64,13 @@ void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, fl
   rms_norm(x, w, eps, out);
 }
 
+void Backend::matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Tensor& x, const Tensor& norm, float eps,
+                                  const Tensor& out) {
+  Tensor y = alloc(DType::f32, {x.rows(), x.cols()});
+  matmul(a, w, y);
+  add_rms_norm(x, y, norm, eps, out);
+}
+
 void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                                const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
                                bool interleaved, const Tensor& k_cache, const Tensor& v_cache, int64_t n_past,

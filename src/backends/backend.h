@@ -95,6 +95,11 @@ class Backend {
   // x += y, then out = rms_norm(x, w, eps) (the residual add and the next norm of a layer).
   // Default: add, then rms_norm.
   virtual void add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out);
+  // x += a . w^T (a [n, k], w [m, k], x [n, m]), then out = rms_norm(x, norm, eps): a layer's
+  // output projection with the residual add and the next norm after it. Default: matmul into
+  // a temporary, then add_rms_norm (the CUDA backend fuses them for a decode row, bit for bit).
+  virtual void matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Tensor& x, const Tensor& norm, float eps,
+                                   const Tensor& out);
   // The inputs of attention for n tokens, in place: per-head RMSNorm of q [n, n_head, d] and
   // k [n, n_kv, d] (q_norm, k_norm: [d] weights; empty: no norm), rotary embedding of both
   // (cos/sin [n, rot_dim / 2], as rope), then k and v [n, n_kv, d] written into the caches

@@ -78,23 +78,35 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   be.attention(q3, kv.k, kv.v, att, params);
 }
 
+// out = att . o^T (+ bias); with then, the residual add and the next norm after it (fused
+// where there is no bias).
+void output_projection(Backend& be, const AttentionWeights& w, const Tensor& att, const Tensor& out,
+                       const ResidualNorm* then) {
+  if (then && w.o_bias.empty()) {
+    be.matmul_add_rms_norm(att, w.o, then->x, then->norm, then->eps, then->h);
+    return;
+  }
+  be.matmul(att, w.o, out);
+  if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
+  if (then) be.add_rms_norm(then->x, out, then->norm, then->eps, then->h);
+}
+
 }  // namespace
 
 void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
-                     const Tensor& out, const Tensor& positions) {
+                     const Tensor& out, const Tensor& positions, const ResidualNorm* then) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
   const Qkv p = project_qkv(be, spec, w, h);
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
   attend(be, spec, rope, w, p.norms_inside, p.q.reshape({n, nh, hd}), p.k.reshape({n, nkv, hd}),
          p.v.reshape({n, nkv, hd}), kv, n_past, cos, sin, att, positions);
-  be.matmul(att.reshape({n, nh * hd}), w.o, out);
-  if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
+  output_projection(be, w, att.reshape({n, nh * hd}), out, then);
 }
 
 void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
                               const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
-                              const Tensor& cos, const Tensor& sin, const Tensor& out) {
+                              const Tensor& cos, const Tensor& sin, const Tensor& out, const ResidualNorm* then) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
   const Qkv p = project_qkv(be, spec, w, h);
   const Tensor q3 = p.q.reshape({n, nh, hd}), k3 = p.k.reshape({n, nkv, hd}), v3 = p.v.reshape({n, nkv, hd});
@@ -106,8 +118,7 @@ void attention_block_segments(Backend& be, const AttentionSpec& spec, const Rope
            v3.slice_rows(s.row0, s.n), *s.kv, s.n_past, cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n),
            att.slice_rows(s.row0, s.n), Tensor{});
   }
-  be.matmul(att.reshape({n, nh * hd}), w.o, out);
-  if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
+  output_projection(be, w, att.reshape({n, nh * hd}), out, then);
 }
 
 void fuse_qkv(Backend& be, AttentionWeights& w) {

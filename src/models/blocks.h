@@ -45,13 +45,24 @@ struct KvLayer {
   Tensor k, v;  // [n_ctx, n_head_kv, head_dim] f32
 };
 
+// What an attention block's output projection goes into: out (then = null), or the residual
+// stream with the next norm (x += out; h = rms_norm(x, norm, eps): Backend::matmul_add_rms_norm,
+// one launch for a decode row on CUDA; out is then scratch).
+struct ResidualNorm {
+  Tensor x;     // [n, n_embd] the residual stream
+  Tensor norm;  // [n_embd] the next norm's weight
+  float eps = 0;
+  Tensor h;     // [n, n_embd] out: the normed row
+};
+
 // out[n, n_embd] = attention(h[n, n_embd]) for tokens at positions n_past.., appending their
 // keys and values to kv. cos/sin: [n, rot_dim/2] for these positions. positions: empty, or
 // the same positions as an i32 [n] tensor on the backend, which the KV append and the
 // attention then read on the device (a captured decode graph replays at any position).
+// then: see ResidualNorm (h may be then->h: it is read before it is written).
 void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,
-                     const Tensor& out, const Tensor& positions = {});
+                     const Tensor& out, const Tensor& positions = {}, const ResidualNorm* then = nullptr);
 
 // One sequence's rows of a batch: rows [row0, row0 + n) of h sit at positions n_past.. of the
 // sequence whose keys and values are kv.
@@ -67,7 +78,8 @@ struct AttentionSegment {
 // its sequence alone (bit for bit on the CPU, whose products do not depend on the batch).
 void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
                               const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
-                              const Tensor& cos, const Tensor& sin, const Tensor& out);
+                              const Tensor& cos, const Tensor& sin, const Tensor& out,
+                              const ResidualNorm* then = nullptr);
 
 // cos and sin tables [n, rot_dim / 2] on the backend for positions n_past .. n_past + n - 1.
 struct RopeTables {

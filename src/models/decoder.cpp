@@ -166,23 +166,22 @@ void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const S
 void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,
                                   const Tensor& positions) {
   auto& state = static_cast<DecoderState&>(state_base);
-  run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y) {
+  run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
     attention_block(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
-                    positions);
+                    positions, &then);
   });
 }
 
-void DecoderModel::run_layers(const Tensor& x, int64_t first_position,
-                              const std::function<void(size_t l, const Tensor& h, const Tensor& y)>& attention) {
+void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const AttentionFn& attention) {
   const int64_t n = x.rows(), d = spec_.info.n_embd;
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
-  // Each residual add is fused with the norm that follows it (h = norm(x += y)).
+  // Each residual add is fused with the norm that follows it (h = norm(x += y)); after
+  // attention, also with its output projection.
   if (!spec_.layers.empty()) be_.rms_norm(x, w_.layers[0].attn_norm, spec_.norm_eps, h);
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
-    attention(l, h, y);
-    be_.add_rms_norm(x, y, lw.ffn_norm, spec_.norm_eps, h);
+    attention(l, h, y, ResidualNorm{x, lw.ffn_norm, spec_.norm_eps, h});
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,
@@ -214,12 +213,12 @@ void DecoderModel::forward_batch(std::span<const int32_t> tokens, std::span<Sequ
   be_.get_rows(w_.tok_embd, tokens, x);
   std::vector<AttentionSegment> segments(static_cast<size_t>(B));
   // The routing observer sees row 0's position for the whole batch (rows are sequences here).
-  run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y) {
+  run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
     for (int64_t b = 0; b < B; ++b) {
       auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
       segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past};
     }
-    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y);
+    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, &then);
   });
   for (SequenceState* s : states) s->n_past += 1;
   Tensor out = be_.alloc(DType::f32, {B, V});

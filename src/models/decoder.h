@@ -68,10 +68,11 @@ class DecoderModel : public Model {
   // the same as an i32 tensor on the backend, or empty), and the output head.
   void forward_layers(SequenceState& state, const Tensor& x, const Tensor& cos, const Tensor& sin,
                       const Tensor& positions);
-  // The layer loop itself; attention(l, h, y) writes layer l's attention of h into y.
-  // first_position: the position of row 0, for the routing observer.
-  void run_layers(const Tensor& x, int64_t first_position,
-                  const std::function<void(size_t l, const Tensor& h, const Tensor& y)>& attention);
+  // The layer loop itself; attention(l, h, y, then) runs layer l's attention of h, its output
+  // projection into the residual stream and the next norm as `then` says (blocks.h), y
+  // scratch. first_position: the position of row 0, for the routing observer.
+  using AttentionFn = std::function<void(size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then)>;
+  void run_layers(const Tensor& x, int64_t first_position, const AttentionFn& attention);
   void final_logits(const Tensor& x, const Tensor& out);
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.

@@ -118,6 +118,49 @@ TEST(CudaOps, Matmul) {
       }
 }
 
+// The output projection with the residual add and the next norm in one launch (matvec.cu's
+// residual epilogue) against matmul then add_rms_norm on the GPU: the same bits (x and h),
+// for the matvec shapes (m >= 8192: 4 rows a warp; 1024..8191: a row a warp; fewer: split
+// k), bf16/f32/q4 weights, norm weights bf16/f32/none; twice (the counter is back at zero).
+TEST(CudaOps, MatmulAddRmsNormIsMatmulThenAddRmsNorm) {
+  Pair p;
+  for (DType wt : {DType::bf16, DType::f32, DType::q4})
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {8192, 256}, {512, 1024}, {4096, 64}})
+      for (DType nt : {DType::bf16, DType::f32, DType::u8}) {  // u8: no norm weight
+        const std::string what = str("matmul_add_rms_norm ", dtype_name(wt), " m=", m, " k=", k, " norm ",
+                                     nt == DType::u8 ? "none" : dtype_name(nt));
+        auto av = random_vec(k, 31), wv = random_vec(m * k, 32, 0.05f), xv = random_vec(m, 33), nv = random_vec(m, 34);
+        Tensor wg;
+        std::vector<uint8_t> data, scales;
+        if (wt == DType::q4) {
+          data.resize(m * quant_row_bytes(wt, k));
+          scales.resize(m * quant_scale_row_bytes(wt, k));
+          for (int64_t r = 0; r < m; ++r)
+            quantize_row(wt, wv.data() + r * k, k, data.data() + r * quant_row_bytes(wt, k),
+                         scales.data() + r * quant_scale_row_bytes(wt, k));
+          Tensor w(wt, {m, k}, data.data());
+          w.scales = scales.data();
+          wg = p.gpu->upload(w);
+        } else {
+          wg = p.gpu->upload(HostTensor(wt, {m, k}, wv).t);
+        }
+        Tensor ng = nt == DType::u8 ? Tensor{} : p.gpu->upload(HostTensor(nt, {m}, nv).t);
+        Tensor a = gpu_f32(*p.gpu, {1, k}, av);
+        // Unfused: y = a . w^T; x += y; h = norm(x).
+        Tensor x0 = gpu_f32(*p.gpu, {1, m}, xv), h0 = gpu_f32(*p.gpu, {1, m}, {}), y = gpu_f32(*p.gpu, {1, m}, {});
+        p.gpu->matmul(a, wg, y);
+        p.gpu->add_rms_norm(x0, y, ng, 1e-6f, h0);
+        const std::vector<float> want_x = read(*p.gpu, x0), want_h = read(*p.gpu, h0);
+        for (int rep = 0; rep < 2; ++rep) {
+          Tensor x1 = gpu_f32(*p.gpu, {1, m}, xv), h1 = gpu_f32(*p.gpu, {1, m}, {});
+          p.gpu->matmul_add_rms_norm(a, wg, x1, ng, 1e-6f, h1);
+          const std::vector<float> got_x = read(*p.gpu, x1), got_h = read(*p.gpu, h1);
+          ASSERT_EQ(std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float)), 0) << what << " x";
+          ASSERT_EQ(std::memcmp(got_h.data(), want_h.data(), want_h.size() * sizeof(float)), 0) << what << " h";
+        }
+      }
+}
+
 double nse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {

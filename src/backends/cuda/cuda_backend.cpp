@@ -54,6 +54,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   attention_counters_ = device_alloc(counter_bytes, device);
   CUDA_CHECK(cudaMemsetAsync(attention_counters_.get(), 0, counter_bytes, stream_));
   sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
+  norm_counter_ = device_alloc(sizeof(int), device);
+  CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
   CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -169,6 +171,30 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
     cuda::launch_matvec(mp, stream_);
   else  // prefill: shared-memory tiles, a weight element read once per 64 rows
     cuda::launch_matmul_tiled(mp, stream_);
+}
+
+void CudaBackend::matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Tensor& x, const Tensor& norm, float eps,
+                                      const Tensor& out) {
+  check_f32(a, "matmul_add_rms_norm", "a");
+  check_f32(x, "matmul_add_rms_norm", "x");
+  check_f32(out, "matmul_add_rms_norm", "out");
+  const int64_t n = a.rows(), k = a.cols(), m = w.rows();
+  SLUICE_CHECK(w.cols() == k && x.rows() == n && x.cols() == m && out.numel() == x.numel() &&
+                   (norm.empty() || norm.numel() == m) && (!dtype_is_quantized(w.dtype) || w.scales || m == 0),
+               Status::internal, "cuda matmul_add_rms_norm: a ", a.shape_str(), ", w ", w.shape_str(), ", x ",
+               x.shape_str(), ", norm ", norm.shape_str());
+  if (!cuda::matvec_add_rms_norm_supported(n, m, x.data, out.data)) {
+    Backend::matmul_add_rms_norm(a, w, x, norm, eps, out);
+    return;
+  }
+  const cuda::MatmulParams mp{a.ptr<float>(), w.data, w.scales, cuda::wtype_of(w.dtype, "matmul"), x.ptr<float>(), n, m, k};
+  cuda::MatvecResidualNorm rn;
+  rn.norm_w = norm.empty() ? nullptr : norm.data;
+  rn.norm_type = norm.empty() ? cuda::WType::f32 : wtype_of(norm, "matmul_add_rms_norm");
+  rn.h = out.ptr<float>();
+  rn.eps = eps;
+  rn.counter = static_cast<int*>(norm_counter_.get());
+  cuda::launch_matvec_add_rms_norm(mp, rn, stream_);
 }
 
 void CudaBackend::add_bias(const Tensor& y, const Tensor& b) {

@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
   void add_bias(const Tensor& y, const Tensor& b) override;
   void add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& w, float eps, const Tensor& out) override;
+  void matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Tensor& x, const Tensor& norm, float eps,
+                           const Tensor& out) override;
   void attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                         float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved,
                         const Tensor& k_cache, const Tensor& v_cache, int64_t n_past, const Tensor& positions) override;
@@ -111,6 +113,7 @@ class CudaBackend final : public Backend {
   size_t readback_bytes_ = 0;
   std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
   std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
+  std::shared_ptr<void> norm_counter_;        // one i32 (matvec_add_rms_norm), zero between launches
 };
 
 }  // namespace sluice

@@ -22,6 +22,18 @@ struct MatmulParams {
 // Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows.
 constexpr int64_t kMatvecMaxRows = 4;
 void launch_matvec(const MatmulParams& p, Stream s);
+// The output projection of a decode token with the residual add and the next norm after it
+// (matvec.cu): p.y [1, m] is the residual stream x; x += p.x . w^T, then h = rms_norm(x) *
+// norm_w, as launch_matvec into a temporary followed by launch_add_rms_norm.
+struct MatvecResidualNorm {
+  const void* norm_w = nullptr;    // [m] of norm_type (f32, f16 or bf16), or null
+  WType norm_type = WType::f32;
+  float* h = nullptr;              // [1, m] out
+  float eps = 0.0f;
+  int* counter = nullptr;          // one int, zero (each launch leaves it zero)
+};
+bool matvec_add_rms_norm_supported(int64_t n, int64_t m, const void* y, const void* h);
+void launch_matvec_add_rms_norm(const MatmulParams& p, const MatvecResidualNorm& rn, Stream s);
 // Prefill matmul (matmul_tiled.cu), any n.
 void launch_matmul_tiled(const MatmulParams& p, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype 0 f32, 1 f16, 2 bf16).

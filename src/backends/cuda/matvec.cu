@@ -4,6 +4,7 @@
 // loaded chunk to all n activation rows, so every weight byte is read once. Rows that are not
 // 16-byte aligned (odd k) take the scalar path of row_dot.cuh.
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/norm_row.cuh"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -14,10 +15,11 @@ constexpr int kWarps = 8;
 // A block's kWarps warps form kWarps / KS groups of KS warps; a group computes weight rows
 // j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing), its warps splitting k
 // (small m: enough blocks to fill the GPU); the KS partial sums are added in warp order.
-template <WType T, int NX, int NW, int KS>
+template <WType T, int NX, int NW, int KS, bool RESID>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
-                              int64_t row_bytes, int64_t scale_row_bytes, bool vec) {
+                              int64_t row_bytes, int64_t scale_row_bytes, bool vec, MatvecResidualNorm rn) {
+  static_assert(!RESID || NX == 1, "a residual norm takes one activation row");
   chained_kernel_entry();
   __shared__ float part[kWarps][NX * NW];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -46,7 +48,10 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
     for (int r = 0; r < NW; ++r) {
       const float s = warp_sum(acc[i][r]);
       if (KS == 1) {
-        if (live && lane == 0 && j0 + r < m) y[i * m + j0 + r] = s;
+        if (live && lane == 0 && j0 + r < m) {
+          if constexpr (RESID) y[j0 + r] += s;
+          else y[i * m + j0 + r] = s;
+        }
       } else if (lane == 0) {
         part[warp][i * NW + r] = s;
       }
@@ -57,17 +62,38 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
       const int i = lane / NW, r = lane % NW;
       float s = 0.0f;
       for (int q = 0; q < KS; ++q) s += part[warp + q][lane];
-      if (j0 + r < m) y[i * m + j0 + r] = s;
+      if (j0 + r < m) {
+        if constexpr (RESID) y[j0 + r] += s;
+        else y[i * m + j0 + r] = s;
+      }
+    }
+  }
+  if constexpr (RESID) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(rn.counter, 1) == static_cast<int>(gridDim.x) - 1;
+      if (last) *rn.counter = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    switch (rn.norm_type) {
+      case WType::f16: rms_norm_row_vec<WType::f16, true>(y, nullptr, rn.norm_w, rn.h, m, rn.eps); break;
+      case WType::bf16: rms_norm_row_vec<WType::bf16, true>(y, nullptr, rn.norm_w, rn.h, m, rn.eps); break;
+      default: rms_norm_row_vec<WType::f32, true>(y, nullptr, rn.norm_w, rn.h, m, rn.eps); break;
     }
   }
 }
 
-template <WType T, int NX, int NW, int KS>
+template <WType T, int NX, int NW, int KS, bool RESID = false>
 void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
-               int64_t sb, bool vec, cudaStream_t st) {
+               int64_t sb, bool vec, cudaStream_t st, const MatvecResidualNorm& rn = {}) {
+  static_assert(kWarps * 32 == kNormThreads, "the last block norms the row with all its threads");
   const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
-  launch_chained(matvec_kernel<T, NX, NW, KS>, grid, dim3(kWarps * 32), 0, st, x, static_cast<const uint8_t*>(w),
-                 static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec);
+  launch_chained(matvec_kernel<T, NX, NW, KS, RESID>, grid, dim3(kWarps * 32), 0, st, x,
+                 static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec, rn);
 }
 
 // Decode (n = 1): large m, 4 weight rows per warp; 1024..8191 rows (attention projections),
@@ -76,7 +102,13 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
 // (routers, expert-sized matrices), one row per 8 warps splitting k, so that enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
 template <WType T>
 void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
-              int64_t rb, int64_t sb, bool vec, cudaStream_t st) {
+              int64_t rb, int64_t sb, bool vec, cudaStream_t st, const MatvecResidualNorm* rn) {
+  if (rn) {  // n == 1
+    if (m >= 8192) launch_nx<T, 1, 4, 1, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
+    else if (m >= 1024) launch_nx<T, 1, 1, 1, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
+    else launch_nx<T, 1, 1, 8, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
+    return;
+  }
   switch (n) {
     case 1:
       if (m >= 8192) launch_nx<T, 1, 4, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
@@ -91,28 +123,44 @@ void launch_t(const float* x, const void* w, const void* scales, float* y, int64
 
 }  // namespace
 
-void launch_matvec(const MatmulParams& p, Stream s) {
+namespace {
+
+void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stream s) {
   const float* x = p.x;
   const void *w = p.w, *scales = p.scales;
-  const WType dtype = p.wtype;
   float* y = p.y;
   const int64_t n = p.n, m = p.m, k = p.k;
   SLUICE_CHECK(n >= 1 && n <= kMatvecMaxRows, Status::internal, "cuda matvec: ", n, " rows (1..", kMatvecMaxRows,
                ")");
   if (m == 0) return;
-  const WType t = dtype;
+  const WType t = p.wtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   const bool vec = row_dot_vec_ok(t, w, k, x, k);
   auto st = static_cast<cudaStream_t>(s);
   switch (t) {
-    case WType::f32: launch_t<WType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case WType::f16: launch_t<WType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case WType::bf16: launch_t<WType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
-    case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st); break;
+    case WType::f32: launch_t<WType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::f16: launch_t<WType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::bf16: launch_t<WType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
   }
   CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_matvec(const MatmulParams& p, Stream s) { launch_matvec_any(p, nullptr, s); }
+
+bool matvec_add_rms_norm_supported(int64_t n, int64_t m, const void* y, const void* h) {
+  return n == 1 && m % 4 == 0 && m <= int64_t{kNormThreads} * 4 * kNormMaxVec &&
+         ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(h)) & 15) == 0;
+}
+
+void launch_matvec_add_rms_norm(const MatmulParams& p, const MatvecResidualNorm& rn, Stream s) {
+  SLUICE_CHECK(matvec_add_rms_norm_supported(p.n, p.m, p.y, rn.h) && rn.counter, Status::internal,
+               "cuda matvec_add_rms_norm: ", p.n, " rows of ", p.m);
+  launch_matvec_any(p, &rn, s);
 }
 
 }  // namespace sluice::cuda

@@ -2,6 +2,7 @@
 // squares reduced over the block.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/norm_row.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -41,65 +42,15 @@ __global__ void rms_norm_kernel(float* x, const float* __restrict__ add, const v
   }
 }
 
-// Rows of up to kThreads * 4 * kMaxVec floats, 16-byte aligned with cols % 4 == 0 (every
-// model width): each thread loads its float4s of the row (and of add) before it uses any,
-// so a row costs one memory round trip, not one per strided step of rms_norm_kernel (a
-// decode token runs two of these a layer: about a tenth of its kernels' time before).
-constexpr int kMaxVec = 8;
-
-__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
-
+// Rows that norm_row_vec_ok: one memory round trip a row (norm_row.cuh; a decode token runs
+// two of these a layer: about a tenth of its kernels' time before).
 template <WType T>
-__global__ void rms_norm_vec_kernel(float* x, const float* __restrict__ add, const void* __restrict__ w, float* y,
-                                    int64_t cols, float eps) {
+__global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* x, const float* __restrict__ add,
+                                                                    const void* __restrict__ w, float* y, int64_t cols,
+                                                                    float eps) {
   chained_kernel_entry();
-  __shared__ float partial[kThreads / 32];
-  float4* xr = reinterpret_cast<float4*>(x + blockIdx.x * cols);
-  float4* yr = reinterpret_cast<float4*>(y + blockIdx.x * cols);
-  const int64_t n4 = cols / 4;
-  float4 v[kMaxVec], a[kMaxVec];
-#pragma unroll
-  for (int i = 0; i < kMaxVec; ++i) {
-    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-    if (c < n4) {
-      v[i] = xr[c];
-      if (add) a[i] = reinterpret_cast<const float4*>(add + blockIdx.x * cols)[c];
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxVec; ++i) {
-    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-    if (c >= n4) continue;
-    if (add) {
-      v[i] = add4(v[i], a[i]);
-      xr[c] = v[i];
-    }
-    ss = fmaf(v[i].x, v[i].x, ss);
-    ss = fmaf(v[i].y, v[i].y, ss);
-    ss = fmaf(v[i].z, v[i].z, ss);
-    ss = fmaf(v[i].w, v[i].w, ss);
-  }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
-  const float inv = rsqrtf(total / static_cast<float>(cols) + eps);
-#pragma unroll
-  for (int i = 0; i < kMaxVec; ++i) {
-    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-    if (c >= n4) continue;
-    float4 o = make_float4(v[i].x * inv, v[i].y * inv, v[i].z * inv, v[i].w * inv);
-    if (w) {
-      o.x *= load_w<T>(w, 4 * c);
-      o.y *= load_w<T>(w, 4 * c + 1);
-      o.z *= load_w<T>(w, 4 * c + 2);
-      o.w *= load_w<T>(w, 4 * c + 3);
-    }
-    yr[c] = o;
-  }
+  rms_norm_row_vec<T>(x + blockIdx.x * cols, add ? add + blockIdx.x * cols : nullptr, w, y + blockIdx.x * cols, cols,
+                      eps);
 }
 
 template <WType T>
@@ -111,7 +62,8 @@ __global__ void add_bias_kernel(float* y, const void* __restrict__ b, int64_t ro
 template <WType T>
 void launch_norm_t(float* x, const float* add, const void* w, float* y, int64_t rows, int64_t cols, float eps,
                    cudaStream_t st) {
-  const bool vec = cols % 4 == 0 && cols <= int64_t{kThreads} * 4 * kMaxVec &&
+  static_assert(kThreads == kNormThreads);
+  const bool vec = cols % 4 == 0 && cols <= int64_t{kNormThreads} * 4 * kNormMaxVec &&
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(add) |
                      reinterpret_cast<uintptr_t>(y)) & 15) == 0;
   launch_chained(vec ? rms_norm_vec_kernel<T> : rms_norm_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kThreads),
