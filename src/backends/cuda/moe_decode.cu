@@ -66,17 +66,23 @@ __device__ __forceinline__ int swizzled(int g) {
   return g ^ ((g >> 3) & (U - 1));
 }
 
-// n_rows rows of n floats (16-byte aligned, n a multiple of 4 U) from global into xs, row r's
-// unit g at r * n / 4 + swizzled<U>(g). Every thread of the block takes part.
+// Starts copying n_rows rows of n floats (16-byte aligned, n a multiple of 4 U) from global
+// into xs, row r's unit g at r * n / 4 + swizzled<U>(g), with cp.async: in flight while the
+// block reads its expert's pointers and issues its weight loads, and no registers held. Every
+// thread of the block takes part; staged_wait() (then a barrier) before reading xs, and
+// before a thread exits.
 template <int U>
 __device__ __forceinline__ void stage_rows(float4* __restrict__ xs, const float* __restrict__ x, int64_t n_rows,
                                            int64_t n) {
   const int units = static_cast<int>(n / 4);  // the launcher bounds the staged bytes
   const float4* src = reinterpret_cast<const float4*>(x);
   for (int r = 0; r < n_rows; ++r)
-#pragma unroll 4
-    for (int g = threadIdx.x; g < units; g += blockDim.x) xs[r * units + swizzled<U>(g)] = __ldg(src + r * units + g);
+    for (int g = threadIdx.x; g < units; g += blockDim.x) {
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(xs + r * units + swizzled<U>(g)));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + r * units + g) : "memory");
+    }
 }
+__device__ __forceinline__ void staged_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // chunk_dot's chain over the 4 elements of float4 unit j of a 16-byte chunk (elements 4j .. 4j + 3),
 // continuing acc: the same fmaf of each weight (dequantized exactly: q - 8, q, bf16 -> f32)
@@ -240,9 +246,16 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3)
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // h[p / k], staged
   const int64_t p = blockIdx.x;
-  if (!pair_active(ids, table, done, p)) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // pair_active, in two steps: the activations are in flight while the table is read.
+  if (done != nullptr && done[p] != 0) return;
+  const float* x = h + (p / k) * n_embd;
+  stage_rows<chunk_units<T>()>(xs, x, 1, n_embd);
   const ExpertRef& ref = table[ids[p]];
+  if (ref.wtype == WType::unavailable) {
+    staged_wait();
+    return;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kGateUpWarps + warp) * kGateUpRows;
   WarpRows<T, 2, kGateUpRows, gate_up_steps<T>()> rows;
 #pragma unroll
@@ -257,8 +270,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3)
   rows.vec = aligned16(ref.data[0]) && aligned16(ref.data[1]);
   const bool live = j0 < n_ff;
   if (live) rows.begin(n_embd, lane);
-  const float* x = h + (p / k) * n_embd;
-  stage_rows<chunk_units<T>()>(xs, x, 1, n_embd);
+  staged_wait();
   __syncthreads();
   if (!live) return;
   float y[2 * kGateUpRows];
@@ -278,15 +290,21 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2)
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // act[p], staged
   const int64_t p = blockIdx.x;
-  if (!pair_active(ids, table, done, p)) return;
+  if (done != nullptr && done[p] != 0) return;  // pair_active in two steps, as in gate/up
+  const float* a = act + p * n_ff;
+  stage_rows<chunk_units<T>()>(xs, a, 1, n_ff);
+  const ExpertRef& ref = table[ids[p]];
+  if (ref.wtype == WType::unavailable) {
+    staged_wait();
+    return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kDownWarps + warp) * kRowsPerWarp;
   DownRows<T> rows;
-  set_down_rows<T>(rows, table[ids[p]], i0, n_embd, n_ff);
+  set_down_rows<T>(rows, ref, i0, n_embd, n_ff);
   const bool live = i0 < n_embd;
   if (live) rows.begin(n_ff, lane);
-  const float* a = act + p * n_ff;
-  stage_rows<chunk_units<T>()>(xs, a, 1, n_ff);
+  staged_wait();
   __syncthreads();
   if (!live) return;
   float y[kRowsPerWarp];
@@ -312,14 +330,15 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1)
   const int64_t row = blockIdx.x, tile0 = static_cast<int64_t>(blockIdx.y) * kCombineTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t items = 2 * k;
+  const float* a = act + row * k * n_ff;  // the row's pairs are consecutive
+  stage_rows<chunk_units<T>()>(xs, a, k, n_ff);
   DownRows<T> rows;
   auto start = [&](int64_t it) {
     set_down_rows<T>(rows, table[ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
     rows.begin(n_ff, lane);
   };
   if (warp < items) start(warp);
-  const float* a = act + row * k * n_ff;  // the row's pairs are consecutive
-  stage_rows<chunk_units<T>()>(xs, a, k, n_ff);
+  staged_wait();
   __syncthreads();
   for (int64_t it = warp; it < items; it += kCombineWarps) {
     if (it != warp) start(it);
