@@ -39,6 +39,20 @@ constexpr int kCombineWarps = 16;  // warps a down + combine block
 constexpr int kCombineTile = 16;   // embd rows a down + combine block (kRowsPerWarp for each of 2 warps a rank)
 constexpr size_t kMaxStagedBytes = 48 * 1024;  // shared memory a block may stage without opting in
 
+// The arguments of the three decode kernels (each reads the fields it needs); device pointers.
+struct DecodeParams {
+  const float* h = nullptr;          // [n_rows, n_embd] f32, 16-byte aligned
+  const int32_t* ids = nullptr;      // [n_rows * k] expert of pair p = row * k + rank
+  const float* weights = nullptr;    // [n_rows * k] routing weights (down + combine)
+  const ExpertRef* table = nullptr;  // [n_expert]
+  const uint8_t* done = nullptr;     // [n_rows * k] pairs already computed, or null (fully resident)
+  float* act = nullptr;              // [n_rows * k, n_ff] f32, 16-byte aligned: gate/up writes it
+  const float* act_in = nullptr;     // the same, the down kernels read it
+  float* pair_out = nullptr;         // [n_rows * k, n_embd] f32 (down)
+  float* out = nullptr;              // [n_rows, n_embd] f32 (down + combine)
+  int64_t k = 0, n_embd = 0, n_ff = 0;
+};
+
 // Chunks of each row a lane holds in flight at once (more spill registers). gate/up (n_embd
 // 2048): 2, a q4 row's whole share of a lane, half of int8's. down (n_ff 768): 1, a q4 row's
 // share (lanes 24-31 have none), half of int8's for the lanes that have two.
@@ -220,6 +234,22 @@ struct WarpRows {
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Pair p's expert, or null when the pair is not to be computed (pair_active, in two steps: x,
+// n floats, is staged into xs while the table is read; a done pair of a later phase stages
+// nothing).
+template <WType T>
+__device__ __forceinline__ const ExpertRef* stage_for_pair(float4* __restrict__ xs, const float* __restrict__ x,
+                                                           int64_t n, const int32_t* __restrict__ ids,
+                                                           const ExpertRef* __restrict__ table,
+                                                           const uint8_t* __restrict__ done, int64_t p) {
+  if (done != nullptr && done[p] != 0) return nullptr;
+  stage_rows<chunk_units<T>()>(xs, x, 1, n);
+  const ExpertRef* ref = &table[ids[p]];
+  if (ref->wtype != WType::unavailable) return ref;
+  staged_wait();
+  return nullptr;
+}
+
 template <WType T>
 using DownRows = WarpRows<T, 1, kRowsPerWarp, down_steps<T>()>;
 
@@ -239,22 +269,14 @@ __device__ __forceinline__ void set_down_rows(DownRows<T>& rows, const ExpertRef
 // grid (n_pairs, ceil(n_ff / (kGateUpWarps * kGateUpRows))); dynamic shared memory: n_embd floats.
 // 3 blocks an SM (a decode token's 384 blocks in one wave on 132 SMs).
 template <WType T>
-__global__ void __launch_bounds__(kGateUpWarps * 32, 3)
-    moe_decode_gate_up_kernel(const float* __restrict__ h, const int32_t* __restrict__ ids,
-                              const ExpertRef* __restrict__ table, const uint8_t* __restrict__ done,
-                              float* __restrict__ act, int64_t k, int64_t n_embd, int64_t n_ff) {
+__global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kernel(const DecodeParams a) {
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // h[p / k], staged
-  const int64_t p = blockIdx.x;
-  // pair_active, in two steps: the activations are in flight while the table is read.
-  if (done != nullptr && done[p] != 0) return;
-  const float* x = h + (p / k) * n_embd;
-  stage_rows<chunk_units<T>()>(xs, x, 1, n_embd);
-  const ExpertRef& ref = table[ids[p]];
-  if (ref.wtype == WType::unavailable) {
-    staged_wait();
-    return;
-  }
+  const int64_t n_embd = a.n_embd, n_ff = a.n_ff, p = blockIdx.x;
+  const float* x = a.h + (p / a.k) * n_embd;
+  const ExpertRef* expert = stage_for_pair<T>(xs, x, n_embd, a.ids, a.table, a.done, p);
+  if (expert == nullptr) return;
+  const ExpertRef& ref = *expert;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kGateUpWarps + warp) * kGateUpRows;
   WarpRows<T, 2, kGateUpRows, gate_up_steps<T>()> rows;
@@ -278,41 +300,33 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3)
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kGateUpRows; ++r)
-      if (j0 + r < n_ff) act[p * n_ff + j0 + r] = swiglu(y[2 * r], y[2 * r + 1]);
+      if (j0 + r < n_ff) a.act[p * n_ff + j0 + r] = swiglu(y[2 * r], y[2 * r + 1]);
 }
 
 // grid (n_pairs, ceil(n_embd / (kDownWarps * kRowsPerWarp))); dynamic shared memory: n_ff floats.
 template <WType T>
-__global__ void __launch_bounds__(kDownWarps * 32, 2)
-    moe_decode_down_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
-                           const uint8_t* __restrict__ done, const float* __restrict__ act,
-                           float* __restrict__ pair_out, int64_t n_embd, int64_t n_ff) {
+__global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(const DecodeParams a) {
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // act[p], staged
-  const int64_t p = blockIdx.x;
-  if (done != nullptr && done[p] != 0) return;  // pair_active in two steps, as in gate/up
-  const float* a = act + p * n_ff;
-  stage_rows<chunk_units<T>()>(xs, a, 1, n_ff);
-  const ExpertRef& ref = table[ids[p]];
-  if (ref.wtype == WType::unavailable) {
-    staged_wait();
-    return;
-  }
+  const int64_t n_embd = a.n_embd, n_ff = a.n_ff, p = blockIdx.x;
+  const float* x = a.act_in + p * n_ff;
+  const ExpertRef* expert = stage_for_pair<T>(xs, x, n_ff, a.ids, a.table, a.done, p);
+  if (expert == nullptr) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kDownWarps + warp) * kRowsPerWarp;
   DownRows<T> rows;
-  set_down_rows<T>(rows, ref, i0, n_embd, n_ff);
+  set_down_rows<T>(rows, *expert, i0, n_embd, n_ff);
   const bool live = i0 < n_embd;
   if (live) rows.begin(n_ff, lane);
   staged_wait();
   __syncthreads();
   if (!live) return;
   float y[kRowsPerWarp];
-  rows.dots(xs, a, n_ff, lane, y);
+  rows.dots(xs, x, n_ff, lane, y);
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
-      if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
+      if (i0 + r < n_embd) a.pair_out[p * n_embd + i0 + r] = y[r];
 }
 
 // grid (n_rows, ceil(n_embd / kCombineTile)). Warp w takes the items w, w + kCombineWarps, ...
@@ -320,21 +334,19 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2)
 // memory: the row's k act rows (k * n_ff floats, staged) and their sums [k][kCombineTile].
 // Every expert of the table is available (the fully resident launch).
 template <WType T>
-__global__ void __launch_bounds__(kCombineWarps * 32, 1)
-    moe_decode_down_combine_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                   const ExpertRef* __restrict__ table, const float* __restrict__ act,
-                                   float* __restrict__ out, int64_t k, int64_t n_embd, int64_t n_ff) {
+__global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
   chained_kernel_entry();
   extern __shared__ float4 xs[];
+  const int64_t k = a.k, n_embd = a.n_embd, n_ff = a.n_ff;
   float* ys = reinterpret_cast<float*>(xs + k * (n_ff / 4));  // [k][kCombineTile]
   const int64_t row = blockIdx.x, tile0 = static_cast<int64_t>(blockIdx.y) * kCombineTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t items = 2 * k;
-  const float* a = act + row * k * n_ff;  // the row's pairs are consecutive
-  stage_rows<chunk_units<T>()>(xs, a, k, n_ff);
+  const float* x = a.act_in + row * k * n_ff;  // the row's pairs are consecutive
+  stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
   DownRows<T> rows;
   auto start = [&](int64_t it) {
-    set_down_rows<T>(rows, table[ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
+    set_down_rows<T>(rows, a.table[a.ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
     rows.begin(n_ff, lane);
   };
   if (warp < items) start(warp);
@@ -344,18 +356,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1)
     if (it != warp) start(it);
     const int64_t rank = it / 2;
     float y[kRowsPerWarp];
-    rows.dots(xs + rank * (n_ff / 4), a + rank * n_ff, n_ff, lane, y);
+    rows.dots(xs + rank * (n_ff / 4), x + rank * n_ff, n_ff, lane, y);
     if (lane == 0)
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) ys[rank * kCombineTile + (it % 2) * kRowsPerWarp + r] = y[r];
   }
   __syncthreads();
-  if (threadIdx.x < kCombineTile && tile0 + threadIdx.x < n_embd) {
-    float acc = 0.0f;
-    for (int64_t rank = 0; rank < k; ++rank)
-      acc = fmaf(weights[row * k + rank], ys[rank * kCombineTile + threadIdx.x], acc);  // as moe_combine_done_kernel
-    out[row * n_embd + tile0 + threadIdx.x] = acc;
-  }
+  combine_ranks(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);
 }
 
 bool aligned16_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -388,9 +395,10 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
   const size_t smem = static_cast<size_t>(shape.n_embd) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_embd, h) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows));
+  const DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
+                       .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
   SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_gate_up_kernel<T>, grid, dim3(kGateUpWarps * 32), smem,
-                                                       static_cast<cudaStream_t>(s), h, ids, table, done, act, shape.k,
-                                                       shape.n_embd, shape.n_ff))
+                                                       static_cast<cudaStream_t>(s), a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -400,9 +408,10 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
   const size_t smem = static_cast<size_t>(shape.n_ff) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_ff, act) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_embd, kDownWarps * kRowsPerWarp));
+  const DecodeParams a{.ids = ids, .table = table, .done = done, .act_in = act,
+                       .pair_out = pair_out, .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
   SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_kernel<T>, grid, dim3(kDownWarps * 32), smem,
-                                                       static_cast<cudaStream_t>(s), ids, table, done, act, pair_out,
-                                                       shape.n_embd, shape.n_ff))
+                                                       static_cast<cudaStream_t>(s), a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -412,10 +421,10 @@ bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, co
   const size_t smem = static_cast<size_t>(shape.k) * (shape.n_ff + kCombineTile) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_ff, act) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kCombineTile));
+  const DecodeParams a{.ids = ids, .weights = weights, .table = table, .act_in = act, .out = out,
+                       .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
   SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T>, grid,
-                                                       dim3(kCombineWarps * 32), smem, static_cast<cudaStream_t>(s),
-                                                       ids, weights, table, act, out, shape.k, shape.n_embd,
-                                                       shape.n_ff))
+                                                       dim3(kCombineWarps * 32), smem, static_cast<cudaStream_t>(s), a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

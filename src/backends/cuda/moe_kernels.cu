@@ -217,12 +217,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kCombineRows == 8 ? 2 : 1) 
       for (int r = 0; r < kCombineRows; ++r) ys[rank * kCombineRows + r] = y[r];
   }
   __syncthreads();
-  if (threadIdx.x < kCombineRows && i0 + threadIdx.x < n_embd) {
-    float acc = 0.0f;
-    for (int64_t rank = 0; rank < k; ++rank)
-      acc = fmaf(weights[row * k + rank], ys[rank * kCombineRows + threadIdx.x], acc);  // as moe_combine_done_kernel
-    out[row * n_embd + i0 + threadIdx.x] = acc;
-  }
+  combine_ranks(ys, kCombineRows, weights, row, k, i0, n_embd, out);
 }
 
 __global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
@@ -535,44 +530,37 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
 
 namespace {
 
+// gate/up of launch_moe_experts*: the decode kernel where it takes the shape, else the generic one.
+template <WType WT>
+void launch_gate_up_t(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
+                      const MoeShape& shape, cudaStream_t st) {
+  if (launch_moe_decode_gate_up(h, ids, table, done, act, shape, st)) return;
+  launch_chained(moe_gate_up_kernel<WT>,
+                 dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
+                 dim3(kExpertWarps * 32), 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 template <WType WT>
 void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
-  const int64_t pairs = shape.n_rows * shape.k;
-  const unsigned threads = kExpertWarps * 32;
-  if (!launch_moe_decode_gate_up(h, ids, table, done, act, shape, st)) {
-    launch_chained(moe_gate_up_kernel<WT>,
-                   dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
-                   dim3(threads), 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
-    CUDA_CHECK(cudaGetLastError());
-  }
-  if (!launch_moe_decode_down(ids, table, done, act, pair_out, shape, st)) {
-    launch_chained(moe_down_kernel<WT>,
-                   dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
-                   dim3(threads), 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st);
+  if (launch_moe_decode_down(ids, table, done, act, pair_out, shape, st)) return;
+  launch_chained(moe_down_kernel<WT>,
+                 dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
+                 dim3(kExpertWarps * 32), 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 template <WType WT>
 void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                               float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
-  const int64_t pairs = shape.n_rows * shape.k;
-  const unsigned threads = kExpertWarps * 32;
-  // No done flags (null): every available pair is computed.
-  const uint8_t* no_done = nullptr;
-  if (!launch_moe_decode_gate_up(h, ids, table, no_done, act, shape, st)) {
-    launch_chained(moe_gate_up_kernel<WT>,
-                   dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
-                   dim3(threads), 0, st, h, ids, table, no_done, act, shape.k, shape.n_embd, shape.n_ff);
-    CUDA_CHECK(cudaGetLastError());
-  }
-  if (!launch_moe_decode_down_combine(ids, weights, table, act, out, shape, st)) {
-    launch_chained(moe_down_combine_kernel<WT>,
-                   dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())),
-                   dim3(threads), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  launch_gate_up_t<WT>(h, ids, table, nullptr, act, shape, st);  // no done flags: every available pair
+  if (launch_moe_decode_down_combine(ids, weights, table, act, out, shape, st)) return;
+  launch_chained(moe_down_combine_kernel<WT>,
+                 dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())),
+                 dim3(kExpertWarps * 32), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 // Runs the statement with WT, a constant, set to the shape's uniform weight type (-1: mixed).
