@@ -8,6 +8,13 @@
 //                                  and of the tensor-core flash kernel, and the flash kernel's
 //                                  TFLOP/s of useful work (4 d flops per visible (query, key)
 //                                  pair and head) next to the ceiling it is bounded by;
+//   bench_cuda --moe               the decode MoE expert kernels (moe_kernels.h) of a
+//                                  qwen3-30b-a3b-shaped layer (hidden 2048, 128 experts of
+//                                  width 768, top-8) for bf16, int8 and q4 experts at 1, 2, 4
+//                                  and 8 rows: us per launch of each kernel (from HBM: every
+//                                  call routes to other experts) with the generic kernels
+//                                  (SLUICE_CUDA_MOE_DECODE=0) and the decode kernels, GB/s of
+//                                  expert bytes read, next to the measured copy bandwidth;
 //   bench_cuda --model PACK [--prefill 512] [--decode 64] [--reps 3]
 //                                  a qwen3_moe-family model fully resident on the GPU: prefill
 //                                  tokens/s for one prompt chunk, decode tokens/s (batch 1),
@@ -15,11 +22,16 @@
 //                                  (active experts, attention, router, lm head, KV cache, each
 //                                  listed) over the measured copy bandwidth.
 // Prints markdown tables. Without a CUDA build it says so and exits 1.
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +46,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe_kernels.h"
 #endif
 
 using namespace sluice;
@@ -185,6 +198,170 @@ int run_matvec(double copy_bw) {
   return 0;
 }
 
+#ifdef SLUICE_HAVE_CUDA
+// The MoE kernels' role in a layer's launches, from the kernel's name: "moe_decode_gate_up_kernel"
+// and "moe_gate_up_kernel" -> "gate_up".
+std::string moe_kernel_role(const void* func) {
+  const char* mangled = nullptr;
+  if (cudaFuncGetName(&mangled, func) != cudaSuccess || !mangled) return "?";
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string s = status == 0 && d ? d : mangled;
+  std::free(d);
+  s = s.substr(0, s.find_first_of("<("));  // "void sluice::cuda::(anonymous namespace)::moe_mark_kernel"
+  s = s.substr(s.rfind("::") == std::string::npos ? 0 : s.rfind("::") + 2);
+  for (const char* prefix : {"moe_", "decode_"})
+    if (s.rfind(prefix, 0) == 0) s.erase(0, std::string(prefix).size());
+  if (s.size() > 7 && s.compare(s.size() - 7, 7, "_kernel") == 0) s.erase(s.size() - 7);
+  return s;
+}
+
+// us per replay of graph g over `calls` calls of the launches it holds (a warm-up first).
+double graph_us(cudaGraph_t g, cudaStream_t st, int calls) {
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  const int reps = 20;
+  auto t0 = Clock::now();
+  for (int r = 0; r < reps; ++r) CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  const double us = seconds_since(t0) * 1e6 / (reps * calls);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  return us;
+}
+
+// Per kernel role, us a launch: a graph of that kernel's nodes of g alone, one after another.
+// reset runs before each (the done flags the phase kernels read).
+std::map<std::string, double> kernel_us(cudaGraph_t g, cudaStream_t st, const std::function<void()>& reset) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::map<std::string, std::vector<cudaKernelNodeParams>> by_role;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeParams p{};
+    CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &p));
+    by_role[moe_kernel_role(p.func)].push_back(p);
+  }
+  std::map<std::string, double> us;
+  for (const auto& [role, params] : by_role) {
+    cudaGraph_t alone = nullptr;
+    CUDA_CHECK(cudaGraphCreate(&alone, 0));
+    cudaGraphNode_t prev = nullptr;
+    for (const cudaKernelNodeParams& p : params) {
+      cudaGraphNode_t node = nullptr;
+      CUDA_CHECK(cudaGraphAddKernelNode(&node, alone, prev ? &prev : nullptr, prev ? 1 : 0, &p));
+      prev = node;
+    }
+    reset();
+    us[role] = graph_us(alone, st, static_cast<int>(params.size()));
+    CUDA_CHECK(cudaGraphDestroy(alone));
+  }
+  return us;
+}
+
+// The decode MoE kernels on a qwen3-30b-a3b-shaped layer, generic against decode kernels.
+int run_moe(double copy_bw) {
+  constexpr int64_t kEmbd = 2048, kFf = 768, kExperts = 128, kTopK = 8;
+  constexpr int kCalls = 16;  // routings a graph holds, each on other experts than the last
+  auto gpu = make_cuda_backend(0);
+  cudaStream_t st = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::printf("MoE expert kernels, hidden %lld, %lld experts of width %lld, top-%lld; us a launch, each call "
+              "routed to other experts (weights read from HBM); device copy bandwidth (read + write) %.0f GB/s\n"
+              "resident: gate_up + down_combine (launch_moe_experts_combine); streamed: a phase "
+              "(launch_moe_experts: gate_up, down, mark) + combine_done; layer: the whole call in a graph\n\n",
+              static_cast<long long>(kEmbd), static_cast<long long>(kExperts), static_cast<long long>(kFf),
+              static_cast<long long>(kTopK), copy_bw / 1e9);
+  std::printf("| wtype | rows | path | kernel | MB read | generic us | decode us | speedup | decode GB/s | of copy bw |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (DType dt : {DType::bf16, DType::q8, DType::q4}) {
+    HostWeight gate(dt, kFf, kEmbd), up(dt, kFf, kEmbd), down(dt, kEmbd, kFf);
+    std::vector<Tensor> weights;  // gate, up, down of each expert
+    std::vector<cuda::ExpertRef> refs(kExperts);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      for (const HostWeight* w : {&gate, &up, &down}) weights.push_back(gpu->upload(w->t));
+      for (int m = 0; m < 3; ++m) {
+        refs[e].data[m] = weights[weights.size() - 3 + m].data;
+        refs[e].scales[m] = weights[weights.size() - 3 + m].scales;
+      }
+      refs[e].wtype = cuda::wtype_of(dt, "bench");
+    }
+    Tensor table = gpu->alloc(DType::u8, {kExperts * static_cast<int64_t>(sizeof(cuda::ExpertRef))});
+    gpu->from_host(table, refs.data());
+    const auto* dtable = static_cast<const cuda::ExpertRef*>(table.data);
+    const double gate_up_bytes = 2.0 * static_cast<double>(gate.t.nbytes() + gate.t.scale_nbytes());
+    const double down_bytes = static_cast<double>(down.t.nbytes() + down.t.scale_nbytes());
+    for (int64_t n : {1, 2, 4, 8}) {
+      const int64_t pairs = n * kTopK;
+      std::vector<int32_t> ids(kCalls * pairs);
+      for (int64_t i = 0; i < kCalls * pairs; ++i) ids[i] = static_cast<int32_t>(i % kExperts);
+      Tensor d_ids = gpu->alloc(DType::i32, {kCalls * pairs});
+      gpu->from_host(d_ids, ids.data());
+      Tensor w = gpu->alloc(DType::f32, {pairs}), h = gpu->alloc(DType::f32, {n, kEmbd});
+      gpu->fill(w, 1.0f / kTopK);
+      gpu->fill(h, 0.25f);
+      Tensor done = gpu->alloc(DType::u8, {kCalls * pairs}), act = gpu->alloc(DType::f32, {pairs, kFf});
+      Tensor pair_out = gpu->alloc(DType::f32, {pairs, kEmbd}), out = gpu->alloc(DType::f32, {n, kEmbd});
+      gpu->synchronize();
+      const cuda::MoeShape shape{n, kTopK, kEmbd, kFf, kExperts, cuda::wtype_of(dt, "bench")};
+      auto reset = [&] { CUDA_CHECK(cudaMemsetAsync(done.data, 0, static_cast<size_t>(kCalls * pairs), st)); };
+      for (const char* path : {"resident", "streamed"}) {
+        const bool resident = std::strcmp(path, "resident") == 0;
+        std::map<std::string, double> us[2];  // generic, decode
+        for (int variant = 0; variant < 2; ++variant) {
+          setenv("SLUICE_CUDA_MOE_DECODE", variant ? "1" : "0", 1);
+          cudaGraph_t g = nullptr;
+          CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+          for (int c = 0; c < kCalls; ++c) {
+            const int32_t* call_ids = d_ids.ptr<int32_t>() + c * pairs;
+            uint8_t* call_done = static_cast<uint8_t*>(done.data) + c * pairs;
+            if (resident) {
+              cuda::launch_moe_experts_combine(h.ptr<float>(), call_ids, w.ptr<float>(), dtable, act.ptr<float>(),
+                                               out.ptr<float>(), shape, st);
+            } else {
+              CUDA_CHECK(cudaMemsetAsync(call_done, 0, static_cast<size_t>(pairs), st));
+              cuda::launch_moe_experts(h.ptr<float>(), call_ids, dtable, call_done, act.ptr<float>(),
+                                       pair_out.ptr<float>(), shape, st);
+              cuda::launch_moe_combine_done(pair_out.ptr<float>(), w.ptr<float>(), call_done, out.ptr<float>(), shape,
+                                            st);
+            }
+          }
+          CUDA_CHECK(cudaStreamEndCapture(st, &g));
+          us[variant] = kernel_us(g, st, reset);
+          us[variant]["layer"] = graph_us(g, st, kCalls);
+          CUDA_CHECK(cudaGraphDestroy(g));
+        }
+        unsetenv("SLUICE_CUDA_MOE_DECODE");
+        // Rows in launch order; the generic and decode kernels of a role side by side.
+        const std::vector<std::string> roles = resident ? std::vector<std::string>{"gate_up", "down_combine", "layer"}
+                                                        : std::vector<std::string>{"gate_up", "down", "mark",
+                                                                                   "combine_done", "layer"};
+        for (const std::string& role : roles) {
+          const double bytes = pairs * (role == "gate_up"                          ? gate_up_bytes
+                                        : role == "down" || role == "down_combine" ? down_bytes
+                                        : role == "layer"                          ? gate_up_bytes + down_bytes
+                                                                                   : 0.0);
+          const double g_us = us[0].count(role) ? us[0][role] : 0, d_us = us[1].count(role) ? us[1][role] : 0;
+          std::printf("| %s | %lld | %s | %s | %.2f | %.2f | %.2f | %.2fx |", std::string(dtype_name(dt)).c_str(),
+                      static_cast<long long>(n), path, role.c_str(), bytes / 1e6, g_us, d_us, d_us > 0 ? g_us / d_us : 0.0);
+          if (bytes > 0 && d_us > 0)
+            std::printf(" %.0f | %.0f%% |\n", bytes / (d_us * 1e-6) / 1e9, 100.0 * bytes / (d_us * 1e-6) / copy_bw);
+          else
+            std::printf(" - | - |\n");
+        }
+      }
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+  return 0;
+}
+#endif
+
 double expert_bytes_per_weight(DType k, int64_t cols) {
   switch (k) {
     case DType::bf16: return 2.0;
@@ -280,7 +457,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   std::string model;
-  bool matvec = false, attention = false;
+  bool matvec = false, attention = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
   for (int i = 1; i < argc; ++i) {
@@ -294,12 +471,13 @@ int main(int argc, char** argv) {
     };
     if (a == "--matvec") matvec = true;
     else if (a == "--attention") attention = true;
+    else if (a == "--moe") moe = true;
     else if (a == "--model") model = next();
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R]\n");
       return 2;
     }
   }
@@ -307,9 +485,10 @@ int main(int argc, char** argv) {
     const double bw = copy_bandwidth();
     if (matvec) run_matvec(bw);
     if (attention) run_attention();
+    if (moe) run_moe(bw);
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw);
-    if (!matvec && !attention && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+    if (!matvec && !attention && !moe && model.empty()) {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -7,13 +7,16 @@
 //     summation order differs);
 //   - two-phase dispatch: unavailable experts are skipped and their pairs left not done, the
 //     combine counts them as zero, the second phase fills exactly the rest (a done pair is
-//     never recomputed), and the result then equals the one-phase result.
+//     never recomputed), and the result then equals the one-phase result;
+//   - the decode kernels (moe_decode.cu) against the CPU and, bit for bit, the generic
+//     kernels, at 1, 2 and 8 rows, in one phase, two phases and the fused launch.
 // Sentinels after every device output catch out-of-bounds writes.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -253,6 +256,29 @@ GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::v
   return r;
 }
 
+// The fully resident launch (launch_moe_experts_combine: no done flags, down and combine
+// fused): out [n, n_embd] + guard.
+std::vector<float> gpu_fused(const std::vector<cuda::ExpertRef>& table, const Routing& routing,
+                             const std::vector<float>& hv, int64_t n_embd, int64_t n_ff,
+                             cuda::WType wtype = cuda::WType::unavailable) {
+  const int64_t n = routing.n_rows, k = routing.k;
+  DeviceBuffers d;
+  const float* h = d.put(hv);
+  const int32_t* ids = d.put(routing.ids);
+  const float* w = d.put(routing.weights);
+  float* act = d.put(std::vector<float>(n * k * n_ff, 0.0f), kGuard, kSentinel);
+  float* out = d.put(std::vector<float>(n * n_embd, 0.0f), kGuard, kSentinel);
+  cuda::launch_moe_experts_combine(h, ids, w, d.put(table), act, out,
+                                   {n, k, n_embd, n_ff, static_cast<int64_t>(table.size()), wtype}, nullptr);
+  auto got = d.get(out, n * n_embd + kGuard);
+  auto act_h = d.get(act, n * k * n_ff + kGuard);
+  for (int64_t i = 0; i < kGuard; ++i) {
+    EXPECT_EQ(got[n * n_embd + i], kSentinel) << "fused: out written past the end";
+    EXPECT_EQ(act_h[n * k * n_ff + i], kSentinel) << "fused: act written past the end";
+  }
+  return got;
+}
+
 struct Shape {
   int64_t n, E, k, n_embd, n_ff;
 };
@@ -317,17 +343,97 @@ TEST(CudaMoe, TwoPhaseDispatch) {
     GpuRun single = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table});
     for (int64_t i = 0; i < s.n * s.n_embd; ++i) ASSERT_EQ(single.out[i], both.out[i]) << "element " << i;
     // The fully resident launch (no done flags, down and combine fused) gives the same bits.
-    DeviceBuffers d;
-    const float* h = d.put(hv);
-    const int32_t* ids = d.put(routing.ids);
-    const float* w = d.put(routing.weights);
-    float* act = d.put(std::vector<float>(s.n * s.k * s.n_ff, 0.0f), kGuard, kSentinel);
-    float* out = d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel);
-    cuda::launch_moe_experts_combine(h, ids, w, d.put(layer.table), act, out, {s.n, s.k, s.n_embd, s.n_ff, s.E},
-                                     nullptr);
-    auto fused = d.get(out, s.n * s.n_embd + kGuard);
+    auto fused = gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff);
     for (int64_t i = 0; i < s.n * s.n_embd; ++i) ASSERT_EQ(fused[i], both.out[i]) << "fused, element " << i;
-    for (int64_t i = 0; i < kGuard; ++i) ASSERT_EQ(fused[s.n * s.n_embd + i], kSentinel) << "fused: write past the end";
+  }
+}
+
+// SLUICE_CUDA_MOE_DECODE=0 (the generic expert kernels) for a scope; the launchers read it at
+// every launch.
+struct GenericMoeKernels {
+  GenericMoeKernels() { setenv("SLUICE_CUDA_MOE_DECODE", "0", 1); }
+  ~GenericMoeKernels() { unsetenv("SLUICE_CUDA_MOE_DECODE"); }
+};
+
+// The table with every expert's weights copied 4 bytes past a 16-byte boundary (scales as
+// they are): the decode kernels' scalar path.
+std::vector<cuda::ExpertRef> misaligned_table(const ExpertLayer& layer, DeviceBuffers& d) {
+  std::vector<cuda::ExpertRef> table = layer.table;
+  for (size_t e = 0; e < table.size(); ++e)
+    for (int m = 0; m < 3; ++m) {
+      const HostWeight& w = (m == 0 ? layer.gate : m == 1 ? layer.up : layer.down)[e];
+      std::vector<uint8_t> bytes(4 + w.data.size());
+      std::memcpy(bytes.data() + 4, w.data.data(), w.data.size());
+      table[e].data[m] = d.put(bytes) + 4;
+    }
+  return table;
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, int64_t count,
+                      const std::string& what) {
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(got[i], want[i]) << what << ", element " << i;
+}
+
+// The decode kernels (moe_decode.cu; bf16, q8 and q4 at sizes of whole 16-byte chunks) for
+// every weight type at 1, 2 and 8 rows: within the tolerance of the CPU reference; two phases
+// (experts 1, 4, 7, ... unavailable in the first) give the same bits as one, and so does the
+// fused resident launch; and all of it the same bits as the generic kernels of moe_kernels.cu
+// (compiled for the one type, as the decode kernels are).
+TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
+  struct Case {
+    Shape s;  // s.n unused: 1, 2 and 8 rows
+    std::vector<DType> types;
+  };
+  // 2080 x 1056, top-10 of 12: lanes with chunks past the first group in both products, a
+  // down tile past n_embd, and fused-combine warps with two (rank, rows) items each (top-10
+  // is the most whose act rows fit the staged 48 KiB). 256 x 200, top-2 of 8: every type;
+  // bf16 with a gate/up tile past n_ff, the others on the generic kernels (200 is not whole
+  // int8 or q4 chunks).
+  for (const Case& c : {Case{{0, 12, 10, 2080, 1056}, {DType::bf16, DType::q8, DType::q4}},
+                        Case{{0, 8, 2, 256, 200}, {DType::f32, DType::f16, DType::bf16, DType::q8, DType::q4, DType::q2}}}) {
+    const Shape& s = c.s;
+    for (DType dt : c.types) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      const cuda::WType wt = layer.table[0].wtype;
+      std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
+      for (int32_t e = 0; e < s.E; ++e) {
+        if (e % 3 == 1) phase1[e].wtype = cuda::WType::unavailable;
+        else phase2[e] = layer.table[(e + 1) % s.E];  // a done pair computed again would change the result
+      }
+      for (int64_t n : {1, 2, 8}) {
+        const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                                 " embd=" + std::to_string(s.n_embd) + " ff=" + std::to_string(s.n_ff) +
+                                 " k=" + std::to_string(s.k);
+        auto hv = random_vec(n * s.n_embd, 21 + static_cast<uint32_t>(n));
+        Routing routing = make_routing(n, s.E, s.k, 23 + static_cast<uint32_t>(n), 3, -1);
+        GpuRun one = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt);
+        expect_close(one.out, cpu_routed(layer, routing, hv, s.n_embd), what);
+        GpuRun two = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {phase1, phase2}, wt);
+        for (int64_t p = 0; p < n * s.k; ++p) ASSERT_EQ(two.done[p], 1) << what << " two phases, pair " << p;
+        expect_same_bits(two.out, one.out, n * s.n_embd, what + " two phases");
+        expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
+                         what + " fused");
+        GenericMoeKernels generic;
+        expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt).out, one.out,
+                         n * s.n_embd, what + " generic kernels");
+        expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
+                         what + " generic fused");
+      }
+      if (dt == DType::q4 && s.n_embd > 1024) {  // rows off 16-byte alignment: the scalar path
+        DeviceBuffers d;
+        const std::vector<cuda::ExpertRef> off = misaligned_table(layer, d);
+        auto hv = random_vec(2 * s.n_embd, 29);
+        Routing routing = make_routing(2, s.E, s.k, 31, 3, -1);
+        GpuRun got = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt);
+        expect_close(got.out, cpu_routed(layer, routing, hv, s.n_embd), "q4 misaligned");
+        auto fused = gpu_fused(off, routing, hv, s.n_embd, s.n_ff, wt);
+        expect_same_bits(fused, got.out, 2 * s.n_embd, "q4 misaligned fused");
+        GenericMoeKernels generic;
+        expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt).out, got.out, 2 * s.n_embd,
+                         "q4 misaligned, generic kernels");
+      }
+    }
   }
 }
 

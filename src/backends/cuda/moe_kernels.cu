@@ -8,13 +8,18 @@
 //   3. mark:    done[p] = 1 for the pairs this phase computed
 // Each launch tests the same condition (done[p] == 0 and the expert available), so the marks
 // of launch 3 cannot change which pairs launches 1 and 2 compute. A pair's sums depend only
-// on its row and its expert's weights.
+// on its row and its expert's weights. Launches 1 and 2 (and the fused down + combine) of
+// bf16, int8 and q4 experts take the decode kernels of moe_decode.cu where the sizes allow:
+// the same sums, bit for bit; the kernels here serve the other types, mixed types and odd
+// sizes.
 #include "backends/cuda/moe_kernels.h"
 
 #include "backends/cuda/kernels.h"
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/mma_tile.cuh"
+#include "backends/cuda/moe_common.cuh"
+#include "backends/cuda/moe_decode.h"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -107,12 +112,6 @@ __device__ __forceinline__ void expert_rows_dot(WType wtype, const uint8_t* cons
   }
 }
 
-// done == null: no flags (the fully resident launch).
-__device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef* table, const uint8_t* done,
-                                            int64_t p) {
-  return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != WType::unavailable;
-}
-
 // grid (n_pairs, ceil(n_ff / (kExpertWarps * kGateRows))); warp -> (pair, ff rows j0, j0 + 1):
 // four rows (two of gate, two of up) share every activation chunk loaded.
 template <WType WT>
@@ -148,7 +147,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()
     for (int r = 0; r < kGateRows; ++r)
       if (j0 + r < n_ff) {
         const float g = y[2 * r], u = y[2 * r + 1];
-        act[p * n_ff + j0 + r] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+        act[p * n_ff + j0 + r] = swiglu(g, u);
       }
 }
 
@@ -218,12 +217,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kCombineRows == 8 ? 2 : 1) 
       for (int r = 0; r < kCombineRows; ++r) ys[rank * kCombineRows + r] = y[r];
   }
   __syncthreads();
-  if (threadIdx.x < kCombineRows && i0 + threadIdx.x < n_embd) {
-    float acc = 0.0f;
-    for (int64_t rank = 0; rank < k; ++rank)
-      acc = fmaf(weights[row * k + rank], ys[rank * kCombineRows + threadIdx.x], acc);  // as moe_combine_done_kernel
-    out[row * n_embd + i0 + threadIdx.x] = acc;
-  }
+  combine_ranks(ys, kCombineRows, weights, row, k, i0, n_embd, out);
 }
 
 __global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef* __restrict__ table,
@@ -358,7 +352,7 @@ __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restric
       if (c >= cols) continue;
       if constexpr (NMAT == 2) {
         const float g = acc[0][i][j], u = acc[1][i][j];
-        y[p * cols + c] = g / (1.0f + expf(-g)) * u;  // as launch_swiglu
+        y[p * cols + c] = swiglu(g, u);
       } else {
         y[p * cols + c] = acc[0][i][j];
       }
@@ -411,7 +405,7 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_mma_kernel(const fl
     const int32_t p = pair[r];
     if (p < 0 || col0 + c >= cols) return;
     if constexpr (NMAT == 2) {
-      y[p * cols + col0 + c] = v[0] / (1.0f + expf(-v[0])) * v[1];  // as launch_swiglu
+      y[p * cols + col0 + c] = swiglu(v[0], v[1]);
     } else {
       y[p * cols + col0 + c] = v[0];
     }
@@ -536,34 +530,36 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
 
 namespace {
 
+// gate/up of launch_moe_experts*: the decode kernel where it takes the shape, else the generic one.
+template <WType WT>
+void launch_gate_up_t(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
+                      const MoeShape& shape, cudaStream_t st) {
+  if (launch_moe_decode_gate_up(h, ids, table, done, act, shape, st)) return;
+  launch_chained(moe_gate_up_kernel<WT>,
+                 dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
+                 dim3(kExpertWarps * 32), 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 template <WType WT>
 void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
                       float* pair_out, const MoeShape& shape, cudaStream_t st) {
-  const int64_t pairs = shape.n_rows * shape.k;
-  const unsigned threads = kExpertWarps * 32;
-  launch_chained(moe_gate_up_kernel<WT>,
-                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), dim3(threads),
-                 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
+  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st);
+  if (launch_moe_decode_down(ids, table, done, act, pair_out, shape, st)) return;
   launch_chained(moe_down_kernel<WT>,
-                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_embd, kExpertWarps * kDownRows)), dim3(threads),
-                 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
+                 dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
+                 dim3(kExpertWarps * 32), 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <WType WT>
 void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                               float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
-  const int64_t pairs = shape.n_rows * shape.k;
-  const unsigned threads = kExpertWarps * 32;
-  // No done flags (null): every available pair is computed.
-  launch_chained(moe_gate_up_kernel<WT>,
-                 dim3(static_cast<unsigned>(pairs), blocks_for(shape.n_ff, kExpertWarps * kGateRows)), dim3(threads),
-                 0, st, h, ids, table, static_cast<const uint8_t*>(nullptr), act, shape.k, shape.n_embd, shape.n_ff);
-  CUDA_CHECK(cudaGetLastError());
+  launch_gate_up_t<WT>(h, ids, table, nullptr, act, shape, st);  // no done flags: every available pair
+  if (launch_moe_decode_down_combine(ids, weights, table, act, out, shape, st)) return;
   launch_chained(moe_down_combine_kernel<WT>,
-                 dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())), dim3(threads),
-                 smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
+                 dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())),
+                 dim3(kExpertWarps * 32), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
 }
 

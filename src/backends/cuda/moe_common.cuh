@@ -1,0 +1,34 @@
+// Device helpers shared by the MoE expert kernels (moe_kernels.cu: the generic per-pair and
+// grouped kernels; moe_decode.cu: the decode kernels), so that every path tests a pair's
+// activity and applies SwiGLU with the same expressions and agrees bit for bit.
+#pragma once
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/moe_kernels.h"
+
+namespace sluice::cuda {
+
+// Pair p still to compute in this phase: not done (done == null: no flags, the fully
+// resident launch) and its expert available.
+__device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef* table, const uint8_t* done,
+                                            int64_t p) {
+  return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != WType::unavailable;
+}
+
+// silu(g) * u, as launch_swiglu.
+__device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// The combine of a down + combine block over the embd rows i0 .. i0 + rows - 1 of batch row
+// `row`: out[row, i0 + t] = the rank sums ys[rank * rows + t] weighted and added in rank
+// order with moe_combine_done_kernel's fmaf. Threads t < rows of the block, after a barrier.
+__device__ __forceinline__ void combine_ranks(const float* ys, int rows, const float* __restrict__ weights,
+                                              int64_t row, int64_t k, int64_t i0, int64_t n_embd,
+                                              float* __restrict__ out) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t >= rows || i0 + t >= n_embd) return;
+  float acc = 0.0f;
+  for (int64_t rank = 0; rank < k; ++rank) acc = fmaf(weights[row * k + rank], ys[rank * rows + t], acc);
+  out[row * n_embd + i0 + t] = acc;
+}
+
+}  // namespace sluice::cuda
