@@ -71,35 +71,11 @@ TEST(CudaDenseQuant, GetRowsEqualsTheCpuBitForBit) {
   }
 }
 
-struct Case {
-  std::string fixture;
-  DType dense;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << " --dense " << dense_dtype_name(c.dense); }
-
-class CudaDenseQuantPack : public ::testing::TestWithParam<Case> {};
-
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  GenerateOptions opt;
-  opt.n_predict = n;
-  opt.sampling.temperature = 0;
-  std::vector<int32_t> out;
-  Generator(m).generate(prompt, opt, [&](int32_t id) {
-    out.push_back(id);
-    return true;
-  });
-  return out;
-}
+class CudaDenseQuantPack : public ::testing::TestWithParam<DensePackCase> {};
 
 TEST_P(CudaDenseQuantPack, MatchesTheCpu) {
   const auto [fixture, q] = GetParam();
-  const fs::path dir = pack_test_dir(fixture + "-cuda-dense-" + std::string(dense_dtype_name(q)));
-  ConvertOptions o;
-  o.kinds = {DType::q4};
-  o.dense_dtype = q;
-  o.force = true;
-  convert_checkpoint(fixture_dir(fixture), dir, o);
+  const fs::path dir = dense_pack(GetParam(), DType::q4);
   ASSERT_EQ(Pack::open(dir)->manifest().dense_matrix_dtype(), q);
   const bool hybrid = fixture.rfind("qwen3_moe", 0) != 0 && fixture != "olmoe" && fixture != "mixtral";
   const float tolerance = hybrid ? 1e-4f : 1e-3f;
@@ -131,10 +107,10 @@ TEST_P(CudaDenseQuantPack, MatchesTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDenseQuantPack,
-                         ::testing::Values(Case{"olmoe", DType::q8}, Case{"olmoe", DType::q4},
-                                           Case{"qwen3_moe", DType::q8}, Case{"qwen3_moe", DType::q4},
-                                           Case{"qwen3_5_moe", DType::q8}, Case{"qwen3_5_moe", DType::q4},
-                                           Case{"qwen4_exp_qsa", DType::q4}),
+                         ::testing::Values(DensePackCase{"olmoe", DType::q8}, DensePackCase{"olmoe", DType::q4},
+                                           DensePackCase{"qwen3_moe", DType::q8}, DensePackCase{"qwen3_moe", DType::q4},
+                                           DensePackCase{"qwen3_5_moe", DType::q8}, DensePackCase{"qwen3_5_moe", DType::q4},
+                                           DensePackCase{"qwen4_exp_qsa", DType::q4}),
                          [](const auto& info) {
                            return info.param.fixture + "_" + std::string(dense_dtype_name(info.param.dense));
                          });

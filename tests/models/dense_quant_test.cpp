@@ -41,23 +41,6 @@ bool is_matrix_role(const std::string& name) {
          ends_with(name, ".gate.weight") || ends_with(name, "shared_expert_gate.weight");
 }
 
-std::vector<int32_t> full_ids(const std::string& fixture) {
-  FixtureReference ref = read_reference(fixture);
-  std::vector<int32_t> ids = ref.prompt_ids;
-  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
-  return ids;
-}
-
-std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> ids, const LoadOptions& lo = {}) {
-  auto backend = make_cpu_backend();
-  LoadedModel m = load_model(dir, *backend, lo);
-  const int64_t V = m.model->info().n_vocab;
-  auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
-  std::vector<float> logits(ids.size() * V);
-  m.model->forward(ids, *state, logits, true);
-  return logits;
-}
-
 // The rows of a quantized [rows, cols] tensor as f32, by core/quant's dequantizer.
 std::vector<float> dequantized(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -80,23 +63,12 @@ double sq_diff(std::span<const float> a, std::span<const float> b) {
   return s;
 }
 
-struct Case {
-  std::string fixture;
-  DType dense;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << " --dense " << dense_dtype_name(c.dense); }
-
-class DenseQuant : public ::testing::TestWithParam<Case> {};
+class DenseQuant : public ::testing::TestWithParam<DensePackCase> {};
 
 TEST_P(DenseQuant, QuantizesTheMatricesExactlyAndCostsWhatTheirErrorPredicts) {
   const auto [fixture, q] = GetParam();
-  const fs::path pack_dir = pack_test_dir(fixture + "-dense-" + std::string(dense_dtype_name(q)));
-  ConvertOptions o;
-  o.kinds = {DType::bf16};
-  o.dense_dtype = q;
-  o.force = true;
-  const ConvertSummary s = convert_checkpoint(fixture_dir(fixture), pack_dir, o);
+  ConvertSummary s;
+  const fs::path pack_dir = dense_pack(GetParam(), DType::bf16, &s);
   ASSERT_EQ(s.dense_quant, q);
   EXPECT_EQ(s.dense_dtype, DType::bf16);  // the fixtures are bf16: the kept tensors too
   EXPECT_TRUE(verify_pack(pack_dir).ok);
@@ -200,9 +172,9 @@ TEST_P(DenseQuant, QuantizesTheMatricesExactlyAndCostsWhatTheirErrorPredicts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DenseQuant,
-                         ::testing::Values(Case{"olmoe", DType::q8}, Case{"olmoe", DType::q4},
-                                           Case{"qwen3_5_moe", DType::q8}, Case{"qwen3_5_moe", DType::q4},
-                                           Case{"qwen4_exp_qsa", DType::q4}),
+                         ::testing::Values(DensePackCase{"olmoe", DType::q8}, DensePackCase{"olmoe", DType::q4},
+                                           DensePackCase{"qwen3_5_moe", DType::q8}, DensePackCase{"qwen3_5_moe", DType::q4},
+                                           DensePackCase{"qwen4_exp_qsa", DType::q4}),
                          [](const auto& info) {
                            return info.param.fixture + "_" + std::string(dense_dtype_name(info.param.dense));
                          });
