@@ -80,7 +80,9 @@ class Backend {
   virtual std::optional<uint64_t> memory_available() const { return std::nullopt; }
 
   // ---- ops ----
-  // y[n, m] = x[n, k] . w[m, k]^T; w is f32, bf16 or f16; y is f32 and may not alias x.
+  // y[n, m] = x[n, k] . w[m, k]^T; w is f32, bf16, f16 or quantized (q8, q4, q2: routed
+  // experts, and dense matrices of a pack converted with --dense int8|q4); y is f32 and may
+  // not alias x.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
   // y[r, :] += b[:] for every row r (b has y.cols() elements, f32/bf16/f16).
   virtual void add_bias(const Tensor& y, const Tensor& b) = 0;
@@ -124,7 +126,8 @@ class Backend {
   virtual void add(const Tensor& x, const Tensor& y) = 0;
   // x = min(max(x, lo), hi), elementwise, in place (f32).
   virtual void clamp(const Tensor& x, float lo, float hi) = 0;
-  // out[i, :] = table[ids[i], :] converted to f32; table is f32/bf16/f16 [n_rows, cols].
+  // out[i, :] = table[ids[i], :] converted to f32; table is f32/bf16/f16 [n_rows, cols], or
+  // quantized (q8/q4/q2: rows dequantized exactly as core/quant.h defines).
   virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) = 0;
   // out[i, :] = src[idx[i], :] (f32).
   virtual void gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) = 0;

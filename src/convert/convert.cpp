@@ -50,17 +50,60 @@ struct SourceBlock {
 };
 
 
+void check_cancel(const ConvertOptions& opt) {
+  if (opt.cancel && opt.cancel->load()) fail(Status::io, "convert interrupted; nothing was written to the output");
+}
+
 // The routed expert layers must be loaded by the family with exactly the pack's expert
 // tensors; a dry run of the family loader over the checkpoint (which maps but does not read
 // the weights) checks config, shapes and that every tensor is used, before anything is written.
-void validate_against_family(const nlohmann::json& config, const Family& family, const fs::path& hf_dir) {
+// Returns the tensors the family reads only as matrices (WeightLoader::take_matrix): the ones
+// `--dense int8|q4` may quantize.
+std::set<std::string> validate_against_family(const nlohmann::json& config, const Family& family, const fs::path& hf_dir) {
   auto backend = make_cpu_backend();
   CheckpointSource source(Checkpoint::open(hf_dir));
   family.load(config, source, *backend);
+  return source.matrices();
 }
 
-void check_cancel(const ConvertOptions& opt) {
-  if (opt.cancel && opt.cancel->load()) fail(Status::io, "convert interrupted; nothing was written to the output");
+// One dense matrix quantized row by row (core/quant.h) in pieces of about 4M values:
+// the values go to dense.bin as they are made, the scales (1/16 of the values for q4, 4
+// bytes a row for int8) are kept and written after them, 64-byte aligned.
+void write_quantized_dense(DenseFileWriter& out, PackDenseTensor& t, DType from, int fd, uint64_t file_offset,
+                           const std::string& where, const ConvertOptions& opt,
+                           const std::function<void(uint64_t)>& progress) {
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const DType q = t.dtype;
+  const size_t in_row = static_cast<size_t>(cols) * dtype_size(from);
+  const int64_t row_bytes = quant_row_bytes(q, cols), scale_row_bytes = quant_scale_row_bytes(q, cols);
+  const int64_t piece_rows = std::max<int64_t>(1, (int64_t{4} << 20) / cols);
+  std::vector<uint8_t> in, values, scales(static_cast<size_t>(rows * scale_row_bytes));
+  for (int64_t r0 = 0; r0 < rows; r0 += piece_rows) {
+    check_cancel(opt);
+    const int64_t nr = std::min(piece_rows, rows - r0);
+    in.resize(static_cast<size_t>(nr) * in_row);
+    values.resize(static_cast<size_t>(nr * row_bytes));
+    pread_all(fd, in.data(), in.size(), file_offset + static_cast<uint64_t>(r0) * in_row, where);
+    std::atomic<int64_t> bad_row{-1};
+    ThreadPool::global().parallel_for(nr, 16, [&](int64_t i0, int64_t i1) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t i = i0; i < i1; ++i) {
+        dtype_row_to_f32(in.data() + static_cast<size_t>(i) * in_row, from, cols, row.data());
+        if (!quantize_row(q, row.data(), cols, values.data() + i * row_bytes,
+                          scales.data() + (r0 + i) * scale_row_bytes))
+          bad_row = r0 + i;
+      }
+    });
+    if (bad_row >= 0)
+      fail(Status::corrupt, where, " row ", bad_row.load(), " holds a NaN or an infinity, or values beyond the f16 scale ",
+           "range (cannot quantize to ", expert_kind_name(q), "; convert with --dense bf16 or f32)");
+    out.write(values.data(), values.size());
+    t.bytes += values.size();
+    progress(in.size());
+  }
+  t.scale_offset = out.begin_tensor();
+  out.write(scales.data(), scales.size());
+  t.scale_bytes = scales.size();
 }
 
 // ple.<dtype>.bin: the header page, then each n-gram table (its shards concatenated by row,
@@ -170,7 +213,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
                " is already a sluice pack (convert reads an HF checkpoint directory)");
   const nlohmann::json config = read_json_file(hf_dir / "config.json");
   const Family& family = find_family(config);
-  validate_against_family(config, family, hf_dir);
+  const std::set<std::string> matrices = validate_against_family(config, family, hf_dir);
   Checkpoint ck = Checkpoint::open(hf_dir);
   // What stays out of dense.bin: the vision tower of a multimodal checkpoint (left out of the
   // pack), the PLE n-gram tables (their own row-addressable file), the routed experts.
@@ -216,8 +259,13 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     dense_names.push_back(name);
     if (dtype_is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
   }
-  m.dense_dtype = opt.dense_dtype.value_or(all_bf16 ? DType::bf16 : DType::f32);
-  SLUICE_CHECK(dtype_is_float(m.dense_dtype), Status::invalid_argument, "convert: dense dtype must be f32 or bf16");
+  const std::optional<DType> dense_quant =
+      opt.dense_dtype && dtype_is_quantized(*opt.dense_dtype) ? opt.dense_dtype : std::nullopt;
+  m.dense_dtype = dense_quant ? (all_bf16 ? DType::bf16 : DType::f32) : opt.dense_dtype.value_or(all_bf16 ? DType::bf16 : DType::f32);
+  SLUICE_CHECK(m.dense_dtype == DType::f32 || m.dense_dtype == DType::bf16, Status::invalid_argument,
+               "convert: dense dtype must be f32, bf16, int8 or q4");
+  SLUICE_CHECK(!dense_quant || is_dense_quant_dtype(*dense_quant), Status::invalid_argument,
+               "convert: dense dtype must be f32, bf16, int8 or q4");
 
   // Open file descriptors of the checkpoint's files (reads bypass the mappings).
   std::map<fs::path, int> fds;
@@ -262,10 +310,21 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
       const SafetensorsEntry& e = ck.entry(name);
       SLUICE_CHECK(e.shape.size() >= 1 && e.shape.size() <= 4, Status::unsupported, ck.dir().string(), ": tensor ", name,
                    " has ", e.shape.size(), " dimensions (the pack holds 1 to 4)");
-      const DType to = dtype_is_float(e.dtype) ? m.dense_dtype : e.dtype;
+      const bool quantize = dense_quant && dtype_is_float(e.dtype) && matrices.count(name) &&
+                            dense_quantizable_shape(e.shape);
+      const DType to = quantize ? *dense_quant : dtype_is_float(e.dtype) ? m.dense_dtype : e.dtype;
       PackDenseTensor t{name, to, e.shape, out.begin_tensor(), 0};
       const uint64_t n_elem = (e.end - e.begin) / dtype_size(e.dtype);
       const int fd = fd_of(name);
+      if (quantize) {
+        write_quantized_dense(out, t, e.dtype, fd, file_offset(name), str(ck.file_of(name).path().string(), ": tensor ", name),
+                              opt, [&](uint64_t in_bytes) {
+                                prog.bytes_done += in_bytes;
+                                report("dense");
+                              });
+        m.dense.push_back(std::move(t));
+        continue;
+      }
       for (uint64_t done = 0; done < n_elem;) {
         check_cancel(opt);
         const uint64_t cnt = std::min<uint64_t>(kChunkElems, n_elem - done);
@@ -441,6 +500,9 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   s.bytes_out = bytes_out;
   s.seconds = elapsed();
   s.dense_dtype = m.dense_dtype;
+  s.dense_quant = dense_quant;
+  s.n_dense = static_cast<int64_t>(m.dense.size());
+  s.n_dense_quantized = std::count_if(m.dense.begin(), m.dense.end(), [](const PackDenseTensor& t) { return dtype_is_quantized(t.dtype); });
   s.kinds = kinds;
   return s;
 }

@@ -33,8 +33,10 @@ struct ConvertProgress {
 
 struct ConvertOptions {
   std::vector<DType> kinds = {DType::bf16, DType::q4, DType::q2};
-  // Dtype of the dense float tensors; default: bf16 when every float tensor of the
-  // checkpoint is bf16, f32 otherwise (so the default never loses precision).
+  // Dtype of the dense float tensors: f32 or bf16, or q8 / q4 (`--dense int8|q4`: the
+  // matrices the family reads only through matmul or get_rows, with rows of whole 32-value
+  // groups, are quantized; every other float tensor takes the default). Default: bf16 when
+  // every float tensor of the checkpoint is bf16, f32 otherwise (so it never loses precision).
   std::optional<DType> dense_dtype;
   bool force = false;                    // replace an existing pack
   uint64_t batch_bytes = uint64_t{32} << 20;  // checkpoint bytes of experts per batch
@@ -49,7 +51,9 @@ struct ConvertSummary {
   uint64_t bytes_in = 0;            // checkpoint tensor bytes
   uint64_t bytes_out = 0;           // pack data bytes written
   double seconds = 0;
-  DType dense_dtype = DType::bf16;
+  DType dense_dtype = DType::bf16;       // of the float tensors that are not quantized
+  std::optional<DType> dense_quant;      // q8 or q4 when dense matrices were quantized
+  int64_t n_dense_quantized = 0, n_dense = 0;  // dense tensors quantized, and in all
   std::vector<DType> kinds;
 };
 

@@ -228,7 +228,9 @@ void check_cancel(const SynthOptions& opt) {
 
 // ---- the plan ----
 
-SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds) {
+SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds, DType dense) {
+  SLUICE_CHECK(dense == DType::bf16 || dense == DType::f32 || is_dense_quant_dtype(dense), Status::invalid_argument,
+               "synth: dense dtype must be bf16, f32, int8 or q4");
   SLUICE_CHECK(!kinds.empty(), Status::invalid_argument, "synth: no expert kinds to write");
   std::sort(kinds.begin(), kinds.end());
   std::string family;
@@ -250,17 +252,25 @@ SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds) {
   PackManifest& m = plan.manifest;
   m.family = family;
   m.config = config;
-  m.dense_dtype = DType::bf16;
+  m.dense_dtype = dense == DType::f32 ? DType::f32 : DType::bf16;  // quantized: the other tensors bf16
   pack_manifest_set_experts(m, layers, kinds);
   uint64_t at = kPackHeaderBytes;
   for (const MetaTensor& t : tensors) {
     if (expert_names.count(t.name)) continue;
-    uint64_t bytes = 2;
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
     at = round_up(at, kPackBlockAlign);
-    m.dense.push_back({t.name, DType::bf16, t.shape, at, bytes});
+    if (is_dense_quant_dtype(dense) && t.matrix && dense_quantizable_shape(t.shape)) {
+      PackDenseTensor q{t.name, dense, t.shape, at, static_cast<uint64_t>(t.shape[0] * quant_row_bytes(dense, t.shape[1]))};
+      q.scale_offset = round_up(at + q.bytes, kPackBlockAlign);
+      q.scale_bytes = static_cast<uint64_t>(t.shape[0] * quant_scale_row_bytes(dense, t.shape[1]));
+      at = q.scale_offset + q.scale_bytes;
+      m.dense.push_back(std::move(q));
+    } else {
+      uint64_t bytes = dtype_size(m.dense_dtype);
+      for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+      m.dense.push_back({t.name, m.dense_dtype, t.shape, at, bytes});
+      at += bytes;
+    }
     plan.dense_hints.push_back(t.hint);
-    at += bytes;
   }
   m.dense_file_bytes = at;
   plan.dense_bytes = at;
@@ -276,7 +286,7 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
 
   // 1. The plan (config errors fail here, before anything is written), then the output.
-  SynthPlan plan = synth_plan(config, opt.kinds);
+  SynthPlan plan = synth_plan(config, opt.kinds, opt.dense);
   PackManifest& m = plan.manifest;
   PackStaging staging(out_arg, opt.force, "synth");
   const fs::path& dir = staging.dir();
@@ -306,14 +316,18 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
       keys.push_back(stream_key(opt.seed, 0, i));
       inits.push_back(dense_init(m.dense[i].name, plan.dense_hints[i]));
     }
+    // A piece: bytes [begin, end) of one region of a tensor: its values (float elements, or
+    // a quantized tensor's packed rows) or a quantized tensor's scales.
     struct Piece {
       size_t tensor;
-      uint64_t elem_begin, elem_end;  // elements of the tensor
-      uint8_t* out;                   // where elem_begin goes
+      bool scales;
+      uint64_t begin, end;
+      uint8_t* out;  // where byte `begin` goes
     };
-    constexpr uint64_t kPieceElems = uint64_t{1} << 16;
+    constexpr uint64_t kPieceBytes = uint64_t{1} << 17;
     size_t first = 0;  // the first tensor that may overlap the chunk
     int which = 0;
+    auto tensor_end = [](const PackDenseTensor& t) { return t.scale_bytes ? t.scale_offset + t.scale_bytes : t.offset + t.bytes; };
     for (uint64_t c0 = kPackHeaderBytes; c0 < m.dense_file_bytes; c0 += chunk_bytes, which ^= 1) {
       check_cancel(opt);
       const uint64_t c1 = std::min(m.dense_file_bytes, c0 + chunk_bytes);
@@ -321,18 +335,44 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
       const size_t n = static_cast<size_t>(c1 - c0);
       std::memset(buf, 0, n);
       std::vector<Piece> pieces;
-      while (first < m.dense.size() && m.dense[first].offset + m.dense[first].bytes <= c0) ++first;
+      while (first < m.dense.size() && tensor_end(m.dense[first]) <= c0) ++first;
       for (size_t i = first; i < m.dense.size() && m.dense[i].offset < c1; ++i) {
         const PackDenseTensor& t = m.dense[i];
-        const uint64_t b0 = std::max(t.offset, c0), b1 = std::min(t.offset + t.bytes, c1);  // both even
-        for (uint64_t e = (b0 - t.offset) / 2; e < (b1 - t.offset) / 2; e += kPieceElems)
-          pieces.push_back({i, e, std::min((b1 - t.offset) / 2, e + kPieceElems), buf + (t.offset + 2 * e - c0)});
+        for (bool sc : {false, true}) {
+          const uint64_t off = sc ? t.scale_offset : t.offset, bytes = sc ? t.scale_bytes : t.bytes;
+          const uint64_t b0 = std::max(off, c0), b1 = std::min(off + bytes, c1);  // whole float elements
+          for (uint64_t b = b0; b < b1; b += kPieceBytes)
+            pieces.push_back({i, sc, b - off, std::min(b1, b + kPieceBytes) - off, buf + (b - c0)});
+        }
       }
       pool.parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t p0, int64_t p1) {
+        std::vector<uint16_t> wide;
+        std::vector<uint8_t> row, row_scales;
         for (int64_t p = p0; p < p1; ++p) {
           const Piece& pc = pieces[static_cast<size_t>(p)];
-          fill_dense(inits[pc.tensor], reinterpret_cast<uint16_t*>(pc.out), keys[pc.tensor], pc.elem_begin, pc.elem_end,
-                     m.dense[pc.tensor].shape.back());
+          const PackDenseTensor& t = m.dense[pc.tensor];
+          if (dtype_is_quantized(t.dtype)) {
+            // Rows made up as the quantizer would lay them out (fill_expert_row), the piece's
+            // bytes copied out of them: a row cut by a piece boundary is made twice, the same.
+            const int64_t cols = t.shape[1];
+            const uint64_t rb = quant_row_bytes(t.dtype, cols), sb = quant_scale_row_bytes(t.dtype, cols);
+            const uint64_t stride = pc.scales ? sb : rb;
+            row.resize(rb);
+            row_scales.resize(sb);
+            for (uint64_t r = pc.begin / stride; r * stride < pc.end; ++r) {
+              fill_expert_row(t.dtype, cols, mix64(keys[pc.tensor] + r * kGolden), row.data(), row_scales.data());
+              const uint8_t* src = pc.scales ? row_scales.data() : row.data();
+              const uint64_t lo = std::max(pc.begin, r * stride), hi = std::min(pc.end, (r + 1) * stride);
+              std::memcpy(pc.out + (lo - pc.begin), src + (lo - r * stride), hi - lo);
+            }
+          } else if (t.dtype == DType::f32) {  // the bf16 values, widened (exact)
+            wide.resize((pc.end - pc.begin) / 4);
+            fill_dense(inits[pc.tensor], wide.data(), keys[pc.tensor], pc.begin / 4, pc.end / 4, t.shape.back());
+            dtype_convert_row(wide.data(), DType::bf16, pc.out, DType::f32, static_cast<int64_t>(wide.size()));
+          } else {
+            fill_dense(inits[pc.tensor], reinterpret_cast<uint16_t*>(pc.out), keys[pc.tensor], pc.begin / 2, pc.end / 2,
+                       t.shape.back());
+          }
         }
       });
       if (pending.valid()) pending.get();

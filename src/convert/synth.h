@@ -7,7 +7,8 @@
 // manifest and headers; convert/pack_writer.h for staging, dense.bin and the record writer),
 // so it verifies, loads and runs like a converted one.
 //
-// Values: dense weights ~N(0, 0.02) in bf16 (the checkpoints' initializer_range), RMSNorm
+// Values: dense weights ~N(0, 0.02) in bf16 (the checkpoints' initializer_range; quantized
+// dense matrices as the expert records below), RMSNorm
 // weights ~1 (~0 where the family stores them as an offset from 1), Gated DeltaNet A_log,
 // dt_bias and conv taps as transformers initializes them. Expert records hold uniformly
 // random packed values with scales chosen so that the dequantized weights have a standard
@@ -63,6 +64,10 @@ struct SynthProgress {
 
 struct SynthOptions {
   std::vector<DType> kinds = {DType::q4};
+  // The dense tensors: bf16 or f32, or q8 / q4 (`--dense int8|q4`: the matrices the family
+  // reads through matmul or get_rows, rows of whole 32-value groups, as random packed rows
+  // like the expert records'; every other dense tensor bf16).
+  DType dense = DType::bf16;
   bool force = false;                           // replace an existing pack
   uint64_t seed = 1;
   uint64_t batch_bytes = uint64_t{64} << 20;    // record bytes per batch (all kinds together), and
@@ -83,7 +88,7 @@ struct SynthPlan {
 
 // Throws the family's config errors (corrupt / unsupported, naming the field), and
 // unsupported for a family whose checkpoints hold no routed experts.
-SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds);
+SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds, DType dense = DType::bf16);
 
 struct SynthSummary {
   std::filesystem::path out_dir;

@@ -48,6 +48,14 @@ std::optional<DType> expert_kind_from_name(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<DType> dense_dtype_from_name(std::string_view s) {
+  for (DType t : {DType::f32, DType::bf16, DType::q8, DType::q4})
+    if (s == dense_dtype_name(t)) return t;
+  return std::nullopt;
+}
+
+std::string_view dense_dtype_name(DType t) { return t == DType::q8 ? "int8" : dtype_name(t); }
+
 std::vector<DType> parse_expert_kinds(std::string_view list) {
   std::vector<DType> kinds;
   size_t pos = 0;
@@ -117,9 +125,14 @@ std::string pack_manifest_to_json(const PackManifest& m) {
   dense["bytes"] = m.dense_file_bytes;
   dense["checksum"] = hex16(m.dense_checksum);
   dense["tensors"] = ojson::array();
-  for (const PackDenseTensor& t : m.dense)
-    dense["tensors"].push_back(
-        {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", t.offset}, {"bytes", t.bytes}});
+  for (const PackDenseTensor& t : m.dense) {
+    ojson j = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", t.offset}, {"bytes", t.bytes}};
+    if (dtype_is_quantized(t.dtype)) {
+      j["scale_offset"] = t.scale_offset;
+      j["scale_bytes"] = t.scale_bytes;
+    }
+    dense["tensors"].push_back(std::move(j));
+  }
   root["dense"] = std::move(dense);
   ojson ex;
   ex["n_expert"] = m.n_expert;
@@ -318,6 +331,7 @@ Tensor Pack::dense(const std::string& name) const {
   t.dtype = d.dtype;
   for (int64_t s : d.shape) t.shape[t.ndim++] = s;
   t.data = const_cast<uint8_t*>(dense_bytes_ + d.offset);  // read-only mapping: never written
+  if (d.scale_bytes) t.scales = const_cast<uint8_t*>(dense_bytes_ + d.scale_offset);
   t.storage = std::shared_ptr<void>(dense_map_, t.data);
   return t;
 }

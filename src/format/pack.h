@@ -2,7 +2,8 @@
 //
 //   DIR/manifest.json        format version, family, config, tokenizer files, dense tensors,
 //                            and per expert kind: file, record stride, block offsets, checksums
-//   DIR/dense.bin            every non-expert tensor (bf16 or f32), each 64-byte aligned
+//   DIR/dense.bin            every non-expert tensor (bf16 or f32; in version 3 the matrices
+//                            may be int8 or q4 with their scales), each 64-byte aligned
 //   DIR/experts.<kind>.bin   one record per (MoE layer, expert): gate, up and down blocks and
 //                            their scales; records 4096-aligned at a fixed stride, so one
 //                            direct read fetches one expert
@@ -12,7 +13,8 @@
 //
 // Version 2 adds the n-gram tables and packs without routed experts (a dense model such as
 // qwen3_5); a pack that uses neither is written as version 1, so older readers keep reading
-// the decoder families' packs. This reader takes both.
+// the decoder families' packs. Version 3 adds quantized dense matrices (`convert --dense
+// int8|q4`); a writer puts 3 only in a pack that holds one. This reader takes all three.
 //
 // dense.bin and each experts.<kind>.bin open with a 4096-byte header page (magic
 // "SLUICEPK", format version, the file's role and kind, payload bytes); dense tensor offsets
@@ -41,7 +43,7 @@
 
 namespace sluice {
 
-constexpr int kPackFormatVersion = 2;     // the newest version this sluice reads and writes
+constexpr int kPackFormatVersion = 3;     // the newest version this sluice reads and writes
 constexpr int kPackMinFormatVersion = 1;  // the oldest it reads
 constexpr int kPackDataVersion = 1;       // the version field of every data file's header page
 constexpr uint64_t kPackRecordAlign = 4096;  // O_DIRECT alignment of records and strides
@@ -106,12 +108,30 @@ PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff);
 // Packed-value and scale bytes of a [rows, cols] block of an expert kind.
 std::pair<uint64_t, uint64_t> pack_block_bytes(DType kind, int64_t rows, int64_t cols);
 
+// A dense tensor in dense.bin. A quantized one (q8 or q4, version 3: a matrix [rows, cols]
+// that the family reads only as a matmul weight or an embedding table) holds its packed
+// values at offset (bytes = rows x quant_row_bytes) and its scales at scale_offset
+// (scale_bytes = rows x quant_scale_row_bytes), laid out as core/quant.h defines.
 struct PackDenseTensor {
   std::string name;               // the checkpoint's tensor name
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
   uint64_t offset = 0, bytes = 0;  // in dense.bin
+  uint64_t scale_offset = 0, scale_bytes = 0;  // in dense.bin; quantized tensors only
 };
+
+// The dense quantized dtypes (`convert --dense int8|q4`): q8 and q4. q2 is for expert
+// records only (the low-bit miss copy).
+inline bool is_dense_quant_dtype(DType t) { return t == DType::q8 || t == DType::q4; }
+// `--dense` names: "f32", "bf16", "int8" (q8), "q4"; nullopt for anything else.
+std::optional<DType> dense_dtype_from_name(std::string_view s);
+std::string_view dense_dtype_name(DType t);  // "int8" for q8, else dtype_name
+// Whether a dense tensor of this shape may be stored quantized: a matrix whose rows are
+// whole q4 groups (32 values), for both kinds, so that every backend's vectorized path
+// applies (the CUDA matvec reads 32 q4 / 16 int8 values at a time).
+inline bool dense_quantizable_shape(const std::vector<int64_t>& shape) {
+  return shape.size() == 2 && shape[0] > 0 && shape[1] > 0 && shape[1] % 32 == 0;
+}
 
 // One PLE n-gram table (qwen4_exp) in ple.<dtype>.bin: the checkpoint's shards concatenated
 // by row, row r at offset + r * row_stride (the row's cols values, then zero padding). A
@@ -153,7 +173,8 @@ struct PackManifest {
   std::string family;              // registry model_type
   nlohmann::json config;           // the checkpoint's config.json, verbatim
   std::vector<std::string> tokenizer_files;  // copied files, relative names
-  DType dense_dtype = DType::bf16;           // of the float tensors (integer tensors keep theirs)
+  DType dense_dtype = DType::bf16;           // of the float tensors (integer tensors keep theirs;
+                                             // quantized matrices, version 3, are q8 or q4)
   std::vector<PackDenseTensor> dense;        // ascending offsets
   uint64_t dense_file_bytes = 0;             // size of dense.bin
   uint64_t dense_checksum = 0;               // XXH3-64 of dense.bin after the header page
@@ -166,8 +187,19 @@ struct PackManifest {
   std::map<DType, PackKindInfo> kinds;  // empty for a pack without routed experts (version 2)
   std::optional<PackPleInfo> ple;            // version 2
 
-  // The version the writer puts in manifest.json: 2 when the pack uses what version 2 added.
-  int needed_version() const { return ple || moe_layers.empty() ? 2 : 1; }
+  // The version the writer puts in manifest.json: 3 when a dense tensor is quantized, 2 when
+  // the pack uses what version 2 added, else 1.
+  int needed_version() const {
+    for (const PackDenseTensor& t : dense)
+      if (dtype_is_quantized(t.dtype)) return 3;
+    return ple || moe_layers.empty() ? 2 : 1;
+  }
+  // The dtype of the dense matrices: the first quantized dense tensor's, else dense_dtype.
+  DType dense_matrix_dtype() const {
+    for (const PackDenseTensor& t : dense)
+      if (dtype_is_quantized(t.dtype)) return t.dtype;
+    return dense_dtype;
+  }
   int64_t n_records() const { return static_cast<int64_t>(moe_layers.size()) * n_expert; }
 };
 

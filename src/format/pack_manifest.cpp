@@ -186,8 +186,9 @@ PackKindInfo parse_kind(const std::string& name, const json& v, const Fields& f,
   return info;
 }
 
+// A dense tensor entry; `version` decides whether quantized matrices may appear (3).
 PackDenseTensor parse_dense_tensor(const json& v, const Fields& f, const std::string& path, DType dense_dtype,
-                                   uint64_t file_bytes) {
+                                   uint64_t file_bytes, int version) {
   f.object(v, path);
   PackDenseTensor t;
   t.name = f.string(f.member(v, path, "name"), path + ".name");
@@ -198,8 +199,10 @@ PackDenseTensor parse_dense_tensor(const json& v, const Fields& f, const std::st
   if (!dt) f.bad(where + ".dtype", str("unknown dtype '", dtype, "'"));
   t.dtype = *dt;
   const bool is_float = t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16;
-  if (dtype_is_quantized(t.dtype))
-    f.bad(where + ".dtype", str(dtype, " does not fit a dense tensor (quantized kinds are for expert records only)"));
+  const bool quantized = dtype_is_quantized(t.dtype);
+  if (quantized && !is_dense_quant_dtype(t.dtype))
+    f.bad(where + ".dtype", str(dtype, " does not fit a dense tensor (dense tensors are float, integer, q8 or q4)"));
+  if (quantized && version < 3) f.bad(where + ".dtype", str(dtype, " (a quantized dense tensor) needs pack format version 3"));
   if (is_float && t.dtype != dense_dtype)
     f.bad(where + ".dtype", str(dtype, " but the pack's dense dtype is ", dtype_name(dense_dtype)));
   const json& shape = f.array(f.member(v, path, "shape"), where + ".shape");
@@ -214,8 +217,25 @@ PackDenseTensor parse_dense_tensor(const json& v, const Fields& f, const std::st
   t.offset = f.u64(f.member(v, path, "offset"), where + ".offset", kPackMaxFileBytes);
   t.bytes = f.u64(f.member(v, path, "bytes"), where + ".bytes", kPackMaxFileBytes);
   uint64_t want = 0;
-  if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &want))
+  if (quantized) {
+    if (!dense_quantizable_shape(t.shape))
+      f.bad(where + ".shape", str("is not a matrix [rows, cols] with cols a positive multiple of 32, as a ", dtype,
+                                  " dense tensor must be"));
+    // rows, cols <= 2^22: no product below overflows.
+    const auto rows = static_cast<uint64_t>(t.shape[0]);
+    want = rows * static_cast<uint64_t>(quant_row_bytes(t.dtype, t.shape[1]));
+    t.scale_offset = f.u64(f.member(v, where, "scale_offset"), where + ".scale_offset", kPackMaxFileBytes);
+    t.scale_bytes = f.u64(f.member(v, where, "scale_bytes"), where + ".scale_bytes", kPackMaxFileBytes);
+    const uint64_t want_scales = rows * static_cast<uint64_t>(quant_scale_row_bytes(t.dtype, t.shape[1]));
+    if (want_scales != t.scale_bytes) f.bad(where + ".scale_bytes", str(t.scale_bytes, " but shape and dtype need ", want_scales));
+    if (t.scale_offset % kPackBlockAlign || t.scale_offset < kPackHeaderBytes)
+      f.bad(where + ".scale_offset", str(t.scale_offset, " is not a ", kPackBlockAlign, "-aligned offset after the header page"));
+    if (t.scale_offset + t.scale_bytes > file_bytes)
+      f.bad(where, str("scales [", t.scale_offset, ", ", t.scale_offset + t.scale_bytes, ") run past the end of ",
+                       kPackDenseName, " (", file_bytes, " bytes)"));
+  } else if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &want)) {
     f.bad(where + ".shape", "x dtype overflows 64 bits");
+  }
   if (want != t.bytes) f.bad(where + ".bytes", str(t.bytes, " but shape and dtype need ", want));
   if (t.offset % kPackBlockAlign || t.offset < kPackHeaderBytes)
     f.bad(where + ".offset", str(t.offset, " is not a ", kPackBlockAlign, "-aligned offset after the header page"));
@@ -389,9 +409,11 @@ PackManifest parse_pack_manifest(std::string_view text, std::string_view file_na
   std::set<std::string> names;
   std::vector<Range> ranges;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    PackDenseTensor t = parse_dense_tensor(tensors[i], f, str("dense.tensors[", i, "]"), m.dense_dtype, m.dense_file_bytes);
+    PackDenseTensor t =
+        parse_dense_tensor(tensors[i], f, str("dense.tensors[", i, "]"), m.dense_dtype, m.dense_file_bytes, m.version);
     if (!names.insert(t.name).second) f.bad(str("dense.tensors[", i, "]"), str("tensor '", t.name.substr(0, 200), "' is listed twice"));
     ranges.push_back({t.offset, t.bytes, "tensor '" + t.name.substr(0, 200) + "'"});
+    if (t.scale_bytes) ranges.push_back({t.scale_offset, t.scale_bytes, "the scales of tensor '" + t.name.substr(0, 200) + "'"});
     m.dense.push_back(std::move(t));
   }
   check_disjoint(std::move(ranges), f, "dense.tensors");

@@ -7,10 +7,10 @@ AttentionWeights load_attention(WeightLoader& wl, const std::string& p, const At
                                 const std::string& q_norm, const std::string& k_norm) {
   AttentionWeights w;
   const int64_t q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
-  w.q = wl.take(p + "q_proj.weight", {q_dim, s.n_embd});
-  w.k = wl.take(p + "k_proj.weight", {kv_dim, s.n_embd});
-  w.v = wl.take(p + "v_proj.weight", {kv_dim, s.n_embd});
-  w.o = wl.take(p + "o_proj.weight", {s.n_embd, q_dim});
+  w.q = wl.take_matrix(p + "q_proj.weight", {q_dim, s.n_embd});
+  w.k = wl.take_matrix(p + "k_proj.weight", {kv_dim, s.n_embd});
+  w.v = wl.take_matrix(p + "v_proj.weight", {kv_dim, s.n_embd});
+  w.o = wl.take_matrix(p + "o_proj.weight", {s.n_embd, q_dim});
   if (bias) {
     w.q_bias = wl.take(p + "q_proj.bias", {q_dim});
     w.k_bias = wl.take(p + "k_proj.bias", {kv_dim});
@@ -74,9 +74,9 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
 
 ExpertWeights load_mlp(WeightLoader& wl, const std::string& p, int64_t n_embd, int64_t n_ff, const ExpertNames& names) {
   ExpertWeights w;
-  w.gate = wl.take(p + names.gate + ".weight", {n_ff, n_embd});
-  w.up = wl.take(p + names.up + ".weight", {n_ff, n_embd});
-  w.down = wl.take(p + names.down + ".weight", {n_embd, n_ff});
+  w.gate = wl.take_matrix(p + names.gate + ".weight", {n_ff, n_embd});
+  w.up = wl.take_matrix(p + names.up + ".weight", {n_ff, n_embd});
+  w.down = wl.take_matrix(p + names.down + ".weight", {n_embd, n_ff});
   return w;
 }
 

@@ -17,10 +17,10 @@ GatedAttentionWeights load_gated_attention(WeightLoader& wl, const std::string& 
   const AttentionSpec& a = s.attn;
   const int64_t q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
   GatedAttentionWeights w;
-  w.q = wl.take(p + "q_proj.weight", {2 * q_dim, a.n_embd});
-  w.k = wl.take(p + "k_proj.weight", {kv_dim, a.n_embd});
-  w.v = wl.take(p + "v_proj.weight", {kv_dim, a.n_embd});
-  w.o = wl.take(p + "o_proj.weight", {a.n_embd, q_dim});
+  w.q = wl.take_matrix(p + "q_proj.weight", {2 * q_dim, a.n_embd});
+  w.k = wl.take_matrix(p + "k_proj.weight", {kv_dim, a.n_embd});
+  w.v = wl.take_matrix(p + "v_proj.weight", {kv_dim, a.n_embd});
+  w.o = wl.take_matrix(p + "o_proj.weight", {a.n_embd, q_dim});
   if (s.bias) {
     w.q_bias = wl.take(p + "q_proj.bias", {2 * q_dim});
     w.k_bias = wl.take(p + "k_proj.bias", {kv_dim});

@@ -47,16 +47,16 @@ DeltaNetWeights load_delta_net(WeightLoader& wl, const std::string& p, const Del
     w.b = upload_rows(wl.backend(), ba, b_rows);
     w.a = upload_rows(wl.backend(), ba, a_rows);
   } else {
-    w.qkv = wl.take(p + "in_proj_qkv.weight", {s.conv_dim(), d});
-    w.z = wl.take(p + "in_proj_z.weight", {s.value_dim(), d});
-    w.b = wl.take(p + "in_proj_b.weight", {nv, d});
-    w.a = wl.take(p + "in_proj_a.weight", {nv, d});
+    w.qkv = wl.take_matrix(p + "in_proj_qkv.weight", {s.conv_dim(), d});
+    w.z = wl.take_matrix(p + "in_proj_z.weight", {s.value_dim(), d});
+    w.b = wl.take_matrix(p + "in_proj_b.weight", {nv, d});
+    w.a = wl.take_matrix(p + "in_proj_a.weight", {nv, d});
   }
   w.conv = take_f32(wl, p + "conv1d.weight", {s.conv_dim(), 1, s.conv_kernel}).reshape({s.conv_dim(), s.conv_kernel});
   w.A_log = take_f32(wl, p + "A_log", {nv});
   w.dt_bias = take_f32(wl, p + "dt_bias", {nv});
   w.norm = wl.take(p + "norm.weight", {dv});
-  w.out = wl.take(p + "out_proj.weight", {d, s.value_dim()});
+  w.out = wl.take_matrix(p + "out_proj.weight", {d, s.value_dim()});
   return w;
 }
 

@@ -107,23 +107,23 @@ void skip_unused_parts(WeightLoader& wl, const HybridCheckpoint& ck) {
 
 void load_embeddings(WeightLoader& wl, const HybridCheckpoint& ck, const ModelInfo& info, HybridWeights& w) {
   const int64_t d = info.n_embd, V = info.n_vocab;
-  w.tok_embd = wl.take(ck.prefix + "embed_tokens.weight", {V, d});
+  w.tok_embd = wl.take_matrix(ck.prefix + "embed_tokens.weight", {V, d});
   if (ck.tie_word_embeddings) {
     w.output = w.tok_embd;
     wl.skip_matching("lm_head.weight");  // a tied checkpoint may still carry the copy
   } else {
-    w.output = wl.take("lm_head.weight", {V, d});
+    w.output = wl.take_matrix("lm_head.weight", {V, d});
   }
 }
 
 void load_moe_with_shared(WeightLoader& wl, const std::string& p, const HybridSpec& spec, int64_t n_ff,
                           HybridLayerWeights& lw) {
   const int64_t d = spec.info.n_embd;
-  lw.router = wl.take(p + "gate.weight", {spec.router.n_expert, d});
+  lw.router = wl.take_matrix(p + "gate.weight", {spec.router.n_expert, d});
   lw.experts = load_experts(wl, p + "experts.", spec.router.n_expert, d, n_ff);
   if (spec.n_ff_shared > 0) {
     lw.shared = load_mlp(wl, p + "shared_expert.", d, spec.n_ff_shared);
-    lw.shared_gate = wl.take(p + "shared_expert_gate.weight", {1, d});
+    lw.shared_gate = wl.take_matrix(p + "shared_expert_gate.weight", {1, d});
   }
 }
 

@@ -88,7 +88,9 @@ std::vector<MetaTensor> family_tensors(const nlohmann::json& config, std::string
   auto backend = make_cpu_backend();  // upload keeps host views: nothing is copied
   MetaSource source;
   family.load(config, source, *backend);
-  return source.declared();
+  std::vector<MetaTensor> out = source.declared();
+  for (MetaTensor& t : out) t.matrix = source.matrices().count(t.name) != 0;
+  return out;
 }
 
 }  // namespace sluice

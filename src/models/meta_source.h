@@ -26,6 +26,7 @@ struct MetaTensor {
   std::string name;             // checkpoint name
   std::vector<int64_t> shape;
   WeightHint hint = WeightHint::none;
+  bool matrix = false;          // taken with take_matrix: a pack may hold it quantized
 };
 
 class MetaSource final : public WeightSource {

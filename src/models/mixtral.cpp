@@ -36,9 +36,9 @@ MixtralConfig parse_config(const nlohmann::json& j) {
 DecoderWeights declare_weights(const MixtralConfig& cfg, WeightLoader& wl) {
   const int64_t d = cfg.info.n_embd, V = cfg.info.n_vocab;
   DecoderWeights w;
-  w.tok_embd = wl.take("model.embed_tokens.weight", {V, d});
+  w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
   w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take("lm_head.weight", {V, d});
+  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
@@ -47,7 +47,7 @@ DecoderWeights declare_weights(const MixtralConfig& cfg, WeightLoader& wl) {
     lw.ffn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
     // Checkpoints name the block block_sparse_moe; transformers 5's own layout names it mlp.
     const std::string moe = wl.has(p + "block_sparse_moe.gate.weight") ? p + "block_sparse_moe." : p + "mlp.";
-    lw.router = wl.take(moe + "gate.weight", {cfg.router.n_expert, d});
+    lw.router = wl.take_matrix(moe + "gate.weight", {cfg.router.n_expert, d});
     lw.experts = load_experts(wl, moe + "experts.", cfg.router.n_expert, d, cfg.intermediate_size,
                               ExpertNames{"w1", "w3", "w2"});
     w.layers.push_back(std::move(lw));

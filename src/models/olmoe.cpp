@@ -41,16 +41,16 @@ OlmoeConfig parse_config(const nlohmann::json& j) {
 DecoderWeights declare_weights(const OlmoeConfig& cfg, WeightLoader& wl) {
   const int64_t d = cfg.info.n_embd, V = cfg.info.n_vocab;
   DecoderWeights w;
-  w.tok_embd = wl.take("model.embed_tokens.weight", {V, d});
+  w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
   w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take("lm_head.weight", {V, d});
+  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
     lw.attn_norm = wl.take(p + "input_layernorm.weight", {d});
     lw.attn = load_attention(wl, p + "self_attn.", cfg.attn, cfg.attention_bias);
     lw.ffn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
-    lw.router = wl.take(p + "mlp.gate.weight", {cfg.router.n_expert, d});
+    lw.router = wl.take_matrix(p + "mlp.gate.weight", {cfg.router.n_expert, d});
     lw.experts = load_experts(wl, p + "mlp.experts.", cfg.router.n_expert, d, cfg.intermediate_size);
     w.layers.push_back(std::move(lw));
   }

@@ -207,8 +207,8 @@ PleWeights load_ple(WeightLoader& wl, const std::string& p, const PleSpec& s, Ng
   check_buffer(wl, e + "ngram_heads_vocab_sizes", hash.head_vocab, "head vocabulary sizes");
   check_buffer(wl, e + "ngram_heads_offsets", hash.head_offset, "head offsets");
   w.hash = std::move(hash);
-  w.key = wl.take(p + "key_proj.weight", {s.width(), s.embed_dim});
-  w.value = wl.take(p + "value_proj.weight", {s.n_embd, s.embed_dim});
+  w.key = wl.take_matrix(p + "key_proj.weight", {s.width(), s.embed_dim});
+  w.value = wl.take_matrix(p + "value_proj.weight", {s.n_embd, s.embed_dim});
   w.norm_key = take_norm_plus_one(wl, p + "norm_key.weight", {s.width()});
   w.norm_query = take_norm_plus_one(wl, p + "norm_query.weight", {s.width()});
   w.norm_conv = take_norm_plus_one(wl, p + "norm_conv.weight", {s.width()});

@@ -16,7 +16,7 @@ QsaState new_qsa_state(Backend& be, const QsaSpec& s, int64_t n_ctx) {
 
 QsaWeights load_qsa(WeightLoader& wl, const std::string& p, const QsaSpec& s) {
   QsaWeights w;
-  w.qk = wl.take(p + "index_qk_proj.weight", {(s.n_head + 1) * s.head_dim, s.n_embd});
+  w.qk = wl.take_matrix(p + "index_qk_proj.weight", {(s.n_head + 1) * s.head_dim, s.n_embd});
   w.q_norm = take_norm_plus_one(wl, p + "q_layernorm.weight", {s.head_dim});
   w.k_norm = take_norm_plus_one(wl, p + "k_layernorm.weight", {s.head_dim});
   return w;

@@ -52,9 +52,9 @@ bool layer_is_moe(const Qwen3MoeConfig& cfg, int64_t l) {
 DecoderWeights declare_weights(const Qwen3MoeConfig& cfg, WeightLoader& wl) {
   const int64_t d = cfg.info.n_embd, V = cfg.info.n_vocab;
   DecoderWeights w;
-  w.tok_embd = wl.take("model.embed_tokens.weight", {V, d});
+  w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
   w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take("lm_head.weight", {V, d});
+  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;
@@ -62,7 +62,7 @@ DecoderWeights declare_weights(const Qwen3MoeConfig& cfg, WeightLoader& wl) {
     lw.attn = load_attention(wl, p + "self_attn.", cfg.attn, cfg.attention_bias);
     lw.ffn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
     if (layer_is_moe(cfg, l)) {
-      lw.router = wl.take(p + "mlp.gate.weight", {cfg.router.n_expert, d});
+      lw.router = wl.take_matrix(p + "mlp.gate.weight", {cfg.router.n_expert, d});
       lw.experts = load_experts(wl, p + "mlp.experts.", cfg.router.n_expert, d, cfg.moe_intermediate_size);
     } else {
       lw.mlp = load_mlp(wl, p + "mlp.", d, cfg.intermediate_size);

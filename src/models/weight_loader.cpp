@@ -2,6 +2,7 @@
 #include "models/weight_loader.h"
 
 #include "core/log.h"
+#include "format/pack.h"
 
 namespace sluice {
 
@@ -10,15 +11,24 @@ WeightLoader::WeightLoader(WeightSource& source, Backend& backend, std::string f
 
 bool WeightLoader::has(const std::string& name) const { return source_.has(prefix_ + name); }
 
-Tensor WeightLoader::check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape) {
+Tensor WeightLoader::check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape,
+                                bool quantized_ok) {
   Tensor want(DType::f32, shape, nullptr);
   bool same = t.ndim == want.ndim;
   for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == want.shape[i];
   SLUICE_CHECK(same, Status::corrupt, family_, ": tensor ", full_name, " has shape ", t.shape_str(),
                ", expected ", want.shape_str(), " from config.json");
-  SLUICE_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, Status::unsupported,
-               family_, ": tensor ", full_name, " has dtype ", dtype_name(t.dtype),
-               "; weights must be f32, bf16 or f16");
+  if (quantized_ok && is_dense_quant_dtype(t.dtype)) {
+    SLUICE_CHECK(t.ndim == 2 && t.scales, Status::corrupt, family_, ": tensor ", full_name, " is ", dtype_name(t.dtype),
+                 " without scales");
+  } else {
+    SLUICE_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, Status::unsupported,
+                 family_, ": tensor ", full_name, " has dtype ", dtype_name(t.dtype), "; ",
+                 dtype_is_quantized(t.dtype) ? "this weight is not a matrix the family may read quantized (norms, "
+                                               "biases and small vectors stay float): "
+                                             : "",
+                 "weights must be f32, bf16 or f16");
+  }
   n_params_ += t.numel();
   return t;
 }
@@ -42,6 +52,13 @@ Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t
   const std::string full = prefix_ + name;
   require(full, shape, WeightHint::none);
   return check(full, source_.get(full), shape);
+}
+
+Tensor WeightLoader::take_matrix(const std::string& name, std::initializer_list<int64_t> shape) {
+  const std::string full = prefix_ + name;
+  require(full, shape, WeightHint::none);
+  source_.note_matrix(full);
+  return backend_.upload(check_host(full, source_.get(full), shape, /*quantized_ok=*/true));
 }
 
 std::optional<Tensor> WeightLoader::take_optional(const std::string& name, std::initializer_list<int64_t> shape) {

@@ -22,6 +22,11 @@ class WeightLoader {
   // The tensor `prefix + name` with exactly this shape, in a float dtype (f32/bf16/f16).
   Tensor take(const std::string& name, std::initializer_list<int64_t> shape);
   std::optional<Tensor> take_optional(const std::string& name, std::initializer_list<int64_t> shape);
+  // A matrix [rows, cols] that the family uses only as a matmul weight (Backend::matmul) or
+  // an embedding table (Backend::get_rows): as take(), but a pack may hold it quantized (q8
+  // or q4, `convert --dense int8|q4`), and the source hears of it (note_matrix) so that a
+  // writer knows which tensors it may quantize.
+  Tensor take_matrix(const std::string& name, std::initializer_list<int64_t> shape);
   // The same checks and accounting, but the host view itself, not uploaded: for a weight the
   // family transforms at load (upload the result with backend().upload). `hint`: see
   // WeightHint (only a source that makes weights up reads it).
@@ -42,7 +47,8 @@ class WeightLoader {
  private:
   Tensor check(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
   void require(const std::string& full_name, std::initializer_list<int64_t> shape, WeightHint hint);
-  Tensor check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape);
+  Tensor check_host(const std::string& full_name, Tensor t, std::initializer_list<int64_t> shape,
+                    bool quantized_ok = false);
 
   WeightSource& source_;
   Backend& backend_;

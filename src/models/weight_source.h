@@ -45,10 +45,18 @@ class WeightSource {
   // tensors up (MetaSource) creates it with this shape; sources of real weights do nothing,
   // and the take fails as "checkpoint lacks tensor".
   virtual void declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) {}
+  // Called by WeightLoader::take_matrix: the family reads `name` only as a matmul weight or an
+  // embedding table, so a pack writer may store it quantized. convert's dry run over the
+  // checkpoint and synth's run over a MetaSource read the set afterwards (matrices()).
+  void note_matrix(const std::string& name) { matrices_.insert(name); }
+  const std::set<std::string>& matrices() const { return matrices_; }
   // A PLE n-gram table stored row-addressable under `table` ("...ple_embedding.ngram_embedding.",
   // a pack's ple.<dtype>.bin), marked used; null when the source has none there (a
   // checkpoint: the loader takes the table's tensors).
   virtual std::shared_ptr<NgramTable> ngram_table(const std::string& table) { return nullptr; }
+
+ private:
+  std::set<std::string> matrices_;
 };
 
 class CheckpointSource final : public WeightSource {

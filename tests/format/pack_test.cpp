@@ -12,6 +12,7 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
+#include "convert/convert.h"
 #include "core/quant.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
@@ -210,7 +211,7 @@ std::vector<Corruption> corruptions() {
   };
   return {
       {"manifest bad format magic", manifest([](json& j) { j["format"] = "gguf"; }), Status::corrupt, {"manifest.json", "not a sluice pack"}},
-      {"manifest newer version", manifest([](json& j) { j["version"] = 3; }), Status::unsupported, {"version 3"}},
+      {"manifest newer version", manifest([](json& j) { j["version"] = 4; }), Status::unsupported, {"version 4"}},
       {"version 1 without experts", manifest([](json& j) { j["experts"]["layers"] = json::array(); }), Status::corrupt, {"experts.layers", "version-1"}},
       {"version 1 with n-gram tables", manifest([](json& j) { j["ple"] = json::object(); }), Status::corrupt, {"ple", "version 2"}},
       {"kinds without experts", manifest([](json& j) {
@@ -256,7 +257,7 @@ std::vector<Corruption> corruptions() {
        }), Status::corrupt, {"lm_head.weight", "overflows"}},
       {"petabyte dense file", manifest([](json& j) { j["dense"]["bytes"] = uint64_t{1} << 49; }), Status::corrupt, {"dense.bin", "562949953421312", "truncated"}},
       {"negative offset", manifest([&](json& j) { tensor(j, "lm_head.weight")["offset"] = -4096; }), Status::corrupt, {"lm_head.weight", "negative"}},
-      {"quantized dense tensor", manifest([&](json& j) { tensor(j, "model.norm.weight")["dtype"] = "q4"; }), Status::corrupt, {"model.norm.weight", "does not fit a dense tensor"}},
+      {"quantized dense tensor in version 1", manifest([&](json& j) { tensor(j, "lm_head.weight")["dtype"] = "q4"; }), Status::corrupt, {"lm_head.weight", "needs pack format version 3"}},
       {"dense tensor off the dense dtype", manifest([&](json& j) { tensor(j, "model.norm.weight")["dtype"] = "f16"; }), Status::corrupt, {"model.norm.weight", "dense dtype is bf16"}},
       {"dense dtype integer", manifest([](json& j) { j["dense"]["dtype"] = "i8"; }), Status::corrupt, {"dense.dtype", "does not fit"}},
       {"kind with a foreign dtype", manifest([](json& j) { j["kinds"]["q4"]["dtype"] = "q2"; }), Status::corrupt, {"kinds.q4.dtype", "does not fit expert kind q4"}},
@@ -291,6 +292,48 @@ INSTANTIATE_TEST_SUITE_P(Cases, PackCorrupt, ::testing::ValuesIn(corruptions()),
   for (char ch : info.param.name) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
+
+// A version-3 pack (olmoe with --dense q4) with its quantized dense entries damaged: each is
+// one line naming the tensor and the field.
+TEST(PackCorruptDenseQuant, GivesAClearError) {
+  const fs::path good = pack_test_dir("dense-q4");
+  ConvertOptions o;
+  o.kinds = {DType::q4};
+  o.dense_dtype = DType::q4;
+  convert_checkpoint(fixture_dir("olmoe"), good, o);
+  ASSERT_EQ(Pack::open(good)->manifest().version, 3);
+  auto tensor = [](json& j, const std::string& name) -> json& {
+    for (json& t : j["dense"]["tensors"])
+      if (t["name"] == name) return t;
+    throw std::runtime_error("no tensor " + name);
+  };
+  const std::string lm = "lm_head.weight", q = "model.layers.0.self_attn.q_proj.weight";
+  const std::vector<std::pair<std::function<void(json&)>, std::vector<std::string>>> cases = {
+      {[&](json& j) { tensor(j, lm)["dtype"] = "q3"; }, {lm, "unknown dtype 'q3'"}},
+      {[&](json& j) { tensor(j, lm)["dtype"] = "q2"; }, {lm, "q2 does not fit a dense tensor"}},
+      {[&](json& j) { tensor(j, lm)["dtype"] = "q8"; }, {lm, "bytes", "shape and dtype need"}},
+      {[&](json& j) { tensor(j, lm).erase("scale_offset"); }, {lm, "scale_offset", "missing"}},
+      {[&](json& j) { tensor(j, lm)["scale_bytes"] = 8; }, {lm, "scale_bytes", "8 but shape and dtype need"}},
+      {[&](json& j) { tensor(j, lm)["scale_offset"] = tensor(j, q)["offset"]; }, {"overlaps", q}},
+      {[&](json& j) { tensor(j, lm)["scale_offset"] = (j["dense"]["bytes"].get<uint64_t>() + 63) / 64 * 64; }, {lm, "scales", "run past the end"}},
+      {[&](json& j) { tensor(j, q)["shape"] = {64, 8, 8}; }, {q, "is not a matrix"}},
+      {[&](json& j) { j["version"] = 2; }, {"needs pack format version 3"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    const fs::path d = pack_test_dir("dense-q4-bad");
+    fs::copy(good, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    edit_manifest(d, cases[i].first);
+    const std::string msg = expect_error([&] { Pack::open(d); }, Status::corrupt, cases[i].second);
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    fs::remove_all(d);
+  }
+  // A norm stored quantized is refused by the parser: it is not a matrix.
+  const fs::path d = pack_test_dir("dense-q4-role");
+  fs::copy(good, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  edit_manifest(d, [&](json& j) { tensor(j, "model.norm.weight")["dtype"] = "q4"; });
+  expect_error([&] { Pack::open(d); }, Status::corrupt, {"model.norm.weight", "is not a matrix"});
+}
 
 // Damage that the manifest parser cannot see but loading does: a dense tensor whose dtype
 // does not fit its role (a norm weight stored as i8), and a config that disagrees with the

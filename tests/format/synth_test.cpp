@@ -150,6 +150,59 @@ TEST(Synth, TinyQwen4ExpWritesVerifiesLoadsAndRuns) {
   for (DType k : {DType::q4, DType::q2}) expect_forward_sane(out, k);
 }
 
+// --dense int8 / q4 / f32: the matrices quantized (rows of the expert records' random
+// packed values, dequantizing to a spread of about 0.02), everything else bf16 (f32 for
+// --dense f32); the pack verifies, loads, runs, and its bytes are a function of the seed.
+TEST(Synth, DenseDtypes) {
+  ScratchDir d;
+  for (const char* like : {"tiny-qwen3-moe", "tiny-qwen4-exp"}) {
+    for (DType dense : {DType::q8, DType::q4, DType::f32}) {
+      SCOPED_TRACE(str(like, " --dense ", dense_dtype_name(dense)));
+      const fs::path out = d / str(like, "-", dense_dtype_name(dense));
+      SynthOptions o = kinds({DType::q4});
+      o.dense = dense;
+      o.batch_bytes = 64 << 10;  // many dense.bin chunks: rows of quantized tensors cut by chunk and piece boundaries
+      synth_pack(synth_preset_config(like), out, o);
+      EXPECT_TRUE(verify_pack(out).ok);
+      std::shared_ptr<Pack> pack = Pack::open(out);
+      const PackManifest& m = pack->manifest();
+      EXPECT_EQ(m.version, dtype_is_quantized(dense) ? 3 : 1);
+      int n_quantized = 0;
+      for (const PackDenseTensor& t : m.dense) {
+        if (!dtype_is_quantized(t.dtype)) {
+          EXPECT_EQ(t.dtype, dense == DType::f32 ? DType::f32 : DType::bf16) << t.name;
+          continue;
+        }
+        ++n_quantized;
+        EXPECT_EQ(t.dtype, dense) << t.name;
+        EXPECT_EQ(t.name.find("norm"), std::string::npos) << t.name;
+        EXPECT_EQ(t.name.find("A_log"), std::string::npos) << t.name;
+        EXPECT_EQ(t.name.find("conv1d"), std::string::npos) << t.name;
+      }
+      if (dtype_is_quantized(dense)) {
+        const std::string emb = m.family == "qwen3_moe" ? "model.embed_tokens.weight" : "model.language_model.embed_tokens.weight";
+        Tensor t = pack->dense(emb);
+        ASSERT_EQ(t.dtype, dense);
+        std::vector<float> v(static_cast<size_t>(t.numel()));
+        for (int64_t r = 0; r < t.rows(); ++r)
+          dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + r * quant_row_bytes(t.dtype, t.cols()),
+                         static_cast<const uint8_t*>(t.scales) + r * quant_scale_row_bytes(t.dtype, t.cols()), t.cols(),
+                         v.data() + r * t.cols());
+        Stats st = stats(v);
+        EXPECT_NEAR(st.mean, 0.0, 0.002);
+        EXPECT_NEAR(st.std, 0.02, 0.003);
+        EXPECT_GE(n_quantized, 8);
+      }
+      expect_forward_sane(out, DType::q4);
+    }
+  }
+  // The bytes do not depend on the chunking (rows cut differently) nor the thread count.
+  SynthOptions a = kinds({DType::q4});
+  a.dense = DType::q4;
+  synth_pack(synth_preset_config("tiny-qwen3-moe"), d / "whole", a);
+  EXPECT_EQ(read_bytes(d / "whole" / kPackDenseName), read_bytes(d / "tiny-qwen3-moe-q4" / kPackDenseName));
+}
+
 // Dequantized expert weights of every kind have a standard deviation of about 0.02 (the
 // scale rules in synth.cpp), mean about 0.
 TEST(Synth, ExpertWeightsHaveTheIntendedSpread) {
@@ -359,6 +412,10 @@ TEST(SynthCli, BadInputGivesOneClearLine) {
     EXPECT_NE(u.err.find(s), std::string::npos) << s << " in: " << u.err;
   CliRun k = sluice(d, {"synth", "--like", "tiny-qwen3-moe", "--kinds", "q3", (d / "x").string()});
   EXPECT_NE(k.err.find("unknown expert kind 'q3'"), std::string::npos) << k.err;
+  CliRun q = sluice(d, {"synth", "--like", "tiny-qwen3-moe", "--dense", "q3", (d / "x").string()});
+  EXPECT_EQ(q.status, 1);
+  EXPECT_NE(q.err.find("--dense: 'q3' is not bf16, f32, int8 or q4"), std::string::npos) << q.err;
+  EXPECT_EQ(std::count(q.err.begin(), q.err.end(), '\n'), 1) << q.err;
   CliRun n = sluice(d, {"synth", (d / "x").string()});
   EXPECT_NE(n.err.find("--like NAME or --config FILE"), std::string::npos) << n.err;
   EXPECT_FALSE(fs::exists(d / "x"));

@@ -18,18 +18,6 @@ namespace {
 
 class CudaPack : public ::testing::TestWithParam<std::string> {};
 
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  GenerateOptions opt;
-  opt.n_predict = n;
-  opt.sampling.temperature = 0;
-  std::vector<int32_t> out;
-  Generator(m).generate(prompt, opt, [&](int32_t id) {
-    out.push_back(id);
-    return true;
-  });
-  return out;
-}
-
 TEST_P(CudaPack, EveryKindMatchesTheCpu) {
   FixtureReference ref = read_reference(GetParam());
   for (DType kind : {DType::bf16, DType::q8, DType::q4, DType::q2}) {

@@ -89,18 +89,6 @@ std::pair<std::vector<float>, std::vector<float>> run_logits(Model& m, const std
   return {decode, prefill};
 }
 
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  GenerateOptions opt;
-  opt.n_predict = n;
-  opt.sampling.temperature = 0;
-  std::vector<int32_t> out;
-  Generator(m).generate(prompt, opt, [&](int32_t id) {
-    out.push_back(id);
-    return true;
-  });
-  return out;
-}
-
 void expect_consistent(StreamingProvider& st, uint64_t stride, bool host_tier) {
   ASSERT_TRUE(st.drain(std::chrono::seconds(10)));
   const RunStats r = st.stats();

@@ -32,16 +32,6 @@ namespace {
 
 constexpr float kLogitTolerance = 1e-4f;  // the parity bound against transformers (parity_test.cpp)
 
-std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> ids, const LoadOptions& lo = {}) {
-  auto backend = make_cpu_backend();
-  LoadedModel m = load_model(dir, *backend, lo);
-  const int64_t V = m.model->info().n_vocab;
-  auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
-  std::vector<float> logits(ids.size() * V);
-  m.model->forward(ids, *state, logits, true);
-  return logits;
-}
-
 LoadOptions bf16_if_experts(const fs::path& pack) {
   LoadOptions lo;
   if (!Pack::open(pack, false)->manifest().kinds.empty()) lo.expert_kind = DType::bf16;

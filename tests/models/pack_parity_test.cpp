@@ -30,23 +30,6 @@ namespace {
 
 const DType kKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2};
 
-std::vector<int32_t> full_ids(const std::string& fixture) {
-  FixtureReference ref = read_reference(fixture);
-  std::vector<int32_t> ids = ref.prompt_ids;
-  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
-  return ids;
-}
-
-std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> ids, const LoadOptions& lo = {}) {
-  auto backend = make_cpu_backend();
-  LoadedModel m = load_model(dir, *backend, lo);
-  const int64_t V = m.model->info().n_vocab;
-  auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
-  std::vector<float> logits(ids.size() * V);
-  m.model->forward(ids, *state, logits, true);
-  return logits;
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }

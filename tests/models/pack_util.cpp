@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "convert/convert.h"
+#include "engine/generator.h"
 #include "fixture_util.h"
 
 namespace sluice::test {
@@ -52,6 +53,48 @@ fs::path pack_test_dir(const std::string& name) {
   fs::path d = root().dir / (name + "-" + std::to_string(counter++));
   fs::create_directories(d);
   return d;
+}
+
+void PrintTo(const DensePackCase& c, std::ostream* os) { *os << c.fixture << " --dense " << dense_dtype_name(c.dense); }
+
+fs::path dense_pack(const DensePackCase& c, DType kind, ConvertSummary* summary) {
+  const fs::path dir = pack_test_dir(str(c.fixture, "-dense-", dense_dtype_name(c.dense), "-", expert_kind_name(kind)));
+  ConvertOptions o;
+  o.kinds = {kind};
+  o.dense_dtype = c.dense;
+  o.force = true;
+  ConvertSummary s = convert_checkpoint(fixture_dir(c.fixture), dir, o);
+  if (summary) *summary = s;
+  return dir;
+}
+
+std::vector<int32_t> full_ids(const std::string& fixture) {
+  FixtureReference ref = read_reference(fixture);
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  return ids;
+}
+
+std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> ids, const LoadOptions& lo) {
+  auto backend = make_cpu_backend();
+  LoadedModel m = load_model(dir, *backend, lo);
+  const int64_t V = m.model->info().n_vocab;
+  auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
+  std::vector<float> logits(ids.size() * V);
+  m.model->forward(ids, *state, logits, true);
+  return logits;
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
+  GenerateOptions opt;
+  opt.n_predict = n;
+  opt.sampling.temperature = 0;
+  std::vector<int32_t> out;
+  Generator(m).generate(prompt, opt, [&](int32_t id) {
+    out.push_back(id);
+    return true;
+  });
+  return out;
 }
 
 }  // namespace sluice::test

@@ -130,6 +130,8 @@ TEST(ConvertCli, BadInputGivesOneClearLine) {
   const std::string olmoe = fixture_dir("olmoe").string();
   expect_clean_error(sluice({"convert", olmoe, (d / "a").string(), "--kinds", "q4,q3"}), "unknown expert kind 'q3'");
   expect_clean_error(sluice({"convert", olmoe, (d / "a").string(), "--dense", "f16"}), "--dense");
+  expect_clean_error(sluice({"convert", olmoe, (d / "a").string(), "--dense", "q3"}),
+                     "--dense: 'q3' is not bf16, f32, int8 or q4");
   expect_clean_error(sluice({"convert", "/nonexistent/ck", (d / "a").string()}), "/nonexistent/ck");
   EXPECT_FALSE(fs::exists(d / "a"));
   ASSERT_EQ(sluice({"convert", olmoe, (d / "p").string(), "--kinds", "q4", "-q"}).status, 0);
@@ -137,6 +139,20 @@ TEST(ConvertCli, BadInputGivesOneClearLine) {
   expect_clean_error(again, "already holds a pack; pass --force");
   EXPECT_EQ(sluice({"convert", olmoe, (d / "p").string(), "--kinds", "q2", "--force", "-q"}).status, 0);
   expect_clean_error(sluice({"run", "--model", (d / "p").string(), "--expert-kind", "q4", "--tokens", "1"}), "no q4 experts");
+  // A pack with quantized dense tensors whose manifest names a dtype that does not exist.
+  ASSERT_EQ(sluice({"convert", olmoe, (d / "dq").string(), "--kinds", "q4", "--dense", "q4", "-q"}).status, 0);
+  ASSERT_EQ(sluice({"run", "--model", (d / "dq").string(), "--tokens", "1,2", "-n", "2"}).status, 0);
+  {
+    std::stringstream in;
+    in << std::ifstream(d / "dq" / "manifest.json").rdbuf();
+    std::string text = in.str();
+    const std::string from = "\"dtype\": \"q4\"";
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, from.size(), "\"dtype\": \"q5\"");
+    std::ofstream(d / "dq" / "manifest.json", std::ios::trunc) << text;
+  }
+  expect_clean_error(sluice({"run", "--model", (d / "dq").string(), "--tokens", "1"}), "unknown dtype 'q5'");
   expect_clean_error(sluice({"verify", (d / "nothing").string()}), "no such pack directory");
   expect_clean_error(sluice({"verify", olmoe}), "manifest.json");
 }

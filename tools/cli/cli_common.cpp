@@ -195,6 +195,12 @@ std::string kl_check_summary(const KlCheckStats& kl) {
   return line;
 }
 
+DType parse_dense_option(const std::string& text) {
+  std::optional<DType> t = dense_dtype_from_name(text);
+  SLUICE_CHECK(t, Status::invalid_argument, "--dense: '", text.substr(0, 64), "' is not bf16, f32, int8 or q4");
+  return *t;
+}
+
 std::vector<int32_t> parse_token_list(const std::string& text) {
   std::vector<int32_t> ids;
   size_t pos = 0;

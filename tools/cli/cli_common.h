@@ -59,6 +59,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt);
 
 // "3,17,42" -> {3, 17, 42}; anything else is an invalid-argument error.
 std::vector<int32_t> parse_token_list(const std::string& text);
+// --dense of convert and synth: bf16, f32, int8 or q4; anything else is a one-line
+// Error(invalid_argument) naming the choices.
+DType parse_dense_option(const std::string& text);
 
 // --prompt TEXT and --tokens IDS, one or the other (run, logits).
 struct PromptOptions {

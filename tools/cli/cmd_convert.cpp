@@ -20,7 +20,10 @@ void register_convert(CLI::App& app) {
   cmd->add_option("HF_DIR", opt->hf_dir, "HF checkpoint directory (config.json, *.safetensors, tokenizer files)")->required();
   cmd->add_option("OUT_DIR", opt->out_dir, "pack directory to create")->required();
   cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default bf16,q4,q2)");
-  cmd->add_option("--dense", opt->dense, "dense tensor dtype: bf16 or f32 (default: bf16 when the checkpoint is all bf16, else f32)");
+  cmd->add_option("--dense", opt->dense,
+                  "dense tensor dtype: bf16, f32, int8 or q4 (int8/q4: attention, shared-expert and dense MLP "
+                  "projections, router, embeddings and output head quantized, norms and small vectors kept; "
+                  "default: bf16 when the checkpoint is all bf16, else f32)");
   cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
   add_threads(*cmd, opt->threads, "quantization threads");
@@ -28,11 +31,7 @@ void register_convert(CLI::App& app) {
     if (opt->threads > 0) ThreadPool::set_global_threads(opt->threads);
     ConvertOptions co;
     co.kinds = parse_expert_kinds(opt->kinds);
-    if (!opt->dense.empty()) {
-      SLUICE_CHECK(opt->dense == "bf16" || opt->dense == "f32", Status::invalid_argument, "--dense: '", opt->dense,
-                   "' is not bf16 or f32");
-      co.dense_dtype = opt->dense == "bf16" ? DType::bf16 : DType::f32;
-    }
+    if (!opt->dense.empty()) co.dense_dtype = parse_dense_option(opt->dense);
     co.force = opt->force;
     Progress progress("convert");
     if (!opt->quiet) {
@@ -54,9 +53,12 @@ void register_convert(CLI::App& app) {
     for (DType k : s.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(expert_kind_name(k));
     const std::string experts =
         s.kinds.empty() ? std::string("no routed experts") : str(s.n_records, " records x {", kinds, "}");
+    const std::string dense = s.dense_quant ? str(dense_dtype_name(*s.dense_quant), " (", s.n_dense_quantized, " of ", s.n_dense,
+                                                  " tensors; the others ", dtype_name(s.dense_dtype), ")")
+                                            : std::string(dtype_name(s.dense_dtype));
     std::fprintf(stderr, "sluice: converted %s (%s) to %s: %s, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",
                  opt->hf_dir.c_str(), s.family.c_str(), s.out_dir.string().c_str(), experts.c_str(),
-                 std::string(dtype_name(s.dense_dtype)).c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
+                 dense.c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
                  s.seconds, s.seconds > 0 ? s.bytes_in / 1e9 / s.seconds : 0.0);
   });
 }

@@ -23,7 +23,7 @@ std::string kinds_text(const std::vector<DType>& kinds) {
 
 void register_synth(CLI::App& app) {
   struct Options {
-    std::string like, config, out_dir, kinds = "q4";
+    std::string like, config, out_dir, kinds = "q4", dense = "bf16";
     int64_t layers = 0, experts = 0;
     uint64_t seed = 1;
     bool force = false, quiet = false, dry_run = false;
@@ -38,6 +38,9 @@ void register_synth(CLI::App& app) {
   auto* config = cmd->add_option("--config", opt->config, "a config.json of any supported family, instead of --like");
   like->excludes(config);
   cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default q4)");
+  cmd->add_option("--dense", opt->dense,
+                  "dense tensor dtype: bf16, f32, int8 or q4 (int8/q4: the matrices quantized, the rest bf16; "
+                  "default bf16)");
   add_integer(*cmd, "--layers", opt->layers, IntRange::at_least(1),
               "keep only the first N layers (a smaller pack of the same record size)");
   add_integer(*cmd, "--experts", opt->experts, IntRange::at_least(1),
@@ -59,11 +62,12 @@ void register_synth(CLI::App& app) {
     const std::string name = opt->like.empty() ? opt->config : opt->like;
     SynthOptions so;
     so.kinds = parse_expert_kinds(opt->kinds);
+    so.dense = parse_dense_option(opt->dense);
     so.force = opt->force;
     so.seed = opt->seed;
 
     if (opt->dry_run) {
-      const SynthPlan plan = synth_plan(config, so.kinds);
+      const SynthPlan plan = synth_plan(config, so.kinds, so.dense);
       const PackManifest& m = plan.manifest;
       std::printf("%s (%s): %lld MoE layers x %lld experts of [%lld, %lld], %zu dense tensors\n", name.c_str(),
                   m.family.c_str(), static_cast<long long>(m.moe_layers.size()), static_cast<long long>(m.n_expert),

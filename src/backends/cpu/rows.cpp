@@ -1,10 +1,11 @@
 // CPU row movement and the mixture combine: get_rows (embedding lookup with conversion to
-// f32), gather_rows, scatter_rows, moe_combine.
+// f32, dequantizing quantized tables), gather_rows, scatter_rows, moe_combine.
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
+#include "core/quant.h"
 
 namespace sluice {
 
@@ -22,16 +23,31 @@ void check_indices(const char* op, std::span<const int32_t> idx, int64_t limit, 
 }  // namespace
 
 void CpuBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
-  SLUICE_CHECK(table.ndim == 2 && cpu::is_weight_dtype(table.dtype) && out.dtype == DType::f32 &&
-                   out.cols() == table.cols() && cpu::lead_rows(out) == static_cast<int64_t>(ids.size()),
-               Status::internal, "cpu get_rows: table ", dtype_name(table.dtype), " ", table.shape_str(), ", ",
-               ids.size(), " ids, out ", dtype_name(out.dtype), " ", out.shape_str(),
-               " (want table f32/bf16/f16 [n_rows, c], out f32 [n_ids, c])");
+  const bool quantized = dtype_is_quantized(table.dtype);
+  SLUICE_CHECK(table.ndim == 2 && (cpu::is_weight_dtype(table.dtype) || (quantized && table.scales)) &&
+                   out.dtype == DType::f32 && out.cols() == table.cols() &&
+                   cpu::lead_rows(out) == static_cast<int64_t>(ids.size()),
+               Status::internal, "cpu get_rows: table ", dtype_name(table.dtype), " ", table.shape_str(),
+               quantized && !table.scales ? " (no scales)" : "", ", ", ids.size(), " ids, out ",
+               dtype_name(out.dtype), " ", out.shape_str(),
+               " (want table f32/bf16/f16/q8/q4/q2 [n_rows, c], out f32 [n_ids, c])");
   // An id out of range is the caller's bad token id, not a kernel bug.
   check_indices("get_rows", ids, table.shape[0], Status::invalid_argument);
   int64_t c = table.cols();
   if (ids.empty() || c == 0) return;
   float* op = out.ptr<float>();
+  if (quantized) {  // each row dequantized as core/quant.h defines it (the matmul's weights, bit for bit)
+    const DType dt = table.dtype;
+    const int64_t row_bytes = quant_row_bytes(dt, c), scale_bytes = quant_scale_row_bytes(dt, c);
+    const auto* tq = static_cast<const uint8_t*>(table.data);
+    const auto* ts = static_cast<const uint8_t*>(table.scales);
+    pool().parallel_for(static_cast<int64_t>(ids.size()), std::max<int64_t>(1, kMinChunkElems / c),
+                        [&](int64_t i0, int64_t i1) {
+                          for (int64_t i = i0; i < i1; ++i)
+                            dequantize_row(dt, tq + ids[i] * row_bytes, ts + ids[i] * scale_bytes, c, op + i * c);
+                        });
+    return;
+  }
   cpu::dispatch_weight(table.dtype, [&]<DType T>() {
     const auto* tp = static_cast<const cpu::elem_t<T>*>(table.data);
     pool().parallel_for(static_cast<int64_t>(ids.size()), std::max<int64_t>(1, kMinChunkElems / c),

@@ -370,7 +370,8 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, co
     SLUICE_CHECK(id >= 0 && id < table.rows(), Status::invalid_argument, "row id ", id, " outside [0, ", table.rows(), ")");
   auto staged = stage(ids.data(), ids.size_bytes());
   auto* d_ids = static_cast<const int32_t*>(staged.get());
-  cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), d_ids, out.ptr<float>(), n, cols, stream_);
+  cuda::launch_get_rows(table.data, table.scales, cuda::wtype_of(table.dtype, "get_rows"), d_ids, out.ptr<float>(), n,
+                        cols, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) {
@@ -403,7 +404,8 @@ void CudaBackend::get_rows_at(const Tensor& table, const Tensor& ids, const Tens
   const int64_t n = ids.numel(), cols = table.cols();
   SLUICE_CHECK(ids.dtype == DType::i32 && out.rows() == n && out.cols() == cols, Status::internal,
                "cuda get_rows_at: table ", table.shape_str(), ", ids ", ids.shape_str(), ", out ", out.shape_str());
-  cuda::launch_get_rows(table.data, wtype_of(table, "get_rows"), ids.ptr<int32_t>(), out.ptr<float>(), n, cols, stream_);
+  cuda::launch_get_rows(table.data, table.scales, cuda::wtype_of(table.dtype, "get_rows"), ids.ptr<int32_t>(),
+                        out.ptr<float>(), n, cols, stream_);
 }
 
 void CudaBackend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) {

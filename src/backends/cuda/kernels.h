@@ -94,8 +94,10 @@ void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);
 void launch_fill(float* x, float v, int64_t n, Stream s);
-// out[i, :] = table[ids[i], :] (table any weight type), ids device.
-void launch_get_rows(const void* table, WType wtype, const int32_t* ids, float* out, int64_t n, int64_t cols, Stream s);
+// out[i, :] = table[ids[i], :] as f32; table any WType but unavailable (scales: the
+// quantized kinds' per-row scales, core/quant.h; null otherwise).
+void launch_get_rows(const void* table, const void* scales, WType wtype, const int32_t* ids, float* out, int64_t n,
+                     int64_t cols, Stream s);
 void launch_gather_rows(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols, Stream s);
 void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols, Stream s);
 // out[t, :] = sum_r w[t*k + r] * e[t*k + r, :] in r order; w device.
