@@ -25,7 +25,7 @@ void CudaBackend::sample(const Tensor& logits, int64_t n_valid, const SampleRule
   p.top_k = rule.top_k;
   p.top_p = rule.top_p;
   Tensor partials;
-  if (n <= cuda::kSampleMaxRows) {
+  if (rule.temperature < cuda::kSampleKernelGreedyTemperature && n <= cuda::kSampleMaxRows) {  // greedy rows only
     static_assert(sizeof(cuda::GreedyPartial) == 3 * sizeof(int32_t));
     partials = alloc(DType::i32, {3 * cuda::sample_greedy_partials(n)});
     p.greedy_partials = reinterpret_cast<cuda::GreedyPartial*>(partials.ptr<int32_t>());
