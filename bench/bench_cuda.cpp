@@ -21,6 +21,11 @@
 //                                  and the decode roofline: bytes one decode step touches
 //                                  (active experts, attention, router, lm head, KV cache, each
 //                                  listed) over the measured copy bandwidth.
+//     [--batch 1,8,32]             and batch decode: B sequences after the same-length prompt
+//                                  decode together (Model::forward_batch_sample, greedy, the
+//                                  server's step): total tokens/s of the steady steps and the
+//                                  first step's ms (it captures the batch graph), next to the
+//                                  same steps with the logits copied out and drawn on the host.
 // Prints markdown tables. Without a CUDA build it says so and exits 1.
 #include <cxxabi.h>
 
@@ -38,6 +43,7 @@
 
 #include "backends/backend.h"
 #include "core/quant.h"
+#include "core/sampling.h"
 #include "engine/generator.h"
 #include "models/load.h"
 
@@ -373,7 +379,60 @@ double expert_bytes_per_weight(DType k, int64_t cols) {
   return 0;
 }
 
-int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw) {
+// Batch decode of B sequences (module comment). Each sequence's prompt is the shared one
+// rotated by b tokens, so the rows route to different experts.
+void run_batch(Model& model, const std::vector<int32_t>& prompt, int64_t n_decode, const std::vector<int64_t>& batches) {
+  const int64_t V = model.info().n_vocab;
+  std::printf("\n| batch | steady total tok/s | ms / step | first step ms (capture) |"
+              " logits to host + host draw: total tok/s | ms / step |\n|---|---|---|---|---|---|\n");
+  for (const int64_t B : batches) {
+    double tps[2] = {0, 0}, step_ms[2] = {0, 0}, first_ms = 0;
+    for (int host_draw = 0; host_draw < 2; ++host_draw) {
+      std::vector<std::unique_ptr<SequenceState>> st;
+      std::vector<SequenceState*> states;
+      std::vector<int32_t> tokens(static_cast<size_t>(B)), next(static_cast<size_t>(B));
+      std::vector<float> logits(static_cast<size_t>(V));
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<int32_t> p(prompt);
+        std::rotate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(b % static_cast<int64_t>(p.size())), p.end());
+        st.push_back(model.new_state(static_cast<int64_t>(p.size()) + n_decode + 1));
+        model.forward(p, *st.back(), logits, false);
+        states.push_back(st.back().get());
+        tokens[static_cast<size_t>(b)] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const std::vector<SampleRule> rules(static_cast<size_t>(B), SampleRule{});
+      const std::vector<int64_t> draws(static_cast<size_t>(B), 0);
+      std::vector<float> rows(static_cast<size_t>(B * V));
+      SampleScratch scratch;
+      Clock::time_point t1{};
+      for (int64_t i = 0; i < n_decode; ++i) {
+        const auto t = Clock::now();
+        if (host_draw) {
+          model.forward_batch(tokens, states, rows);
+          for (int64_t b = 0; b < B; ++b)
+            next[static_cast<size_t>(b)] = sample_row(
+                std::span<const float>(rows).subspan(static_cast<size_t>(b * V), static_cast<size_t>(V)), SampleRule{},
+                0.0, scratch);
+        } else {
+          model.forward_batch_sample(tokens, states, rules, V, draws, next);
+        }
+        tokens = next;
+        if (i == 0) {
+          if (!host_draw) first_ms = 1e3 * seconds_since(t);
+          t1 = Clock::now();
+        }
+      }
+      const double s = seconds_since(t1);
+      tps[host_draw] = static_cast<double>(B * (n_decode - 1)) / s;
+      step_ms[host_draw] = 1e3 * s / static_cast<double>(n_decode - 1);
+    }
+    std::printf("| %lld | %.1f | %.3f | %.1f | %.1f | %.3f |\n", static_cast<long long>(B), tps[0], step_ms[0],
+                first_ms, tps[1], step_ms[1]);
+  }
+}
+
+int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw,
+              const std::vector<int64_t>& batches) {
   auto gpu = make_cuda_backend(0);
   auto t_load = Clock::now();
   LoadedModel m = load_model(dir, *gpu);
@@ -446,6 +505,7 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
               static_cast<long long>(n_prefill), mean(prefill), spread(prefill), tps, spread(decode), 1e3 / tps,
               tps * step / 1e9, 100.0 * tps * step / copy_bw, first_step_ms.empty() ? 0 : mean(first_step_ms),
               tps_steady, 100.0 * tps_steady * step / copy_bw);
+  if (!batches.empty()) run_batch(*m.model, prompt, n_decode, batches);
   return 0;
 }
 
@@ -460,6 +520,7 @@ int main(int argc, char** argv) {
   bool matvec = false, attention = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
+  std::vector<int64_t> batches;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -476,8 +537,20 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
     else if (a == "--reps") reps = std::atoi(next().c_str());
-    else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+    else if (a == "--batch") {
+      const std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const long long b = std::atoll(list.substr(at, comma - at).c_str());
+        if (b < 1 || b > 64) {
+          std::fprintf(stderr, "bench_cuda: --batch takes sizes from 1 to 64, not '%s'\n", list.c_str());
+          return 2;
+        }
+        batches.push_back(b);
+        at = comma + 1;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
       return 2;
     }
   }
@@ -486,9 +559,9 @@ int main(int argc, char** argv) {
     if (matvec) run_matvec(bw);
     if (attention) run_attention();
     if (moe) run_moe(bw);
-    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw);
+    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches);
     if (!matvec && !attention && !moe && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -312,16 +312,22 @@ void BatchEngine::decode_step() {
   for (auto& j : running_)
     if (!j->ended && j->decoding) batch.push_back(j.get());
   if (batch.empty()) return;
-  const size_t V = static_cast<size_t>(model_.info().n_vocab);
-  std::vector<int32_t> tokens;
+  const int64_t V = model_.info().n_vocab;
+  const int64_t n_valid = opt_.n_vocab_sampled > 0 ? std::min(opt_.n_vocab_sampled, V) : V;
+  // Each job's rule and its sampler's next draw: the step draws on the device where it can
+  // (Model::forward_batch_sample), the same token sample_and_deliver would draw from its row.
+  std::vector<int32_t> tokens, next(batch.size(), -1);
   std::vector<SequenceState*> states;
+  std::vector<SampleRule> rules;
+  std::vector<int64_t> draws;
   for (Job* j : batch) {
     tokens.push_back(j->next);
     states.push_back(states_[static_cast<size_t>(j->state)].get());
+    rules.push_back(j->sampler.rule());
+    draws.push_back(j->sampler.next_draw53());
   }
-  std::vector<float> logits(batch.size() * V);
   try {
-    model_.forward_batch(tokens, states, logits);
+    model_.forward_batch_sample(tokens, states, rules, n_valid, draws, next);
   } catch (const std::exception& e) {
     for (Job* j : batch) finish(*j, FinishReason::error, e.what());
     return;
@@ -331,8 +337,16 @@ void BatchEngine::decode_step() {
     ++counters_.decode_steps;
     counters_.decode_rows += batch.size();
   }
-  for (size_t b = 0; b < batch.size(); ++b)
-    sample_and_deliver(*batch[b], std::span<const float>(logits).subspan(b * V, V));
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Job& job = *batch[b];
+    if (next[b] < 0) {
+      finish(job, FinishReason::error,
+             str("the model's logits are not finite at generation step ", job.generated + 1,
+                 ": NaN or infinite weights or activations"));
+      continue;
+    }
+    deliver(job, next[b]);
+  }
 }
 
 }  // namespace sluice

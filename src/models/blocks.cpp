@@ -116,7 +116,7 @@ void attention_block_segments(Backend& be, const AttentionSpec& spec, const Rope
                  ", ", s.row0 + s.n, ") of ", n, " rows");
     attend(be, spec, rope, w, p.norms_inside, q3.slice_rows(s.row0, s.n), k3.slice_rows(s.row0, s.n),
            v3.slice_rows(s.row0, s.n), *s.kv, s.n_past, cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n),
-           att.slice_rows(s.row0, s.n), Tensor{});
+           att.slice_rows(s.row0, s.n), s.positions);
   }
   output_projection(be, w, att.reshape({n, nh * hd}), out, then);
 }

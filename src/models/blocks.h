@@ -70,6 +70,9 @@ struct AttentionSegment {
   int64_t row0 = 0, n = 0;
   KvLayer* kv = nullptr;
   int64_t n_past = 0;
+  // Optional i32 [n] on the backend holding the rows' positions n_past.. (read when the ops
+  // run: a captured batch step replays at other positions), as attention_block's positions.
+  Tensor positions;
 };
 
 // attention_block for the rows of several sequences at once (a batched decode step): the

@@ -2,12 +2,14 @@
 // decode step of a fully resident model is captured once per sequence state and replayed.
 #include "models/decoder.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace sluice {
 namespace {
 
 struct DecoderState : SequenceState {
+  uint64_t id = 0;  // this state among the model's (batch graphs are keyed by it)
   std::vector<KvLayer> kv;
   // Decode graphs (backends with graphs_enabled): the rope tables of every position of the
   // context, the persistent inputs and output of the captured one-token step, and the graph.
@@ -28,7 +30,40 @@ bool same_rule(const SampleRule& a, const SampleRule& b) {
   return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p;
 }
 
+// The rotary tables of positions [0, n) on the backend: cos, sin [n, rot_dim / 2] f32.
+void upload_rope_tables(Backend& be, const RopeConfig& rope, int64_t n, Tensor& cos, Tensor& sin) {
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  std::iota(pos.begin(), pos.end(), int64_t{0});
+  std::vector<float> cos_h, sin_h;
+  rope_tables(rope, pos, cos_h, sin_h);
+  const int64_t half = rope.rot_dim / 2;
+  cos = be.alloc(DType::f32, {n, half});
+  sin = be.alloc(DType::f32, {n, half});
+  be.from_host(cos, cos_h.data());
+  be.from_host(sin, sin_h.data());
+}
+
+// Batch graphs kept at once: each holds its rows' activations and logits ([B, n_vocab] f32,
+// 39 MB at B = 64 for a 152k vocabulary); a server's batch changes when a request joins or
+// ends, and often returns to a recent set.
+constexpr size_t kBatchGraphs = 4;
+
 }  // namespace
+
+struct DecoderModel::BatchGraph {
+  std::vector<uint64_t> state_ids;   // the sequences of rows 0..B-1
+  bool sampled = false;              // ends in draws (rules, n_valid) rather than logits
+  std::vector<SampleRule> rules;
+  int64_t n_valid = 0;
+  Tensor tokens, positions;          // i32 [B], written before a replay
+  Tensor draws;                      // i64 [B] (sampled)
+  Tensor logits;                     // [B, n_vocab] f32
+  Tensor next;                       // i32 [B] (sampled)
+  std::unique_ptr<BackendGraph> graph;
+  uint64_t last_use = 0;
+};
+
+DecoderModel::~DecoderModel() = default;
 
 DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights)
     : be_(backend), spec_(std::move(spec)), w_(std::move(weights)) {
@@ -45,6 +80,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
   SLUICE_CHECK(n_ctx > 0, Status::invalid_argument, "context size must be positive");
   auto st = std::make_unique<DecoderState>();
+  st->id = next_state_id_++;
   st->n_ctx = n_ctx;
   const auto& a = spec_.attn;
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
@@ -120,17 +156,8 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
 void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const SampleRule* rule, int64_t n_valid) {
   auto& state = static_cast<DecoderState&>(state_base);
   const int64_t d = spec_.info.n_embd;
-  if (state.rope_cos.empty()) {  // the rotary tables of every position, once per state
-    std::vector<int64_t> pos(static_cast<size_t>(state.n_ctx));
-    for (int64_t i = 0; i < state.n_ctx; ++i) pos[i] = i;
-    std::vector<float> cos_h, sin_h;
-    rope_tables(spec_.rope, pos, cos_h, sin_h);
-    const int64_t half = spec_.rope.rot_dim / 2;
-    state.rope_cos = be_.alloc(DType::f32, {state.n_ctx, half});
-    state.rope_sin = be_.alloc(DType::f32, {state.n_ctx, half});
-    be_.from_host(state.rope_cos, cos_h.data());
-    be_.from_host(state.rope_sin, sin_h.data());
-  }
+  if (state.rope_cos.empty())  // the rotary tables of every position, once per state
+    upload_rope_tables(be_, spec_.rope, state.n_ctx, state.rope_cos, state.rope_sin);
   const int32_t pos = static_cast<int32_t>(state.n_past);
   be_.from_host(state.step_token, &token);
   be_.from_host(state.step_pos, &pos);
@@ -200,12 +227,122 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
 void DecoderModel::forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                                  std::span<float> logits) {
   check_batch_inputs(tokens, states, logits);
-  const int64_t B = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
   DecodePhase decode(*this);
-  if (B == 1) {  // one sequence: its own step (the replayed graph where there is one)
-    forward(tokens, *states[0], logits.first(static_cast<size_t>(V)), false);
+  if (tokens.size() == 1) {  // one sequence: its own step (the replayed graph where there is one)
+    forward(tokens, *states[0], logits.first(static_cast<size_t>(spec_.info.n_vocab)), false);
     return;
   }
+  if (!step_graph_eligible()) {
+    forward_batch_eager(tokens, states, logits);
+    return;
+  }
+  be_.to_host(replay_batch(tokens, states, {}, 0, {}).logits, logits.data());
+}
+
+void DecoderModel::forward_batch_sample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                        std::span<const SampleRule> rules, int64_t n_valid,
+                                        std::span<const int64_t> draw53, std::span<int32_t> next) {
+  if (tokens.size() == 1 || !step_graph_eligible()) {
+    Model::forward_batch_sample(tokens, states, rules, n_valid, draw53, next);
+    return;
+  }
+  check_batch_sample_inputs(tokens, states, rules, n_valid, draw53, next);
+  DecodePhase decode(*this);
+  be_.to_host(replay_batch(tokens, states, rules, n_valid, draw53).next, next.data());
+}
+
+DecoderModel::BatchGraph& DecoderModel::replay_batch(std::span<const int32_t> tokens,
+                                                     std::span<SequenceState* const> states,
+                                                     std::span<const SampleRule> rules, int64_t n_valid,
+                                                     std::span<const int64_t> draw53) {
+  const int64_t B = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  const bool sampled = !rules.empty();
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> positions;
+  int64_t max_ctx = 0;
+  for (SequenceState* s : states) {
+    ids.push_back(static_cast<DecoderState&>(*s).id);
+    positions.push_back(static_cast<int32_t>(s->n_past));
+    max_ctx = std::max(max_ctx, s->n_ctx);
+  }
+  if (max_ctx > batch_rope_rows_) {  // graphs read the tables: the old ones go with them
+    batch_graphs_.clear();
+    upload_rope_tables(be_, spec_.rope, max_ctx, batch_rope_cos_, batch_rope_sin_);
+    batch_rope_rows_ = max_ctx;
+  }
+  auto matches = [&](const BatchGraph& g) {
+    if (g.state_ids != ids || g.sampled != sampled) return false;
+    if (!sampled) return true;
+    if (g.n_valid != n_valid) return false;
+    for (size_t b = 0; b < rules.size(); ++b)
+      if (!same_rule(g.rules[b], rules[b])) return false;
+    return true;
+  };
+  BatchGraph* g = nullptr;
+  for (auto& kept : batch_graphs_)
+    if (matches(*kept)) g = kept.get();
+  if (!g) {
+    if (batch_graphs_.size() >= kBatchGraphs)
+      batch_graphs_.erase(std::min_element(batch_graphs_.begin(), batch_graphs_.end(), [](const auto& a, const auto& b) {
+        return a->last_use < b->last_use;
+      }));
+    auto fresh = std::make_unique<BatchGraph>();
+    fresh->state_ids = ids;
+    fresh->sampled = sampled;
+    fresh->rules.assign(rules.begin(), rules.end());
+    fresh->n_valid = n_valid;
+    fresh->tokens = be_.alloc(DType::i32, {B});
+    fresh->positions = be_.alloc(DType::i32, {B});
+    fresh->logits = be_.alloc(DType::f32, {B, V});
+    if (sampled) {
+      fresh->draws = be_.alloc(DType::i64, {B});
+      fresh->next = be_.alloc(DType::i32, {B});
+    }
+    const int64_t half = spec_.rope.rot_dim / 2;
+    be_.graph_begin();
+    try {
+      Tensor x = be_.alloc(DType::f32, {B, d});  // [B, n_embd]: one row per sequence
+      be_.get_rows_at(w_.tok_embd, fresh->tokens, x);
+      Tensor cos = be_.alloc(DType::f32, {B, half}), sin = be_.alloc(DType::f32, {B, half});
+      be_.get_rows_at(batch_rope_cos_, fresh->positions, cos);
+      be_.get_rows_at(batch_rope_sin_, fresh->positions, sin);
+      std::vector<AttentionSegment> segments(static_cast<size_t>(B));
+      run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
+        for (int64_t b = 0; b < B; ++b) {
+          auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
+          segments[static_cast<size_t>(b)] =
+              AttentionSegment{b, 1, &st.kv[l], st.n_past, fresh->positions.slice_rows(b, 1)};
+        }
+        attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, &then);
+      });
+      final_logits(x, fresh->logits);
+      // One draw launch per run of rows with the same rule.
+      for (int64_t b0 = 0, b1 = 0; sampled && b0 < B; b0 = b1) {
+        for (b1 = b0 + 1; b1 < B && same_rule(rules[static_cast<size_t>(b1)], rules[static_cast<size_t>(b0)]); ++b1) {
+        }
+        be_.sample(fresh->logits.slice_rows(b0, b1 - b0), n_valid, rules[static_cast<size_t>(b0)],
+                   fresh->draws.slice_rows(b0, b1 - b0), fresh->next.slice_rows(b0, b1 - b0));
+      }
+    } catch (...) {
+      be_.graph_end();  // ends the capture; the partial graph is dropped
+      throw;
+    }
+    fresh->graph = be_.graph_end();
+    batch_graphs_.push_back(std::move(fresh));
+    g = batch_graphs_.back().get();
+  }
+  be_.from_host(g->tokens, tokens.data());
+  be_.from_host(g->positions, positions.data());
+  if (sampled) be_.from_host(g->draws, draw53.data());
+  be_.graph_launch(*g->graph);
+  g->last_use = ++batch_graph_clock_;
+  for (SequenceState* s : states) s->n_past += 1;
+  return *g;
+}
+
+void DecoderModel::forward_batch_eager(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                       std::span<float> logits) {
+  const int64_t B = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
   std::vector<int64_t> positions(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) positions[static_cast<size_t>(b)] = states[static_cast<size_t>(b)]->n_past;
   const auto [cos, sin] = rope_tables_at(be_, spec_.rope, positions);
@@ -216,7 +353,7 @@ void DecoderModel::forward_batch(std::span<const int32_t> tokens, std::span<Sequ
   run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
     for (int64_t b = 0; b < B; ++b) {
       auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
-      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past};
+      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past, Tensor{}};
     }
     attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, &then);
   });

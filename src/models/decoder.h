@@ -60,6 +60,12 @@ class DecoderModel : public Model {
   bool decode_step_rerunnable() const override { return true; }  // KV cache only
   void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                      std::span<float> logits) override;
+  // On a backend with graphs a batch step of a resident model is a replayed graph too (one per
+  // set of sequences, kept for the next steps), ending in the draws; B token ids come back.
+  void forward_batch_sample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                            std::span<const SampleRule> rules, int64_t n_valid, std::span<const int64_t> draw53,
+                            std::span<int32_t> next) override;
+  ~DecoderModel() override;
 
   const DecoderSpec& spec() const { return spec_; }
 
@@ -80,6 +86,14 @@ class DecoderModel : public Model {
   // Replays the one-token step of `token` (capturing its graph first if needed); with a rule,
   // the graph ends in the draw into state.step_next, else in state.step_logits.
   void replay_step(SequenceState& state, int32_t token, const SampleRule* rule, int64_t n_valid);
+  // The batch step's graph for these sequences (and, with rules, these draws), captured when
+  // no kept graph matches, replayed once: its logits [B, n_vocab] or draws hold the result.
+  struct BatchGraph;
+  BatchGraph& replay_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                           std::span<const SampleRule> rules, int64_t n_valid, std::span<const int64_t> draw53);
+  // The batch eager (no graph): rows in every product, attention per sequence.
+  void forward_batch_eager(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                           std::span<float> logits);
 
   Backend& be_;
   DecoderSpec spec_;
@@ -87,6 +101,13 @@ class DecoderModel : public Model {
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
   std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts
+  // Batch step graphs, least recently used first out (kBatchGraphs at most), keyed by the
+  // states' ids (never reused, unlike addresses); the rotary tables of positions
+  // [0, batch_rope_rows_) they read.
+  std::vector<std::unique_ptr<BatchGraph>> batch_graphs_;
+  uint64_t next_state_id_ = 1, batch_graph_clock_ = 0;
+  Tensor batch_rope_cos_, batch_rope_sin_;
+  int64_t batch_rope_rows_ = 0;
 };
 
 }  // namespace sluice

@@ -69,12 +69,44 @@ void Model::forward_batch(std::span<const int32_t> tokens, std::span<SequenceSta
     forward(tokens.subspan(b, 1), *states[b], logits.subspan(b * V, V), false);
 }
 
+void Model::forward_batch_sample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                 std::span<const SampleRule> rules, int64_t n_valid, std::span<const int64_t> draw53,
+                                 std::span<int32_t> next) {
+  check_batch_sample_inputs(tokens, states, rules, n_valid, draw53, next);
+  if (tokens.size() == 1) {
+    next[0] = forward_sample(tokens[0], *states[0], rules[0], n_valid, draw53[0]);
+    return;
+  }
+  const size_t V = static_cast<size_t>(info_.n_vocab);
+  std::vector<float> logits(tokens.size() * V);
+  forward_batch(tokens, states, logits);
+  SampleScratch scratch;
+  for (size_t b = 0; b < tokens.size(); ++b)
+    next[b] = sample_row(std::span<const float>(logits).subspan(b * V, static_cast<size_t>(n_valid)), rules[b],
+                         static_cast<double>(draw53[b]) * 0x1p-53, scratch);
+}
+
+void Model::check_batch_sample_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                      std::span<const SampleRule> rules, int64_t n_valid,
+                                      std::span<const int64_t> draw53, std::span<int32_t> next) const {
+  check_batch_states(tokens, states);
+  SLUICE_CHECK(rules.size() == tokens.size() && draw53.size() == tokens.size() && next.size() == tokens.size(),
+               Status::invalid_argument, "forward_batch_sample: ", tokens.size(), " tokens, ", rules.size(),
+               " rules, ", draw53.size(), " draws, ", next.size(), " outputs");
+  SLUICE_CHECK(n_valid > 0 && n_valid <= info_.n_vocab, Status::invalid_argument, "forward_batch_sample: n_valid ",
+               n_valid, " outside [1, ", info_.n_vocab, "]");
+}
+
 void Model::check_batch_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                                std::span<float> logits) const {
-  SLUICE_CHECK(!tokens.empty() && states.size() == tokens.size(), Status::invalid_argument, "forward_batch: ",
-               tokens.size(), " tokens for ", states.size(), " sequences");
+  check_batch_states(tokens, states);
   SLUICE_CHECK(logits.size() >= tokens.size() * static_cast<size_t>(info_.n_vocab), Status::invalid_argument,
                "forward_batch: logits buffer of ", logits.size(), " floats for ", tokens.size(), " rows");
+}
+
+void Model::check_batch_states(std::span<const int32_t> tokens, std::span<SequenceState* const> states) const {
+  SLUICE_CHECK(!tokens.empty() && states.size() == tokens.size(), Status::invalid_argument, "forward_batch: ",
+               tokens.size(), " tokens for ", states.size(), " sequences");
   for (size_t b = 0; b < tokens.size(); ++b) {
     SLUICE_CHECK(states[b] != nullptr, Status::invalid_argument, "forward_batch: sequence ", b, " has no state");
     for (size_t c = 0; c < b; ++c)

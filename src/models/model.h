@@ -104,6 +104,16 @@ class Model {
   virtual int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
                                  int64_t draw53);
 
+  // forward_sample for a batch (the server's decode step): tokens[b] runs at position
+  // states[b]->n_past, which advances by one, and next[b] is drawn by rules[b] among ids <
+  // n_valid with the uniform draw draw53[b] * 2^-53; -1 for a row whose logits hold NaN or
+  // +inf. Each row draws what forward_batch's logits row would give (core/sampling.h). The
+  // default runs forward_sample for one sequence, otherwise forward_batch and samples on the
+  // host; the decoder family samples the batch on the device, so only B token ids cross.
+  virtual void forward_batch_sample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                    std::span<const SampleRule> rules, int64_t n_valid,
+                                    std::span<const int64_t> draw53, std::span<int32_t> next);
+
  protected:
   // The checks every forward() starts with: tokens present and inside the vocabulary, room
   // in the context, a logits buffer large enough.
@@ -118,6 +128,11 @@ class Model {
   // forward_batch's checks: one state per token, distinct, each with room for one more token.
   void check_batch_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                           std::span<float> logits) const;
+  void check_batch_states(std::span<const int32_t> tokens, std::span<SequenceState* const> states) const;
+  // forward_batch_sample's checks: those, one rule, draw and output per row, n_valid in range.
+  void check_batch_sample_inputs(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                                 std::span<const SampleRule> rules, int64_t n_valid, std::span<const int64_t> draw53,
+                                 std::span<int32_t> next) const;
   // Sets forward_phase_ to decode while alive (prefill again after, also on a throw).
   struct DecodePhase {
     explicit DecodePhase(Model& m) : model(m) { model.forward_phase_ = StreamPhase::decode; }

@@ -104,7 +104,7 @@ void expect_close(const std::vector<float>& gpu_with_guard, const std::vector<fl
 TEST(CudaOps, Matmul) {
   Pair p;
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
-    for (int64_t n : {1, 2, 3, 4, 17, 70})
+    for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 17, 64, 70})  // matvec, matvec passes (<= 64 rows), tiles
       for (auto [m, k] : {std::pair<int64_t, int64_t>{5, 7}, {33, 63}, {129, 130}, {64, 256}, {8195, 72}, {300, 1024},
                              {1500, 200}, {3000, 2048}}) {
         auto xv = random_vec(n * k, 1), wv = random_vec(m * k, 2);
@@ -183,7 +183,8 @@ TEST(CudaOps, MatmulTensorCores) {
   for (DType wt : {DType::bf16, DType::q8, DType::q4}) {
     double worst[2] = {0, 0};  // tensor cores, f32 tiles
     for (int64_t n : {5, 63, 64, 65, 200, 513})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 32}, {130, 96}, {1, 64}, {2056, 512}, {96, 2048}}) {
+      // (m >= kMatvecPassMaxCols: up to 64 rows too take the tiles, e.g. an output head)
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 32}, {130, 96}, {1, 64}, {2056, 512}, {96, 2048}, {16400, 64}}) {
         auto xv = random_vec(n * k, 11), wv = random_vec(m * k, 12, 0.05f);
         std::vector<uint8_t> qdata, qscales;
         HostTensor bf(DType::bf16, {m, k}, wv);

@@ -167,10 +167,19 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
   if (n == 0 || m == 0) return;
   const cuda::MatmulParams mp{x.ptr<float>(), w.data, w.scales, cuda::wtype_of(w.dtype, "matmul"), y.ptr<float>(), n, m, k};
-  if (n <= cuda::kMatvecMaxRows)  // decode: bandwidth-bound, every weight byte read once
+  if (n <= cuda::kMatvecMaxRows) {  // decode: bandwidth-bound, every weight byte read once
     cuda::launch_matvec(mp, stream_);
-  else  // prefill: shared-memory tiles, a weight element read once per 64 rows
+  } else if (n <= cuda::kMatvecBatchRows && m < cuda::kMatvecPassMaxCols) {  // batch decode (kernels.h)
+    for (int64_t r0 = 0; r0 < n; r0 += cuda::kMatvecMaxRows) {
+      cuda::MatmulParams pass = mp;
+      pass.x += r0 * k;
+      pass.y += r0 * m;
+      pass.n = std::min(cuda::kMatvecMaxRows, n - r0);
+      cuda::launch_matvec(pass, stream_);
+    }
+  } else {  // prefill: shared-memory tiles, a weight element read once per 64 rows
     cuda::launch_matmul_tiled(mp, stream_);
+  }
 }
 
 void CudaBackend::matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Tensor& x, const Tensor& norm, float eps,

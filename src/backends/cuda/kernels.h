@@ -20,7 +20,13 @@ struct MatmulParams {
   int64_t n = 0, m = 0, k = 0;
 };
 // Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows.
-constexpr int64_t kMatvecMaxRows = 4;
+constexpr int64_t kMatvecMaxRows = 8;
+// Batch decode (up to kMatvecBatchRows rows) of a weight with fewer than kMatvecPassMaxCols
+// rows: matvec passes of kMatvecMaxRows rows each, since the tensor-core tiles would run on
+// fewer blocks than the GPU has SMs, one 64-column tile each, latency-bound (a batch of 8 to
+// 64 sequences through q/k/v/o and the router). The weight is read once a pass.
+constexpr int64_t kMatvecBatchRows = 64;
+constexpr int64_t kMatvecPassMaxCols = 16384;
 void launch_matvec(const MatmulParams& p, Stream s);
 // The output projection of a decode token with the residual add and the next norm after it
 // (matvec.cu): p.y [1, m] is the residual stream x; x += p.x . w^T, then h = rms_norm(x) *

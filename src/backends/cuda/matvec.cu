@@ -117,7 +117,11 @@ void launch_t(const float* x, const void* w, const void* scales, float* y, int64
       break;
     case 2: launch_nx<T, 2, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
     case 3: launch_nx<T, 3, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    default: launch_nx<T, 4, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 4: launch_nx<T, 4, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 5: launch_nx<T, 5, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 6: launch_nx<T, 6, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 7: launch_nx<T, 7, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    default: launch_nx<T, 8, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
   }
 }
 
