@@ -90,6 +90,30 @@ void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v
   }
 }
 
+void Backend::attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                    const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                    int64_t rot_dim, bool interleaved, const RowCaches& caches) {
+  for (int64_t b = 0; b < q.shape[0]; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    attention_inputs(q.slice_rows(b, 1), k.slice_rows(b, 1), v.slice_rows(b, 1), q_norm, k_norm, eps,
+                     cos.slice_rows(b, 1), sin.slice_rows(b, 1), rot_dim, interleaved, caches.k[i], caches.v[i],
+                     caches.n_past[i], caches.positions.empty() ? Tensor{} : caches.positions.slice_rows(b, 1));
+  }
+}
+
+void Backend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
+                             int64_t sliding_window) {
+  for (int64_t b = 0; b < q.shape[0]; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    AttentionParams params;
+    params.n_past = caches.n_past[i];
+    params.n_past_at = caches.positions.empty() ? Tensor{} : caches.positions.slice_rows(b, 1);
+    params.scale = scale;
+    params.sliding_window = sliding_window;
+    attention(q.slice_rows(b, 1), caches.k[i], caches.v[i], out.slice_rows(b, 1), params);
+  }
+}
+
 void Backend::graph_begin() { fail(Status::unsupported, name(), ": no captured graphs"); }
 std::unique_ptr<BackendGraph> Backend::graph_end() { fail(Status::unsupported, name(), ": no captured graphs"); }
 void Backend::graph_launch(const BackendGraph&) { fail(Status::unsupported, name(), ": no captured graphs"); }

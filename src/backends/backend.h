@@ -111,6 +111,24 @@ class Backend {
                                 const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
                                 int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
                                 int64_t n_past, const Tensor& positions);
+  // The caches of a batch decode step (attention_inputs_rows, attention_rows): row b of the
+  // batch is one token of a sequence of its own, with caches k[b], v[b] [n_ctx_b, n_kv, d] and
+  // position n_past[b]; positions (i32 [B] on this backend, or empty) holds the same, read when
+  // the ops run (a captured batch step replays at other positions).
+  struct RowCaches {
+    std::span<const Tensor> k, v;
+    std::span<const int64_t> n_past;
+    Tensor positions;
+  };
+  // attention_inputs of B rows, row b into its own caches. Default: attention_inputs a row at
+  // a time (CUDA: one launch for the batch).
+  virtual void attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                     const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                     int64_t rot_dim, bool interleaved, const RowCaches& caches);
+  // attention of B rows (q, out [B, n_head, d]), row b against its own caches at its own
+  // position, causal (sliding_window as AttentionParams). Default: attention a row at a time.
+  virtual void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
+                              int64_t sliding_window);
   // One weight holding the rows of parts one after another (same dtype and columns), so
   // that a decode step reads them in one product; the parts are then row slices of it.
   // Empty: this backend gains nothing from it (the default).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 namespace sluice {
 
@@ -106,17 +107,38 @@ void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& r
 
 void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
                               const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
-                              const Tensor& cos, const Tensor& sin, const Tensor& out, const ResidualNorm* then) {
+                              const Tensor& cos, const Tensor& sin, const Tensor& out, const Tensor& positions,
+                              const ResidualNorm* then) {
   const int64_t n = h.rows(), hd = spec.head_dim, nh = spec.n_head, nkv = spec.n_head_kv;
   const Qkv p = project_qkv(be, spec, w, h);
   const Tensor q3 = p.q.reshape({n, nh, hd}), k3 = p.k.reshape({n, nkv, hd}), v3 = p.v.reshape({n, nkv, hd});
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
-  for (const AttentionSegment& s : segments) {
+  bool one_row_each = static_cast<int64_t>(segments.size()) == n;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const AttentionSegment& s = segments[i];
     SLUICE_CHECK(s.kv && s.row0 >= 0 && s.n > 0 && s.row0 + s.n <= n, Status::internal, "attention segment [", s.row0,
                  ", ", s.row0 + s.n, ") of ", n, " rows");
-    attend(be, spec, rope, w, p.norms_inside, q3.slice_rows(s.row0, s.n), k3.slice_rows(s.row0, s.n),
-           v3.slice_rows(s.row0, s.n), *s.kv, s.n_past, cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n),
-           att.slice_rows(s.row0, s.n), s.positions);
+    SLUICE_CHECK(s.n_past + s.n <= s.kv->k.shape[0], Status::invalid_argument, "context full: ", s.n_past + s.n,
+                 " tokens exceed the context size ", s.kv->k.shape[0]);
+    one_row_each = one_row_each && s.n == 1 && s.row0 == static_cast<int64_t>(i);
+  }
+  if (one_row_each) {  // a decode step: each op once for the batch
+    std::vector<Tensor> kc, vc;
+    std::vector<int64_t> n_past;
+    for (const AttentionSegment& s : segments) {
+      kc.push_back(s.kv->k);
+      vc.push_back(s.kv->v);
+      n_past.push_back(s.n_past);
+    }
+    const Backend::RowCaches caches{kc, vc, n_past, positions};
+    be.attention_inputs_rows(q3, k3, v3, p.norms_inside ? w.q_norm : Tensor{}, p.norms_inside ? w.k_norm : Tensor{},
+                             spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, caches);
+    be.attention_rows(q3, att, caches, spec.scale, spec.sliding_window);
+  } else {
+    for (const AttentionSegment& s : segments)
+      attend(be, spec, rope, w, p.norms_inside, q3.slice_rows(s.row0, s.n), k3.slice_rows(s.row0, s.n),
+             v3.slice_rows(s.row0, s.n), *s.kv, s.n_past, cos.slice_rows(s.row0, s.n), sin.slice_rows(s.row0, s.n),
+             att.slice_rows(s.row0, s.n), positions.empty() ? Tensor{} : positions.slice_rows(s.row0, s.n));
   }
   output_projection(be, w, att.reshape({n, nh * hd}), out, then);
 }

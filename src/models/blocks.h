@@ -70,18 +70,18 @@ struct AttentionSegment {
   int64_t row0 = 0, n = 0;
   KvLayer* kv = nullptr;
   int64_t n_past = 0;
-  // Optional i32 [n] on the backend holding the rows' positions n_past.. (read when the ops
-  // run: a captured batch step replays at other positions), as attention_block's positions.
-  Tensor positions;
 };
 
 // attention_block for the rows of several sequences at once (a batched decode step): the
-// projections run over all rows, attention per segment against its own cache. cos/sin: [n,
-// rot_dim/2], each row's own position. Every row's result is what attention_block gives for
-// its sequence alone (bit for bit on the CPU, whose products do not depend on the batch).
+// projections run over all rows, attention per segment against its own cache (one row a
+// segment, the decode step: Backend::attention_inputs_rows and attention_rows, one launch
+// each on CUDA). cos/sin: [n, rot_dim/2], each row's own position; positions: optional i32
+// [n] on the backend holding every row's position (read when the ops run: a captured batch
+// step replays at other positions). Every row's result is what attention_block gives for its
+// sequence alone (bit for bit on the CPU, whose products do not depend on the batch).
 void attention_block_segments(Backend& be, const AttentionSpec& spec, const RopeConfig& rope,
                               const AttentionWeights& w, const Tensor& h, std::span<const AttentionSegment> segments,
-                              const Tensor& cos, const Tensor& sin, const Tensor& out,
+                              const Tensor& cos, const Tensor& sin, const Tensor& out, const Tensor& positions,
                               const ResidualNorm* then = nullptr);
 
 // cos and sin tables [n, rot_dim / 2] on the backend for positions n_past .. n_past + n - 1.

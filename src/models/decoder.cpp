@@ -298,6 +298,11 @@ DecoderModel::BatchGraph& DecoderModel::replay_batch(std::span<const int32_t> to
       fresh->draws = be_.alloc(DType::i64, {B});
       fresh->next = be_.alloc(DType::i32, {B});
     }
+    // The inputs first: capturing may run the kernels (SLUICE_CUDA_PROFILE), so they must read
+    // this step's tokens and positions.
+    be_.from_host(fresh->tokens, tokens.data());
+    be_.from_host(fresh->positions, positions.data());
+    if (sampled) be_.from_host(fresh->draws, draw53.data());
     const int64_t half = spec_.rope.rot_dim / 2;
     be_.graph_begin();
     try {
@@ -311,9 +316,10 @@ DecoderModel::BatchGraph& DecoderModel::replay_batch(std::span<const int32_t> to
         for (int64_t b = 0; b < B; ++b) {
           auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
           segments[static_cast<size_t>(b)] =
-              AttentionSegment{b, 1, &st.kv[l], st.n_past, fresh->positions.slice_rows(b, 1)};
+              AttentionSegment{b, 1, &st.kv[l], st.n_past};
         }
-        attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, &then);
+        attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y,
+                                 fresh->positions, &then);
       });
       final_logits(x, fresh->logits);
       // One draw launch per run of rows with the same rule.
@@ -330,10 +336,11 @@ DecoderModel::BatchGraph& DecoderModel::replay_batch(std::span<const int32_t> to
     fresh->graph = be_.graph_end();
     batch_graphs_.push_back(std::move(fresh));
     g = batch_graphs_.back().get();
+  } else {
+    be_.from_host(g->tokens, tokens.data());
+    be_.from_host(g->positions, positions.data());
+    if (sampled) be_.from_host(g->draws, draw53.data());
   }
-  be_.from_host(g->tokens, tokens.data());
-  be_.from_host(g->positions, positions.data());
-  if (sampled) be_.from_host(g->draws, draw53.data());
   be_.graph_launch(*g->graph);
   g->last_use = ++batch_graph_clock_;
   for (SequenceState* s : states) s->n_past += 1;
@@ -353,9 +360,10 @@ void DecoderModel::forward_batch_eager(std::span<const int32_t> tokens, std::spa
   run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
     for (int64_t b = 0; b < B; ++b) {
       auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
-      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past, Tensor{}};
+      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past};
     }
-    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, &then);
+    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, Tensor{},
+                             &then);
   });
   for (SequenceState* s : states) s->n_past += 1;
   Tensor out = be_.alloc(DType::f32, {B, V});

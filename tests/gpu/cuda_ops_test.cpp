@@ -346,6 +346,65 @@ TEST(CudaOps, AttentionInputsNormRotateAndAppend) {
           }
 }
 
+// A batch decode step's attention (Backend::attention_inputs_rows, attention_rows: one launch
+// each on CUDA, every row a sequence with caches of its own, of different capacities and at
+// different positions, from a positions tensor or staged) against the CPU's default, a row at
+// a time; grouped-query shapes the one-launch kernel takes, full and sliding window, and MHA
+// (hq == hkv: the per-row fallback on CUDA too).
+TEST(CudaOps, AttentionRowsEachRowItsOwnCache) {
+  Pair p;
+  for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {32, 4, 64}, {16, 1, 256}, {4, 4, 64}})
+    for (int64_t n : {2, 7, 64})
+      for (int64_t window : {0, 37})
+        for (bool at : {true, false}) {
+          std::vector<int64_t> n_past(static_cast<size_t>(n)), ctx(static_cast<size_t>(n));
+          for (int64_t b = 0; b < n; ++b) {
+            n_past[static_cast<size_t>(b)] = (b * 389 + 11) % 900;
+            ctx[static_cast<size_t>(b)] = n_past[static_cast<size_t>(b)] + 1 + (b % 3) * 50;
+          }
+          const uint32_t seed = static_cast<uint32_t>(hq * 1000 + n * 10 + window);
+          auto qv = random_vec(n * hq * d, seed), kv = random_vec(n * hkv * d, seed + 1),
+               vv = random_vec(n * hkv * d, seed + 2), cv = random_vec(n * d / 2, seed + 3),
+               sv = random_vec(n * d / 2, seed + 4), qn = random_vec(d, seed + 5), kn = random_vec(d, seed + 6);
+          HostTensor qw(DType::bf16, {d}, qn), kw(DType::bf16, {d}, kn);
+          auto run = [&](Backend& be, bool gpu) {
+            auto t = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+              return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
+            };
+            std::vector<Tensor> kc, vc;
+            for (int64_t b = 0; b < n; ++b) {
+              const int64_t c = ctx[static_cast<size_t>(b)];
+              kc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, seed + 100 + static_cast<uint32_t>(b))));
+              vc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, seed + 200 + static_cast<uint32_t>(b))));
+            }
+            Tensor positions;
+            if (at) {
+              std::vector<int32_t> pos(n_past.begin(), n_past.end());
+              positions = be.alloc(DType::i32, {n});
+              be.from_host(positions, pos.data());
+            }
+            const Backend::RowCaches caches{kc, vc, n_past, positions};
+            Tensor q = t({n, hq, d}, qv), k = t({n, hkv, d}, kv), v = t({n, hkv, d}, vv);
+            be.attention_inputs_rows(q, k, v, gpu ? be.upload(qw.t) : qw.t, gpu ? be.upload(kw.t) : kw.t, 1e-6f,
+                                     t({n, d / 2}, cv), t({n, d / 2}, sv), d, false, caches);
+            Tensor out = t({n, hq, d}, {});
+            be.attention_rows(q, out, caches, 0.088f, window);
+            std::vector<Tensor> all = {out, q};
+            all.insert(all.end(), kc.begin(), kc.end());
+            return all;
+          };
+          auto c = run(*p.cpu, false);
+          auto g = run(*p.gpu, true);
+          const std::string what = "attention_rows hq=" + std::to_string(hq) + " hkv=" + std::to_string(hkv) +
+                                   " d=" + std::to_string(d) + " n=" + std::to_string(n) + " window=" +
+                                   std::to_string(window) + (at ? " positions" : " staged");
+          expect_close(read_with_guard(*p.gpu, g[0]), read(*p.cpu, c[0]), (what + " out").c_str());
+          expect_close(read_with_guard(*p.gpu, g[1]), read(*p.cpu, c[1]), (what + " q").c_str());
+          for (size_t b = 2; b < c.size(); ++b)
+            expect_close(read_with_guard(*p.gpu, g[b]), read(*p.cpu, c[b]), (what + " k cache " + std::to_string(b - 2)).c_str());
+        }
+}
+
 TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {
   Pair p;
   for (DType wt : {DType::bf16, DType::q8, DType::q4}) {

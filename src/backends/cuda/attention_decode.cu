@@ -197,12 +197,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 // then vs[32 R][d + 4] (rows padded by 16 bytes: lane t reads row t, so unpadded rows would
 // put every lane in one bank; round t + 1 is copied in while round t is scored); the warp
 // states [R][G][d + 2]: acc[d], max, denominator.
-template <int DPL, int HPW>
+//
+// A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
+// caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out, the partials and the
+// counters are row b's.
+template <int DPL, int HPW, bool kPerRow>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int* __restrict__ counters,
                                 int hq, int hkv, int R, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                float scale, int64_t window) {
+                                float scale, int64_t window, const RowCachePtrs row_caches) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL, ds = d + 4;
   extern __shared__ float smem[];
@@ -212,6 +216,16 @@ __global__ void __launch_bounds__(256)
   float* merge = stage + 4 * rows * ds;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = blockDim.x / 32;
   const int kvh = blockIdx.x, S = gridDim.y, s = blockIdx.y;
+  if constexpr (kPerRow) {
+    const int b = blockIdx.z;
+    k = row_caches.k[b];
+    v = row_caches.v[b];
+    q += static_cast<int64_t>(b) * hq * d;
+    out += static_cast<int64_t>(b) * hq * d;
+    part += static_cast<int64_t>(b) * hq * S * ds;
+    counters += b * hkv;
+    n_past_dev += b;
+  }
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
   const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
   const int64_t n_chunks = (pos - lo + 1 + 31) / 32;
@@ -398,6 +412,8 @@ struct GqaShape {
   size_t smem = 0;
 };
 
+constexpr size_t kGqaMaxSmem = 160 * 1024;  // the dynamic shared memory launch_gqa opts in to
+
 GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   GqaShape g;
   const int64_t G = hq / hkv, ds = d + 4;
@@ -421,17 +437,26 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   return g;
 }
 
-template <int DPL, int HPW>
-void launch_gqa(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+template <int DPL, int HPW, bool kPerRow>
+void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
   static const bool smem_set = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
     return true;
   }();
   (void)smem_set;
-  launch_chained(attention_decode_gqa_kernel<DPL, HPW>, dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S)),
+  const RowCachePtrs none{};
+  launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow>,
+                 dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, a.k, a.v, a.out, a.partials, a.counters, static_cast<int>(a.hq),
-                 static_cast<int>(a.hkv), g.R, a.n_past, a.n_past_dev, a.scale, a.window);
+                 static_cast<int>(a.hkv), g.R, a.n_past, a.n_past_dev, a.scale, a.window,
+                 kPerRow ? *a.rows : none);
+}
+
+template <int DPL, int HPW>
+void launch_gqa(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+  if (a.rows) launch_gqa_rows<DPL, HPW, true>(a, g, st);
+  else launch_gqa_rows<DPL, HPW, false>(a, g, st);
 }
 
 template <int DPL>
@@ -443,13 +468,14 @@ void launch_gqa_d(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t 
   }
 }
 
-// Whether the GQA kernel serves these heads (SLUICE_CUDA_GQA_DECODE=0: never, to compare).
-bool gqa_applies(int64_t hq, int64_t hkv) {
+// Whether the GQA kernel serves these heads (SLUICE_CUDA_GQA_DECODE=0: never, to compare):
+// 2 to 32 query heads a kv head whose staging fits kGqaMaxSmem (16 heads of 256 do not).
+bool gqa_applies(int64_t hq, int64_t hkv, int64_t d) {
   static const bool off = [] {
     const char* e = std::getenv("SLUICE_CUDA_GQA_DECODE");
     return e && std::strcmp(e, "0") == 0;
   }();
-  return !off && hq / hkv >= 2 && hq / hkv <= 32;
+  return !off && hkv > 0 && hq / hkv >= 2 && hq / hkv <= 32 && gqa_shape(hq, hkv, d, 1).smem <= kGqaMaxSmem;
 }
 
 template <int DPL>
@@ -470,7 +496,7 @@ bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* 
 }
 
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
-  if (gqa_applies(hq, hkv)) return gqa_shape(hq, hkv, d, n_ctx).S;
+  if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx).S;
   const int64_t s = (n_ctx + 32 * kWarps - 1) / (32 * kWarps);
   return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
 }
@@ -479,11 +505,18 @@ int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int6
   return hq * attention_decode_splits(hq, hkv, d, n_ctx) * (d + 4);  // rows of d + 2 or (GQA) d + 4
 }
 
+bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t n_rows) {
+  return gqa_applies(hq, hkv, d) && hq % hkv == 0 && n_rows >= 1 && n_rows <= kMaxCacheRows &&
+         n_rows * hkv <= kAttentionDecodeMaxHeads && (d == 64 || d == 128 || d == 256);
+}
+
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s) {
-  SLUICE_CHECK(attention_decode_supported(a.hq, a.hkv, a.d, a.q, a.k, a.v), Status::internal,
-               "cuda attention_decode: unsupported shape (hq ", a.hq, ", hkv ", a.hkv, ", d ", a.d, ")");
+  SLUICE_CHECK(a.rows ? attention_decode_rows_supported(a.hq, a.hkv, a.d, a.n_rows) && a.n_past_dev
+                      : a.n_rows == 1 && attention_decode_supported(a.hq, a.hkv, a.d, a.q, a.k, a.v),
+               Status::internal, "cuda attention_decode: unsupported shape (hq ", a.hq, ", hkv ", a.hkv, ", d ", a.d,
+               ", rows ", a.n_rows, ")");
   auto st = static_cast<cudaStream_t>(s);
-  if (gqa_applies(a.hq, a.hkv)) {
+  if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
     const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx);
     switch (a.d) {
       case 64: launch_gqa_d<2>(a, g, st); break;

@@ -1,5 +1,6 @@
-// Decode attention split over the context (attention_decode.cu): one query row, grouped-query,
-// causal, sliding window; the kv heads' splits merged by the last block to finish.
+// Decode attention split over the context (attention_decode.cu): one query row (or one row of
+// each sequence of a batch step), grouped-query, causal, sliding window; the kv heads' splits
+// merged by the last block to finish.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ struct AttentionDecodeArgs {
   const int32_t* n_past_dev = nullptr;
   float scale = 1.0f;
   int64_t window = 0;        // 0: full causal
+  // A batch decode step: n_rows rows of q and out, row b a sequence of its own with the
+  // caches rows->k[b] / rows->v[b] (k, v unused) at position n_past_dev[b]; n_ctx the largest
+  // capacity; partials and counters n_rows times as many.
+  int64_t n_rows = 1;
+  const RowCachePtrs* rows = nullptr;
 };
 
 // Whether the split kernel serves these heads (head_dim 64, 128 or 256; up to
@@ -30,6 +36,9 @@ struct AttentionDecodeArgs {
 bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k, const void* v);
 // Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
 // of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
+// Whether the split kernel serves a batch step of n_rows rows with caches of their own in one
+// launch (the grouped-query kernel: 2 to 32 query heads a kv head; n_rows <= kMaxCacheRows).
+bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t n_rows);
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);

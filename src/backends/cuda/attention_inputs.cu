@@ -3,7 +3,7 @@
 // small launches (two norms, two ropes, two scatters) become one.
 //
 // grid (n, nh + 2 nkv): block (token, head) takes a q head, a k head, or a v head (a copy
-// into the value cache). The head (d <= kMaxDim floats) is loaded into shared memory, its sum
+// into the value cache). In a batch decode step each token (row) has caches of its own. The head (d <= kMaxDim floats) is loaded into shared memory, its sum
 // of squares reduced over the block, normed, rotated pair by pair, and stored.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
@@ -22,17 +22,22 @@ __device__ __forceinline__ float load_any(const void* w, WType wtype, int64_t i)
   }
 }
 
+template <bool kPerRow>
 __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                                         const void* __restrict__ q_norm, WType q_wtype, const void* __restrict__ k_norm,
                                         WType k_wtype, float eps, const float* __restrict__ cos,
                                         const float* __restrict__ sin, int64_t rot, bool interleaved,
                                         float* __restrict__ k_cache, float* __restrict__ v_cache,
                                         const int32_t* __restrict__ positions, int64_t n_past, int64_t nh, int64_t nkv,
-                                        int64_t d) {
+                                        int64_t d, const RowCachePtrs rows) {
   chained_kernel_entry();
   __shared__ float xs[kMaxDim];
   __shared__ float partial[kThreads / 32];
   const int64_t row = blockIdx.x, head = blockIdx.y;
+  if constexpr (kPerRow) {  // this row's sequence has caches of its own
+    k_cache = rows.k[row];
+    v_cache = rows.v[row];
+  }
   const int64_t pos = positions ? positions[row] : n_past + row;
   if (head >= nh + nkv) {  // a value head: into the cache as it is
     const int64_t hv = head - nh - nkv;
@@ -87,10 +92,14 @@ void launch_attention_inputs(const AttentionInputsParams& p, Stream s) {
   SLUICE_CHECK(p.d <= kMaxDim && p.rot <= p.d && p.rot % 2 == 0, Status::internal, "cuda attention_inputs: head_dim ",
                p.d, ", rot ", p.rot);
   if (p.n == 0) return;
+  SLUICE_CHECK(!p.rows || (p.n <= kMaxCacheRows && p.positions), Status::internal,
+               "cuda attention_inputs: ", p.n, " rows with caches of their own");
   const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(p.nh + 2 * p.nkv));
-  launch_chained(attention_inputs_kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(s), p.q, p.k, p.v,
-                 p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps, p.cos, p.sin, p.rot, p.interleaved,
-                 p.k_cache, p.v_cache, p.positions, p.n_past, p.nh, p.nkv, p.d);
+  const RowCachePtrs none{};
+  launch_chained(p.rows ? attention_inputs_kernel<true> : attention_inputs_kernel<false>, grid, dim3(kThreads), 0,
+                 static_cast<cudaStream_t>(s), p.q, p.k, p.v, p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps,
+                 p.cos, p.sin, p.rot, p.interleaved, p.k_cache, p.v_cache, p.positions, p.n_past, p.nh, p.nkv, p.d,
+                 p.rows ? *p.rows : none);
   CUDA_CHECK(cudaGetLastError());
 }
 

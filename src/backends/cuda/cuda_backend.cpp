@@ -237,6 +237,15 @@ void CudaBackend::attention_inputs(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
                                    int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
                                    int64_t n_past, const Tensor& positions) {
+  attention_inputs_launch(q, k, v, q_norm, k_norm, eps, cos, sin, rot_dim, interleaved, k_cache, v_cache, n_past,
+                          positions, nullptr);
+}
+
+void CudaBackend::attention_inputs_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                          const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                          int64_t rot_dim, bool interleaved, const Tensor& k_cache,
+                                          const Tensor& v_cache, int64_t n_past, const Tensor& positions,
+                                          const cuda::RowCachePtrs* rows) {
   const int64_t n = q.shape[0], nh = q.shape[1], nkv = k.shape[1], d = q.shape[2];
   SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && k.shape[0] == n && v.shape[0] == n && k.shape[2] == d &&
                    v.shape[1] == nkv && v.shape[2] == d && k_cache.ndim == 3 && k_cache.shape[1] == nkv &&
@@ -269,7 +278,94 @@ void CudaBackend::attention_inputs(const Tensor& q, const Tensor& k, const Tenso
   a.nh = nh;
   a.nkv = nkv;
   a.d = d;
+  a.rows = rows;
   cuda::launch_attention_inputs(a, stream_);
+}
+
+// A batch step's positions on the device: caches.positions, or n_past staged (eagerly only).
+std::shared_ptr<void> CudaBackend::row_positions(const RowCaches& caches, int64_t n, const int32_t** dev) {
+  if (!caches.positions.empty()) {
+    SLUICE_CHECK(caches.positions.dtype == DType::i32 && caches.positions.numel() == n, Status::internal,
+                 "cuda: batch positions ", caches.positions.shape_str(), " for ", n, " rows");
+    *dev = caches.positions.ptr<int32_t>();
+    return nullptr;
+  }
+  std::vector<int32_t> pos(caches.n_past.begin(), caches.n_past.end());
+  auto staged = stage(pos.data(), pos.size() * sizeof(int32_t));
+  *dev = static_cast<const int32_t*>(staged.get());
+  return staged;
+}
+
+// Row b's caches into ptrs; false when the batch cannot take the one-launch kernels.
+static bool row_cache_ptrs(const Backend::RowCaches& caches, int64_t n, int64_t nkv, int64_t d,
+                           cuda::RowCachePtrs& ptrs) {
+  if (n > cuda::kMaxCacheRows || static_cast<int64_t>(caches.k.size()) != n ||
+      static_cast<int64_t>(caches.v.size()) != n || static_cast<int64_t>(caches.n_past.size()) != n)
+    return false;
+  for (int64_t b = 0; b < n; ++b) {
+    const Tensor &kc = caches.k[static_cast<size_t>(b)], &vc = caches.v[static_cast<size_t>(b)];
+    SLUICE_CHECK(kc.ndim == 3 && kc.shape[1] == nkv && kc.shape[2] == d && vc.numel() == kc.numel() &&
+                     kc.dtype == DType::f32 && vc.dtype == DType::f32 &&
+                     caches.n_past[static_cast<size_t>(b)] < kc.shape[0],
+                 Status::internal, "cuda batch caches: row ", b, " cache ", kc.shape_str(), " at ",
+                 caches.n_past[static_cast<size_t>(b)], " for heads of ", nkv, " x ", d);
+    ptrs.k[b] = kc.ptr<float>();
+    ptrs.v[b] = vc.ptr<float>();
+    if (((reinterpret_cast<uintptr_t>(ptrs.k[b]) | reinterpret_cast<uintptr_t>(ptrs.v[b])) & 15) != 0) return false;
+  }
+  return true;
+}
+
+void CudaBackend::attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                        const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
+                                        int64_t rot_dim, bool interleaved, const RowCaches& caches) {
+  const int64_t n = q.shape[0];
+  cuda::RowCachePtrs ptrs{};
+  if (n == 1 || q.ndim != 3 || k.ndim != 3 || !row_cache_ptrs(caches, n, k.shape[1], q.shape[2], ptrs)) {
+    Backend::attention_inputs_rows(q, k, v, q_norm, k_norm, eps, cos, sin, rot_dim, interleaved, caches);
+    return;
+  }
+  const int32_t* pos = nullptr;
+  auto staged = row_positions(caches, n, &pos);
+  const Tensor positions(DType::i32, {n}, const_cast<int32_t*>(pos));
+  attention_inputs_launch(q, k, v, q_norm, k_norm, eps, cos, sin, rot_dim, interleaved, caches.k[0], caches.v[0], 0,
+                          positions, &ptrs);
+}
+
+void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
+                                 int64_t sliding_window) {
+  const int64_t n = q.shape[0];
+  cuda::RowCachePtrs ptrs{};
+  if (n == 1 || q.ndim != 3 || caches.k.empty() || caches.k[0].ndim != 3 ||
+      !cuda::attention_decode_rows_supported(q.shape[1], caches.k[0].shape[1], q.shape[2], n) ||
+      !row_cache_ptrs(caches, n, caches.k[0].shape[1], q.shape[2], ptrs) ||
+      ((reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(out.data)) & 15) != 0) {
+    Backend::attention_rows(q, out, caches, scale, sliding_window);
+    return;
+  }
+  SLUICE_CHECK(out.numel() == q.numel(), Status::internal, "cuda attention_rows: q ", q.shape_str(), ", out ",
+               out.shape_str());
+  const int64_t hq = q.shape[1], hkv = caches.k[0].shape[1], d = q.shape[2];
+  int64_t n_ctx = 0;
+  for (const Tensor& kc : caches.k) n_ctx = std::max(n_ctx, kc.shape[0]);
+  const int32_t* pos = nullptr;
+  auto staged = row_positions(caches, n, &pos);
+  Tensor partials = alloc(DType::f32, {n * cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
+  cuda::AttentionDecodeArgs a;
+  a.q = q.ptr<float>();
+  a.out = out.ptr<float>();
+  a.partials = partials.ptr<float>();
+  a.counters = static_cast<int*>(attention_counters_.get());
+  a.hq = hq;
+  a.hkv = hkv;
+  a.d = d;
+  a.n_ctx = n_ctx;
+  a.n_past_dev = pos;
+  a.scale = scale;
+  a.window = sliding_window;
+  a.n_rows = n;
+  a.rows = &ptrs;
+  cuda::launch_attention_decode(a, stream_);
 }
 
 Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {

@@ -15,6 +15,9 @@
 #include "backends/cuda/cuda_memory.h"
 
 namespace sluice {
+namespace cuda {
+struct RowCachePtrs;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -43,6 +46,11 @@ class CudaBackend final : public Backend {
   void attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                         float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved,
                         const Tensor& k_cache, const Tensor& v_cache, int64_t n_past, const Tensor& positions) override;
+  void attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                             const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
+                             bool interleaved, const RowCaches& caches) override;
+  void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
+                      int64_t sliding_window) override;
   Tensor concat_rows(std::span<const Tensor> parts) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) override;
@@ -96,6 +104,14 @@ class CudaBackend final : public Backend {
   // A device copy of host bytes, enqueued on the stream (the caller keeps the returned owner
   // alive until its kernel is enqueued; the pool orders any reuse behind that kernel).
   std::shared_ptr<void> stage(const void* host, size_t bytes);
+  // A batch step's positions on the device (*dev): caches.positions, or caches.n_past staged
+  // (the returned owner; eagerly only).
+  std::shared_ptr<void> row_positions(const RowCaches& caches, int64_t n, const int32_t** dev);
+  // attention_inputs, with rows: a batch step's rows into caches of their own.
+  void attention_inputs_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                               const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
+                               bool interleaved, const Tensor& k_cache, const Tensor& v_cache, int64_t n_past,
+                               const Tensor& positions, const cuda::RowCachePtrs* rows);
   // Host bytes to device memory on the stream; the host buffer may be reused at once.
   void copy_from_host(void* dst, const void* src, size_t bytes);
 

@@ -49,6 +49,14 @@ void launch_add_rms_norm(float* x, const float* add, const void* w, WType wtype,
                          float eps, Stream s);
 // Attention inputs (attention_inputs.cu): q and k per-head RMSNorm'd and rotated in place, k
 // and v written to the caches.
+// The caches of a batch decode step's rows (Backend::RowCaches), passed to the kernels by
+// value: row b's K and V caches [n_ctx_b, nkv, d].
+constexpr int64_t kMaxCacheRows = 64;
+struct RowCachePtrs {
+  float* k[kMaxCacheRows];
+  float* v[kMaxCacheRows];
+};
+
 struct AttentionInputsParams {
   float* q = nullptr;                   // [n, nh, d], in place
   float* k = nullptr;                   // [n, nkv, d], in place
@@ -67,6 +75,9 @@ struct AttentionInputsParams {
   const int32_t* positions = nullptr;   // device i32 [n]: the cache rows; null: n_past + i
   int64_t n_past = 0;
   int64_t n = 0, nh = 0, nkv = 0, d = 0;
+  // Set (n <= kMaxCacheRows, positions set): row i is a sequence of its own, into the caches
+  // rows->k[i] / rows->v[i] instead of k_cache / v_cache.
+  const RowCachePtrs* rows = nullptr;
 };
 void launch_attention_inputs(const AttentionInputsParams& p, Stream s);
 void launch_add_bias(float* y, const void* b, WType wtype, int64_t rows, int64_t cols, Stream s);
