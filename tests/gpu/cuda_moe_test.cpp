@@ -475,4 +475,53 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
     }
 }
 
+// Backend::moe_routed_add_rms_norm (the down + combine adding into the residual stream, the
+// row's last block norming it) against moe_routed then add_rms_norm on the GPU: the same bits
+// of x and h, for decode batches of 1 to 8 rows (the decode kernels), bf16/q8/q4 experts, the
+// norm weight bf16, f32 or none, twice in a row (the counters are back at zero); and for q2
+// experts and a prefill-sized batch, where it takes the two steps.
+TEST(CudaMoe, MoeRoutedAddRmsNormIsMoeRoutedThenAddRmsNorm) {
+  for (DType dt : {DType::bf16, DType::q8, DType::q4, DType::q2})
+    for (Shape s : {Shape{1, 8, 2, 256, 192}, {3, 8, 2, 256, 192}, {8, 6, 3, 512, 64}, {300, 8, 2, 256, 192}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      auto table = gpu->make_expert_table(layer.device);
+      ASSERT_NE(table, nullptr);
+      auto hv = random_vec(s.n * s.n_embd, 27), lv = random_vec(s.n * s.E, 28, 1.5f);
+      auto xv = random_vec(s.n * s.n_embd, 29), nv = random_vec(s.n_embd, 30);
+      for (DType norm_type : {DType::bf16, DType::f32, DType::i32}) {  // i32: no norm weight
+        std::vector<uint16_t> nv_bf16;
+        for (float f : nv) nv_bf16.push_back(f32_to_bf16(f));
+        const Tensor norm = norm_type == DType::i32 ? Tensor{}
+                            : norm_type == DType::bf16      ? gpu->upload(Tensor(DType::bf16, {s.n_embd}, nv_bf16.data()))
+                                                            : gpu->upload(Tensor(DType::f32, {s.n_embd}, nv.data()));
+        auto run = [&](bool fused, int reps) {
+          Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
+          Tensor x = gpu->alloc(DType::f32, {s.n, s.n_embd}), y = gpu->alloc(DType::f32, {s.n, s.n_embd});
+          gpu->from_host(x, xv.data());
+          for (int r = 0; r < reps; ++r) {
+            gpu->from_host(h, hv.data());
+            gpu->from_host(logits, lv.data());
+            if (fused) {
+              gpu->moe_routed_add_rms_norm(*table, logits, s.k, true, h, y, x, norm, 1e-6f, h);
+            } else {
+              gpu->moe_routed(*table, logits, s.k, true, h, y);
+              gpu->add_rms_norm(x, y, norm, 1e-6f, h);
+            }
+          }
+          std::vector<float> xo(static_cast<size_t>(s.n * s.n_embd)), ho(xo.size());
+          gpu->to_host(x, xo.data());
+          gpu->to_host(h, ho.data());
+          return std::pair{xo, ho};
+        };
+        const std::string what = std::string("moe_routed_add_rms_norm ") + std::string(dtype_name(dt)) + " n=" +
+                                 std::to_string(s.n) + " norm " +
+                                 (norm_type == DType::i32 ? "none" : std::string(dtype_name(norm_type)));
+        const auto want = run(false, 2), got = run(true, 2);
+        EXPECT_EQ(got.first, want.first) << what << " (x)";
+        EXPECT_EQ(got.second, want.second) << what << " (h)";
+      }
+    }
+}
+
 }  // namespace
