@@ -353,21 +353,15 @@ void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCa
   for (const Tensor& kc : caches.k) n_ctx = std::max(n_ctx, kc.shape[0]);
   const int32_t* pos = nullptr;
   auto staged = row_positions(caches, n, &pos);
-  Tensor partials = alloc(DType::f32, {n * cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
-  cuda::AttentionDecodeArgs a;
-  a.q = q.ptr<float>();
-  a.out = out.ptr<float>();
+  decode_attention({.q = q.ptr<float>(), .out = out.ptr<float>(), .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx,
+                    .n_past_dev = pos, .scale = scale, .window = sliding_window, .n_rows = n, .rows = &ptrs});
+}
+
+void CudaBackend::decode_attention(cuda::AttentionDecodeArgs a) {
+  const int64_t rows = a.rows ? a.n_rows : 1;
+  Tensor partials = alloc(DType::f32, {rows * cuda::attention_decode_partial_floats(a.hq, a.hkv, a.d, a.n_ctx)});
   a.partials = partials.ptr<float>();
   a.counters = static_cast<int*>(attention_counters_.get());
-  a.hq = hq;
-  a.hkv = hkv;
-  a.d = d;
-  a.n_ctx = n_ctx;
-  a.n_past_dev = pos;
-  a.scale = scale;
-  a.window = sliding_window;
-  a.n_rows = n;
-  a.rows = &ptrs;
   cuda::launch_attention_decode(a, stream_);
 }
 
@@ -420,23 +414,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
     // Decode: the context split over many blocks (attention_decode.cu).
-    Tensor partials = alloc(DType::f32, {cuda::attention_decode_partial_floats(hq, hkv, d, n_ctx)});
-    cuda::AttentionDecodeArgs a;
-    a.q = q.ptr<float>();
-    a.k = k.ptr<float>();
-    a.v = v.ptr<float>();
-    a.out = out.ptr<float>();
-    a.partials = partials.ptr<float>();
-    a.counters = static_cast<int*>(attention_counters_.get());
-    a.hq = hq;
-    a.hkv = hkv;
-    a.d = d;
-    a.n_ctx = n_ctx;
-    a.n_past = p.n_past;
-    a.n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>();
-    a.scale = p.scale;
-    a.window = p.sliding_window;
-    cuda::launch_attention_decode(a, stream_);
+    decode_attention({.q = q.ptr<float>(), .k = k.ptr<float>(), .v = v.ptr<float>(), .out = out.ptr<float>(),
+                      .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past = p.n_past,
+                      .n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(), .scale = p.scale,
+                      .window = p.sliding_window});
     return;
   }
   cuda::AttentionParams ap;

@@ -12,12 +12,10 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/cuda/attention_decode.h"
 #include "backends/cuda/cuda_memory.h"
 
 namespace sluice {
-namespace cuda {
-struct RowCachePtrs;
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -110,6 +108,8 @@ class CudaBackend final : public Backend {
   // A batch step's positions on the device (*dev): caches.positions, or caches.n_past staged
   // (the returned owner; eagerly only).
   std::shared_ptr<void> row_positions(const RowCaches& caches, int64_t n, const int32_t** dev);
+  // The split decode attention (attention_decode.h) with its partials and counters.
+  void decode_attention(cuda::AttentionDecodeArgs a);
   // attention_inputs, with rows: a batch step's rows into caches of their own.
   void attention_inputs_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                                const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
