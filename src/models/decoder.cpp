@@ -115,7 +115,7 @@ bool DecoderModel::step_graph_eligible() const {
 void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
                            bool all_logits) {
   auto& state = static_cast<DecoderState&>(state_base);
-  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
+  const int64_t n = static_cast<int64_t>(tokens.size());
   check_forward_inputs(tokens, state, logits, all_logits);
 
   if (n == 1 && step_graph_eligible()) {
@@ -126,26 +126,43 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
     return;
   }
 
+  be_.to_host(forward_eager(tokens, state, all_logits), logits.data());
+  if (expert_provider_) expert_provider_->forward_done();
+}
+
+Tensor DecoderModel::forward_eager(std::span<const int32_t> tokens, SequenceState& state_base, bool all_logits) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
   const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
   Tensor x = be_.alloc(DType::f32, {n, d});  // [n, n_embd] residual stream
   be_.get_rows(w_.tok_embd, tokens, x);
   forward_layers(state, x, cos, sin, Tensor{});
   state.n_past += n;
-
   Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
   Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
   final_logits(xs, out);
-  be_.to_host(out, logits.data());
-  if (expert_provider_) expert_provider_->forward_done();
+  return out;
 }
 
 int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, const SampleRule& rule,
                                      int64_t n_valid, int64_t draw53) {
-  if (!step_graph_eligible()) return Model::forward_sample(token, state_base, rule, n_valid, draw53);
   auto& state = static_cast<DecoderState&>(state_base);
   check_step_inputs(std::span<const int32_t>(&token, 1), state);
   SLUICE_CHECK(n_valid > 0 && n_valid <= spec_.info.n_vocab, Status::invalid_argument, "forward_sample: n_valid ",
                n_valid, " outside [1, ", spec_.info.n_vocab, "]");
+  if (!step_graph_eligible()) {
+    // Streamed experts (or no graphs): the step runs eagerly, and still draws on the backend,
+    // so that only the token id crosses (the backend's sample is core/sampling.h's rule).
+    DecodePhase decode(*this);
+    const Tensor logits = forward_eager(std::span<const int32_t>(&token, 1), state, false);
+    Tensor draw = be_.alloc(DType::i64, {1}), next = be_.alloc(DType::i32, {1});
+    be_.from_host(draw, &draw53);
+    be_.sample(logits, n_valid, rule, draw, next);
+    int32_t id = -1;
+    be_.to_host(next, &id);
+    if (expert_provider_) expert_provider_->forward_done();
+    return id;
+  }
   be_.from_host(state.step_draw, &draw53);
   replay_step(state, token, &rule, n_valid);
   int32_t next = -1;

@@ -80,6 +80,8 @@ class DecoderModel : public Model {
   using AttentionFn = std::function<void(size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then)>;
   void run_layers(const Tensor& x, int64_t first_position, const AttentionFn& attention);
   void final_logits(const Tensor& x, const Tensor& out);
+  // forward() without the copy out: the logits on the backend ([1 or n, n_vocab] f32).
+  Tensor forward_eager(std::span<const int32_t> tokens, SequenceState& state, bool all_logits);
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.
   bool step_graph_eligible() const;
