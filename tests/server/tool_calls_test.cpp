@@ -33,7 +33,7 @@ TEST(ToolCalls, NoArgumentsIsAnEmptyObject) {
 }
 
 TEST(ToolCalls, WhatIsNotACallStaysContent) {
-  for (const std::string reply : {
+  for (const std::string& reply : {
            std::string("Plain text, no call."),
            std::string("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>"),   // not JSON
            std::string("<tool_call>{\"arguments\": {}}</tool_call>"),                        // no name
