@@ -26,13 +26,6 @@ void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
 }
 
-void Backend::moe_routed_add_rms_norm(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used,
-                                      bool norm_topk, const Tensor& h, const Tensor& out, const Tensor& x,
-                                      const Tensor& norm, float eps, const Tensor& h_out) {
-  moe_routed(table, logits, n_expert_used, norm_topk, h, out);
-  add_rms_norm(x, out, norm, eps, h_out);
-}
-
 void Backend::sample(const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
                      const Tensor& ids) {
   const int64_t n = logits.rows(), V = logits.cols();

@@ -173,13 +173,6 @@ class Backend {
   // (moe_combine). table: from this backend's make_expert_table.
   virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                           const Tensor& h, const Tensor& out);
-  // moe_routed, then the residual add and the next norm after the layer: x += the routed sum
-  // (out: scratch for it), h_out = rms_norm(x, norm, eps) (h_out may be h). Default:
-  // moe_routed into out, then add_rms_norm (CUDA: in the down + combine launch of a decode
-  // batch, bit for bit).
-  virtual void moe_routed_add_rms_norm(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used,
-                                       bool norm_topk, const Tensor& h, const Tensor& out, const Tensor& x,
-                                       const Tensor& norm, float eps, const Tensor& h_out);
 
   // ---- captured graphs (CUDA graphs; optional) ----
   // True when this backend can capture the ops between graph_begin and graph_end into a

@@ -45,10 +45,9 @@ struct KvLayer {
   Tensor k, v;  // [n_ctx, n_head_kv, head_dim] f32
 };
 
-// What an attention block's output projection (or a MoE layer's routed sum) goes into: out
-// (then = null), or the residual stream with the next norm (x += out; h = rms_norm(x, norm,
-// eps): Backend::matmul_add_rms_norm / moe_routed_add_rms_norm, one launch for a decode row
-// on CUDA; out is then scratch).
+// What an attention block's output projection goes into: out (then = null), or the residual
+// stream with the next norm (x += out; h = rms_norm(x, norm, eps): Backend::matmul_add_rms_norm,
+// one launch for a decode row on CUDA; out is then scratch).
 struct ResidualNorm {
   Tensor x;     // [n, n_embd] the residual stream
   Tensor norm;  // [n_embd] the next norm's weight

@@ -221,27 +221,23 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
   Tensor h = be_.alloc(DType::f32, {n, d});
   Tensor y = be_.alloc(DType::f32, {n, d});
   // Each residual add is fused with the norm that follows it (h = norm(x += y)); after
-  // attention, also with its output projection, and after a MoE layer with its routed sum
-  // where the backend can (moe_routed_half's then).
+  // attention, also with its output projection.
   if (!spec_.layers.empty()) be_.rms_norm(x, w_.layers[0].attn_norm, spec_.norm_eps, h);
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
     attention(l, h, y, ResidualNorm{x, lw.ffn_norm, spec_.norm_eps, h});
-    const bool last = l + 1 == spec_.layers.size();
-    const ResidualNorm next_norm{x, last ? Tensor{} : w_.layers[l + 1].attn_norm, spec_.norm_eps, h};
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,
                       {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router,
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_},
-                      expert_provider_.get(), routing_observer_, h, y, last ? nullptr : &next_norm);
-      if (last) be_.add(x, y);
+                      expert_provider_.get(), routing_observer_, h, y);
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
-      if (last) be_.add(x, y);
-      else be_.add_rms_norm(x, y, next_norm.norm, spec_.norm_eps, h);
     }
+    if (l + 1 < spec_.layers.size()) be_.add_rms_norm(x, y, w_.layers[l + 1].attn_norm, spec_.norm_eps, h);
+    else be_.add(x, y);
   }
 }
 

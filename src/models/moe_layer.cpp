@@ -3,11 +3,8 @@
 
 namespace sluice {
 
-namespace {
-
-// y = the routed experts' sum (moe_routed_half without the residual norm).
-void routed_sum(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
-                const Tensor& h, const Tensor& y) {
+void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
+                     const Tensor& h, const Tensor& y) {
   const RouterSpec& spec = *refs.router;
   const int64_t n = h.rows(), E = spec.n_expert;
   Tensor logits = be.alloc(DType::f32, {n, E});  // [n, n_expert]
@@ -45,22 +42,5 @@ void routed_sum(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider,
                refs.layer, ": no resident experts and no expert provider (a streamed model without its streamer)");
   routed_experts(be, refs.math, routing, h, y, [&](int32_t e) -> const ExpertWeights& { return (*refs.experts)[e]; });
 }
-
-}  // namespace
-
-void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
-                     const Tensor& h, const Tensor& y, const ResidualNorm* then) {
-  if (then && !provider && !observer && refs.table) {  // resident, routed on the device: one launch fewer
-    const RouterSpec& spec = *refs.router;
-    Tensor logits = be.alloc(DType::f32, {h.rows(), spec.n_expert});  // [n, n_expert]
-    be.matmul(h, refs.router_w, logits);
-    be.moe_routed_add_rms_norm(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y, then->x,
-                               then->norm, then->eps, then->h);
-    return;
-  }
-  routed_sum(be, refs, provider, observer, h, y);
-  if (then) be.add_rms_norm(then->x, y, then->norm, then->eps, then->h);
-}
-
 
 }  // namespace sluice

@@ -18,7 +18,6 @@
 #include "experts/expert_math.h"
 #include "experts/expert_provider.h"
 #include "experts/routing.h"
-#include "models/blocks.h"
 
 namespace sluice {
 
@@ -37,10 +36,9 @@ struct MoeLayerRefs {
   bool observe_prediction = false;                   // the observer also gets the lookahead prediction
 };
 
-// y[n, n_embd] = the routed experts' sum for h[n, n_embd]; with then, the residual add and
-// the next norm after it (then->h may be h: it is written after h is read).
+// y[n, n_embd] = the routed experts' sum for h[n, n_embd].
 void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
-                     const Tensor& h, const Tensor& y, const ResidualNorm* then = nullptr);
+                     const Tensor& h, const Tensor& y);
 
 // The backend's tables over every layer's resident experts ([n_layer], null where a layer has
 // none, or the backend routes on the host).

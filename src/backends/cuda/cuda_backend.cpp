@@ -10,7 +10,6 @@
 #include "backends/cuda/sample.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/moe_kernels.h"
 #include "core/log.h"
 #include "core/quant.h"
 
@@ -57,8 +56,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
   norm_counter_ = device_alloc(sizeof(int), device);
   CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
-  moe_norm_counters_ = device_alloc(cuda::kMoeResidualNormMaxRows * sizeof(int), device);
-  CUDA_CHECK(cudaMemsetAsync(moe_norm_counters_.get(), 0, cuda::kMoeResidualNormMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

@@ -76,9 +76,6 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) override;
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
-  void moe_routed_add_rms_norm(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
-                               const Tensor& h, const Tensor& out, const Tensor& x, const Tensor& norm, float eps,
-                               const Tensor& h_out) override;
 
   // Ops of the hybrid Qwen families (cuda/hybrid_ops.cpp; kernels in cuda/hybrid_kernels.h).
   void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;
@@ -133,7 +130,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
   std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
   std::shared_ptr<void> norm_counter_;        // one i32 (matvec_add_rms_norm), zero between launches
-  std::shared_ptr<void> moe_norm_counters_;   // [kMoeResidualNormMaxRows] i32 (moe_routed_add_rms_norm), zero between launches
 };
 
 }  // namespace sluice

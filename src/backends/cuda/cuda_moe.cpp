@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/moe_decode.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/quant.h"
 
@@ -84,42 +83,6 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   // Every expert resident: no done flags, the down product and the combine in one launch.
   cuda::launch_moe_experts_combine(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), refs, act.ptr<float>(),
                                    out.ptr<float>(), shape, stream_);
-}
-
-void CudaBackend::moe_routed_add_rms_norm(const ExpertTable& table_base, const Tensor& logits, int64_t k,
-                                          bool norm_topk, const Tensor& h, const Tensor& out, const Tensor& x,
-                                          const Tensor& norm, float eps, const Tensor& h_out) {
-  const auto* table = dynamic_cast<const CudaExpertTable*>(&table_base);
-  const int64_t n = h.rows();
-  const bool fits = table && n > 0 && k > 0 && k <= table->n_expert && logits.dtype == DType::f32 &&
-                    logits.rows() == n && logits.cols() == table->n_expert && h.dtype == DType::f32 &&
-                    h.cols() == table->n_embd && x.dtype == DType::f32 && x.rows() == n &&
-                    x.cols() == table->n_embd && h_out.dtype == DType::f32 && h_out.numel() == x.numel() &&
-                    (norm.empty() || norm.numel() == table->n_embd) &&
-                    n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert;  // the decode launch
-  if (fits) {
-    const cuda::MoeShape shape{n, k, table->n_embd, table->n_ff, table->n_expert, table->wtype};
-    Tensor ids = alloc(DType::i32, {n * k});
-    Tensor weights = alloc(DType::f32, {n * k});
-    Tensor act = alloc(DType::f32, {n * k, table->n_ff});
-    cuda::MoeResidualNorm rn;
-    rn.norm_w = norm.empty() ? nullptr : norm.data;
-    rn.norm_type = norm.empty() ? cuda::WType::f32 : cuda::float_wtype_of(norm.dtype, "moe_routed_add_rms_norm");
-    rn.h = h_out.ptr<float>();
-    rn.eps = eps;
-    rn.counters = static_cast<int*>(moe_norm_counters_.get());
-    if (cuda::moe_decode_residual_norm_ok(shape, act.ptr<float>(), x.ptr<float>(), rn.h)) {
-      cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                               weights.ptr<float>(), stream_);
-      const bool launched =
-          cuda::launch_moe_experts_combine_norm(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(),
-                                                static_cast<const cuda::ExpertRef*>(table->refs.data),
-                                                act.ptr<float>(), x.ptr<float>(), shape, rn, stream_);
-      SLUICE_CHECK(launched, Status::internal, "cuda moe_routed_add_rms_norm: the launch refused its shape");
-      return;
-    }
-  }
-  Backend::moe_routed_add_rms_norm(table_base, logits, k, norm_topk, h, out, x, norm, eps, h_out);
 }
 
 }  // namespace sluice

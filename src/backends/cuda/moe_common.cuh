@@ -20,9 +20,7 @@ __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + e
 
 // The combine of a down + combine block over the embd rows i0 .. i0 + rows - 1 of batch row
 // `row`: out[row, i0 + t] = the rank sums ys[rank * rows + t] weighted and added in rank
-// order with moe_combine_done_kernel's fmaf (kAdd: out[row, i0 + t] += that sum, the residual
-// add of add_rms_norm). Threads t < rows of the block, after a barrier.
-template <bool kAdd = false>
+// order with moe_combine_done_kernel's fmaf. Threads t < rows of the block, after a barrier.
 __device__ __forceinline__ void combine_ranks(const float* ys, int rows, const float* __restrict__ weights,
                                               int64_t row, int64_t k, int64_t i0, int64_t n_embd,
                                               float* __restrict__ out) {
@@ -30,8 +28,7 @@ __device__ __forceinline__ void combine_ranks(const float* ys, int rows, const f
   if (t >= rows || i0 + t >= n_embd) return;
   float acc = 0.0f;
   for (int64_t rank = 0; rank < k; ++rank) acc = fmaf(weights[row * k + rank], ys[rank * rows + t], acc);
-  if constexpr (kAdd) out[row * n_embd + i0 + t] = out[row * n_embd + i0 + t] + acc;
-  else out[row * n_embd + i0 + t] = acc;
+  out[row * n_embd + i0 + t] = acc;
 }
 
 }  // namespace sluice::cuda

@@ -26,7 +26,6 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/moe_common.cuh"
-#include "backends/cuda/norm_row.cuh"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -52,9 +51,6 @@ struct DecodeParams {
   float* pair_out = nullptr;         // [n_rows * k, n_embd] f32 (down)
   float* out = nullptr;              // [n_rows, n_embd] f32 (down + combine)
   int64_t k = 0, n_embd = 0, n_ff = 0;
-  // Down + combine into the residual stream (MoeResidualNorm): out is x, added to; the last
-  // block of a row norms it into h.
-  MoeResidualNorm rn;
 };
 
 // Chunks of each row a lane holds in flight at once (more spill registers). gate/up (n_embd
@@ -337,7 +333,7 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(con
 // of the 2 k items (rank it / 2, the tile's rows (it % 2) * kRowsPerWarp ..); dynamic shared
 // memory: the row's k act rows (k * n_ff floats, staged) and their sums [k][kCombineTile].
 // Every expert of the table is available (the fully resident launch).
-template <WType T, bool kResid>
+template <WType T>
 __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
   chained_kernel_entry();
   extern __shared__ float4 xs[];
@@ -366,27 +362,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
       for (int r = 0; r < kRowsPerWarp; ++r) ys[rank * kCombineTile + (it % 2) * kRowsPerWarp + r] = y[r];
   }
   __syncthreads();
-  combine_ranks<kResid>(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);
-  if constexpr (kResid) {
-    // The row's last block to finish norms it (its other blocks' sums are in L2).
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      last = atomicAdd(a.rn.counters + row, 1) == static_cast<int>(gridDim.y) - 1;
-      if (last) a.rn.counters[row] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    float* x = a.out + row * n_embd;
-    float* h = a.rn.h + row * n_embd;
-    switch (a.rn.norm_type) {
-      case WType::f16: rms_norm_row_vec<WType::f16, true>(x, nullptr, a.rn.norm_w, h, n_embd, a.rn.eps); break;
-      case WType::bf16: rms_norm_row_vec<WType::bf16, true>(x, nullptr, a.rn.norm_w, h, n_embd, a.rn.eps); break;
-      default: rms_norm_row_vec<WType::f32, true>(x, nullptr, a.rn.norm_w, h, n_embd, a.rn.eps); break;
-    }
-  }
+  combine_ranks(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);
 }
 
 bool aligned16_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -440,35 +416,15 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
   return true;
 }
 
-bool moe_decode_down_combine_ok(const MoeShape& shape, const float* act) {
-  const size_t smem = static_cast<size_t>(shape.k) * (shape.n_ff + kCombineTile) * sizeof(float);
-  return decode_product_ok(shape, shape.n_ff, act) && smem <= kMaxStagedBytes;
-}
-
-bool moe_decode_residual_norm_ok(const MoeShape& shape, const float* act, const float* x, const float* h) {
-  static_assert(kCombineWarps * 32 >= kNormThreads, "the last block norms the row with kNormThreads threads");
-  return moe_decode_down_combine_ok(shape, act) && shape.n_rows <= kMoeResidualNormMaxRows &&
-         shape.n_embd % 4 == 0 && shape.n_embd <= int64_t{kNormThreads} * 4 * kNormMaxVec && aligned16_host(x) &&
-         aligned16_host(h);
-}
-
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
-                                    const float* act, float* out, const MoeShape& shape, Stream s,
-                                    const MoeResidualNorm* rn) {
-  if (!(rn ? moe_decode_residual_norm_ok(shape, act, out, rn->h) : moe_decode_down_combine_ok(shape, act)))
-    return false;
+                                    const float* act, float* out, const MoeShape& shape, Stream s) {
   const size_t smem = static_cast<size_t>(shape.k) * (shape.n_ff + kCombineTile) * sizeof(float);
+  if (!decode_product_ok(shape, shape.n_ff, act) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kCombineTile));
   const DecodeParams a{.ids = ids, .weights = weights, .table = table, .act_in = act, .out = out,
-                       .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff, .rn = rn ? *rn : MoeResidualNorm{}};
-  auto st = static_cast<cudaStream_t>(s);
-  if (rn) {
-    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, true>, grid,
-                                                         dim3(kCombineWarps * 32), smem, st, a))
-  } else {
-    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, false>, grid,
-                                                         dim3(kCombineWarps * 32), smem, st, a))
-  }
+                       .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
+  SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T>, grid,
+                                                       dim3(kCombineWarps * 32), smem, static_cast<cudaStream_t>(s), a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -26,14 +26,8 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
 // pair_out[p, i] = down_i . act[p] for the active pairs.
 bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const uint8_t* done, const float* act,
                             float* pair_out, const MoeShape& shape, Stream s);
-// Whether launch_moe_decode_down_combine takes the shape with a residual norm (x, h: the
-// residual stream and the normed output).
-bool moe_decode_residual_norm_ok(const MoeShape& shape, const float* act, const float* x, const float* h);
 // out[row, i] = sum over ranks r in order of weights[p] * (down_i . act[p]), p = row * k + r.
-// With rn (moe_decode_residual_norm_ok): out is the residual stream x, x[row, i] += that sum,
-// and the row's last block norms it into rn->h, as launch_add_rms_norm would (bit for bit).
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
-                                    const float* act, float* out, const MoeShape& shape, Stream s,
-                                    const MoeResidualNorm* rn = nullptr);
+                                    const float* act, float* out, const MoeShape& shape, Stream s);
 
 }  // namespace sluice::cuda

@@ -597,16 +597,6 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
   SLUICE_WITH_WTYPE(shape.wtype, launch_experts_combine_t<WT>(h, ids, weights, table, act, out, shape, smem, st))
 }
 
-bool launch_moe_experts_combine_norm(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                     float* act, float* x, const MoeShape& shape, const MoeResidualNorm& rn, Stream s) {
-  if (shape.n_rows * shape.k == 0 || !moe_decode_residual_norm_ok(shape, act, x, rn.h)) return false;
-  auto st = static_cast<cudaStream_t>(s);
-  SLUICE_WITH_WTYPE(shape.wtype, launch_gate_up_t<WT>(h, ids, table, nullptr, act, shape, st))
-  const bool launched = launch_moe_decode_down_combine(ids, weights, table, act, x, shape, st, &rn);
-  SLUICE_CHECK(launched, Status::internal, "cuda moe: the residual-norm down + combine refused a shape it accepted");
-  return true;
-}
-
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
                              const MoeShape& shape, Stream s) {
   const int64_t total = shape.n_rows * shape.n_embd;

@@ -69,23 +69,6 @@ void launch_moe_combine_done(const float* pair_out, const float* weights, const 
 void launch_moe_experts_combine(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                                 float* act, float* out, const MoeShape& shape, Stream s);
 
-// The residual add and the next norm after a MoE layer, in the down + combine launch: out is
-// the residual stream x [n_rows, n_embd] (x += the combined sum) and h [n_rows, n_embd] gets
-// rms_norm(x) * norm_w, bit for bit what launch_add_rms_norm gives.
-constexpr int64_t kMoeResidualNormMaxRows = 64;  // counters the backend keeps
-struct MoeResidualNorm {
-  const void* norm_w = nullptr;  // [n_embd] of norm_type (f32, f16 or bf16), or null
-  WType norm_type = WType::f32;
-  float* h = nullptr;
-  float eps = 1e-6f;
-  int* counters = nullptr;       // [kMoeResidualNormMaxRows] zero (each launch leaves them zero)
-};
-// launch_moe_experts_combine with the residual norm, when the decode kernels take the shape
-// (moe_decode.cu: bf16/q8/q4 experts, n_rows <= kMoeResidualNormMaxRows, a width the norm
-// serves); false, enqueuing nothing, otherwise.
-bool launch_moe_experts_combine_norm(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
-                                     float* act, float* x, const MoeShape& shape, const MoeResidualNorm& rn, Stream s);
-
 // Prefill (many pairs per expert): the same as launch_moe_experts_combine, with the pairs
 // grouped by expert on the device and each expert's weights read once per tile of pairs
 // instead of once per pair. Every table entry the pairs use must be available and of type

@@ -19,15 +19,14 @@ __device__ __forceinline__ bool norm_row_vec_ok(int64_t cols) {
 
 // add != null: x += add first (add_rms_norm). Then y = x * rsqrt(mean(x^2) + eps) * w (w may
 // be null). kFromL2: x is read past the L1 (written by other blocks of this kernel).
-// Called by every thread of the block; its first kNormThreads do the work (a larger block's
-// others only pass the barriers), so the sums are the same whatever the block's size.
+// Called by all kNormThreads threads of the block.
 template <WType T, bool kFromL2 = false>
 __device__ __forceinline__ void rms_norm_row_vec(float* x, const float* __restrict__ add, const void* __restrict__ w,
                                                  float* y, int64_t cols, float eps) {
   __shared__ float partial[kNormThreads / 32];
   float4* xr = reinterpret_cast<float4*>(x);
   float4* yr = reinterpret_cast<float4*>(y);
-  const int64_t n4 = threadIdx.x < kNormThreads ? cols / 4 : 0;  // threads past kNormThreads: none
+  const int64_t n4 = cols / 4;
   float4 v[kNormMaxVec], a[kNormMaxVec];
 #pragma unroll
   for (int i = 0; i < kNormMaxVec; ++i) {
@@ -53,7 +52,7 @@ __device__ __forceinline__ void rms_norm_row_vec(float* x, const float* __restri
     ss = fmaf(v[i].w, v[i].w, ss);
   }
   ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0 && threadIdx.x < kNormThreads) partial[threadIdx.x / 32] = ss;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();
   float total = 0.0f;
 #pragma unroll
