@@ -1,7 +1,8 @@
 // Matrix-vector products for decode and small batches: y[n, m] = x[n, k] . w[m, k]^T for
-// n <= kMatvecMaxRows, every weight type (row_dot.cuh). One warp per 4 weight rows (2 when
-// n > 1), 8 warps per block; each lane streams the rows in 16-byte loads and applies each
-// loaded chunk to all n activation rows, so every weight byte is read once. Rows that are not
+// n <= kMatvecMaxRows, every weight type (row_dot.cuh). One warp per 1 to 4 weight rows, or
+// several warps per row splitting k (launch_t, launch_rows: by m and n), 8 warps per block;
+// each lane streams the rows in 16-byte loads and applies each loaded chunk to all n
+// activation rows, so every weight byte is read once. Rows that are not
 // 16-byte aligned (odd k) take the scalar path of row_dot.cuh.
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/norm_row.cuh"
@@ -96,6 +97,18 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
                  static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec, rn);
 }
 
+// Batches of NX rows (a batch decode step): 2 weight rows a warp from 8192 rows (an output
+// head), a row a warp below (q, k, v, o: twice the warps in flight; 2 a warp ran the o
+// projection of 8 rows at 22 us on the H200, a third of the bandwidth), and below 1024 rows
+// (k, v of few kv heads, routers) a row per 4 warps splitting k, so that enough blocks run.
+template <WType T, int NX>
+void launch_rows(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
+                 int64_t sb, bool vec, cudaStream_t st) {
+  if (m >= 8192) launch_nx<T, NX, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+  else if (m >= 1024) launch_nx<T, NX, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+  else launch_nx<T, NX, 1, 4>(x, w, scales, y, m, k, rb, sb, vec, st);
+}
+
 // Decode (n = 1): large m, 4 weight rows per warp; 1024..8191 rows (attention projections),
 // a row per warp with 8 of its chunks in flight per lane (a warp per row fills the GPU with
 // loads; a block per row, as below, spent each block's life on one round trip); fewer rows
@@ -115,13 +128,13 @@ void launch_t(const float* x, const void* w, const void* scales, float* y, int64
       else if (m >= 1024) launch_nx<T, 1, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
       else launch_nx<T, 1, 1, 8>(x, w, scales, y, m, k, rb, sb, vec, st);
       break;
-    case 2: launch_nx<T, 2, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 3: launch_nx<T, 3, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 4: launch_nx<T, 4, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 5: launch_nx<T, 5, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 6: launch_nx<T, 6, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    case 7: launch_nx<T, 7, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
-    default: launch_nx<T, 8, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 2: launch_rows<T, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 3: launch_rows<T, 3>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 4: launch_rows<T, 4>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 5: launch_rows<T, 5>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 6: launch_rows<T, 6>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 7: launch_rows<T, 7>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    default: launch_rows<T, 8>(x, w, scales, y, m, k, rb, sb, vec, st); break;
   }
 }
 
