@@ -315,53 +315,56 @@ DecoderModel::BatchGraph& DecoderModel::replay_batch(std::span<const int32_t> to
       fresh->draws = be_.alloc(DType::i64, {B});
       fresh->next = be_.alloc(DType::i32, {B});
     }
-    // The inputs first: capturing may run the kernels (SLUICE_CUDA_PROFILE), so they must read
-    // this step's tokens and positions.
-    be_.from_host(fresh->tokens, tokens.data());
-    be_.from_host(fresh->positions, positions.data());
-    if (sampled) be_.from_host(fresh->draws, draw53.data());
+    batch_graphs_.push_back(std::move(fresh));
+    g = batch_graphs_.back().get();
+  }
+  // The inputs before a capture too: capturing may run the kernels (SLUICE_CUDA_PROFILE).
+  be_.from_host(g->tokens, tokens.data());
+  be_.from_host(g->positions, positions.data());
+  if (sampled) be_.from_host(g->draws, draw53.data());
+  if (!g->graph) {
     const int64_t half = spec_.rope.rot_dim / 2;
     be_.graph_begin();
     try {
       Tensor x = be_.alloc(DType::f32, {B, d});  // [B, n_embd]: one row per sequence
-      be_.get_rows_at(w_.tok_embd, fresh->tokens, x);
+      be_.get_rows_at(w_.tok_embd, g->tokens, x);
       Tensor cos = be_.alloc(DType::f32, {B, half}), sin = be_.alloc(DType::f32, {B, half});
-      be_.get_rows_at(batch_rope_cos_, fresh->positions, cos);
-      be_.get_rows_at(batch_rope_sin_, fresh->positions, sin);
-      std::vector<AttentionSegment> segments(static_cast<size_t>(B));
-      run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
-        for (int64_t b = 0; b < B; ++b) {
-          auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
-          segments[static_cast<size_t>(b)] =
-              AttentionSegment{b, 1, &st.kv[l], st.n_past};
-        }
-        attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y,
-                                 fresh->positions, &then);
-      });
-      final_logits(x, fresh->logits);
+      be_.get_rows_at(batch_rope_cos_, g->positions, cos);
+      be_.get_rows_at(batch_rope_sin_, g->positions, sin);
+      batch_layers(states, x, cos, sin, g->positions);
+      final_logits(x, g->logits);
       // One draw launch per run of rows with the same rule.
       for (int64_t b0 = 0, b1 = 0; sampled && b0 < B; b0 = b1) {
         for (b1 = b0 + 1; b1 < B && same_rule(rules[static_cast<size_t>(b1)], rules[static_cast<size_t>(b0)]); ++b1) {
         }
-        be_.sample(fresh->logits.slice_rows(b0, b1 - b0), n_valid, rules[static_cast<size_t>(b0)],
-                   fresh->draws.slice_rows(b0, b1 - b0), fresh->next.slice_rows(b0, b1 - b0));
+        be_.sample(g->logits.slice_rows(b0, b1 - b0), n_valid, rules[static_cast<size_t>(b0)],
+                   g->draws.slice_rows(b0, b1 - b0), g->next.slice_rows(b0, b1 - b0));
       }
     } catch (...) {
-      be_.graph_end();  // ends the capture; the partial graph is dropped
+      be_.graph_end();        // ends the capture; the partial graph is dropped
+      batch_graphs_.pop_back();  // g, the newest, has no graph
       throw;
     }
-    fresh->graph = be_.graph_end();
-    batch_graphs_.push_back(std::move(fresh));
-    g = batch_graphs_.back().get();
-  } else {
-    be_.from_host(g->tokens, tokens.data());
-    be_.from_host(g->positions, positions.data());
-    if (sampled) be_.from_host(g->draws, draw53.data());
+    g->graph = be_.graph_end();
   }
   be_.graph_launch(*g->graph);
   g->last_use = ++batch_graph_clock_;
   for (SequenceState* s : states) s->n_past += 1;
   return *g;
+}
+
+void DecoderModel::batch_layers(std::span<SequenceState* const> states, const Tensor& x, const Tensor& cos,
+                                const Tensor& sin, const Tensor& positions) {
+  std::vector<AttentionSegment> segments(states.size());
+  // The routing observer sees row 0's position for the whole batch (rows are sequences here).
+  run_layers(x, states[0]->n_past, [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
+    for (size_t b = 0; b < states.size(); ++b) {
+      auto& st = static_cast<DecoderState&>(*states[b]);
+      segments[b] = AttentionSegment{static_cast<int64_t>(b), 1, &st.kv[l], st.n_past};
+    }
+    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, positions,
+                             &then);
+  });
 }
 
 void DecoderModel::forward_batch_eager(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
@@ -372,16 +375,7 @@ void DecoderModel::forward_batch_eager(std::span<const int32_t> tokens, std::spa
   const auto [cos, sin] = rope_tables_at(be_, spec_.rope, positions);
   Tensor x = be_.alloc(DType::f32, {B, d});  // [B, n_embd]: one row per sequence
   be_.get_rows(w_.tok_embd, tokens, x);
-  std::vector<AttentionSegment> segments(static_cast<size_t>(B));
-  // The routing observer sees row 0's position for the whole batch (rows are sequences here).
-  run_layers(x, positions[0], [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
-    for (int64_t b = 0; b < B; ++b) {
-      auto& st = static_cast<DecoderState&>(*states[static_cast<size_t>(b)]);
-      segments[static_cast<size_t>(b)] = AttentionSegment{b, 1, &st.kv[l], st.n_past};
-    }
-    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, Tensor{},
-                             &then);
-  });
+  batch_layers(states, x, cos, sin, Tensor{});
   for (SequenceState* s : states) s->n_past += 1;
   Tensor out = be_.alloc(DType::f32, {B, V});
   final_logits(x, out);

@@ -93,6 +93,10 @@ class DecoderModel : public Model {
   struct BatchGraph;
   BatchGraph& replay_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                            std::span<const SampleRule> rules, int64_t n_valid, std::span<const int64_t> draw53);
+  // The layers of a batch step over x [B, n_embd], row b at states[b]'s position (positions:
+  // the same as an i32 tensor on the backend, or empty), attention per sequence.
+  void batch_layers(std::span<SequenceState* const> states, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                    const Tensor& positions);
   // The batch eager (no graph): rows in every product, attention per sequence.
   void forward_batch_eager(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                            std::span<float> logits);

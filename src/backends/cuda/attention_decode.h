@@ -34,11 +34,11 @@ struct AttentionDecodeArgs {
 // Whether the split kernel serves these heads (head_dim 64, 128 or 256; up to
 // kAttentionDecodeMaxHeads query heads) and pointers (16-byte aligned).
 bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k, const void* v);
-// Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
-// of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
 // Whether the split kernel serves a batch step of n_rows rows with caches of their own in one
 // launch (the grouped-query kernel: 2 to 32 query heads a kv head; n_rows <= kMaxCacheRows).
 bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t n_rows);
+// Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
+// of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);

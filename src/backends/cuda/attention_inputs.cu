@@ -3,8 +3,9 @@
 // small launches (two norms, two ropes, two scatters) become one.
 //
 // grid (n, nh + 2 nkv): block (token, head) takes a q head, a k head, or a v head (a copy
-// into the value cache). In a batch decode step each token (row) has caches of its own. The head (d <= kMaxDim floats) is loaded into shared memory, its sum
-// of squares reduced over the block, normed, rotated pair by pair, and stored.
+// into the value cache); in a batch decode step each token (row) has caches of its own. The
+// head (d <= kMaxDim floats) is loaded into shared memory, its sum of squares reduced over the
+// block, normed, rotated pair by pair, and stored.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 

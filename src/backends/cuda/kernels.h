@@ -47,8 +47,6 @@ void launch_rms_norm(const float* x, const void* w, WType wtype, float* y, int64
 // x[r, :] += add[r, :], then y = rms_norm(x) as launch_rms_norm (bit for bit the two launches).
 void launch_add_rms_norm(float* x, const float* add, const void* w, WType wtype, float* y, int64_t rows, int64_t cols,
                          float eps, Stream s);
-// Attention inputs (attention_inputs.cu): q and k per-head RMSNorm'd and rotated in place, k
-// and v written to the caches.
 // The caches of a batch decode step's rows (Backend::RowCaches), passed to the kernels by
 // value: row b's K and V caches [n_ctx_b, nkv, d].
 constexpr int64_t kMaxCacheRows = 64;
@@ -57,6 +55,8 @@ struct RowCachePtrs {
   float* v[kMaxCacheRows];
 };
 
+// Attention inputs (attention_inputs.cu): q and k per-head RMSNorm'd and rotated in place, k
+// and v written to the caches.
 struct AttentionInputsParams {
   float* q = nullptr;                   // [n, nh, d], in place
   float* k = nullptr;                   // [n, nkv, d], in place

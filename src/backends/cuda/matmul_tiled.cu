@@ -1,4 +1,5 @@
-// Tiled matmul for prefill (more rows of x than the matvec passes take, kernels.h): y[n, m] = x[n, k] . w[m, k]^T.
+// Tiled matmul for prefill (more rows of x than the matvec passes take, kernels.h):
+// y[n, m] = x[n, k] . w[m, k]^T.
 // bf16, q8 and q4 weights with k a multiple of 32 and 16-byte aligned rows take the tensor
 // cores (mma_tile.cuh: 64 x 64 tiles, split-bf16 activations, exact weights). The rest take
 // the f32 FMA tiles: a block computes a 64 x 64 tile of y (256 threads, 4 x 4 outputs each)
