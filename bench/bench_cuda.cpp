@@ -8,6 +8,12 @@
 //                                  and of the tensor-core flash kernel, and the flash kernel's
 //                                  TFLOP/s of useful work (4 d flops per visible (query, key)
 //                                  pair and head) next to the ceiling it is bounded by;
+//   bench_cuda --attention-decode  decode attention (one query row, attention_decode.cu) at
+//                                  contexts 512 to 32768 for grouped-query shapes of the
+//                                  qwen3 families: us per call (back to back, chained
+//                                  launches), GB/s of K and V cache bytes read, next to the
+//                                  measured copy bandwidth (SLUICE_CUDA_GQA_SHAPE=HPW,C,NST,S
+//                                  overrides the kernel's launch shape, to explore it);
 //   bench_cuda --moe               the decode MoE expert kernels (moe_kernels.h) of a
 //                                  qwen3-30b-a3b-shaped layer (hidden 2048, 128 experts of
 //                                  width 768, top-8) for bf16, int8 and q4 experts at 1, 2, 4
@@ -50,6 +56,7 @@
 #ifdef SLUICE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "backends/cuda/attention_decode.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/moe_kernels.h"
@@ -166,6 +173,56 @@ int run_attention() {
                 static_cast<long long>(c.hkv), static_cast<long long>(c.d), static_cast<long long>(c.window), rows_us,
                 flash_us, rows_us / flash_us, tflops, 100.0 * tflops * 1e12 / (kPeakBf16 / 3));
     for (float* ptr : {q, k, v, out}) CUDA_CHECK(cudaFree(ptr));
+  }
+  return 0;
+}
+
+// Decode attention for one query row at position ctx - 1 of a cache of capacity ctx; random
+// f32 inputs; 200 launches back to back on one stream (chained as in a decode step).
+int run_attention_decode(double copy_bw) {
+  std::printf("decode attention (f32 cache), one query row at the cache's last position; copy bandwidth %.0f GB/s\n\n",
+              copy_bw / 1e9);
+  std::printf("| hq / hkv | d | context | splits | us | K+V GB/s | of copy bandwidth |\n|---|---|---|---|---|---|---|\n");
+  struct Case {
+    int64_t hq, hkv, d;
+  };
+  for (Case c : {Case{32, 4, 128}, Case{64, 4, 128}, Case{16, 2, 256}, Case{32, 8, 128}}) {
+    for (int64_t ctx : {512, 2048, 8192, 32768}) {
+      const size_t q_floats = static_cast<size_t>(c.hq * c.d), kv_floats = static_cast<size_t>(ctx * c.hkv * c.d);
+      std::vector<float> host(kv_floats);
+      std::mt19937 rng(5);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (auto& x : host) x = nd(rng);
+      float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *partials = nullptr;
+      const int64_t part = cuda::attention_decode_partial_floats(c.hq, c.hkv, c.d, ctx);
+      CUDA_CHECK(cudaMalloc(&q, q_floats * 4));
+      CUDA_CHECK(cudaMalloc(&out, q_floats * 4));
+      CUDA_CHECK(cudaMalloc(&k, kv_floats * 4));
+      CUDA_CHECK(cudaMalloc(&v, kv_floats * 4));
+      CUDA_CHECK(cudaMalloc(&partials, static_cast<size_t>(part) * 4));
+      CUDA_CHECK(cudaMemcpy(q, host.data(), q_floats * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(k, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(v, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
+      cuda::AttentionDecodeArgs a;
+      a.q = q, a.k = k, a.v = v, a.out = out, a.partials = partials;
+      a.hq = c.hq, a.hkv = c.hkv, a.d = c.d, a.n_ctx = ctx, a.n_past = ctx - 1;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      cudaStream_t st = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      for (int i = 0; i < 10; ++i) cuda::launch_attention_decode(a, st);  // warm-up
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      constexpr int kReps = 200;
+      auto t0 = Clock::now();
+      for (int i = 0; i < kReps; ++i) cuda::launch_attention_decode(a, st);
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      const double us = seconds_since(t0) / kReps * 1e6, bytes = 2.0 * static_cast<double>(kv_floats) * 4;
+      std::printf("| %lld / %lld | %lld | %lld | %d | %.2f | %.0f | %.0f%% |\n", static_cast<long long>(c.hq),
+                  static_cast<long long>(c.hkv), static_cast<long long>(c.d), static_cast<long long>(ctx),
+                  cuda::attention_decode_splits(c.hq, c.hkv, c.d, ctx), us, bytes / us / 1e3,
+                  100.0 * bytes / (us * 1e-6) / copy_bw);
+      CUDA_CHECK(cudaStreamDestroy(st));
+      for (float* ptr : {q, k, v, out, partials}) CUDA_CHECK(cudaFree(ptr));
+    }
   }
   return 0;
 }
@@ -517,7 +574,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   std::string model;
-  bool matvec = false, attention = false, moe = false;
+  bool matvec = false, attention = false, attention_decode = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
   std::vector<int64_t> batches;
@@ -532,6 +589,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--matvec") matvec = true;
     else if (a == "--attention") attention = true;
+    else if (a == "--attention-decode") attention_decode = true;
     else if (a == "--moe") moe = true;
     else if (a == "--model") model = next();
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
@@ -550,7 +608,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
       return 2;
     }
   }
@@ -558,10 +616,11 @@ int main(int argc, char** argv) {
     const double bw = copy_bandwidth();
     if (matvec) run_matvec(bw);
     if (attention) run_attention();
+    if (attention_decode) run_attention_decode(bw);
     if (moe) run_moe(bw);
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches);
-    if (!matvec && !attention && !moe && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
+    if (!matvec && !attention && !attention_decode && !moe && model.empty()) {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -452,9 +452,10 @@ TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {
 
 TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
   // One query row (attention_decode.cu): query heads per kv head 1 (the per-head kernel) and
-  // 2, 3, 4, 8, 16, 24 (the grouped-query kernel: one warp per head, several chunks a round,
-  // several heads a warp); head dims 64, 128, 256; capacities far above the position (many
-  // splits, most empty) and at it; sliding windows inside one chunk and across splits. Cache
+  // 2, 3, 4, 8, 16, 24 (the grouped-query kernel: stages of one or more chunks staged ahead,
+  // one, two or four heads a warp), both followed by the merge launch where there are several
+  // splits; head dims 64, 128, 256; capacities far above the position (many splits, most
+  // empty) and at it; sliding windows inside one chunk and across splits. Cache
   // positions past the query hold NaN: a kernel that reads them, even masked (0 * NaN), fails.
   Pair p;
   struct Case {
@@ -475,7 +476,7 @@ TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
     Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
     Tensor gq = gpu_f32(*p.gpu, {1, c.hq, c.d}, qv), gk = gpu_f32(*p.gpu, {c.ctx, c.hkv, c.d}, kv),
            gv = gpu_f32(*p.gpu, {c.ctx, c.hkv, c.d}, vv);
-    // Twice: the merge counters must be back at zero after a launch.
+    // Twice: a launch must leave nothing (partials, scratch) that changes the next one.
     for (int rep = 0; rep < 2; ++rep) {
       p.gpu->attention(gq, gk, gv, og, ap);
       expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc),

@@ -12,27 +12,35 @@
 //   code, measured slower: 27 us).
 //
 // The warps of a block merge in shared memory; the S blocks of a head write partial
-// (max, denominator, output) rows, and the last of them to finish (a counter per head, reset
-// by that block, so graph replays find it zero) merges the S partials into out. S is a
-// function of the context capacity, not of the position, so a captured graph replays at any
-// position with the same launch.
+// (output, max, denominator) rows, and attention_decode_merge_kernel, launched after (chained),
+// merges the S partials into out. S is a function of the context capacity, not of the
+// position, so a captured graph replays at any position with the same launches.
 //
 // Grouped-query heads (G = hq / hkv >= 2) take attention_decode_gqa_kernel instead: there the
 // kernel above re-reads each kv head's rows G times (from L2), which at long context is what
 // bounds it (8192 positions, G = 8: 268 MB of L2 reads a layer, 61.6 us on the H200, 0.54 TB/s
-// of the cache's own bytes). The GQA kernel reads each row once:
+// of the cache's own bytes). The GQA kernel reads each row once from memory:
 //
-//   grid (hkv, S), block W warps; round t of block (kv head, s) stages chunks
-//   [(t S + s) R, +R) of 32 keys (K and V rows, cp.async into padded shared rows while the
-//   round before is scored, positions past the query zero-filled) and every query head of the kv head scores them: a warp per
-//   (head, staged chunk) for G < 8 (R = 8 / G chunks a round, as shared memory allows), a
-//   warp per HPW heads for G >= 8. Lane t scores key t of the chunk, the warp's online
-//   softmax is updated once, and lane t accumulates dims [DPL t, DPL (t + 1)) of the output.
-//   The block's warps then merge per head in shared memory, and the last block of the kv
-//   head to finish merges the S partial rows of its G heads, as above.
+//   grid (hkv, S), block W warps; stage i of block (kv head, s) is C chunks of 32 keys,
+//   chunks [(i S + s) C, +C): their K and V rows are copied (cp.async) into one of NST
+//   padded shared buffers, NST - 1 stages ahead of the one being scored (positions past the
+//   query zero-filled), so that a block keeps NST - 1 stages of loads in flight. Warp w
+//   scores chunk w mod C of every stage for HPW query heads of the kv head: lane t scores
+//   key t, reading each 16 bytes of its key row once for all HPW heads; the warp's online
+//   softmax is updated once a head, and lane t accumulates dims [DPL t, DPL (t + 1)) of each
+//   head's output, each values row read once for the HPW heads. The block's warps then merge
+//   per head in shared memory and write the partial rows of the kv head's G heads, merged as
+//   above. (The kernel before this one staged one round
+//   ahead in two buffers with a warp a head: 34.1 us a layer at 8192 positions, G = 8,
+//   0.98 TB/s; its shared-memory reads, each key row once a head, and one stage in flight
+//   bounded it.)
 #include "backends/cuda/attention_decode.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
 
@@ -40,17 +48,15 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = 64;  // of either kernel: the merge kernel holds a head's S loads in registers
 constexpr int kBatch = 16;  // key or value rows (16-byte loads) a lane has in flight at once
-constexpr int64_t kMaxGqaSplits = 64;
 
 // dynamic shared memory (floats): qs[d], ps[kWarps][32], then per warp (d + 2): acc[d], max,
 // denominator.
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                            float* __restrict__ out, float* __restrict__ part, int* __restrict__ counters,
-                            int64_t hq, int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
+                            float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
                             float scale, int64_t window) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
@@ -145,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     mine[d + 1] = den;
   }
   __syncthreads();
-  float* row = part + (h * S + s) * (d + 2);  // partial rows [hq][S][d + 2]
+  float* row = part + (h * S + s) * (d + 4);  // partial rows [hq][S][d + 4]: o, max, denominator
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float m_b = -INFINITY;
     for (int w = 0; w < kWarps; ++w) m_b = fmaxf(m_b, merge[w * (d + 2) + d]);
@@ -166,55 +172,42 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  if (S == 1) return;
-  // The last block of this head merges the S partials.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counters + h, 1) == S - 1;
-    if (last) counters[h] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const volatile float* rows = part + h * S * (d + 2);
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float m_all = -INFINITY;
-    for (int t = 0; t < S; ++t) m_all = fmaxf(m_all, rows[t * (d + 2) + d]);
-    float l = 0.0f, o = 0.0f;
-    for (int t = 0; t < S; ++t) {
-      const float m_t = rows[t * (d + 2) + d];
-      const float f = m_t == -INFINITY ? 0.0f : expf(m_t - m_all);  // a split that saw no key
-      l += rows[t * (d + 2) + d + 1] * f;
-      o += rows[t * (d + 2) + c] * f;
-    }
-    out[h * d + c] = o / l;
+}
+
+// Waits until at most n (0..3) of this thread's committed cp.async groups are in flight.
+__device__ __forceinline__ void cp_async_wait_at_most(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
   }
 }
 
-// dynamic shared memory (floats): qs[G][d]; two buffers of staged rows, each ks[32 R][d + 4]
-// then vs[32 R][d + 4] (rows padded by 16 bytes: lane t reads row t, so unpadded rows would
-// put every lane in one bank; round t + 1 is copied in while round t is scored); the warp
-// states [R][G][d + 2]: acc[d], max, denominator.
+// dynamic shared memory (floats): qs[G][d]; ps[W][HPW][32] (each warp's probabilities of its
+// chunk's keys); then NST stage buffers, each ks[32 C][d + 4] then vs[32 C][d + 4] (rows
+// padded by 16 bytes: lane t reads row t, so unpadded rows would put every lane in one bank).
+// After the loop the stage buffers hold the warp states [C][G][d + 2] (acc[d], max,
+// denominator).
 //
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
 // caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out, the partials and the
-// counters are row b's.
+// the output are row b's.
 template <int DPL, int HPW, bool kPerRow>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                                float* __restrict__ out, float* __restrict__ part, int* __restrict__ counters,
-                                int hq, int hkv, int R, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                float scale, int64_t window, const RowCachePtrs row_caches) {
+                                float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
+                                const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
+                                const RowCachePtrs row_caches) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL, ds = d + 4;
-  extern __shared__ float smem[];
-  const int G = hq / hkv, rows = 32 * R;
-  float* qs = smem;
-  float* stage = qs + G * d;  // [2][2][rows][ds]: buffer, K or V
-  float* merge = stage + 4 * rows * ds;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int G = hq / hkv, rows = 32 * C;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = blockDim.x / 32;
+  float* qs = smem;
+  float* ps = qs + G * d;             // [W][HPW][32]
+  float* stage = ps + W * HPW * 32;   // [NST][2][rows][ds]: buffer, K or V
   const int kvh = blockIdx.x, S = gridDim.y, s = blockIdx.y;
   if constexpr (kPerRow) {
     const int b = blockIdx.z;
@@ -223,36 +216,39 @@ __global__ void __launch_bounds__(256)
     q += static_cast<int64_t>(b) * hq * d;
     out += static_cast<int64_t>(b) * hq * d;
     part += static_cast<int64_t>(b) * hq * S * ds;
-    counters += b * hkv;
     n_past_dev += b;
   }
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
   const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
   const int64_t n_chunks = (pos - lo + 1 + 31) / 32;
+  const int64_t n_stages = (n_chunks + C - 1) / C;  // stages of C chunks over the context
+  // This block's stages: s, s + S, s + 2 S, ...
+  const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // floats between consecutive positions
   for (int i = threadIdx.x; i < G * d; i += blockDim.x) qs[i] = q[static_cast<int64_t>(kvh) * G * d + i];
 
-  // Copies the K and V rows of the round starting at chunk c0 into buffer buf (one group).
-  auto stage_round = [&](int buf, int64_t c0) {
-    float* ks = stage + buf * 2 * rows * ds;
-    float* vs = ks + rows * ds;
-    const int64_t j_base = lo + 32 * c0;
-    for (int idx = threadIdx.x; idx < rows * (d / 4); idx += blockDim.x) {
-      const int i = idx / (d / 4), col = 4 * (idx % (d / 4));
-      const int64_t j = j_base + i;
-      const bool valid = j <= pos;
-      const int64_t off = (valid ? j * stride : 0) + static_cast<int64_t>(kvh) * d + col;
-      cp_async16(ks + i * ds + col, k + off, valid);
-      cp_async16(vs + i * ds + col, v + off, valid);
+  // Copies the K and V rows of this block's stage i (if any) into buffer i mod NST, and
+  // commits a group either way, so that group i is always stage i.
+  auto stage_load = [&](int64_t i) {
+    if (i < mine) {
+      float* ks = stage + (i % NST) * 2 * rows * ds;
+      float* vs = ks + rows * ds;
+      const int64_t j_base = lo + 32 * C * (i * S + s);
+      for (int idx = threadIdx.x; idx < rows * (d / 4); idx += blockDim.x) {
+        const int row = idx / (d / 4), col = 4 * (idx % (d / 4));
+        const int64_t j = j_base + row;
+        const bool valid = j <= pos;
+        const int64_t off = (valid ? j * stride : 0) + static_cast<int64_t>(kvh) * d + col;
+        cp_async16(ks + row * ds + col, k + off, valid);
+        cp_async16(vs + row * ds + col, v + off, valid);
+      }
     }
     cp_async_commit();
   };
+  for (int i = 0; i < NST - 1; ++i) stage_load(i);
 
-  // This warp's work: chunk r of each round, heads g[hh] (g >= G: none).
-  const int r = R > 1 ? warp / G : 0;
-  int g[HPW];
-#pragma unroll
-  for (int hh = 0; hh < HPW; ++hh) g[hh] = R > 1 ? (r < R ? warp % G : G) : warp + W * hh;
+  // This warp's work: chunk r of each stage, heads g0 .. g0 + HPW - 1 (those < G).
+  const int r = warp % C, g0 = (warp / C) * HPW;
   float acc[HPW][DPL], mx[HPW], den[HPW];
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
@@ -261,86 +257,109 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int e = 0; e < DPL; ++e) acc[hh][e] = 0.0f;
   }
+  float* pw = ps + warp * HPW * 32;
 
-  const int64_t step = static_cast<int64_t>(S) * R;
-  if (static_cast<int64_t>(s) * R < n_chunks) stage_round(0, static_cast<int64_t>(s) * R);
-  int buf = 0;
-  for (int64_t c0 = static_cast<int64_t>(s) * R; c0 < n_chunks; c0 += step, buf ^= 1) {
-    if (c0 + step < n_chunks) {
-      stage_round(buf ^ 1, c0 + step);  // that buffer's last readers passed the barrier below
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const float* ks = stage + buf * 2 * rows * ds;
+  for (int64_t i = 0; i < mine; ++i) {
+    cp_async_wait_at_most(NST - 2);  // stage i (group i) has landed for this thread
+    __syncthreads();                 // ... and for every thread; buffer (i - 1) mod NST is read
+    stage_load(i + NST - 1);         // into that buffer
+    const float* ks = stage + (i % NST) * 2 * rows * ds;
     const float* vs = ks + rows * ds;
-    const int64_t j = lo + 32 * (c0 + r) + lane;  // this lane's key
-    const float* krow = ks + (32 * r + lane) * ds;
+    const int64_t j = lo + 32 * ((i * S + s) * C + r) + lane;  // this lane's key
+    // Scores of key j for the warp's heads: each 16 bytes of the key row read once, for all
+    // of them; four products summed apart from the running sum (independent chains).
+    const float4* k4 = reinterpret_cast<const float4*>(ks + (32 * r + lane) * ds);
+    float sc[HPW];
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) sc[hh] = 0.0f;
+#pragma unroll 8
+    for (int b = 0; b < d / 4; ++b) {
+      const float4 x = k4[b];
+#pragma unroll
+      for (int hh = 0; hh < HPW; ++hh) {
+        const int g = g0 + hh < G ? g0 + hh : G - 1;  // past G: a head computed, unused
+        const float4 y = reinterpret_cast<const float4*>(qs + g * d)[b];
+        sc[hh] += fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, x.w * y.w)));
+      }
+    }
 #pragma unroll
     for (int hh = 0; hh < HPW; ++hh) {
-      if (g[hh] >= G) continue;  // warp-uniform
-      const float4* q4 = reinterpret_cast<const float4*>(qs + g[hh] * d);
-      const float4* k4 = reinterpret_cast<const float4*>(krow);
-      float sc = 0.0f;
+      float p = 0.0f;
+      if (g0 + hh < G) {  // warp-uniform
+        const float sg = j <= pos ? sc[hh] * scale : -INFINITY;
+        const float m_new = fmaxf(mx[hh], warp_max(sg));
+        if (m_new != -INFINITY) {  // else a chunk wholly past the query, before any key
+          const float corr = expf(mx[hh] - m_new);  // 0 on the first chunk (mx = -inf)
+          p = j <= pos ? expf(sg - m_new) : 0.0f;
+          den[hh] = den[hh] * corr + warp_sum(p);
+          mx[hh] = m_new;
 #pragma unroll
-      for (int b = 0; b < d / 4; ++b) {
-        const float4 x = k4[b], y = q4[b];
-        sc = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, sc))));
+          for (int e = 0; e < DPL; ++e) acc[hh][e] *= corr;
+        }
       }
-      const float sg = j <= pos ? sc * scale : -INFINITY;
-      const float m_new = fmaxf(mx[hh], warp_max(sg));
-      if (m_new == -INFINITY) continue;  // a staged chunk wholly past the query, before any key
-      const float corr = expf(mx[hh] - m_new);  // 0 on the first chunk (mx = -inf)
-      const float p = j <= pos ? expf(sg - m_new) : 0.0f;
-      den[hh] = den[hh] * corr + warp_sum(p);
-      mx[hh] = m_new;
+      pw[hh * 32 + lane] = p;
+    }
+    __syncwarp();
+    // Values: lane t accumulates dims [DPL t, DPL (t + 1)) of each head; each values row read
+    // once for all the heads, the probabilities four keys at a time (broadcast reads).
+    const float* vcol = vs + 32 * r * ds + DPL * lane;
+#pragma unroll 2
+    for (int t0 = 0; t0 < 32; t0 += 4) {
+      float4 p4[HPW];
 #pragma unroll
-      for (int e = 0; e < DPL; ++e) acc[hh][e] *= corr;
-      const float* vcol = vs + 32 * r * ds + DPL * lane;
-#pragma unroll 8
-      for (int t = 0; t < 32; ++t) {
-        const float pt = __shfl_sync(0xffffffffu, p, t);
-        const float* vr = vcol + t * ds;
+      for (int hh = 0; hh < HPW; ++hh) p4[hh] = *reinterpret_cast<const float4*>(pw + hh * 32 + t0);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float* vr = vcol + (t0 + u) * ds;
+        float x[DPL];
         if constexpr (DPL % 4 == 0) {
 #pragma unroll
           for (int e = 0; e < DPL; e += 4) {
-            const float4 x = *reinterpret_cast<const float4*>(vr + e);
-            acc[hh][e] = fmaf(pt, x.x, acc[hh][e]);
-            acc[hh][e + 1] = fmaf(pt, x.y, acc[hh][e + 1]);
-            acc[hh][e + 2] = fmaf(pt, x.z, acc[hh][e + 2]);
-            acc[hh][e + 3] = fmaf(pt, x.w, acc[hh][e + 3]);
+            const float4 y = *reinterpret_cast<const float4*>(vr + e);
+            x[e] = y.x;
+            x[e + 1] = y.y;
+            x[e + 2] = y.z;
+            x[e + 3] = y.w;
           }
         } else {
-          const float2 x = *reinterpret_cast<const float2*>(vr);  // DPL = 2
-          acc[hh][0] = fmaf(pt, x.x, acc[hh][0]);
-          acc[hh][1] = fmaf(pt, x.y, acc[hh][1]);
+          const float2 y = *reinterpret_cast<const float2*>(vr);  // DPL = 2
+          x[0] = y.x;
+          x[1] = y.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPW; ++hh) {
+          const float pt = u == 0 ? p4[hh].x : u == 1 ? p4[hh].y : u == 2 ? p4[hh].z : p4[hh].w;
+#pragma unroll
+          for (int e = 0; e < DPL; ++e) acc[hh][e] = fmaf(pt, x[e], acc[hh][e]);
         }
       }
     }
-    __syncthreads();  // this buffer is read: the next round may copy into it
+    __syncwarp();  // pw is rewritten by the next stage
   }
+  cp_async_wait<0>();  // the trailing empty groups
+  __syncthreads();     // every warp is done with the stage buffers: they hold the states now
 
   // The block's states per (r, g), merged over r: m_b = max, l_b = sum l e^(m - m_b),
   // o_b = sum o e^(m - m_b) (unnormalized). S = 1: out = o_b / l_b.
+  float* merge = stage;
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
-    if (g[hh] >= G) continue;
-    float* mine = merge + (r * G + g[hh]) * (d + 2);
+    if (g0 + hh >= G) continue;
+    float* st = merge + (r * G + g0 + hh) * (d + 2);
 #pragma unroll
-    for (int e = 0; e < DPL; ++e) mine[DPL * lane + e] = acc[hh][e];
+    for (int e = 0; e < DPL; ++e) st[DPL * lane + e] = acc[hh][e];
     if (lane == 0) {
-      mine[d] = mx[hh];
-      mine[d + 1] = den[hh];
+      st[d] = mx[hh];
+      st[d + 1] = den[hh];
     }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
     const int gi = i / d, c = i % d;
     float m_b = -INFINITY;
-    for (int rr = 0; rr < R; ++rr) m_b = fmaxf(m_b, merge[(rr * G + gi) * (d + 2) + d]);
+    for (int rr = 0; rr < C; ++rr) m_b = fmaxf(m_b, merge[(rr * G + gi) * (d + 2) + d]);
     float l_b = 0.0f, o_b = 0.0f;
-    for (int rr = 0; rr < R; ++rr) {
+    for (int rr = 0; rr < C; ++rr) {
       const float* st = merge + (rr * G + gi) * (d + 2);
       const float f = st[d] == -INFINITY ? 0.0f : expf(st[d] - m_b);  // a state that saw no key
       l_b += st[d + 1] * f;
@@ -358,82 +377,122 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  if (S == 1) return;
-  // The last block of this kv head merges the S partials of its G heads: a warp per head
-  // finds the largest max, each split's factor e^(m_t - m) and the denominator (into shared
-  // memory), then every thread sums its outputs' column over the splits, one load a split
-  // (the block's loads are then coalesced rows, all in flight together).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counters + kvh, 1) == S - 1;
-    if (last) counters[kvh] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  float* fs = stage;         // [G][S] factors (the staging rows are no longer read)
-  float* ls = fs + G * S;    // [G] denominators
-  const float* heads = part + static_cast<int64_t>(kvh) * G * S * ds;
-  for (int gi = warp; gi < G; gi += W) {
-    const float* hr = heads + static_cast<int64_t>(gi) * S * ds;
-    float m = -INFINITY;
-    for (int t = lane; t < S; t += 32) m = fmaxf(m, __ldcg(hr + t * ds + d));
-    m = warp_max(m);
-    float l = 0.0f;
-    for (int t = lane; t < S; t += 32) {
-      const float m_t = __ldcg(hr + t * ds + d);
-      const float f = m_t == -INFINITY ? 0.0f : expf(m_t - m);  // a split that saw no key
-      fs[gi * S + t] = f;
-      l += __ldcg(hr + t * ds + d + 1) * f;
-    }
-    l = warp_sum(l);
-    if (lane == 0) ls[gi] = l;
-  }
-  __syncthreads();
-  // An output a thread, a load a split (a 16-byte load of four outputs measured slower on the
-  // H200: 38.4 against 33.5 us a layer at 8192 positions).
-  for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
-    const int gi = i / d, c = i % d;
-    const float* hr = heads + static_cast<int64_t>(gi) * S * ds + c;
-    const float* f = fs + gi * S;
-    float o = 0.0f;
-#pragma unroll 16
-    for (int t = 0; t < S; ++t) o = fmaf(__ldcg(hr + t * ds), f[t], o);
-    out[(static_cast<int64_t>(kvh) * G + gi) * d + c] = o / ls[gi];
-  }
 }
 
-// The GQA kernel's launch shape for (hq, hkv, d, n_ctx): chunks a round R, warps W, heads a
-// warp HPW, splits S, dynamic shared bytes.
+// The merge of a launch's S > 1 partial rows a head, a kernel of its own: the S partials of the
+// G heads of a kv head are G S (d + 4) floats (256 KB at S = 64, G = 8), which the last block
+// of the kv head to finish, the merge before this one, read at one block's memory
+// parallelism: 18-20 us of a 36 us launch at 8192 positions. Here a block per (head, row),
+// thread c sums output column c over the splits with all S loads in flight at once (one L2
+// round trip), while warp 0 finds the largest max, each split's factor e^(m_t - m) and the
+// denominator.
+//
+// grid (hq, rows), block d threads; part [rows][hq][S][d + 4] (o, max, denominator), out
+// [rows][hq][d].
+template <int D>
+__global__ void __launch_bounds__(256)
+    attention_decode_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int hq, int S) {
+  chained_kernel_entry();
+  constexpr int ds = D + 4;
+  __shared__ float fs[kMaxSplits];  // factors e^(m_t - m)
+  __shared__ float den;
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * hq + blockIdx.x;
+  const float* hr = part + h * S * ds;
+  const int c = threadIdx.x;
+  float o_t[kMaxSplits];  // column c of every split, loaded before any is used
+#pragma unroll
+  for (int t = 0; t < kMaxSplits; ++t) o_t[t] = t < S ? __ldcg(hr + t * ds + c) : 0.0f;
+  if (c < 32) {
+    float m_t[kMaxSplits / 32], l_t[kMaxSplits / 32];
+#pragma unroll
+    for (int u = 0; u < kMaxSplits / 32; ++u) {
+      const int t = c + 32 * u;
+      m_t[u] = t < S ? __ldcg(hr + t * ds + D) : -INFINITY;
+      l_t[u] = t < S ? __ldcg(hr + t * ds + D + 1) : 0.0f;
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kMaxSplits / 32; ++u) m = fmaxf(m, m_t[u]);
+    m = warp_max(m);
+    float l = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kMaxSplits / 32; ++u) {
+      const float f = m_t[u] == -INFINITY ? 0.0f : expf(m_t[u] - m);  // a split that saw no key
+      if (c + 32 * u < S) fs[c + 32 * u] = f;
+      l += l_t[u] * f;
+    }
+    l = warp_sum(l);
+    if (c == 0) den = l;
+  }
+  __syncthreads();
+  float o = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kMaxSplits; ++t)
+    if (t < S) o = fmaf(o_t[t], fs[t], o);
+  out[h * D + c] = o / den;
+}
+
+// The merge of S > 1 partial rows a head, after either kernel.
+template <int D>
+void launch_merge(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
+  launch_chained(attention_decode_merge_kernel<D>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(a.n_rows)),
+                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S);
+}
+
+// The GQA kernel's launch shape for (hq, hkv, d, n_ctx): heads a warp HPW, chunks a stage C,
+// warps W = C x (head groups), stage buffers NST, splits S, dynamic shared bytes.
 struct GqaShape {
-  int R = 1, W = 8, HPW = 1, S = 1;
+  int HPW = 1, C = 1, W = 4, NST = 2, S = 1;
   size_t smem = 0;
 };
 
-constexpr size_t kGqaMaxSmem = 160 * 1024;  // the dynamic shared memory launch_gqa opts in to
+// Each block within 112 KiB of shared memory, so that two fit an SM of the H200 (228 KiB):
+// two blocks of 4 warps, each with NST - 1 stages of loads in flight while one is scored.
+constexpr size_t kGqaSmemBudget = 112 * 1024;
+constexpr size_t kGqaMaxSmem = 200 * 1024;  // the dynamic shared memory launch_gqa opts in to
+
+int device_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return sms > 0 ? sms : 132;
+  }();
+  return n;
+}
+
+// SLUICE_CUDA_GQA_SHAPE=HPW,C,NST,S overrides the shape (0: the default), for benchmarks.
+std::array<int, 4> gqa_shape_override() {
+  static const std::array<int, 4> o = [] {
+    std::array<int, 4> v{0, 0, 0, 0};
+    if (const char* e = std::getenv("SLUICE_CUDA_GQA_SHAPE"))
+      std::sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
+    return v;
+  }();
+  return o;
+}
 
 GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   GqaShape g;
+  const auto o = gqa_shape_override();
   const int64_t G = hq / hkv, ds = d + 4;
-  if (G < 8) {
-    // As many chunks a round as fill 8 warps, while the two buffers of staged rows stay
-    // within 96 KiB.
-    const int64_t r_fit = (96 * 1024) / (2 * 32 * ds * 2 * static_cast<int64_t>(sizeof(float)));
-    g.R = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(8 / G, r_fit)));
-    g.W = static_cast<int>(G) * g.R;
-  } else {
-    // A head a warp up to 8 (two heads a warp in 4 warps measured slower on the H200: 40.9
-    // against 33.5 us at 8192 positions, fewer warps hiding the copies' latency).
-    g.HPW = G <= 8 ? 1 : G <= 16 ? 2 : 4;
-  }
-  // Splits: about two blocks an SM of a 132-SM GPU at full capacity (more make the last
-  // block's merge longer than they save), each at least one round of chunks.
-  const int64_t rounds = (n_ctx + 32 * g.R - 1) / (32 * g.R);
-  const int64_t s_max = std::min<int64_t>(kMaxGqaSplits, std::max<int64_t>(8, 264 / hkv));
-  g.S = static_cast<int>(std::max<int64_t>(1, std::min(rounds, s_max)));
-  g.smem = static_cast<size_t>(G * d + 4 * 32 * g.R * ds + g.R * G * (d + 2)) * sizeof(float);
+  // Heads a warp: each key and values row read from shared memory once for them (fewer
+  // shared-memory reads a key), as many warps as hide the copies.
+  g.HPW = o[0] == 1 || o[0] == 2 || o[0] == 4 ? o[0] : G >= 16 ? 4 : G >= 8 ? 2 : 1;
+  const int64_t groups = (G + g.HPW - 1) / g.HPW;
+  g.C = o[1] > 0 ? o[1] : static_cast<int>(std::max<int64_t>(1, 4 / groups));
+  g.W = static_cast<int>(g.C * groups);
+  const int64_t fixed = G * d + static_cast<int64_t>(g.W) * g.HPW * 32, stage = 2 * 32 * g.C * ds;  // floats
+  const int64_t fit = (static_cast<int64_t>(kGqaSmemBudget / sizeof(float)) - fixed) / stage;
+  g.NST = o[2] >= 2 && o[2] <= 5 ? o[2] : static_cast<int>(std::clamp<int64_t>(fit, 2, 4));
+  // Splits: about two blocks an SM at full capacity (more make the last block's merge
+  // longer than they save), each at least one stage.
+  const int64_t stages = (n_ctx + 32 * g.C - 1) / (32 * g.C);
+  const int64_t s_max = std::min<int64_t>(kMaxSplits, o[3] > 0 ? o[3] : std::max<int64_t>(8, (2 * device_sm_count() + hkv - 1) / hkv));
+  g.S = static_cast<int>(std::max<int64_t>(1, std::min(stages, s_max)));
+  // The states [C][G][d + 2] reuse the stage buffers.
+  const int64_t stages_floats = std::max<int64_t>(g.NST * stage, g.C * G * (d + 2));
+  g.smem = static_cast<size_t>(fixed + stages_floats) * sizeof(float);
   return g;
 }
 
@@ -448,8 +507,8 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
   const RowCachePtrs none{};
   launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow>,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
-                 dim3(32 * g.W), g.smem, st, a.q, a.k, a.v, a.out, a.partials, a.counters, static_cast<int>(a.hq),
-                 static_cast<int>(a.hkv), g.R, a.n_past, a.n_past_dev, a.scale, a.window,
+                 dim3(32 * g.W), g.smem, st, a.q, a.k, a.v, a.out, a.partials, static_cast<int>(a.hq),
+                 static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev, a.scale, a.window,
                  kPerRow ? *a.rows : none);
 }
 
@@ -457,6 +516,7 @@ template <int DPL, int HPW>
 void launch_gqa(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
   if (a.rows) launch_gqa_rows<DPL, HPW, true>(a, g, st);
   else launch_gqa_rows<DPL, HPW, false>(a, g, st);
+  if (g.S > 1) launch_merge<32 * DPL>(a, g.S, st);
 }
 
 template <int DPL>
@@ -469,13 +529,15 @@ void launch_gqa_d(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t 
 }
 
 // Whether the GQA kernel serves these heads (SLUICE_CUDA_GQA_DECODE=0: never, to compare):
-// 2 to 32 query heads a kv head whose staging fits kGqaMaxSmem (16 heads of 256 do not).
+// 2 to 32 query heads a kv head in at most 8 warps, whose buffers fit kGqaMaxSmem.
 bool gqa_applies(int64_t hq, int64_t hkv, int64_t d) {
   static const bool off = [] {
     const char* e = std::getenv("SLUICE_CUDA_GQA_DECODE");
     return e && std::strcmp(e, "0") == 0;
   }();
-  return !off && hkv > 0 && hq / hkv >= 2 && hq / hkv <= 32 && gqa_shape(hq, hkv, d, 1).smem <= kGqaMaxSmem;
+  if (off || hkv <= 0 || hq / hkv < 2 || hq / hkv > 32) return false;
+  const GqaShape g = gqa_shape(hq, hkv, d, 1 << 20);
+  return g.W <= 8 && g.smem <= kGqaMaxSmem;
 }
 
 template <int DPL>
@@ -483,8 +545,9 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   constexpr int d = 32 * DPL;
   const size_t smem = (static_cast<size_t>(d) + kWarps * 32 + kWarps * (d + 2)) * sizeof(float);
   launch_chained(attention_decode_kernel<DPL>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
-                 dim3(kWarps * 32), smem, st, a.q, a.k, a.v, a.out, a.partials, a.counters, a.hq, a.hkv, a.n_past,
+                 dim3(kWarps * 32), smem, st, a.q, a.k, a.v, a.out, a.partials, a.hq, a.hkv, a.n_past,
                  a.n_past_dev, a.scale, a.window);
+  if (S > 1) launch_merge<d>(a, S, st);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Decode attention split over the context (attention_decode.cu): one query row (or one row of
-// each sequence of a batch step), grouped-query, causal, sliding window; the kv heads' splits
-// merged by the last block to finish.
+// each sequence of a batch step), grouped-query, causal, sliding window; the splits' partial
+// rows merged by a second kernel.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace sluice::cuda {
 
-constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // counters the backend keeps
+constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // query heads (times batch rows) a launch serves
 
 struct AttentionDecodeArgs {
   const float* q = nullptr;  // [1, hq, d]
@@ -17,7 +17,6 @@ struct AttentionDecodeArgs {
   const float* v = nullptr;  // [n_ctx, hkv, d]
   float* out = nullptr;      // [1, hq, d]
   float* partials = nullptr; // attention_decode_partial_floats(...) floats of scratch
-  int* counters = nullptr;   // [kAttentionDecodeMaxHeads] zero (each launch leaves them zero)
   int64_t hq = 0, hkv = 0, d = 0;
   int64_t n_ctx = 0;         // the cache's capacity: sets the number of splits
   int64_t n_past = 0;        // the query's position, unless n_past_dev (device) is set
@@ -26,7 +25,7 @@ struct AttentionDecodeArgs {
   int64_t window = 0;        // 0: full causal
   // A batch decode step: n_rows rows of q and out, row b a sequence of its own with the
   // caches rows->k[b] / rows->v[b] (k, v unused) at position n_past_dev[b]; n_ctx the largest
-  // capacity; partials and counters n_rows times as many.
+  // capacity; partials n_rows times as many.
   int64_t n_rows = 1;
   const RowCachePtrs* rows = nullptr;
 };

@@ -50,9 +50,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   pool_ = std::make_shared<cuda::DevicePool>(device);
   if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   pinned_ = std::make_unique<cuda::PinnedRing>();
-  const size_t counter_bytes = cuda::kAttentionDecodeMaxHeads * sizeof(int);
-  attention_counters_ = device_alloc(counter_bytes, device);
-  CUDA_CHECK(cudaMemsetAsync(attention_counters_.get(), 0, counter_bytes, stream_));
   sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
   norm_counter_ = device_alloc(sizeof(int), device);
   CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
@@ -358,7 +355,6 @@ void CudaBackend::decode_attention(cuda::AttentionDecodeArgs a) {
   const int64_t rows = a.rows ? a.n_rows : 1;
   Tensor partials = alloc(DType::f32, {rows * cuda::attention_decode_partial_floats(a.hq, a.hkv, a.d, a.n_ctx)});
   a.partials = partials.ptr<float>();
-  a.counters = static_cast<int*>(attention_counters_.get());
   cuda::launch_attention_decode(a, stream_);
 }
 

@@ -127,7 +127,6 @@ class CudaBackend final : public Backend {
   static constexpr size_t kReadbackMax = size_t{64} << 20;
   void* readback_ = nullptr;
   size_t readback_bytes_ = 0;
-  std::shared_ptr<void> attention_counters_;  // [kAttentionDecodeMaxHeads] i32, zero between launches
   std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
   std::shared_ptr<void> norm_counter_;        // one i32 (matvec_add_rms_norm), zero between launches
 };
