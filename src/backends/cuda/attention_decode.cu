@@ -225,7 +225,10 @@ __global__ void __launch_bounds__(256)
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // floats between consecutive positions
-  for (int i = threadIdx.x; i < G * d; i += blockDim.x) qs[i] = q[static_cast<int64_t>(kvh) * G * d + i];
+  // The kv head's G query rows, copied with stage 0 (group 0): no load of this block waits
+  // for another before the first stages are in flight.
+  for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
+    cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
   // Copies the K and V rows of this block's stage i (if any) into buffer i mod NST, and
   // commits a group either way, so that group i is always stage i.
