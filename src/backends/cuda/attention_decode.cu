@@ -30,10 +30,9 @@
 //   softmax is updated once a head, and lane t accumulates dims [DPL t, DPL (t + 1)) of each
 //   head's output, each values row read once for the HPW heads. The block's warps then merge
 //   per head in shared memory and write the partial rows of the kv head's G heads, merged as
-//   above. (The kernel before this one staged one round
-//   ahead in two buffers with a warp a head: 34.1 us a layer at 8192 positions, G = 8,
-//   0.98 TB/s; its shared-memory reads, each key row once a head, and one stage in flight
-//   bounded it.)
+//   above. (The kernel before this one staged one round ahead in two buffers with a warp a
+//   head: 34.1 us a layer at 8192 positions, G = 8, 0.98 TB/s; its shared-memory reads, each
+//   key row once a head, and one stage in flight bounded it.)
 #include "backends/cuda/attention_decode.h"
 
 #include <algorithm>
@@ -56,8 +55,8 @@ constexpr int kBatch = 16;  // key or value rows (16-byte loads) a lane has in f
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                            float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                            float scale, int64_t window) {
+                            float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv,
+                            int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale, int64_t window) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
   extern __shared__ float smem[];
@@ -191,8 +190,8 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
 // denominator).
 //
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
-// caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out, the partials and the
-// the output are row b's.
+// caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are
+// row b's.
 template <int DPL, int HPW, bool kPerRow>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -488,7 +487,7 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   const int64_t fixed = G * d + static_cast<int64_t>(g.W) * g.HPW * 32, stage = 2 * 32 * g.C * ds;  // floats
   const int64_t fit = (static_cast<int64_t>(kGqaSmemBudget / sizeof(float)) - fixed) / stage;
   g.NST = o[2] >= 2 && o[2] <= 5 ? o[2] : static_cast<int>(std::clamp<int64_t>(fit, 2, 4));
-  // Splits: about two blocks an SM at full capacity (more make the last block's merge
+  // Splits: about two blocks an SM at full capacity (more make the merge's partial rows
   // longer than they save), each at least one stage.
   const int64_t stages = (n_ctx + 32 * g.C - 1) / (32 * g.C);
   const int64_t s_max = std::min<int64_t>(kMaxSplits, o[3] > 0 ? o[3] : std::max<int64_t>(8, (2 * device_sm_count() + hkv - 1) / hkv));
@@ -568,7 +567,7 @@ int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
 }
 
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
-  return hq * attention_decode_splits(hq, hkv, d, n_ctx) * (d + 4);  // rows of d + 2 or (GQA) d + 4
+  return hq * attention_decode_splits(hq, hkv, d, n_ctx) * (d + 4);  // rows [hq][S][d + 4] of either kernel
 }
 
 bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t n_rows) {
