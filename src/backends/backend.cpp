@@ -81,12 +81,19 @@ void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v
   rope(q, cos, sin, rot_dim, interleaved);
   rope(k, cos, sin, rot_dim, interleaved);
   if (positions.empty()) {
-    copy(k, k_cache.slice_rows(n_past, n));
+    copy(k, k_cache.slice_rows(n_past, n));  // a bf16 cache: rounded by the copy
     copy(v, v_cache.slice_rows(n_past, n));
   } else {
     const int64_t n_ctx = k_cache.shape[0];
-    scatter_rows_at(k.reshape({n, nkv * d}), positions, k_cache.reshape({n_ctx, nkv * d}));
-    scatter_rows_at(v.reshape({n, nkv * d}), positions, v_cache.reshape({n_ctx, nkv * d}));
+    Tensor kr = k, vr = v;
+    if (k_cache.dtype != DType::f32) {  // rows of the cache's dtype first (bf16: rounded)
+      kr = alloc(k_cache.dtype, {n, nkv, d});
+      vr = alloc(v_cache.dtype, {n, nkv, d});
+      copy(k, kr);
+      copy(v, vr);
+    }
+    scatter_rows_at(kr.reshape({n, nkv * d}), positions, k_cache.reshape({n_ctx, nkv * d}));
+    scatter_rows_at(vr.reshape({n, nkv * d}), positions, v_cache.reshape({n_ctx, nkv * d}));
   }
 }
 
@@ -112,6 +119,12 @@ void Backend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches
     params.sliding_window = sliding_window;
     attention(q.slice_rows(b, 1), caches.k[i], caches.v[i], out.slice_rows(b, 1), params);
   }
+}
+
+void Backend::set_kv_dtype(DType t) {
+  SLUICE_CHECK(kv_dtype_supported(t), Status::unsupported, "the ", name(), " backend cannot hold a ", dtype_name(t),
+               " KV cache", kv_dtype_supported(DType::bf16) ? " (f32 or bf16)" : " (f32 only so far)");
+  kv_dtype_ = t;
 }
 
 void Backend::graph_begin() { fail(Status::unsupported, name(), ": no captured graphs"); }

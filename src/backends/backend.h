@@ -261,6 +261,19 @@ class Backend {
   // device, so that a decode step returns a token id and not a row of logits.
   virtual void sample(const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
                       const Tensor& ids);
+
+  // ---- the KV cache ----
+  // The dtype of the attention caches models allocate on this backend (DecoderModel: every
+  // layer's K and V [n_ctx, n_kv, d]): f32 (the default), or bf16 where kv_dtype_supported
+  // (half the bytes; each element rounded to nearest even when written, read as its exact
+  // f32 value, all arithmetic in f32). The CPU backend reads and writes both; the CUDA
+  // kernels read f32 only so far. Set it before a model makes its states.
+  DType kv_dtype() const { return kv_dtype_; }
+  virtual bool kv_dtype_supported(DType t) const { return t == DType::f32; }
+  void set_kv_dtype(DType t);  // Error(unsupported), one line naming the backend, when not supported
+
+ private:
+  DType kv_dtype_ = DType::f32;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -42,7 +42,7 @@ struct AttentionWeights {
 void fuse_qkv(Backend& be, AttentionWeights& w);
 
 struct KvLayer {
-  Tensor k, v;  // [n_ctx, n_head_kv, head_dim] f32
+  Tensor k, v;  // [n_ctx, n_head_kv, head_dim] of Backend::kv_dtype (f32 or bf16)
 };
 
 // What an attention block's output projection goes into: out (then = null), or the residual

@@ -84,8 +84,8 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
   st->n_ctx = n_ctx;
   const auto& a = spec_.attn;
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
-    KvLayer kv{be_.alloc(DType::f32, {n_ctx, a.n_head_kv, a.head_dim}),
-               be_.alloc(DType::f32, {n_ctx, a.n_head_kv, a.head_dim})};
+    KvLayer kv{be_.alloc(be_.kv_dtype(), {n_ctx, a.n_head_kv, a.head_dim}),
+               be_.alloc(be_.kv_dtype(), {n_ctx, a.n_head_kv, a.head_dim})};
     st->kv.push_back(std::move(kv));
   }
   if (be_.graphs_enabled()) {
@@ -100,8 +100,9 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
 
 uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
   const auto& a = spec_.attn;
-  // Per token: K and V rows [n_head_kv, head_dim] of f32 in every layer.
-  const uint64_t per_token = spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * sizeof(float);
+  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer.
+  const uint64_t per_token =
+      spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * dtype_size(be_.kv_dtype());
   return saturating_product(per_token, n_ctx);
 }
 

@@ -346,6 +346,76 @@ TEST_F(CpuOps, AttentionMatchesReference) {
   }
 }
 
+// A bf16 KV cache is read as its exact f32 values: attention over bf16 caches gives the bits
+// attention over f32 caches holding the same rounded values gives, for every case above.
+TEST_F(CpuOps, AttentionBf16CacheEqualsRoundedF32Bitwise) {
+  const AttnCase cases[] = {
+      {1, 0, 4, 4, 8, 0, 0}, {3, 5, 6, 2, 7, 0, 2}, {17, 0, 4, 1, 63, 0, 0},
+      {5, 11, 8, 2, 40, 4, 3}, {17, 3, 4, 2, 33, 6, 1}, {2, 30, 2, 1, 128, 100, 0},
+  };
+  for (const AttnCase& c : cases) {
+    const int64_t n_ctx = c.n_past + c.n + c.n_ctx_extra, kv_n = n_ctx * c.n_kv_head * c.d;
+    std::vector<float> q = random_floats(rng, c.n * c.n_head * c.d, -2.0f, 2.0f);
+    std::vector<float> k = random_floats(rng, kv_n, -2.0f, 2.0f), v = random_floats(rng, kv_n);
+    std::vector<uint16_t> kb(static_cast<size_t>(kv_n)), vb(static_cast<size_t>(kv_n));
+    for (size_t i = 0; i < kb.size(); ++i) {
+      kb[i] = f32_to_bf16(k[i]);
+      vb[i] = f32_to_bf16(v[i]);
+      k[i] = bf16_to_f32(kb[i]);
+      v[i] = bf16_to_f32(vb[i]);
+    }
+    AttentionParams params{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+    std::vector<float> want(q.size()), got(q.size());
+    be.attention(view(q, {c.n, c.n_head, c.d}), view(k, {n_ctx, c.n_kv_head, c.d}), view(v, {n_ctx, c.n_kv_head, c.d}),
+                 view(want, {c.n, c.n_head, c.d}), params);
+    be.attention(view(q, {c.n, c.n_head, c.d}), Tensor(DType::bf16, {n_ctx, c.n_kv_head, c.d}, kb.data()),
+                 Tensor(DType::bf16, {n_ctx, c.n_kv_head, c.d}, vb.data()), view(got, {c.n, c.n_head, c.d}), params);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), q.size() * sizeof(float)))
+        << "n=" << c.n << " n_past=" << c.n_past << " heads=" << c.n_head << "/" << c.n_kv_head << " d=" << c.d
+        << " window=" << c.window;
+  }
+}
+
+// attention_inputs into bf16 caches writes each k and v element rounded to nearest even, at
+// n_past + i or at the listed positions, and nothing else of the caches.
+TEST_F(CpuOps, AttentionInputsIntoBf16Caches) {
+  const int64_t n = 3, nh = 4, nkv = 2, d = 16, n_ctx = 9, n_past = 2;
+  for (bool at_positions : {false, true}) {
+    std::vector<float> q = random_floats(rng, n * nh * d), k = random_floats(rng, n * nkv * d),
+                       v = random_floats(rng, n * nkv * d);
+    std::vector<float> cos(static_cast<size_t>(n * d / 2), 1.0f), sin(static_cast<size_t>(n * d / 2), 0.0f);
+    std::vector<uint16_t> kc(static_cast<size_t>(n_ctx * nkv * d), 0x7777), vc(kc);
+    std::vector<int32_t> pos = {6, 1, 4};
+    std::vector<float> k_in = k, v_in = v;
+    be.attention_inputs(view(q, {n, nh, d}), view(k, {n, nkv, d}), view(v, {n, nkv, d}), Tensor{}, Tensor{}, 1e-6f,
+                        view(cos, {n, d / 2}), view(sin, {n, d / 2}), d, false,
+                        Tensor(DType::bf16, {n_ctx, nkv, d}, kc.data()), Tensor(DType::bf16, {n_ctx, nkv, d}, vc.data()),
+                        n_past, at_positions ? Tensor(DType::i32, {n}, pos.data()) : Tensor{});
+    for (int64_t row = 0; row < n_ctx; ++row) {
+      int64_t i = -1;
+      for (int64_t t = 0; t < n; ++t)
+        if ((at_positions ? pos[static_cast<size_t>(t)] : n_past + t) == row) i = t;
+      for (int64_t e = 0; e < nkv * d; ++e) {
+        const size_t c = static_cast<size_t>(row * nkv * d + e);
+        const uint16_t want_k = i < 0 ? 0x7777 : f32_to_bf16(k[static_cast<size_t>(i * nkv * d + e)]);
+        const uint16_t want_v = i < 0 ? 0x7777 : f32_to_bf16(v_in[static_cast<size_t>(i * nkv * d + e)]);
+        ASSERT_EQ(kc[c], want_k) << "row " << row << " element " << e << " positions " << at_positions;
+        ASSERT_EQ(vc[c], want_v) << "row " << row << " element " << e << " positions " << at_positions;
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(k.data(), k_in.data(), k.size() * sizeof(float)));  // identity rope, no norm
+  }
+}
+
+// The backend refuses a KV dtype it cannot hold, in one line.
+TEST_F(CpuOps, KvDtypeSettings) {
+  EXPECT_EQ(be.kv_dtype(), DType::f32);
+  CpuBackend b{&pool1};
+  b.set_kv_dtype(DType::bf16);
+  EXPECT_EQ(b.kv_dtype(), DType::bf16);
+  EXPECT_THROW(b.set_kv_dtype(DType::f16), Error);
+}
+
 // The four-key score kernel is the canonical dot product, bit for bit, whatever the length.
 TEST_F(CpuOps, Dot4EqualsDot) {
   for (int64_t d : {1, 7, 8, 36, 129}) {

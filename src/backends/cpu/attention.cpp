@@ -1,5 +1,7 @@
 // CPU attention: causal grouped-query attention over a KV cache, one (query row, head) pair
-// at a time, pairs spread over the thread pool.
+// at a time, pairs spread over the thread pool. The caches are f32 or bf16 (Backend::kv_dtype):
+// a bf16 element is read as its exact f32 value, so a bf16 cache gives the bits an f32 cache
+// holding the same rounded values gives.
 //
 // For query row i (position p = n_past + i) and head h, with kv head g = h / (n_head /
 // n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0):
@@ -26,17 +28,19 @@ struct AttnShape {
   int64_t kv_stride;  // floats between consecutive positions of k and v: n_kv_head * d
 };
 
-// One (query, head): q[d], keys and values of kv head g at positions [j0, j1), out[d].
+// One (query, head): q[d], keys and values of kv head g at positions [j0, j1), out[d]; the
+// caches' elements of dtype KV (f32 or bf16, read as their exact f32 values).
 // s: scratch of at least j1 - j0 + 8 floats.
-void attend_one(const float* q, const float* k, const float* v, float* out, int64_t j0, int64_t j1,
-                float scale, const AttnShape& sh, float* s) {
+template <DType KV>
+void attend_one(const float* q, const cpu::elem_t<KV>* k, const cpu::elem_t<KV>* v, float* out, int64_t j0,
+                int64_t j1, float scale, const AttnShape& sh, float* s) {
   const int64_t len = j1 - j0, d = sh.d;
   int64_t j = 0;
   for (; j + 4 <= len; j += 4) {
-    cpu::dot4(q, k + (j0 + j) * sh.kv_stride, sh.kv_stride, d, s + j);
+    cpu::dot4<KV>(q, k + (j0 + j) * sh.kv_stride, sh.kv_stride, d, s + j);
     for (int r = 0; r < 4; ++r) s[j + r] *= scale;
   }
-  for (; j < len; ++j) s[j] = cpu::dot<DType::f32>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
+  for (; j < len; ++j) s[j] = cpu::dot<KV>(q, k + (j0 + j) * sh.kv_stride, d) * scale;
 
   __m256 vmax = _mm256_set1_ps(-__builtin_inff());
   for (j = 0; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
@@ -67,13 +71,13 @@ void attend_one(const float* q, const float* k, const float* v, float* out, int6
   int64_t c = 0;
   for (; c + 32 <= d; c += 32) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const float* vp = v + j0 * sh.kv_stride + c;
+    const cpu::elem_t<KV>* vp = v + j0 * sh.kv_stride + c;
     for (j = 0; j < len; ++j, vp += sh.kv_stride) {
       __m256 p = _mm256_set1_ps(s[j]);
-      a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp), a0);
-      a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp + 8), a1);
-      a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp + 16), a2);
-      a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp + 24), a3);
+      a0 = _mm256_fmadd_ps(p, cpu::load8<KV>(vp), a0);
+      a1 = _mm256_fmadd_ps(p, cpu::load8<KV>(vp + 8), a1);
+      a2 = _mm256_fmadd_ps(p, cpu::load8<KV>(vp + 16), a2);
+      a3 = _mm256_fmadd_ps(p, cpu::load8<KV>(vp + 24), a3);
     }
     _mm256_storeu_ps(out + c, a0);
     _mm256_storeu_ps(out + c + 8, a1);
@@ -83,9 +87,9 @@ void attend_one(const float* q, const float* k, const float* v, float* out, int6
   for (; c < d; c += 8) {
     int64_t r = std::min<int64_t>(8, d - c);
     __m256 a = _mm256_setzero_ps();
-    const float* vp = v + j0 * sh.kv_stride + c;
+    const cpu::elem_t<KV>* vp = v + j0 * sh.kv_stride + c;
     for (j = 0; j < len; ++j, vp += sh.kv_stride) {
-      __m256 vv = r == 8 ? _mm256_loadu_ps(vp) : cpu::load8_tail<DType::f32>(vp, r);
+      __m256 vv = r == 8 ? cpu::load8<KV>(vp) : cpu::load8_tail<KV>(vp, r);
       a = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), vv, a);
     }
     if (r == 8) _mm256_storeu_ps(out + c, a);
@@ -97,7 +101,8 @@ void attend_one(const float* q, const float* k, const float* v, float* out, int6
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const AttentionParams& params) {
-  SLUICE_CHECK(q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32 &&
+  const bool kv_bf16 = k.dtype == DType::bf16;
+  SLUICE_CHECK(q.dtype == DType::f32 && (k.dtype == DType::f32 || kv_bf16) && v.dtype == k.dtype &&
                    out.dtype == DType::f32 && q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.ndim == 3 &&
                    k.shape == v.shape && out.shape == q.shape && k.shape[2] == q.shape[2] && k.shape[1] > 0 &&
                    q.shape[1] % k.shape[1] == 0 && params.n_past >= 0 && params.sliding_window >= 0 &&
@@ -105,14 +110,12 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                Status::internal, "cpu attention: q ", q.shape_str(), ", k ", k.shape_str(), ", v ",
                v.shape_str(), ", out ", out.shape_str(), ", n_past ", params.n_past, ", sliding_window ",
                params.sliding_window,
-               " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d], n_head % n_kv_head == 0)");
+               " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d] both f32 or both bf16, n_head % n_kv_head == 0)");
   const int64_t n = q.shape[0];
   const AttnShape sh{q.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
   if (n == 0 || sh.n_head == 0 || sh.d == 0) return;
   const int64_t group = sh.n_head / k.shape[1];  // query heads per kv head
   const float* qp = q.ptr<float>();
-  const float* kp = k.ptr<float>();
-  const float* vp = v.ptr<float>();
   float* op = out.ptr<float>();
   const size_t scores_len = static_cast<size_t>(params.n_past + n + 8);
   std::atomic<bool> out_of_memory{false};
@@ -126,8 +129,12 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
       int64_t i = u / sh.n_head, h = u % sh.n_head, g = h / group;
       int64_t p = params.n_past + i;
       int64_t j0 = params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
-      attend_one(qp + u * sh.d, kp + g * sh.d, vp + g * sh.d, op + u * sh.d, j0, p + 1, params.scale, sh,
-                 scores.get());
+      if (kv_bf16)
+        attend_one<DType::bf16>(qp + u * sh.d, k.ptr<uint16_t>() + g * sh.d, v.ptr<uint16_t>() + g * sh.d,
+                                op + u * sh.d, j0, p + 1, params.scale, sh, scores.get());
+      else
+        attend_one<DType::f32>(qp + u * sh.d, k.ptr<float>() + g * sh.d, v.ptr<float>() + g * sh.d, op + u * sh.d,
+                               j0, p + 1, params.scale, sh, scores.get());
     }
   });
   SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu attention: ", scores_len * 4, " bytes of scores");

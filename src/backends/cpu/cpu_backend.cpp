@@ -61,9 +61,16 @@ void CpuBackend::from_host(const Tensor& dst, const void* src) {
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
-  SLUICE_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), Status::internal,
+  const bool to_bf16 = src.dtype == DType::f32 && dst.dtype == DType::bf16;  // a bf16 KV cache's rows
+  SLUICE_CHECK((src.dtype == dst.dtype || to_bf16) && src.numel() == dst.numel(), Status::internal,
                "cpu copy: ", dtype_name(src.dtype), " ", src.shape_str(), " to ",
-               dtype_name(dst.dtype), " ", dst.shape_str());
+               dtype_name(dst.dtype), " ", dst.shape_str(), " (same dtype, or f32 to bf16)");
+  if (to_bf16) {  // rounded to nearest even (core/dtype.h)
+    const float* sp = src.ptr<float>();
+    uint16_t* dp = dst.ptr<uint16_t>();
+    for (int64_t i = 0, n = src.numel(); i < n; ++i) dp[i] = f32_to_bf16(sp[i]);
+    return;
+  }
   if (src.nbytes() && src.data != dst.data) std::memmove(dst.data, src.data, src.nbytes());
 }
 

@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(ThreadPool* pool = nullptr) : pool_(pool) {}
 
   std::string name() const override { return "cpu"; }
+  bool kv_dtype_supported(DType t) const override { return t == DType::f32 || t == DType::bf16; }
 
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Tensor upload(const Tensor& host) override;

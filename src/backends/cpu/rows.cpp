@@ -76,18 +76,19 @@ void CpuBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, co
 }
 
 void CpuBackend::scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) {
-  SLUICE_CHECK(src.dtype == DType::f32 && dst.dtype == DType::f32 && src.cols() == dst.cols() &&
-                   cpu::lead_rows(src) == static_cast<int64_t>(idx.size()) && !cpu::overlaps(src, dst),
+  SLUICE_CHECK((src.dtype == DType::f32 || src.dtype == DType::bf16) && dst.dtype == src.dtype &&
+                   src.cols() == dst.cols() && cpu::lead_rows(src) == static_cast<int64_t>(idx.size()) &&
+                   !cpu::overlaps(src, dst),
                Status::internal, "cpu scatter_rows: src ", dtype_name(src.dtype), " ", src.shape_str(), ", ",
                idx.size(), " indices, dst ", dtype_name(dst.dtype), " ", dst.shape_str(),
-               " (want f32 src [n_idx, c], dst [rows, c], not overlapping)");
+               " (want f32 or bf16 src [n_idx, c], dst [rows, c] of its dtype, not overlapping)");
   check_indices("scatter_rows", idx, cpu::lead_rows(dst), Status::internal);
-  int64_t c = src.cols();
-  const float* sp = src.ptr<float>();
-  float* dp = dst.ptr<float>();
+  const size_t row_bytes = static_cast<size_t>(src.cols()) * dtype_size(src.dtype);
+  const auto* sp = static_cast<const uint8_t*>(src.data);
+  auto* dp = static_cast<uint8_t*>(dst.data);
   // In index order on one thread: with a repeated index the last row wins, always.
   for (size_t i = 0; i < idx.size(); ++i)
-    std::memcpy(dp + idx[i] * c, sp + static_cast<int64_t>(i) * c, static_cast<size_t>(c) * sizeof(float));
+    std::memcpy(dp + static_cast<size_t>(idx[i]) * row_bytes, sp + i * row_bytes, row_bytes);
 }
 
 // out[t, :] = sum over r = 0..k-1 of weights[t*k + r] * expert_out[t*k + r, :], as

@@ -80,23 +80,24 @@ inline float dot(const float* a, const elem_t<T>* b, int64_t k) {
 }
 
 // out[r] = dot(a, b + r * ldb, k) for r < 4, bit for bit, with four independent accumulator
-// chains so the FMA latency is hidden (attention scores: one query against four keys).
-inline void dot4(const float* a, const float* b, int64_t ldb, int64_t k, float* out) {
+// chains so the FMA latency is hidden (attention scores: one query against four keys; b of any weight dtype, as dot).
+template <DType T = DType::f32>
+inline void dot4(const float* a, const elem_t<T>* b, int64_t ldb, int64_t k, float* out) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
     __m256 av = _mm256_loadu_ps(a + i);
-    acc0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + ldb + i), acc1);
-    acc2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 2 * ldb + i), acc2);
-    acc3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 3 * ldb + i), acc3);
+    acc0 = _mm256_fmadd_ps(av, load8<T>(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(av, load8<T>(b + ldb + i), acc1);
+    acc2 = _mm256_fmadd_ps(av, load8<T>(b + 2 * ldb + i), acc2);
+    acc3 = _mm256_fmadd_ps(av, load8<T>(b + 3 * ldb + i), acc3);
   }
   if (i < k) {
     __m256 av = load8_tail<DType::f32>(a + i, k - i);
-    acc0 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + i, k - i), acc0);
-    acc1 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + ldb + i, k - i), acc1);
-    acc2 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + 2 * ldb + i, k - i), acc2);
-    acc3 = _mm256_fmadd_ps(av, load8_tail<DType::f32>(b + 3 * ldb + i, k - i), acc3);
+    acc0 = _mm256_fmadd_ps(av, load8_tail<T>(b + i, k - i), acc0);
+    acc1 = _mm256_fmadd_ps(av, load8_tail<T>(b + ldb + i, k - i), acc1);
+    acc2 = _mm256_fmadd_ps(av, load8_tail<T>(b + 2 * ldb + i, k - i), acc2);
+    acc3 = _mm256_fmadd_ps(av, load8_tail<T>(b + 3 * ldb + i, k - i), acc3);
   }
   out[0] = hsum8(acc0);
   out[1] = hsum8(acc1);
