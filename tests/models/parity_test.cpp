@@ -116,7 +116,8 @@ TEST_P(Parity, Bf16KvCacheDecodeEqualsTeacherForcedBitwise) {
   // The hybrid families' gated attention keeps f32 caches (their context is half the f32
   // one's bytes only where the bf16 cache is taken): the f32 checks of the tests above apply.
   auto f32_backend = make_cpu_backend();
-  const bool bf16_taken = m.model->context_bytes(n) < load_model(fixture_dir(GetParam()), *f32_backend).model->context_bytes(n);
+  const bool bf16_taken =
+      m.model->context_bytes(n) < load_model(fixture_dir(GetParam()), *f32_backend).model->context_bytes(n);
   std::printf("%s bf16 KV cache (%s): max |logit - reference| = %.3g\n", GetParam().c_str(),
               bf16_taken ? "taken" : "f32 kept", diff);
   if (bf16_taken) {

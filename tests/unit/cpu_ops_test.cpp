@@ -386,10 +386,11 @@ TEST_F(CpuOps, AttentionInputsIntoBf16Caches) {
     std::vector<float> cos(static_cast<size_t>(n * d / 2), 1.0f), sin(static_cast<size_t>(n * d / 2), 0.0f);
     std::vector<uint16_t> kc(static_cast<size_t>(n_ctx * nkv * d), 0x7777), vc(kc);
     std::vector<int32_t> pos = {6, 1, 4};
-    std::vector<float> k_in = k, v_in = v;
+    const std::vector<float> k_in = k;
     be.attention_inputs(view(q, {n, nh, d}), view(k, {n, nkv, d}), view(v, {n, nkv, d}), Tensor{}, Tensor{}, 1e-6f,
                         view(cos, {n, d / 2}), view(sin, {n, d / 2}), d, false,
-                        Tensor(DType::bf16, {n_ctx, nkv, d}, kc.data()), Tensor(DType::bf16, {n_ctx, nkv, d}, vc.data()),
+                        Tensor(DType::bf16, {n_ctx, nkv, d}, kc.data()),
+                        Tensor(DType::bf16, {n_ctx, nkv, d}, vc.data()),
                         n_past, at_positions ? Tensor(DType::i32, {n}, pos.data()) : Tensor{});
     for (int64_t row = 0; row < n_ctx; ++row) {
       int64_t i = -1;
@@ -398,7 +399,7 @@ TEST_F(CpuOps, AttentionInputsIntoBf16Caches) {
       for (int64_t e = 0; e < nkv * d; ++e) {
         const size_t c = static_cast<size_t>(row * nkv * d + e);
         const uint16_t want_k = i < 0 ? 0x7777 : f32_to_bf16(k[static_cast<size_t>(i * nkv * d + e)]);
-        const uint16_t want_v = i < 0 ? 0x7777 : f32_to_bf16(v_in[static_cast<size_t>(i * nkv * d + e)]);
+        const uint16_t want_v = i < 0 ? 0x7777 : f32_to_bf16(v[static_cast<size_t>(i * nkv * d + e)]);
         ASSERT_EQ(kc[c], want_k) << "row " << row << " element " << e << " positions " << at_positions;
         ASSERT_EQ(vc[c], want_v) << "row " << row << " element " << e << " positions " << at_positions;
       }

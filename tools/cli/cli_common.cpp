@@ -27,7 +27,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   add_integer(cmd, "--ubatch", opt.ubatch, IntRange::from(1, 65536),
               "prompt tokens per forward pass: a long prompt is prefilled in chunks of N (default 512, as llama.cpp's ubatch)");
   cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
-  cmd.add_option("--kv-cache", opt.kv_cache, "dtype of the attention KV cache: f32 (default) or bf16 (half the memory; CPU backend)")
+  cmd.add_option("--kv-cache", opt.kv_cache,
+                 "dtype of the attention KV cache: f32 (default) or bf16 (half the memory; CPU backend)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   // Expert streaming.
   auto* cache = cmd.add_option("--expert-cache", opt.expert_cache,
@@ -266,7 +267,7 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   s.backend = make_backend(opt.backend);
-  s.backend->set_kv_dtype(opt.kv_cache == "bf16" ? DType::bf16 : DType::f32);
+  s.backend->set_kv_dtype(*dtype_from_name(opt.kv_cache));  // f32 or bf16: checked by the option
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

@@ -110,7 +110,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                Status::internal, "cpu attention: q ", q.shape_str(), ", k ", k.shape_str(), ", v ",
                v.shape_str(), ", out ", out.shape_str(), ", n_past ", params.n_past, ", sliding_window ",
                params.sliding_window,
-               " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d] both f32 or both bf16, n_head % n_kv_head == 0)");
+               " (want f32 q, out [n, n_head, d], k, v [n_ctx >= n_past + n, n_kv_head, d] both f32 or both bf16,",
+               " n_head % n_kv_head == 0)");
   const int64_t n = q.shape[0];
   const AttnShape sh{q.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
   if (n == 0 || sh.n_head == 0 || sh.d == 0) return;

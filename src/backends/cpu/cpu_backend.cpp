@@ -65,12 +65,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   SLUICE_CHECK((src.dtype == dst.dtype || to_bf16) && src.numel() == dst.numel(), Status::internal,
                "cpu copy: ", dtype_name(src.dtype), " ", src.shape_str(), " to ",
                dtype_name(dst.dtype), " ", dst.shape_str(), " (same dtype, or f32 to bf16)");
-  if (to_bf16) {  // rounded to nearest even (core/dtype.h)
-    const float* sp = src.ptr<float>();
-    uint16_t* dp = dst.ptr<uint16_t>();
-    for (int64_t i = 0, n = src.numel(); i < n; ++i) dp[i] = f32_to_bf16(sp[i]);
-    return;
-  }
+  if (to_bf16) return dtype_convert_row(src.data, src.dtype, dst.data, dst.dtype, src.numel());  // nearest even
   if (src.nbytes() && src.data != dst.data) std::memmove(dst.data, src.data, src.nbytes());
 }
 

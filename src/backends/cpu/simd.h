@@ -80,7 +80,8 @@ inline float dot(const float* a, const elem_t<T>* b, int64_t k) {
 }
 
 // out[r] = dot(a, b + r * ldb, k) for r < 4, bit for bit, with four independent accumulator
-// chains so the FMA latency is hidden (attention scores: one query against four keys; b of any weight dtype, as dot).
+// chains so the FMA latency is hidden (attention scores: one query against four keys); b of
+// any weight dtype, as dot.
 template <DType T = DType::f32>
 inline void dot4(const float* a, const elem_t<T>* b, int64_t ldb, int64_t k, float* out) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
