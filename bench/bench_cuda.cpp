@@ -180,31 +180,38 @@ int run_attention() {
 // Decode attention for one query row at position ctx - 1 of a cache of capacity ctx; random
 // f32 inputs; 200 launches back to back on one stream (chained as in a decode step).
 int run_attention_decode(double copy_bw) {
-  std::printf("decode attention (f32 cache), one query row at the cache's last position; copy bandwidth %.0f GB/s\n\n",
-              copy_bw / 1e9);
-  std::printf("| hq / hkv | d | context | splits | us | K+V GB/s | of copy bandwidth |\n|---|---|---|---|---|---|---|\n");
+  std::printf("decode attention, one query row at the cache's last position, f32 and bf16 caches; copy bandwidth "
+              "%.0f GB/s\n\n", copy_bw / 1e9);
+  std::printf("| hq / hkv | d | context | cache | splits | us | K+V GB/s | of copy bandwidth |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   struct Case {
     int64_t hq, hkv, d;
   };
   for (Case c : {Case{32, 4, 128}, Case{64, 4, 128}, Case{16, 2, 256}, Case{32, 8, 128}}) {
-    for (int64_t ctx : {512, 2048, 8192, 32768}) {
+    for (int64_t ctx : {512, 2048, 8192, 32768})
+    for (bool bf16 : {false, true}) {
+      const size_t elem = bf16 ? 2 : 4;
       const size_t q_floats = static_cast<size_t>(c.hq * c.d), kv_floats = static_cast<size_t>(ctx * c.hkv * c.d);
       std::vector<float> host(kv_floats);
       std::mt19937 rng(5);
       std::normal_distribution<float> nd(0.0f, 1.0f);
       for (auto& x : host) x = nd(rng);
-      float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *partials = nullptr;
+      std::vector<uint16_t> host16(bf16 ? kv_floats : 0);
+      for (size_t i = 0; i < host16.size(); ++i) host16[i] = f32_to_bf16(host[i]);
+      const void* kv_host = bf16 ? static_cast<const void*>(host16.data()) : host.data();
+      float *q = nullptr, *out = nullptr, *partials = nullptr;
+      void *k = nullptr, *v = nullptr;
       const int64_t part = cuda::attention_decode_partial_floats(c.hq, c.hkv, c.d, ctx);
       CUDA_CHECK(cudaMalloc(&q, q_floats * 4));
       CUDA_CHECK(cudaMalloc(&out, q_floats * 4));
-      CUDA_CHECK(cudaMalloc(&k, kv_floats * 4));
-      CUDA_CHECK(cudaMalloc(&v, kv_floats * 4));
+      CUDA_CHECK(cudaMalloc(&k, kv_floats * elem));
+      CUDA_CHECK(cudaMalloc(&v, kv_floats * elem));
       CUDA_CHECK(cudaMalloc(&partials, static_cast<size_t>(part) * 4));
       CUDA_CHECK(cudaMemcpy(q, host.data(), q_floats * 4, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(k, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(v, host.data(), kv_floats * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(k, kv_host, kv_floats * elem, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(v, kv_host, kv_floats * elem, cudaMemcpyHostToDevice));
       cuda::AttentionDecodeArgs a;
-      a.q = q, a.k = k, a.v = v, a.out = out, a.partials = partials;
+      a.q = q, a.k = k, a.v = v, a.kv_bf16 = bf16, a.out = out, a.partials = partials;
       a.hq = c.hq, a.hkv = c.hkv, a.d = c.d, a.n_ctx = ctx, a.n_past = ctx - 1;
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
       cudaStream_t st = nullptr;
@@ -215,13 +222,14 @@ int run_attention_decode(double copy_bw) {
       auto t0 = Clock::now();
       for (int i = 0; i < kReps; ++i) cuda::launch_attention_decode(a, st);
       CUDA_CHECK(cudaStreamSynchronize(st));
-      const double us = seconds_since(t0) / kReps * 1e6, bytes = 2.0 * static_cast<double>(kv_floats) * 4;
-      std::printf("| %lld / %lld | %lld | %lld | %d | %.2f | %.0f | %.0f%% |\n", static_cast<long long>(c.hq),
+      const double us = seconds_since(t0) / kReps * 1e6, bytes = 2.0 * static_cast<double>(kv_floats * elem);
+      std::printf("| %lld / %lld | %lld | %lld | %s | %d | %.2f | %.0f | %.0f%% |\n", static_cast<long long>(c.hq),
                   static_cast<long long>(c.hkv), static_cast<long long>(c.d), static_cast<long long>(ctx),
-                  cuda::attention_decode_splits(c.hq, c.hkv, c.d, ctx), us, bytes / us / 1e3,
+                  bf16 ? "bf16" : "f32", cuda::attention_decode_splits(c.hq, c.hkv, c.d, ctx), us, bytes / us / 1e3,
                   100.0 * bytes / (us * 1e-6) / copy_bw);
       CUDA_CHECK(cudaStreamDestroy(st));
-      for (float* ptr : {q, k, v, out, partials}) CUDA_CHECK(cudaFree(ptr));
+      for (void* ptr : {static_cast<void*>(q), k, v, static_cast<void*>(out), static_cast<void*>(partials)})
+        CUDA_CHECK(cudaFree(ptr));
     }
   }
   return 0;
@@ -489,8 +497,9 @@ void run_batch(Model& model, const std::vector<int32_t>& prompt, int64_t n_decod
 }
 
 int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw,
-              const std::vector<int64_t>& batches) {
+              const std::vector<int64_t>& batches, DType kv_cache) {
   auto gpu = make_cuda_backend(0);
+  gpu->set_kv_dtype(kv_cache);
   auto t_load = Clock::now();
   LoadedModel m = load_model(dir, *gpu);
   const double load_s = seconds_since(t_load);
@@ -543,16 +552,18 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
   const double b_router = moe_layers * E * d * 2;
   const double b_head = V * d * 2;
   const double ctx_mid = n_prefill + n_decode / 2.0;  // mean context over the decode steps
-  const double b_kv = L * 2 * ctx_mid * nkv * hd * 4;  // f32 KV cache, K and V
+  const double b_kv = L * 2 * ctx_mid * nkv * hd * static_cast<double>(dtype_size(kv_cache));  // K and V
   const double step = b_experts + b_attn + b_router + b_head + b_kv;
   const double tps = mean(decode);
-  std::printf("model %s (%s, %s experts), loaded in %.1f s; device copy bandwidth %.0f GB/s\n\n", dir.c_str(),
-              info.family.c_str(), std::string(expert_kind_name(kind)).c_str(), load_s, copy_bw / 1e9);
+  std::printf("model %s (%s, %s experts, %s KV cache), loaded in %.1f s; device copy bandwidth %.0f GB/s\n\n",
+              dir.c_str(), info.family.c_str(), std::string(expert_kind_name(kind)).c_str(),
+              std::string(dtype_name(kv_cache)).c_str(), load_s, copy_bw / 1e9);
   std::printf("| bytes per decode step | MB |\n|---|---|\n");
   std::printf("| active experts (%g of %g x %g layers) | %.1f |\n", k, E, moe_layers, b_experts / 1e6);
   std::printf("| attention q/k/v/o (bf16) | %.1f |\n| router (bf16) | %.1f |\n| lm head (bf16) | %.1f |\n",
               b_attn / 1e6, b_router / 1e6, b_head / 1e6);
-  std::printf("| KV cache read (f32, mean context %.0f) | %.1f |\n| total | %.1f |\n\n", ctx_mid, b_kv / 1e6,
+  std::printf("| KV cache read (%s, mean context %.0f) | %.1f |\n| total | %.1f |\n\n",
+              std::string(dtype_name(kv_cache)).c_str(), ctx_mid, b_kv / 1e6,
               step / 1e6);
   const double tps_steady = steady.empty() ? 0 : mean(steady);
   std::printf("| prompt | prefill tok/s | decode tok/s (batch 1) | ms / token | decode GB/s | of roofline |"
@@ -577,6 +588,7 @@ int main(int argc, char** argv) {
   bool matvec = false, attention = false, attention_decode = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
+  DType kv_cache = DType::f32;
   std::vector<int64_t> batches;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -595,6 +607,14 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
     else if (a == "--reps") reps = std::atoi(next().c_str());
+    else if (a == "--kv-cache") {
+      const std::string name = next();
+      if (name != "f32" && name != "bf16") {
+        std::fprintf(stderr, "bench_cuda: --kv-cache takes f32 or bf16, not '%s'\n", name.c_str());
+        return 2;
+      }
+      kv_cache = name == "bf16" ? DType::bf16 : DType::f32;
+    }
     else if (a == "--batch") {
       const std::string list = next();
       for (size_t at = 0; at < list.size();) {
@@ -608,7 +628,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache f32|bf16] [--batch B,B..]\n");
       return 2;
     }
   }
@@ -618,9 +638,9 @@ int main(int argc, char** argv) {
     if (attention) run_attention();
     if (attention_decode) run_attention_decode(bw);
     if (moe) run_moe(bw);
-    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches);
+    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache);
     if (!matvec && !attention && !attention_decode && !moe && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache f32|bf16] [--batch B,B..]\n");
       return 2;
     }
   } catch (const std::exception& e) {

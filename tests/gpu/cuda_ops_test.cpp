@@ -90,6 +90,23 @@ std::vector<float> read(Backend& be, const Tensor& t) {
   return v;
 }
 
+// A tensor of dtype (f32 or bf16: rounded to nearest even) holding values, on be.
+Tensor tensor_of(Backend& be, DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  HostTensor h(dtype, shape, values);
+  Tensor t = be.alloc(dtype, shape);
+  be.from_host(t, h.t.data);
+  return t;
+}
+// An f32 or bf16 tensor's values as f32 (exact).
+std::vector<float> read_f32(Backend& be, const Tensor& t) {
+  if (t.dtype == DType::f32) return read(be, t);
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  be.to_host(t, h.data());
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_f32(h[i]);
+  return v;
+}
+
 void expect_close(const std::vector<float>& gpu_with_guard, const std::vector<float>& cpu, const char* what) {
   double num = 0, den = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
@@ -351,7 +368,8 @@ TEST(CudaOps, AttentionInputsNormRotateAndAppend) {
 // different positions, from a positions tensor or staged) against the CPU's default, a row at
 // a time; grouped-query shapes the one-launch kernel takes, full and sliding window, and MHA
 // (hq == hkv: the per-row fallback on CUDA too).
-TEST(CudaOps, AttentionRowsEachRowItsOwnCache) {
+// kv_dtype: the caches' (f32, or bf16: the CPU's bf16 caches the reference).
+void attention_rows_cases(DType kv_dtype) {
   Pair p;
   for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {32, 4, 64}, {16, 1, 256}, {4, 4, 64}})
     for (int64_t n : {2, 7, 64})
@@ -372,10 +390,13 @@ TEST(CudaOps, AttentionRowsEachRowItsOwnCache) {
               return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
             };
             std::vector<Tensor> kc, vc;
+            auto cache = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+              return kv_dtype == DType::f32 ? t(shape, v) : tensor_of(be, kv_dtype, shape, v);
+            };
             for (int64_t b = 0; b < n; ++b) {
               const int64_t c = ctx[static_cast<size_t>(b)];
-              kc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, seed + 100 + static_cast<uint32_t>(b))));
-              vc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, seed + 200 + static_cast<uint32_t>(b))));
+              kc.push_back(cache({c, hkv, d}, random_vec(c * hkv * d, seed + 100 + static_cast<uint32_t>(b))));
+              vc.push_back(cache({c, hkv, d}, random_vec(c * hkv * d, seed + 200 + static_cast<uint32_t>(b))));
             }
             Tensor positions;
             if (at) {
@@ -397,12 +418,106 @@ TEST(CudaOps, AttentionRowsEachRowItsOwnCache) {
           auto g = run(*p.gpu, true);
           const std::string what = "attention_rows hq=" + std::to_string(hq) + " hkv=" + std::to_string(hkv) +
                                    " d=" + std::to_string(d) + " n=" + std::to_string(n) + " window=" +
-                                   std::to_string(window) + (at ? " positions" : " staged");
+                                   std::to_string(window) + (at ? " positions" : " staged") + " " +
+                                   std::string(dtype_name(kv_dtype));
           expect_close(read_with_guard(*p.gpu, g[0]), read(*p.cpu, c[0]), (what + " out").c_str());
           expect_close(read_with_guard(*p.gpu, g[1]), read(*p.cpu, c[1]), (what + " q").c_str());
           for (size_t b = 2; b < c.size(); ++b)
-            expect_close(read_with_guard(*p.gpu, g[b]), read(*p.cpu, c[b]), (what + " k cache " + std::to_string(b - 2)).c_str());
+            expect_close(kv_dtype == DType::f32 ? read_with_guard(*p.gpu, g[b]) : read_f32(*p.gpu, g[b]), read_f32(*p.cpu, c[b]),
+                         (what + " k cache " + std::to_string(b - 2)).c_str());
         }
+}
+
+TEST(CudaOps, AttentionRowsEachRowItsOwnCache) { attention_rows_cases(DType::f32); }
+TEST(CudaOps, AttentionRowsEachRowItsOwnBf16Cache) { attention_rows_cases(DType::bf16); }
+
+// Every CUDA attention kernel on bf16 caches (Backend::kv_dtype bf16) through the backend,
+// against the CPU's attention on the same bf16 caches (the f32 attention of the rounded
+// values): the per-row kernels (d = 40: a warp a query; 64, 128: a lane a key), the split
+// decode kernels (per head and grouped-query, one to many splits, capacities above the
+// position, sliding windows), the tensor-core prefill kernel (64 rows and more, windows, one
+// and several query heads a kv head). Cache positions past the last query hold NaN: a kernel
+// that reads them, even masked, fails.
+TEST(CudaOps, AttentionReadsBf16Caches) {
+  Pair p;
+  struct Case {
+    int64_t n, n_past, ctx, hq, hkv, d, window;
+  };
+  for (const Case c : {Case{7, 0, 10, 6, 2, 40, 0}, Case{9, 13, 25, 6, 2, 40, 5}, Case{3, 700, 706, 6, 2, 64, 300},
+                       Case{33, 70, 106, 6, 2, 128, 0}, Case{9, 13, 25, 6, 2, 128, 0},
+                       Case{1, 0, 1, 4, 4, 128, 0}, Case{1, 37, 40, 6, 2, 64, 0}, Case{1, 543, 576, 8, 1, 128, 0},
+                       Case{1, 3000, 4096, 32, 4, 128, 0}, Case{1, 700, 800, 16, 1, 128, 100},
+                       Case{1, 300, 1000, 8, 2, 256, 0}, Case{1, 9000, 9100, 12, 3, 64, 4096},
+                       Case{1, 5, 20000, 8, 8, 128, 3}, Case{1, 8191, 8320, 32, 4, 128, 0},
+                       Case{1, 4100, 8320, 64, 4, 128, 0}, Case{1, 5000, 6000, 32, 4, 256, 0},
+                       Case{1, 999, 1024, 32, 4, 128, 64}, Case{1, 31, 32, 32, 4, 128, 0},
+                       Case{65, 0, 70, 4, 4, 64, 0}, Case{128, 77, 210, 8, 2, 128, 0},
+                       Case{200, 77, 280, 8, 1, 256, 50}, Case{1000, 0, 1005, 8, 2, 128, 0},
+                       Case{130, 5, 140, 4, 1, 64, 1}}) {
+    auto qv = random_vec(c.n * c.hq * c.d, 61), kv = random_vec(c.ctx * c.hkv * c.d, 62),
+         vv = random_vec(c.ctx * c.hkv * c.d, 63);
+    for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
+    const AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+    Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
+    p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
+                     tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), oc, ap);
+    Tensor og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+    p.gpu->attention(gpu_f32(*p.gpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
+                     tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), og, ap);
+    expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc),
+                 str("bf16-cache attention n=", c.n, " n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq, " hkv=", c.hkv,
+                     " d=", c.d, " window=", c.window)
+                     .c_str());
+  }
+}
+
+// attention_inputs into bf16 caches: each row written is the rounding (to nearest even) of
+// the f32 key the same launch leaves in k, and the value given, bit for bit; the rows not
+// written keep their bits; and the caches are the CPU's (its f32 keys rounded) within the
+// f32 bound. Rows from n_past and from a positions tensor.
+TEST(CudaOps, AttentionInputsIntoBf16Caches) {
+  Pair p;
+  const int64_t nh = 8, nkv = 2, d = 128, ctx = 40, n_past = 9;
+  for (int64_t n : {1, 5})
+    for (bool at : {false, true}) {
+      auto qv = random_vec(n * nh * d, 70), kv = random_vec(n * nkv * d, 71), vv = random_vec(n * nkv * d, 72);
+      auto cv = random_vec(n * d / 2, 73), sv = random_vec(n * d / 2, 74), cache = random_vec(ctx * nkv * d, 75);
+      HostTensor qw(DType::bf16, {d}, random_vec(d, 76)), kw(DType::bf16, {d}, random_vec(d, 77));
+      std::vector<int32_t> pos(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(at ? 30 - 3 * i : n_past + i);
+      auto run = [&](Backend& be, bool gpu) {
+        auto t = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+          return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
+        };
+        Tensor q = t({n, nh, d}, qv), k = t({n, nkv, d}, kv), v = t({n, nkv, d}, vv);
+        Tensor kc = tensor_of(be, DType::bf16, {ctx, nkv, d}, cache), vc = tensor_of(be, DType::bf16, {ctx, nkv, d}, cache);
+        Tensor positions;
+        if (at) {
+          positions = be.alloc(DType::i32, {n});
+          be.from_host(positions, pos.data());
+        }
+        be.attention_inputs(q, k, v, gpu ? be.upload(qw.t) : qw.t, gpu ? be.upload(kw.t) : kw.t, 1e-6f,
+                            t({n, d / 2}, cv), t({n, d / 2}, sv), d, false, kc, vc, n_past, positions);
+        return std::vector<Tensor>{k, kc, vc};
+      };
+      auto c = run(*p.cpu, false);
+      auto g = run(*p.gpu, true);
+      const std::string what = str("attention_inputs into bf16 caches n=", n, at ? " at" : "");
+      const std::vector<float> k_gpu = read(*p.gpu, g[0]), kc_gpu = read_f32(*p.gpu, g[1]), vc_gpu = read_f32(*p.gpu, g[2]);
+      std::vector<float> kc_want = read_f32(*p.cpu, tensor_of(*p.cpu, DType::bf16, {ctx, nkv, d}, cache));
+      std::vector<float> vc_want = kc_want;
+      const int64_t row = nkv * d;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < row; ++e) {
+          const size_t at_e = static_cast<size_t>(pos[static_cast<size_t>(i)] * row + e), src = static_cast<size_t>(i * row + e);
+          kc_want[at_e] = bf16_to_f32(f32_to_bf16(k_gpu[src]));
+          vc_want[at_e] = bf16_to_f32(f32_to_bf16(vv[src]));
+        }
+      EXPECT_EQ(0, std::memcmp(kc_gpu.data(), kc_want.data(), kc_want.size() * sizeof(float))) << what << " k cache";
+      EXPECT_EQ(0, std::memcmp(vc_gpu.data(), vc_want.data(), vc_want.size() * sizeof(float))) << what << " v cache";
+      expect_close(kc_gpu, read_f32(*p.cpu, c[1]), (what + " k cache vs cpu").c_str());
+      expect_close(vc_gpu, read_f32(*p.cpu, c[2]), (what + " v cache vs cpu").c_str());
+    }
 }
 
 TEST(CudaOps, ConcatRowsKeepsEachPartsProduct) {

@@ -48,6 +48,43 @@ TEST_P(CudaParity, LogitsAndGreedyMatchTransformers) {
   EXPECT_EQ(cont, ref.continuation_ids);
 }
 
+// A bf16 KV cache (--kv-cache bf16) on CUDA against the CPU backend's bf16 cache: the same
+// rounded keys and values (each rounded once, when written), read by every CUDA attention
+// kernel (the prefill rows and tensor-core kernels teacher-forced; the split decode kernels
+// token by token after an uneven chunked prefill), within the f32 CUDA bound of the CPU's
+// logits; and the greedy continuation the CPU's bf16 cache gives.
+TEST_P(CudaParity, Bf16KvCacheMatchesTheCpuBf16Cache) {
+  auto cpu = make_cpu_backend(), gpu = make_cuda_backend(0);
+  cpu->set_kv_dtype(DType::bf16);
+  gpu->set_kv_dtype(DType::bf16);
+  LoadedModel mc = load_model(fixture_dir(GetParam()), *cpu), mg = load_model(fixture_dir(GetParam()), *gpu);
+  FixtureReference ref = read_reference(GetParam());
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
+  const int64_t V = mc.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
+  std::vector<float> want(n * V), forced(n * V), decoded(n * V);
+  mc.model->forward(ids, *mc.model->new_state(n), want, true);
+  mg.model->forward(ids, *mg.model->new_state(n), forced, true);
+  decode_in_chunks(*mg.model, ids, ref.prompt_ids.size(), decoded);
+  const float d_forced = max_abs_diff(forced, want), d_decoded = max_abs_diff(decoded, want);
+  std::printf("cuda %s bf16 KV cache: max |logit - cpu bf16| = %.3g teacher-forced, %.3g decoded\n",
+              GetParam().c_str(), d_forced, d_decoded);
+  EXPECT_LE(d_forced, 1e-3f);
+  EXPECT_LE(d_decoded, 1e-3f);
+  auto greedy = [&](Model& model) {
+    GenerateOptions opt;
+    opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
+    opt.sampling.temperature = 0;
+    std::vector<int32_t> cont;
+    Generator(model).generate(ref.prompt_ids, opt, [&](int32_t id) {
+      cont.push_back(id);
+      return true;
+    });
+    return cont;
+  };
+  EXPECT_EQ(greedy(*mg.model), greedy(*mc.model));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(decoder_fixtures()),
                          [](const auto& info) { return info.param; });
 

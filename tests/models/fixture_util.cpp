@@ -1,7 +1,9 @@
 // Fixture reference reading.
 #include "fixture_util.h"
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "format/json_file.h"
 
@@ -21,6 +23,23 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+void decode_in_chunks(Model& model, const std::vector<int32_t>& ids, size_t prompt_len, std::vector<float>& got) {
+  const int64_t V = model.info().n_vocab;
+  auto state = model.new_state(static_cast<int64_t>(ids.size()));
+  std::vector<float> row(V);
+  size_t pos = 0;
+  for (size_t chunk : {size_t{5}, size_t{1}, prompt_len - 6}) {
+    std::vector<float> part(chunk * V);
+    model.forward(std::span(ids).subspan(pos, chunk), *state, part, true);
+    std::copy(part.begin(), part.end(), got.begin() + pos * V);
+    pos += chunk;
+  }
+  for (; pos < ids.size(); ++pos) {
+    model.forward(std::span(ids).subspan(pos, 1), *state, row, false);
+    std::copy(row.begin(), row.end(), got.begin() + pos * V);
+  }
 }
 
 }  // namespace sluice::test

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/model.h"
+
 namespace sluice::test {
 
 // The source tree: SLUICE_SOURCE_DIR from the environment when set (a build carried to
@@ -66,5 +68,9 @@ FixtureReference read_reference(const std::string& name);
 
 // max |a - b| over all elements.
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+// The logits of every position of ids [n] into got [n, V], through one state: the first
+// prompt_len (>= 7) tokens in uneven chunks (5, 1, the rest), then one token at a time.
+void decode_in_chunks(Model& model, const std::vector<int32_t>& ids, size_t prompt_len, std::vector<float>& got);
 
 }  // namespace sluice::test

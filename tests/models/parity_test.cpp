@@ -24,25 +24,6 @@ constexpr float kLogitTolerance = 1e-4f;
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 
-// The logits of every position of ids [n] into got [n, V], through one state: the first
-// prompt_len tokens in uneven chunks (5, 1, the rest), then one token at a time.
-void decode_in_chunks(Model& model, const std::vector<int32_t>& ids, size_t prompt_len, std::vector<float>& got) {
-  const int64_t V = model.info().n_vocab;
-  auto state = model.new_state(static_cast<int64_t>(ids.size()));
-  std::vector<float> row(V);
-  size_t pos = 0;
-  for (size_t chunk : {size_t{5}, size_t{1}, prompt_len - 6}) {
-    std::vector<float> part(chunk * V);
-    model.forward(std::span(ids).subspan(pos, chunk), *state, part, true);
-    std::copy(part.begin(), part.end(), got.begin() + pos * V);
-    pos += chunk;
-  }
-  for (; pos < ids.size(); ++pos) {
-    model.forward(std::span(ids).subspan(pos, 1), *state, row, false);
-    std::copy(row.begin(), row.end(), got.begin() + pos * V);
-  }
-}
-
 TEST_P(Parity, TeacherForcedLogitsMatchTransformers) {
   auto backend = make_cpu_backend();
   LoadedModel m = load_model(fixture_dir(GetParam()), *backend);

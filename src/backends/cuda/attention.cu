@@ -5,7 +5,8 @@
 // the visible keys (warp w takes keys lo + w, lo + w + kWarps, ...), each with an online
 // softmax; the warps' partial (max, denominator, output) are then merged in shared memory. A
 // key's score is a warp-wide dot product; each lane owns the head dimensions lane, lane + 32,
-// ... (head_dim <= 32 * kMaxDimsPerLane). One launch whatever the number of query rows.
+// ... (head_dim <= 32 * kMaxDimsPerLane). One launch whatever the number of query rows. The
+// caches are KV (f32, or bf16 read as its exact f32 value); all arithmetic is f32.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -16,8 +17,9 @@ constexpr int kMaxDimsPerLane = 16;  // head_dim up to 512
 constexpr int kWarps = 8;            // key splits per (row, head)
 
 // dynamic shared memory: kWarps * (d + 2) floats.
-__global__ void attention_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                                 const float* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
+template <typename KV>
+__global__ void attention_kernel(const float* __restrict__ q, const KV* __restrict__ k,
+                                 const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                  int64_t hkv, int64_t d, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
                                  float scale, int64_t window) {
   extern __shared__ float smem[];
@@ -37,22 +39,22 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
   }
   float mx = -INFINITY, denom = 0.0f;
   for (int64_t j = lo + warp; j <= pos; j += kWarps) {
-    const float* kr = k + (j * hkv + kvh) * d;
+    const KV* kr = k + (j * hkv + kvh) * d;
     float s = 0.0f;
 #pragma unroll
     for (int t = 0; t < kMaxDimsPerLane; ++t) {
       const int64_t c = lane + 32 * t;
-      if (c < d) s = fmaf(qv[t], kr[c], s);
+      if (c < d) s = fmaf(qv[t], kv_at<false>(kr, c), s);
     }
     s = warp_sum(s) * scale;
     const float mx_new = fmaxf(mx, s);
     const float corr = expf(mx - mx_new), p = expf(s - mx_new);
     denom = denom * corr + p;
-    const float* vr = v + (j * hkv + kvh) * d;
+    const KV* vr = v + (j * hkv + kvh) * d;
 #pragma unroll
     for (int t = 0; t < kMaxDimsPerLane; ++t) {
       const int64_t c = lane + 32 * t;
-      if (c < d) acc[t] = acc[t] * corr + p * vr[c];
+      if (c < d) acc[t] = acc[t] * corr + p * kv_at<false>(vr, c);
     }
     mx = mx_new;
   }
@@ -93,9 +95,9 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
 // warp updates its online softmax once per chunk, and lane t accumulates the output dims
 // [DPL t, DPL (t + 1)) over the chunk's 32 values rows. Merged across warps as above.
 // dynamic shared memory: kWarps * (d + 2) + d floats.
-template <int DPL>
-__global__ void attention_keys_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                                      const float* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
+template <int DPL, typename KV>
+__global__ void attention_keys_kernel(const float* __restrict__ q, const KV* __restrict__ k,
+                                      const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                       int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
                                       float scale, int64_t window) {
   constexpr int64_t d = 32 * DPL;
@@ -118,16 +120,20 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
     const int64_t j = j0 + lane;
     float s = -INFINITY;
     if (j <= pos) {
-      const float4* kr = reinterpret_cast<const float4*>(k + j * stride + kvh * d);
+      const KV* kr = k + j * stride + kvh * d;
       const float4* q4 = reinterpret_cast<const float4*>(qs);
       float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
       for (int c = 0; c < d / 4; c += 2) {
-        const float4 x = __ldg(kr + c), y = q4[c];
-        a0 = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, a0))));
+        float x[4];
+        kv_load<4, true>(kr + 4 * c, x);
+        const float4 y = q4[c];
+        a0 = fmaf(x[0], y.x, fmaf(x[1], y.y, fmaf(x[2], y.z, fmaf(x[3], y.w, a0))));
         if (c + 1 < d / 4) {
-          const float4 x1 = __ldg(kr + c + 1), y1 = q4[c + 1];
-          a1 = fmaf(x1.x, y1.x, fmaf(x1.y, y1.y, fmaf(x1.z, y1.z, fmaf(x1.w, y1.w, a1))));
+          float x1[4];
+          kv_load<4, true>(kr + 4 * (c + 1), x1);
+          const float4 y1 = q4[c + 1];
+          a1 = fmaf(x1[0], y1.x, fmaf(x1[1], y1.y, fmaf(x1[2], y1.z, fmaf(x1[3], y1.w, a1))));
         }
       }
       s = (a0 + a1) * scale;
@@ -139,22 +145,22 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
 #pragma unroll
     for (int t = 0; t < DPL; ++t) acc[t] *= corr;
     const int64_t n_keys = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
-    const float* vr = v + j0 * stride + kvh * d + DPL * lane;
+    const KV* vr = v + j0 * stride + kvh * d + DPL * lane;
     if (n_keys == 32) {
       // A whole chunk: unrolled, so that the loads of several values rows are in flight.
 #pragma unroll 8
       for (int t = 0; t < 32; ++t) {
         const float pt = __shfl_sync(0xffffffffu, p, t);
-        const float* vt = vr + t * stride;
+        const KV* vt = vr + t * stride;
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, kv_at<true>(vt, e), acc[e]);
       }
     } else {
       for (int t = 0; t < n_keys; ++t) {
         const float pt = __shfl_sync(0xffffffffu, p, t);
-        const float* vt = vr + t * stride;
+        const KV* vt = vr + t * stride;
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, __ldg(vt + e), acc[e]);
+        for (int e = 0; e < DPL; ++e) acc[e] = fmaf(pt, kv_at<true>(vt, e), acc[e]);
       }
     }
     mx = m_new;
@@ -186,34 +192,25 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const float* 
   }
 }
 
-}  // namespace
-
-void launch_attention_at(const AttentionParams& p, Stream s) {
-  if (p.n >= kAttentionFlashMinRows && attention_flash_supported(p)) launch_attention_flash(p, s);
-  else launch_attention_rows(p, s);
-}
-
-void launch_attention_rows(const AttentionParams& p, Stream s) {
-  const float *q = p.q, *k = p.k, *v = p.v;
+template <typename KV>
+void launch_rows(const AttentionParams& p, cudaStream_t st) {
+  const float* q = p.q;
+  const KV *k = static_cast<const KV*>(p.k), *v = static_cast<const KV*>(p.v);
   float* out = p.out;
   const int64_t n = p.n, hq = p.hq, hkv = p.hkv, d = p.d, n_past = p.n_past, window = p.window;
   const int32_t* n_past_dev = p.n_past_dev;
   const float scale = p.scale;
-  SLUICE_CHECK(d <= 32 * kMaxDimsPerLane, Status::unsupported, "cuda attention: head_dim ", d, " exceeds ",
-               32 * kMaxDimsPerLane);
-  if (n == 0) return;
-  auto st = static_cast<cudaStream_t>(s);
   const unsigned blocks = static_cast<unsigned>(n * hq);
   const size_t smem_keys = (static_cast<size_t>(kWarps) * (d + 2) + d) * sizeof(float);
-  // Lane per key: 16-byte loads need d % 4 == 0 with 16-byte aligned q, k and v.
+  // Lane per key: vector loads need d % 4 == 0 with 16-byte aligned q, k and v.
   const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
                          reinterpret_cast<uintptr_t>(v)) & 15) == 0;
   if (aligned && d % 32 == 0 && d <= 256) {
     switch (d / 32) {
-#define SLUICE_ATT_CASE(DPL)                                                                              \
-  case DPL:                                                                                            \
-    attention_keys_kernel<DPL><<<blocks, kWarps * 32, smem_keys, st>>>(q, k, v, out, n, hq, hkv, n_past, \
-                                                                       n_past_dev, scale, window);    \
+#define SLUICE_ATT_CASE(DPL)                                                                                \
+  case DPL:                                                                                              \
+    attention_keys_kernel<DPL, KV><<<blocks, kWarps * 32, smem_keys, st>>>(q, k, v, out, n, hq, hkv, n_past, \
+                                                                           n_past_dev, scale, window);    \
     break;
       SLUICE_ATT_CASE(1)
       SLUICE_ATT_CASE(2)
@@ -225,13 +222,28 @@ void launch_attention_rows(const AttentionParams& p, Stream s) {
       SLUICE_ATT_CASE(8)
 #undef SLUICE_ATT_CASE
     }
-    CUDA_CHECK(cudaGetLastError());
     return;
   }
   const size_t smem = static_cast<size_t>(kWarps) * (d + 2) * sizeof(float);
-  attention_kernel<<<blocks, kWarps * 32, smem, st>>>(
-      q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale, window);
+  attention_kernel<KV><<<blocks, kWarps * 32, smem, st>>>(q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale,
+                                                          window);
+}
+
+}  // namespace
+
+void launch_attention_rows(const AttentionParams& p, Stream s) {
+  SLUICE_CHECK(p.d <= 32 * kMaxDimsPerLane, Status::unsupported, "cuda attention: head_dim ", p.d, " exceeds ",
+               32 * kMaxDimsPerLane);
+  if (p.n == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  if (p.kv_bf16) launch_rows<__nv_bfloat16>(p, st);
+  else launch_rows<float>(p, st);
   CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_attention_at(const AttentionParams& p, Stream s) {
+  if (p.n >= kAttentionFlashMinRows && attention_flash_supported(p)) launch_attention_flash(p, s);
+  else launch_attention_rows(p, s);
 }
 
 }  // namespace sluice::cuda

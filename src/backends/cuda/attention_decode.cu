@@ -16,6 +16,10 @@
 // merges the S partials into out. S is a function of the context capacity, not of the
 // position, so a captured graph replays at any position with the same launches.
 //
+// Both kernels read caches of KV elements: f32, or bf16 (Backend::kv_dtype) converted to f32
+// as they are read (half the bytes and, in the GQA kernel, half the shared memory a stage);
+// all arithmetic is f32, in the same order for either.
+//
 // Grouped-query heads (G = hq / hkv >= 2) take attention_decode_gqa_kernel instead: there the
 // kernel above re-reads each kv head's rows G times (from L2), which at long context is what
 // bounds it (8192 positions, G = 8: 268 MB of L2 reads a layer, 61.6 us on the H200, 0.54 TB/s
@@ -52,9 +56,9 @@ constexpr int kBatch = 16;  // key or value rows (16-byte loads) a lane has in f
 
 // dynamic shared memory (floats): qs[d], ps[kWarps][32], then per warp (d + 2): acc[d], max,
 // denominator.
-template <int DPL>
+template <int DPL, typename KV>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    attention_decode_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                             float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv,
                             int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale, int64_t window) {
   chained_kernel_entry();
@@ -75,24 +79,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int e = 0; e < DPL; ++e) acc[e] = 0.0f;
   float mx = -INFINITY, den = 0.0f;
-  const int64_t stride = hkv * d;  // floats between consecutive positions
+  const int64_t stride = hkv * d;  // elements between consecutive positions
   const int64_t n_chunks = (pos - lo + 1 + 31) / 32;
   float* pw = ps + warp * 32;
   for (int64_t c = static_cast<int64_t>(s) * kWarps + warp; c < n_chunks; c += static_cast<int64_t>(S) * kWarps) {
     const int64_t j0 = lo + 32 * c, j = j0 + lane;
     float sc = 0.0f;
     if (j <= pos) {
-      const float4* kr = reinterpret_cast<const float4*>(k + j * stride + kvh * d);
+      const KV* kr = k + j * stride + kvh * d;
       const float4* q4 = reinterpret_cast<const float4*>(qs);
 #pragma unroll
       for (int b = 0; b < d / 4; b += kBatch) {
-        float4 x[kBatch];
+        float x[kBatch][4];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) x[u] = __ldg(kr + b + u);
+        for (int u = 0; u < kBatch; ++u) kv_load<4, true>(kr + 4 * (b + u), x[u]);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const float4 y = q4[b + u];
-          sc = fmaf(x[u].x, y.x, fmaf(x[u].y, y.y, fmaf(x[u].z, y.z, fmaf(x[u].w, y.w, sc))));
+          sc = fmaf(x[u][0], y.x, fmaf(x[u][1], y.y, fmaf(x[u][2], y.z, fmaf(x[u][3], y.w, sc))));
         }
       }
     }
@@ -107,28 +111,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     pw[lane] = p;
     __syncwarp();
     const int n_keys = static_cast<int>(pos - j0 + 1 < 32 ? pos - j0 + 1 : 32);
-    const float* vr = v + j0 * stride + kvh * d + DPL * lane;
+    const KV* vr = v + j0 * stride + kvh * d + DPL * lane;
     // Values rows kBatch at a time, loaded before any is used.
     for (int t0 = 0; t0 < n_keys; t0 += kBatch) {
       float vv[kBatch][DPL];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int t = t0 + u < n_keys ? t0 + u : n_keys - 1;  // past the end: a row loaded, unused
-        const float* row = vr + t * stride;
-        if constexpr (DPL % 4 == 0) {
-#pragma unroll
-          for (int e = 0; e < DPL; e += 4) {
-            const float4 x = __ldg(reinterpret_cast<const float4*>(row + e));
-            vv[u][e] = x.x;
-            vv[u][e + 1] = x.y;
-            vv[u][e + 2] = x.z;
-            vv[u][e + 3] = x.w;
-          }
-        } else {
-          const float2 x = __ldg(reinterpret_cast<const float2*>(row));  // DPL = 2
-          vv[u][0] = x.x;
-          vv[u][1] = x.y;
-        }
+        kv_load<DPL, true>(vr + t * stride, vv[u]);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -183,38 +173,41 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
   }
 }
 
-// dynamic shared memory (floats): qs[G][d]; ps[W][HPW][32] (each warp's probabilities of its
-// chunk's keys); then NST stage buffers, each ks[32 C][d + 4] then vs[32 C][d + 4] (rows
-// padded by 16 bytes: lane t reads row t, so unpadded rows would put every lane in one bank).
-// After the loop the stage buffers hold the warp states [C][G][d + 2] (acc[d], max,
-// denominator).
+// dynamic shared memory: qs[G][d] and ps[W][HPW][32] floats (each warp's probabilities of
+// its chunk's keys); then NST stage buffers of KV elements (the cache's: f32 or bf16), each
+// ks[32 C][ds] then vs[32 C][ds], ds = d + 16 / sizeof(KV) (rows padded by 16 bytes: lane t
+// reads row t in 16-byte loads, so unpadded rows would put every lane in one bank). After the
+// loop the stage buffers hold the warp states [C][G][d + 2] floats (acc[d], max, denominator).
 //
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
 // caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are
 // row b's.
-template <int DPL, int HPW, bool kPerRow>
+template <int DPL, int HPW, bool kPerRow, typename KV>
 __global__ void __launch_bounds__(256)
-    attention_decode_gqa_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
                                 const RowCachePtrs row_caches) {
   chained_kernel_entry();
-  constexpr int d = 32 * DPL, ds = d + 4;
+  constexpr int d = 32 * DPL;
+  constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
+  constexpr int ds = d + EPC;           // a staged row's elements
+  constexpr int dp = d + 4;             // a partial row's floats
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int G = hq / hkv, rows = 32 * C;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = blockDim.x / 32;
   float* qs = smem;
-  float* ps = qs + G * d;             // [W][HPW][32]
-  float* stage = ps + W * HPW * 32;   // [NST][2][rows][ds]: buffer, K or V
+  float* ps = qs + G * d;                                     // [W][HPW][32]
+  KV* stage = reinterpret_cast<KV*>(ps + W * HPW * 32);       // [NST][2][rows][ds]: buffer, K or V
   const int kvh = blockIdx.x, S = gridDim.y, s = blockIdx.y;
   if constexpr (kPerRow) {
     const int b = blockIdx.z;
-    k = row_caches.k[b];
-    v = row_caches.v[b];
+    k = static_cast<const KV*>(row_caches.k[b]);
+    v = static_cast<const KV*>(row_caches.v[b]);
     q += static_cast<int64_t>(b) * hq * d;
     out += static_cast<int64_t>(b) * hq * d;
-    part += static_cast<int64_t>(b) * hq * S * ds;
+    part += static_cast<int64_t>(b) * hq * S * dp;
     n_past_dev += b;
   }
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
@@ -223,7 +216,7 @@ __global__ void __launch_bounds__(256)
   const int64_t n_stages = (n_chunks + C - 1) / C;  // stages of C chunks over the context
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
-  const int64_t stride = static_cast<int64_t>(hkv) * d;  // floats between consecutive positions
+  const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
   // The kv head's G query rows, copied with stage 0 (group 0): no load of this block waits
   // for another before the first stages are in flight.
   for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
@@ -233,11 +226,11 @@ __global__ void __launch_bounds__(256)
   // commits a group either way, so that group i is always stage i.
   auto stage_load = [&](int64_t i) {
     if (i < mine) {
-      float* ks = stage + (i % NST) * 2 * rows * ds;
-      float* vs = ks + rows * ds;
+      KV* ks = stage + (i % NST) * 2 * rows * ds;
+      KV* vs = ks + rows * ds;
       const int64_t j_base = lo + 32 * C * (i * S + s);
-      for (int idx = threadIdx.x; idx < rows * (d / 4); idx += blockDim.x) {
-        const int row = idx / (d / 4), col = 4 * (idx % (d / 4));
+      for (int idx = threadIdx.x; idx < rows * (d / EPC); idx += blockDim.x) {
+        const int row = idx / (d / EPC), col = EPC * (idx % (d / EPC));
         const int64_t j = j_base + row;
         const bool valid = j <= pos;
         const int64_t off = (valid ? j * stride : 0) + static_cast<int64_t>(kvh) * d + col;
@@ -265,23 +258,27 @@ __global__ void __launch_bounds__(256)
     cp_async_wait_at_most(NST - 2);  // stage i (group i) has landed for this thread
     __syncthreads();                 // ... and for every thread; buffer (i - 1) mod NST is read
     stage_load(i + NST - 1);         // into that buffer
-    const float* ks = stage + (i % NST) * 2 * rows * ds;
-    const float* vs = ks + rows * ds;
+    const KV* ks = stage + (i % NST) * 2 * rows * ds;
+    const KV* vs = ks + rows * ds;
     const int64_t j = lo + 32 * ((i * S + s) * C + r) + lane;  // this lane's key
-    // Scores of key j for the warp's heads: each 16 bytes of the key row read once, for all
-    // of them; four products summed apart from the running sum (independent chains).
-    const float4* k4 = reinterpret_cast<const float4*>(ks + (32 * r + lane) * ds);
+    // Scores of key j for the warp's heads: each 8 elements of the key row read once (one or
+    // two 16-byte loads), for all of them; four products summed apart from the running sum
+    // (independent chains).
+    const KV* kr = ks + (32 * r + lane) * ds;
     float sc[HPW];
 #pragma unroll
     for (int hh = 0; hh < HPW; ++hh) sc[hh] = 0.0f;
-#pragma unroll 8
-    for (int b = 0; b < d / 4; ++b) {
-      const float4 x = k4[b];
+#pragma unroll 4
+    for (int b = 0; b < d / 8; ++b) {
+      float x[8];
+      kv_load<8, false>(kr + 8 * b, x);
 #pragma unroll
       for (int hh = 0; hh < HPW; ++hh) {
         const int g = g0 + hh < G ? g0 + hh : G - 1;  // past G: a head computed, unused
-        const float4 y = reinterpret_cast<const float4*>(qs + g * d)[b];
-        sc[hh] += fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, x.w * y.w)));
+        const float4 y0 = reinterpret_cast<const float4*>(qs + g * d)[2 * b];
+        const float4 y1 = reinterpret_cast<const float4*>(qs + g * d)[2 * b + 1];
+        sc[hh] += fmaf(x[0], y0.x, fmaf(x[1], y0.y, fmaf(x[2], y0.z, x[3] * y0.w)));
+        sc[hh] += fmaf(x[4], y1.x, fmaf(x[5], y1.y, fmaf(x[6], y1.z, x[7] * y1.w)));
       }
     }
 #pragma unroll
@@ -304,7 +301,7 @@ __global__ void __launch_bounds__(256)
     __syncwarp();
     // Values: lane t accumulates dims [DPL t, DPL (t + 1)) of each head; each values row read
     // once for all the heads, the probabilities four keys at a time (broadcast reads).
-    const float* vcol = vs + 32 * r * ds + DPL * lane;
+    const KV* vcol = vs + 32 * r * ds + DPL * lane;
 #pragma unroll 2
     for (int t0 = 0; t0 < 32; t0 += 4) {
       float4 p4[HPW];
@@ -312,22 +309,8 @@ __global__ void __launch_bounds__(256)
       for (int hh = 0; hh < HPW; ++hh) p4[hh] = *reinterpret_cast<const float4*>(pw + hh * 32 + t0);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const float* vr = vcol + (t0 + u) * ds;
         float x[DPL];
-        if constexpr (DPL % 4 == 0) {
-#pragma unroll
-          for (int e = 0; e < DPL; e += 4) {
-            const float4 y = *reinterpret_cast<const float4*>(vr + e);
-            x[e] = y.x;
-            x[e + 1] = y.y;
-            x[e + 2] = y.z;
-            x[e + 3] = y.w;
-          }
-        } else {
-          const float2 y = *reinterpret_cast<const float2*>(vr);  // DPL = 2
-          x[0] = y.x;
-          x[1] = y.y;
-        }
+        kv_load<DPL, false>(vcol + (t0 + u) * ds, x);
 #pragma unroll
         for (int hh = 0; hh < HPW; ++hh) {
           const float pt = u == 0 ? p4[hh].x : u == 1 ? p4[hh].y : u == 2 ? p4[hh].z : p4[hh].w;
@@ -343,7 +326,7 @@ __global__ void __launch_bounds__(256)
 
   // The block's states per (r, g), merged over r: m_b = max, l_b = sum l e^(m - m_b),
   // o_b = sum o e^(m - m_b) (unnormalized). S = 1: out = o_b / l_b.
-  float* merge = stage;
+  float* merge = reinterpret_cast<float*>(stage);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     if (g0 + hh >= G) continue;
@@ -371,7 +354,7 @@ __global__ void __launch_bounds__(256)
     if (S == 1) {
       out[h * d + c] = o_b / l_b;
     } else {
-      float* row = part + (h * S + s) * ds;  // partial rows [hq][S][d + 4]: o, max, denominator
+      float* row = part + (h * S + s) * dp;  // partial rows [hq][S][d + 4]: o, max, denominator
       row[c] = o_b;
       if (c == 0) {
         row[d] = m_b;
@@ -474,82 +457,106 @@ std::array<int, 4> gqa_shape_override() {
   return o;
 }
 
-GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
+// kv_bytes: a cache element's (4: f32, 2: bf16); the stage buffers hold such elements, rows of
+// d + 16 / kv_bytes.
+GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv_bytes) {
   GqaShape g;
   const auto o = gqa_shape_override();
-  const int64_t G = hq / hkv, ds = d + 4;
+  const int64_t G = hq / hkv, ds = d + 16 / kv_bytes;
   // Heads a warp: each key and values row read from shared memory once for them (fewer
   // shared-memory reads a key), as many warps as hide the copies.
   g.HPW = o[0] == 1 || o[0] == 2 || o[0] == 4 ? o[0] : G >= 16 ? 4 : G >= 8 ? 2 : 1;
   const int64_t groups = (G + g.HPW - 1) / g.HPW;
   g.C = o[1] > 0 ? o[1] : static_cast<int>(std::max<int64_t>(1, 4 / groups));
   g.W = static_cast<int>(g.C * groups);
-  const int64_t fixed = G * d + static_cast<int64_t>(g.W) * g.HPW * 32, stage = 2 * 32 * g.C * ds;  // floats
-  const int64_t fit = (static_cast<int64_t>(kGqaSmemBudget / sizeof(float)) - fixed) / stage;
+  const int64_t fixed = (G * d + static_cast<int64_t>(g.W) * g.HPW * 32) * 4;  // bytes: qs, ps
+  const int64_t stage = 2 * 32 * g.C * ds * kv_bytes;                          // bytes: K and V
+  const int64_t fit = (static_cast<int64_t>(kGqaSmemBudget) - fixed) / stage;
   g.NST = o[2] >= 2 && o[2] <= 5 ? o[2] : static_cast<int>(std::clamp<int64_t>(fit, 2, 4));
   // Splits: about two blocks an SM at full capacity (more make the merge's partial rows
   // longer than they save), each at least one stage.
   const int64_t stages = (n_ctx + 32 * g.C - 1) / (32 * g.C);
   const int64_t s_max = std::min<int64_t>(kMaxSplits, o[3] > 0 ? o[3] : std::max<int64_t>(8, (2 * device_sm_count() + hkv - 1) / hkv));
   g.S = static_cast<int>(std::max<int64_t>(1, std::min(stages, s_max)));
-  // The states [C][G][d + 2] reuse the stage buffers.
-  const int64_t stages_floats = std::max<int64_t>(g.NST * stage, g.C * G * (d + 2));
-  g.smem = static_cast<size_t>(fixed + stages_floats) * sizeof(float);
+  // The states [C][G][d + 2] floats reuse the stage buffers.
+  const int64_t stages_bytes = std::max<int64_t>(g.NST * stage, g.C * G * (d + 2) * 4);
+  g.smem = static_cast<size_t>(fixed + stages_bytes);
   return g;
 }
 
-template <int DPL, int HPW, bool kPerRow>
+template <int DPL, int HPW, bool kPerRow, typename KV>
 void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
   static const bool smem_set = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
     return true;
   }();
   (void)smem_set;
   const RowCachePtrs none{};
-  launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow>,
+  launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
-                 dim3(32 * g.W), g.smem, st, a.q, a.k, a.v, a.out, a.partials, static_cast<int>(a.hq),
-                 static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev, a.scale, a.window,
-                 kPerRow ? *a.rows : none);
+                 dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
+                 a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
+                 a.scale, a.window, kPerRow ? *a.rows : none);
 }
 
-template <int DPL, int HPW>
+template <int DPL, int HPW, typename KV>
 void launch_gqa(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
-  if (a.rows) launch_gqa_rows<DPL, HPW, true>(a, g, st);
-  else launch_gqa_rows<DPL, HPW, false>(a, g, st);
+  if (a.rows) launch_gqa_rows<DPL, HPW, true, KV>(a, g, st);
+  else launch_gqa_rows<DPL, HPW, false, KV>(a, g, st);
   if (g.S > 1) launch_merge<32 * DPL>(a, g.S, st);
 }
 
-template <int DPL>
+template <int DPL, typename KV>
 void launch_gqa_d(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
   switch (g.HPW) {
-    case 1: launch_gqa<DPL, 1>(a, g, st); break;
-    case 2: launch_gqa<DPL, 2>(a, g, st); break;
-    default: launch_gqa<DPL, 4>(a, g, st); break;
+    case 1: launch_gqa<DPL, 1, KV>(a, g, st); break;
+    case 2: launch_gqa<DPL, 2, KV>(a, g, st); break;
+    default: launch_gqa<DPL, 4, KV>(a, g, st); break;
   }
 }
 
 // Whether the GQA kernel serves these heads (SLUICE_CUDA_GQA_DECODE=0: never, to compare):
-// 2 to 32 query heads a kv head in at most 8 warps, whose buffers fit kGqaMaxSmem.
+// 2 to 32 query heads a kv head in at most 8 warps, whose buffers fit kGqaMaxSmem (with f32
+// caches, so that the choice, and the splits, do not depend on the cache's dtype).
 bool gqa_applies(int64_t hq, int64_t hkv, int64_t d) {
   static const bool off = [] {
     const char* e = std::getenv("SLUICE_CUDA_GQA_DECODE");
     return e && std::strcmp(e, "0") == 0;
   }();
   if (off || hkv <= 0 || hq / hkv < 2 || hq / hkv > 32) return false;
-  const GqaShape g = gqa_shape(hq, hkv, d, 1 << 20);
+  const GqaShape g = gqa_shape(hq, hkv, d, 1 << 20, sizeof(float));
   return g.W <= 8 && g.smem <= kGqaMaxSmem;
 }
 
-template <int DPL>
+template <int DPL, typename KV>
 void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   constexpr int d = 32 * DPL;
   const size_t smem = (static_cast<size_t>(d) + kWarps * 32 + kWarps * (d + 2)) * sizeof(float);
-  launch_chained(attention_decode_kernel<DPL>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
-                 dim3(kWarps * 32), smem, st, a.q, a.k, a.v, a.out, a.partials, a.hq, a.hkv, a.n_past,
-                 a.n_past_dev, a.scale, a.window);
+  launch_chained(attention_decode_kernel<DPL, KV>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
+                 dim3(kWarps * 32), smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
+                 a.partials, a.hq, a.hkv, a.n_past, a.n_past_dev, a.scale, a.window);
   if (S > 1) launch_merge<d>(a, S, st);
+}
+
+// Either kernel for the cache's element type.
+template <typename KV>
+void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
+  if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
+    const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, sizeof(KV));
+    switch (a.d) {
+      case 64: launch_gqa_d<2, KV>(a, g, st); break;
+      case 128: launch_gqa_d<4, KV>(a, g, st); break;
+      default: launch_gqa_d<8, KV>(a, g, st); break;
+    }
+    return;
+  }
+  const int S = attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx);
+  switch (a.d) {
+    case 64: launch_d<2, KV>(a, S, st); break;
+    case 128: launch_d<4, KV>(a, S, st); break;
+    default: launch_d<8, KV>(a, S, st); break;
+  }
 }
 
 }  // namespace
@@ -561,7 +568,7 @@ bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* 
 }
 
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
-  if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx).S;
+  if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx, sizeof(float)).S;  // S: not of the dtype
   const int64_t s = (n_ctx + 32 * kWarps - 1) / (32 * kWarps);
   return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
 }
@@ -581,22 +588,8 @@ void launch_attention_decode(const AttentionDecodeArgs& a, Stream s) {
                Status::internal, "cuda attention_decode: unsupported shape (hq ", a.hq, ", hkv ", a.hkv, ", d ", a.d,
                ", rows ", a.n_rows, ")");
   auto st = static_cast<cudaStream_t>(s);
-  if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
-    const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx);
-    switch (a.d) {
-      case 64: launch_gqa_d<2>(a, g, st); break;
-      case 128: launch_gqa_d<4>(a, g, st); break;
-      default: launch_gqa_d<8>(a, g, st); break;
-    }
-    CUDA_CHECK(cudaGetLastError());
-    return;
-  }
-  const int S = attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx);
-  switch (a.d) {
-    case 64: launch_d<2>(a, S, st); break;
-    case 128: launch_d<4>(a, S, st); break;
-    default: launch_d<8>(a, S, st); break;
-  }
+  if (a.kv_bf16) launch_kv<__nv_bfloat16>(a, st);
+  else launch_kv<float>(a, st);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,8 +13,9 @@ constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // query heads (times batch 
 
 struct AttentionDecodeArgs {
   const float* q = nullptr;  // [1, hq, d]
-  const float* k = nullptr;  // [n_ctx, hkv, d]
-  const float* v = nullptr;  // [n_ctx, hkv, d]
+  const void* k = nullptr;   // [n_ctx, hkv, d] f32, or bf16 when kv_bf16
+  const void* v = nullptr;   // [n_ctx, hkv, d]
+  bool kv_bf16 = false;      // k, v (or every row's caches) bf16
   float* out = nullptr;      // [1, hq, d]
   float* partials = nullptr; // attention_decode_partial_floats(...) floats of scratch
   int64_t hq = 0, hkv = 0, d = 0;

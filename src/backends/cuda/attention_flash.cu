@@ -16,7 +16,9 @@
 // hi.hi + hi.lo + lo.hi (lo.lo, <= u^2 |x||y|, is dropped). Each product then carries a
 // relative error of at most ~3 u^2 = 4.6e-5, random in sign, so a score (and an output row)
 // is off by ~2^-16 of its magnitude: expected nse ~1e-9 (1e-10 .. 1e-8 by shape) against the
-// CPU reference, three orders under the bound. Costs three times the mma of plain bf16.
+// CPU reference, three orders under the bound. Costs three times the mma of plain bf16. A bf16
+// KV cache (Backend::kv_dtype) holds K and V exactly as bf16 (lo = 0): their products take two
+// mma, al.bh + ah.bh, and their lo words are neither staged nor read.
 //
 // Shared memory rows are bf16 pairs (one 32-bit word = two consecutive head dims), P words a
 // row with P % 8 == 4, so the 8 row addresses of an ldmatrix phase fall in 8 distinct 4-bank
@@ -60,11 +62,13 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// The split product: c += ah.bh + ah.bl + al.bh (small terms first).
+// The split product: c += ah.bh + ah.bl + al.bh (small terms first); kBExact: b is exactly
+// bf16 (bl = 0, not read), c += al.bh + ah.bh.
+template <bool kBExact>
 __device__ __forceinline__ void mma_split(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
                                           uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
   mma_bf16(c, al, bh0, bh1);
-  mma_bf16(c, ah, bl0, bl1);
+  if constexpr (!kBExact) mma_bf16(c, ah, bl0, bl1);
   mma_bf16(c, ah, bh0, bh1);
 }
 
@@ -86,21 +90,22 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint32_t* p) {
                  : "memory");
 }
 
-// Rows [n_rows, ROWS) of the tile zero; row r of src at src + r * src_stride (floats), D
-// floats each, times mul, split into hi/lo words at hi/lo + r * P.
-template <int D, int ROWS>
-__device__ __forceinline__ void stage_split(const float* __restrict__ src, int64_t src_stride, int n_rows, float mul,
+// Rows [n_rows, ROWS) of the tile zero; row r of src at src + r * src_stride (elements of T:
+// f32, or bf16), D each, times mul, split into hi/lo words at hi/lo + r * P (lo null: src
+// bf16 and mul 1, whose lo words are 0).
+template <int D, int ROWS, typename T>
+__device__ __forceinline__ void stage_split(const T* __restrict__ src, int64_t src_stride, int n_rows, float mul,
                                             uint32_t* __restrict__ hi, uint32_t* __restrict__ lo) {
-  constexpr int P = row_words<D>(), Q4 = D / 4;  // float4s a row
+  constexpr int P = row_words<D>(), Q4 = D / 4;  // groups of 4 elements a row
   for (int e = threadIdx.x; e < ROWS * Q4; e += kWarps * 32) {
     const int r = e / Q4, c4 = e % Q4;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < n_rows) x = __ldg(reinterpret_cast<const float4*>(src + r * src_stride) + c4);
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r < n_rows) kv_load<4, true>(src + r * src_stride + 4 * c4, x);
     uint2 h, l;
-    split_bf16x2(x.x * mul, x.y * mul, h.x, l.x);
-    split_bf16x2(x.z * mul, x.w * mul, h.y, l.y);
+    split_bf16x2(x[0] * mul, x[1] * mul, h.x, l.x);
+    split_bf16x2(x[2] * mul, x[3] * mul, h.y, l.y);
     *reinterpret_cast<uint2*>(hi + r * P + 2 * c4) = h;  // 8-byte aligned: P and 2 c4 even
-    *reinterpret_cast<uint2*>(lo + r * P + 2 * c4) = l;
+    if (lo) *reinterpret_cast<uint2*>(lo + r * P + 2 * c4) = l;
   }
 }
 
@@ -108,14 +113,15 @@ __device__ __forceinline__ int64_t window_lo(int64_t pos, int64_t window) {
   return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
 
-template <int D>
+template <int D, typename KV>
 __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
-    attention_flash_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    attention_flash_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                            float* __restrict__ out, int64_t n, int64_t hq, int64_t hkv, int64_t n_past_arg,
                            const int32_t* __restrict__ n_past_dev, float scale, int64_t window) {
   constexpr int P = row_words<D>(), BN = key_tile<D>();
   constexpr int NT = BN / 8;  // S tiles of 8 keys a warp holds
   constexpr int DT = D / 8;   // O tiles of 8 dims a warp holds
+  constexpr bool kExactKv = std::is_same_v<KV, __nv_bfloat16>;  // K and V bf16: no lo words
   extern __shared__ __align__(16) uint32_t smem[];
   uint32_t* q_hi = smem;               // [kRows][P]
   uint32_t* q_lo = q_hi + kRows * P;   // [kRows][P]
@@ -133,7 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
   const int64_t kvh = h / (hq / hkv);
   const int rows = static_cast<int>(n - i0 < kRows ? n - i0 : kRows);  // valid rows of this tile
   const int64_t p_first = n_past + i0, p_last = p_first + rows - 1;
-  const int64_t kv_stride = hkv * D;  // floats between consecutive positions of k and v
+  const int64_t kv_stride = hkv * D;  // elements between consecutive positions of k and v
 
   // The Q tile, times scale * log2(e): scores come out in base 2 for exp2f.
   stage_split<D, kRows>(q + (i0 * hq + h) * D, hq * D, rows, scale * kLog2e, q_hi, q_lo);
@@ -155,8 +161,8 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
   for (int64_t kt = kv_begin; kt < kv_end; kt += BN) {
     __syncthreads();  // the last tile's readers are done (first pass: nothing to wait for)
     const int n_keys = static_cast<int>(kv_end - kt < BN ? kv_end - kt : BN);
-    stage_split<D, BN>(k + kt * kv_stride + kvh * D, kv_stride, n_keys, 1.0f, k_hi, k_lo);
-    stage_split<D, BN>(v + kt * kv_stride + kvh * D, kv_stride, n_keys, 1.0f, v_hi, v_lo);
+    stage_split<D, BN>(k + kt * kv_stride + kvh * D, kv_stride, n_keys, 1.0f, k_hi, kExactKv ? nullptr : k_lo);
+    stage_split<D, BN>(v + kt * kv_stride + kvh * D, kv_stride, n_keys, 1.0f, v_hi, kExactKv ? nullptr : v_lo);
     __syncthreads();
     // A warp none of whose rows sees a key of this tile skips it (warp-uniform: no shuffles lost).
     if (rw >= rows || kt > wp_last || kt + BN - 1 < window_lo(wp_first, window)) continue;
@@ -177,12 +183,12 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
       ldsm_x4<false>(al, q_lo + qa);
 #pragma unroll
       for (int j = 0; j < NT / 2; ++j) {
-        uint32_t bh[4], bl[4];
+        uint32_t bh[4], bl[4] = {};  // bl unread with kExactKv
         const int ka = (16 * j + (mi >> 1) * 8 + mr) * P + 8 * ks + (mi & 1) * 4;
         ldsm_x4<false>(bh, k_hi + ka);
-        ldsm_x4<false>(bl, k_lo + ka);
-        mma_split(s[2 * j], ah, al, bh[0], bh[1], bl[0], bl[1]);
-        mma_split(s[2 * j + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        if constexpr (!kExactKv) ldsm_x4<false>(bl, k_lo + ka);
+        mma_split<kExactKv>(s[2 * j], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        mma_split<kExactKv>(s[2 * j + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
       }
     }
     // Mask per element unless every key of the tile is visible to every row of the warp:
@@ -247,12 +253,12 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
       split_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t vh[4], vl[4];
+        uint32_t vh[4], vl[4] = {};
         const int va = (16 * j + (mi & 1) * 8 + mr) * P + 8 * dd + (mi >> 1) * 4;
         ldsm_x4<true>(vh, v_hi + va);
-        ldsm_x4<true>(vl, v_lo + va);
-        mma_split(o[2 * dd], ph, pl, vh[0], vh[1], vl[0], vl[1]);
-        mma_split(o[2 * dd + 1], ph, pl, vh[2], vh[3], vl[2], vl[3]);
+        if constexpr (!kExactKv) ldsm_x4<true>(vl, v_lo + va);
+        mma_split<kExactKv>(o[2 * dd], ph, pl, vh[0], vh[1], vl[0], vl[1]);
+        mma_split<kExactKv>(o[2 * dd + 1], ph, pl, vh[2], vh[3], vl[2], vl[3]);
       }
     }
   }
@@ -278,15 +284,22 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
   }
 }
 
-template <int D>
-void launch_d(const AttentionParams& p, cudaStream_t st) {
+template <int D, typename KV>
+void launch_dkv(const AttentionParams& p, cudaStream_t st) {
   constexpr size_t smem = smem_bytes<D>();
   // Over 48 KiB of dynamic shared memory needs the opt-in (per device; cheap, so every launch).
-  CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<D, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(p.hq));
-  attention_flash_kernel<D><<<grid, kWarps * 32, smem, st>>>(p.q, p.k, p.v, p.out, p.n, p.hq, p.hkv, p.n_past,
-                                                             p.n_past_dev, p.scale, p.window);
+  attention_flash_kernel<D, KV><<<grid, kWarps * 32, smem, st>>>(p.q, static_cast<const KV*>(p.k),
+                                                                 static_cast<const KV*>(p.v), p.out, p.n, p.hq, p.hkv,
+                                                                 p.n_past, p.n_past_dev, p.scale, p.window);
+}
+
+template <int D>
+void launch_d(const AttentionParams& p, cudaStream_t st) {
+  if (p.kv_bf16) launch_dkv<D, __nv_bfloat16>(p, st);
+  else launch_dkv<D, float>(p, st);
 }
 
 }  // namespace

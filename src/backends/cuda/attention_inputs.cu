@@ -5,7 +5,8 @@
 // grid (n, nh + 2 nkv): block (token, head) takes a q head, a k head, or a v head (a copy
 // into the value cache); in a batch decode step each token (row) has caches of its own. The
 // head (d <= kMaxDim floats) is loaded into shared memory, its sum of squares reduced over the
-// block, normed, rotated pair by pair, and stored.
+// block, normed, rotated pair by pair, and stored (q and k as f32, the caches as KV: f32, or
+// bf16 rounded to nearest even).
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -23,12 +24,12 @@ __device__ __forceinline__ float load_any(const void* w, WType wtype, int64_t i)
   }
 }
 
-template <bool kPerRow>
+template <bool kPerRow, typename KV>
 __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                                         const void* __restrict__ q_norm, WType q_wtype, const void* __restrict__ k_norm,
                                         WType k_wtype, float eps, const float* __restrict__ cos,
                                         const float* __restrict__ sin, int64_t rot, bool interleaved,
-                                        float* __restrict__ k_cache, float* __restrict__ v_cache,
+                                        KV* __restrict__ k_cache, KV* __restrict__ v_cache,
                                         const int32_t* __restrict__ positions, int64_t n_past, int64_t nh, int64_t nkv,
                                         int64_t d, const RowCachePtrs rows) {
   chained_kernel_entry();
@@ -36,15 +37,15 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
   __shared__ float partial[kThreads / 32];
   const int64_t row = blockIdx.x, head = blockIdx.y;
   if constexpr (kPerRow) {  // this row's sequence has caches of its own
-    k_cache = rows.k[row];
-    v_cache = rows.v[row];
+    k_cache = static_cast<KV*>(rows.k[row]);
+    v_cache = static_cast<KV*>(rows.v[row]);
   }
   const int64_t pos = positions ? positions[row] : n_past + row;
   if (head >= nh + nkv) {  // a value head: into the cache as it is
     const int64_t hv = head - nh - nkv;
     const float* src = v + (row * nkv + hv) * d;
-    float* dst = v_cache + (pos * nkv + hv) * d;
-    for (int64_t c = threadIdx.x; c < d; c += kThreads) dst[c] = src[c];
+    KV* dst = v_cache + (pos * nkv + hv) * d;
+    for (int64_t c = threadIdx.x; c < d; c += kThreads) dst[c] = kv_from_f32<KV>(src[c]);
     return;
   }
   const bool is_q = head < nh;
@@ -71,7 +72,7 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
   __syncthreads();
   // Rotary over the first rot dims (pairs as launch_rope), the rest unchanged.
   const int64_t half = rot / 2;
-  float* cache = is_q ? nullptr : k_cache + (pos * nkv + hh) * d;
+  KV* cache = is_q ? nullptr : k_cache + (pos * nkv + hh) * d;
   for (int64_t c = threadIdx.x; c < d; c += kThreads) {
     float out = xs[c];
     if (c < rot) {
@@ -83,8 +84,17 @@ __global__ void attention_inputs_kernel(float* __restrict__ q, float* __restrict
       out = first ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
     }
     x[c] = out;
-    if (cache) cache[c] = out;
+    if (cache) cache[c] = kv_from_f32<KV>(out);
   }
+}
+
+template <typename KV>
+void launch(const AttentionInputsParams& p, dim3 grid, cudaStream_t st) {
+  const RowCachePtrs none{};
+  launch_chained(p.rows ? attention_inputs_kernel<true, KV> : attention_inputs_kernel<false, KV>, grid,
+                 dim3(kThreads), 0, st, p.q, p.k, p.v, p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps,
+                 p.cos, p.sin, p.rot, p.interleaved, static_cast<KV*>(p.k_cache), static_cast<KV*>(p.v_cache),
+                 p.positions, p.n_past, p.nh, p.nkv, p.d, p.rows ? *p.rows : none);
 }
 
 }  // namespace
@@ -96,11 +106,8 @@ void launch_attention_inputs(const AttentionInputsParams& p, Stream s) {
   SLUICE_CHECK(!p.rows || (p.n <= kMaxCacheRows && p.positions), Status::internal,
                "cuda attention_inputs: ", p.n, " rows with caches of their own");
   const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(p.nh + 2 * p.nkv));
-  const RowCachePtrs none{};
-  launch_chained(p.rows ? attention_inputs_kernel<true> : attention_inputs_kernel<false>, grid, dim3(kThreads), 0,
-                 static_cast<cudaStream_t>(s), p.q, p.k, p.v, p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps,
-                 p.cos, p.sin, p.rot, p.interleaved, p.k_cache, p.v_cache, p.positions, p.n_past, p.nh, p.nkv, p.d,
-                 p.rows ? *p.rows : none);
+  if (p.kv_bf16) launch<__nv_bfloat16>(p, grid, static_cast<cudaStream_t>(s));
+  else launch<float>(p, grid, static_cast<cudaStream_t>(s));
   CUDA_CHECK(cudaGetLastError());
 }
 

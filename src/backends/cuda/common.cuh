@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "core/error.h"
@@ -28,6 +29,74 @@ template <> __device__ __forceinline__ float load_w<WType::f16>(const void* p, i
 }
 template <> __device__ __forceinline__ float load_w<WType::bf16>(const void* p, int64_t i) {
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+// KV cache elements (Backend::kv_dtype): KV = float, or __nv_bfloat16 read as its exact f32
+// value (a bf16 is the high half of an f32: element 2i of a 32-bit word is its low half).
+// kv_load<N> reads p[0 .. N) (N = 2, 4 or 8) in one or two vector loads: 4 N bytes for f32,
+// 2 N for bf16, p aligned to that (16 at most); kLdg: global memory through the read-only
+// cache, else any address (shared memory).
+__device__ __forceinline__ void bf16_word_to_f32(uint32_t w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+template <int N, bool kLdg, typename KV>
+__device__ __forceinline__ void kv_load(const KV* __restrict__ p, float (&x)[N]) {
+  static_assert(N == 2 || N == 4 || N == 8, "kv_load: 2, 4 or 8 elements");
+  if constexpr (std::is_same_v<KV, float>) {
+    if constexpr (N == 2) {
+      const float2 a = kLdg ? __ldg(reinterpret_cast<const float2*>(p)) : *reinterpret_cast<const float2*>(p);
+      x[0] = a.x;
+      x[1] = a.y;
+    } else {
+#pragma unroll
+      for (int h = 0; h < N; h += 4) {
+        const float4* q = reinterpret_cast<const float4*>(p + h);
+        const float4 a = kLdg ? __ldg(q) : *q;
+        x[h] = a.x;
+        x[h + 1] = a.y;
+        x[h + 2] = a.z;
+        x[h + 3] = a.w;
+      }
+    }
+  } else {
+    static_assert(std::is_same_v<KV, __nv_bfloat16>, "kv_load: float or __nv_bfloat16");
+    uint32_t w[N / 2];
+    if constexpr (N == 2) {
+      const auto* q = reinterpret_cast<const unsigned int*>(p);
+      w[0] = kLdg ? __ldg(q) : *q;
+    } else if constexpr (N == 4) {
+      const auto* q = reinterpret_cast<const uint2*>(p);
+      const uint2 a = kLdg ? __ldg(q) : *q;
+      w[0] = a.x;
+      w[1] = a.y;
+    } else {
+      const auto* q = reinterpret_cast<const uint4*>(p);
+      const uint4 a = kLdg ? __ldg(q) : *q;
+      w[0] = a.x;
+      w[1] = a.y;
+      w[2] = a.z;
+      w[3] = a.w;
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) bf16_word_to_f32(w[i], x[2 * i], x[2 * i + 1]);
+  }
+}
+// Element i (kLdg as kv_load).
+template <bool kLdg, typename KV>
+__device__ __forceinline__ float kv_at(const KV* __restrict__ p, int64_t i) {
+  if constexpr (std::is_same_v<KV, float>) {
+    return kLdg ? __ldg(p + i) : p[i];
+  } else {
+    const auto* h = reinterpret_cast<const unsigned short*>(p) + i;
+    return __uint_as_float(static_cast<uint32_t>(kLdg ? __ldg(h) : *h) << 16);
+  }
+}
+// An f32 value as a cache element (bf16: rounded to nearest even, as the CPU's f32_to_bf16).
+template <typename KV>
+__device__ __forceinline__ KV kv_from_f32(float x) {
+  if constexpr (std::is_same_v<KV, float>) return x;
+  else return __float2bfloat16_rn(x);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -25,6 +25,13 @@ void check_f32(const Tensor& t, const char* op, const char* what) {
                dtype_name(t.dtype));
 }
 
+// Whether the K and V caches are bf16 (else f32; both the same: Backend::kv_dtype).
+bool kv_bf16_of(const Tensor& k, const Tensor& v, const char* op) {
+  SLUICE_CHECK(k.dtype == v.dtype && (k.dtype == DType::f32 || k.dtype == DType::bf16), Status::internal, "cuda ",
+               op, ": caches ", dtype_name(k.dtype), " and ", dtype_name(v.dtype), " (want both f32 or both bf16)");
+  return k.dtype == DType::bf16;
+}
+
 std::shared_ptr<void> device_alloc(size_t bytes, int device) {
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
@@ -267,8 +274,9 @@ void CudaBackend::attention_inputs_launch(const Tensor& q, const Tensor& k, cons
   a.sin = sin.ptr<float>();
   a.rot = rot_dim;
   a.interleaved = interleaved;
-  a.k_cache = k_cache.ptr<float>();
-  a.v_cache = v_cache.ptr<float>();
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.kv_bf16 = kv_bf16_of(k_cache, v_cache, "attention_inputs");
   a.positions = positions.empty() ? nullptr : positions.ptr<int32_t>();
   a.n_past = n_past;
   a.n = n;
@@ -293,7 +301,8 @@ std::shared_ptr<void> CudaBackend::row_positions(const RowCaches& caches, int64_
   return staged;
 }
 
-// Row b's caches into ptrs; false when the batch cannot take the one-launch kernels.
+// Row b's caches into ptrs; false when the batch cannot take the one-launch kernels. Every
+// row's caches of row 0's dtype (f32 or bf16).
 static bool row_cache_ptrs(const Backend::RowCaches& caches, int64_t n, int64_t nkv, int64_t d,
                            cuda::RowCachePtrs& ptrs) {
   if (n > cuda::kMaxCacheRows || static_cast<int64_t>(caches.k.size()) != n ||
@@ -301,13 +310,14 @@ static bool row_cache_ptrs(const Backend::RowCaches& caches, int64_t n, int64_t 
     return false;
   for (int64_t b = 0; b < n; ++b) {
     const Tensor &kc = caches.k[static_cast<size_t>(b)], &vc = caches.v[static_cast<size_t>(b)];
+    kv_bf16_of(kc, vc, "batch caches");
     SLUICE_CHECK(kc.ndim == 3 && kc.shape[1] == nkv && kc.shape[2] == d && vc.numel() == kc.numel() &&
-                     kc.dtype == DType::f32 && vc.dtype == DType::f32 &&
-                     caches.n_past[static_cast<size_t>(b)] < kc.shape[0],
-                 Status::internal, "cuda batch caches: row ", b, " cache ", kc.shape_str(), " at ",
-                 caches.n_past[static_cast<size_t>(b)], " for heads of ", nkv, " x ", d);
-    ptrs.k[b] = kc.ptr<float>();
-    ptrs.v[b] = vc.ptr<float>();
+                     kc.dtype == caches.k[0].dtype && caches.n_past[static_cast<size_t>(b)] < kc.shape[0],
+                 Status::internal, "cuda batch caches: row ", b, " cache ", dtype_name(kc.dtype), " ",
+                 kc.shape_str(), " at ", caches.n_past[static_cast<size_t>(b)], " for heads of ", nkv, " x ", d,
+                 " (every row ", dtype_name(caches.k[0].dtype), ")");
+    ptrs.k[b] = kc.data;
+    ptrs.v[b] = vc.data;
     if (((reinterpret_cast<uintptr_t>(ptrs.k[b]) | reinterpret_cast<uintptr_t>(ptrs.v[b])) & 15) != 0) return false;
   }
   return true;
@@ -347,8 +357,9 @@ void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCa
   for (const Tensor& kc : caches.k) n_ctx = std::max(n_ctx, kc.shape[0]);
   const int32_t* pos = nullptr;
   auto staged = row_positions(caches, n, &pos);
-  decode_attention({.q = q.ptr<float>(), .out = out.ptr<float>(), .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx,
-                    .n_past_dev = pos, .scale = scale, .window = sliding_window, .n_rows = n, .rows = &ptrs});
+  decode_attention({.q = q.ptr<float>(), .kv_bf16 = caches.k[0].dtype == DType::bf16, .out = out.ptr<float>(),
+                    .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past_dev = pos, .scale = scale,
+                    .window = sliding_window, .n_rows = n, .rows = &ptrs});
 }
 
 void CudaBackend::decode_attention(cuda::AttentionDecodeArgs a) {
@@ -405,9 +416,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
+  const bool kv_bf16 = kv_bf16_of(k, v, "attention");
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
     // Decode: the context split over many blocks (attention_decode.cu).
-    decode_attention({.q = q.ptr<float>(), .k = k.ptr<float>(), .v = v.ptr<float>(), .out = out.ptr<float>(),
+    decode_attention({.q = q.ptr<float>(), .k = k.data, .v = v.data, .kv_bf16 = kv_bf16, .out = out.ptr<float>(),
                       .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past = p.n_past,
                       .n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(), .scale = p.scale,
                       .window = p.sliding_window});
@@ -415,8 +427,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   }
   cuda::AttentionParams ap;
   ap.q = q.ptr<float>();
-  ap.k = k.ptr<float>();
-  ap.v = v.ptr<float>();
+  ap.k = k.data;
+  ap.v = v.data;
+  ap.kv_bf16 = kv_bf16;
   ap.out = out.ptr<float>();
   ap.n = q.shape[0];
   ap.hq = q.shape[1];

@@ -50,6 +50,8 @@ class CudaBackend final : public Backend {
   void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
                       int64_t sliding_window) override;
   Tensor concat_rows(std::span<const Tensor> parts) override;
+  // f32 or bf16 caches: every attention kernel reads either (bf16 converted as read, f32 math).
+  bool kv_dtype_supported(DType t) const override { return t == DType::f32 || t == DType::bf16; }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

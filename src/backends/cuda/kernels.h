@@ -48,11 +48,12 @@ void launch_rms_norm(const float* x, const void* w, WType wtype, float* y, int64
 void launch_add_rms_norm(float* x, const float* add, const void* w, WType wtype, float* y, int64_t rows, int64_t cols,
                          float eps, Stream s);
 // The caches of a batch decode step's rows (Backend::RowCaches), passed to the kernels by
-// value: row b's K and V caches [n_ctx_b, nkv, d].
+// value: row b's K and V caches [n_ctx_b, nkv, d], f32 or bf16 (every row the same: the
+// params' kv_bf16).
 constexpr int64_t kMaxCacheRows = 64;
 struct RowCachePtrs {
-  float* k[kMaxCacheRows];
-  float* v[kMaxCacheRows];
+  void* k[kMaxCacheRows];
+  void* v[kMaxCacheRows];
 };
 
 // Attention inputs (attention_inputs.cu): q and k per-head RMSNorm'd and rotated in place, k
@@ -70,8 +71,9 @@ struct AttentionInputsParams {
   const float* sin = nullptr;           // [n, rot / 2]
   int64_t rot = 0;                      // rotated dims of each head (even, <= d)
   bool interleaved = false;             // GPT-J pairs (2i, 2i+1); else neox (i, i + rot/2)
-  float* k_cache = nullptr;             // [n_ctx, nkv, d]
-  float* v_cache = nullptr;             // [n_ctx, nkv, d]
+  void* k_cache = nullptr;              // [n_ctx, nkv, d] f32, or bf16 when kv_bf16 (rounded when
+  void* v_cache = nullptr;              // [n_ctx, nkv, d]   written, to nearest even)
+  bool kv_bf16 = false;
   const int32_t* positions = nullptr;   // device i32 [n]: the cache rows; null: n_past + i
   int64_t n_past = 0;
   int64_t n = 0, nh = 0, nkv = 0, d = 0;
@@ -87,8 +89,9 @@ void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_
 // Causal grouped-query attention (attention.cu) for n query rows at positions n_past + i.
 struct AttentionParams {
   const float* q = nullptr;             // [n, hq, d]
-  const float* k = nullptr;             // [ctx, hkv, d]
-  const float* v = nullptr;             // [ctx, hkv, d]
+  const void* k = nullptr;              // [ctx, hkv, d] f32, or bf16 when kv_bf16
+  const void* v = nullptr;              // [ctx, hkv, d]
+  bool kv_bf16 = false;
   float* out = nullptr;                 // [n, hq, d]
   int64_t n = 0, hq = 0, hkv = 0, d = 0;
   int64_t n_past = 0;
