@@ -588,7 +588,7 @@ int main(int argc, char** argv) {
   bool matvec = false, attention = false, attention_decode = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
-  DType kv_cache = DType::f32;
+  DType kv_cache = DType::bf16;  // as sluice's --kv-cache auto on CUDA
   std::vector<int64_t> batches;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -628,7 +628,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache f32|bf16] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
       return 2;
     }
   }
@@ -640,7 +640,7 @@ int main(int argc, char** argv) {
     if (moe) run_moe(bw);
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache);
     if (!matvec && !attention && !attention_decode && !moe && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache f32|bf16] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -207,6 +207,25 @@ TEST(CliArgs, ContextWithinTheModelAndTheMemory) {
   EXPECT_NE(r.err.find(" of memory available to the cpu backend\n"), std::string::npos) << r.err;
 }
 
+// --kv-cache: auto is f32 on the CPU backend (the same ids as f32, the reference); bf16 runs;
+// another dtype is refused in one line naming the choices.
+TEST(CliArgs, KvCacheDtypes) {
+  const FixtureReference ref = read_reference("qwen3_moe");
+  auto ids = [&](const std::string& kv) {
+    const CliRun r = cli({"run", "--model", kQwen, "--tokens", join_ids(ref.prompt_ids), "-n", "8", "--temperature",
+                          "0", "--ignore-eos", "--print-ids", "--kv-cache", kv});
+    EXPECT_EQ(r.status, 0) << kv << ": " << r.err;
+    return r.out;
+  };
+  const std::string f32 = ids("f32");
+  EXPECT_EQ(ids("auto"), f32);
+  EXPECT_FALSE(ids("bf16").empty());
+  expect_error_lines({
+      {{"run", "--model", kQwen, "--tokens", "1", "--kv-cache", "f16"},
+       "--kv-cache: f16 not in {auto,f32,bf16} (sluice run --help)"},
+  });
+}
+
 // Item 13: values float cannot hold keep their meaning: a top-p below float's smallest keeps
 // the most likely token alone (greedy), a temperature beyond float's largest samples.
 TEST(CliArgs, ExtremeSamplingValuesRun) {

@@ -28,8 +28,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
               "prompt tokens per forward pass: a long prompt is prefilled in chunks of N (default 512, as llama.cpp's ubatch)");
   cmd.add_option("--backend", opt.backend, "cpu, cuda, cuda:N or auto (default: CUDA when available)");
   cmd.add_option("--kv-cache", opt.kv_cache,
-                 "dtype of the attention KV cache: f32 (default) or bf16 (half the memory; CPU backend)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                 "dtype of the attention KV cache: f32, bf16 (half the memory) or auto (default: bf16 on CUDA, "
+                 "f32 on the CPU)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   // Expert streaming.
   auto* cache = cmd.add_option("--expert-cache", opt.expert_cache,
                                "stream the experts of a pack through a cache of this size (512M, 8G)");
@@ -249,6 +250,18 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& op
   return ids;
 }
 
+namespace {
+
+// --kv-cache: f32 or bf16 as named (checked by the option); auto: bf16 on a GPU backend (half
+// the bytes, and decode at long context faster: bench/RESULTS.md), f32 on the CPU backend (the
+// reference: attention exact to f32).
+DType kv_cache_dtype(const std::string& name, const Backend& be) {
+  if (name != "auto") return *dtype_from_name(name);
+  return be.name() != "cpu" && be.kv_dtype_supported(DType::bf16) ? DType::bf16 : DType::f32;
+}
+
+}  // namespace
+
 Session open_session(const ModelOptions& opt) {
   expect_directory(opt.model, "--model", "a directory with config.json and *.safetensors, or a pack");
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
@@ -267,7 +280,7 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   s.backend = make_backend(opt.backend);
-  s.backend->set_kv_dtype(*dtype_from_name(opt.kv_cache));  // f32 or bf16: checked by the option
+  s.backend->set_kv_dtype(kv_cache_dtype(opt.kv_cache, *s.backend));
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

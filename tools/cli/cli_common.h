@@ -23,7 +23,7 @@ struct ModelOptions {
   std::string model;             // --model DIR (HF checkpoint or pack)
   int threads = 0;                // --threads N (0: all cores)
   std::string backend = "auto";   // --backend cpu|cuda|cuda:N|auto
-  std::string kv_cache = "f32";   // --kv-cache f32|bf16: the attention caches' dtype
+  std::string kv_cache = "auto";  // --kv-cache auto|f32|bf16: the attention caches' dtype
   std::string expert_kind;        // --expert-kind KIND (packs only; empty: the pack's default)
   int64_t ubatch = 512;           // --ubatch N: prompt tokens per forward pass (prefill chunks)
 

@@ -468,6 +468,11 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
   g.HPW = o[0] == 1 || o[0] == 2 || o[0] == 4 ? o[0] : G >= 16 ? 4 : G >= 8 ? 2 : 1;
   const int64_t groups = (G + g.HPW - 1) / g.HPW;
   g.C = o[1] > 0 ? o[1] : static_cast<int>(std::max<int64_t>(1, 4 / groups));
+  // bf16 rows: stages of twice the chunks in the shared bytes of an f32 stage, so twice the
+  // warps score them (up to 8). Measured on the H200 (bench_cuda --attention-decode), 128
+  // dims at 8192 positions: 32 / 4 heads 20.3 -> 17.5 us, 64 / 4 31.3 -> 25.5, 32 / 8 26.0 ->
+  // 20.0; with f32 rows the larger stage costs a block an SM (22.8 -> 25.5 us).
+  if (o[1] <= 0 && kv_bytes == 2 && 2 * g.C * groups <= 8) g.C *= 2;
   g.W = static_cast<int>(g.C * groups);
   const int64_t fixed = (G * d + static_cast<int64_t>(g.W) * g.HPW * 32) * 4;  // bytes: qs, ps
   const int64_t stage = 2 * 32 * g.C * ds * kv_bytes;                          // bytes: K and V
@@ -544,6 +549,10 @@ template <typename KV>
 void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
   if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
     const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, sizeof(KV));
+    SLUICE_CHECK(g.W <= 8 && g.smem <= kGqaMaxSmem &&
+                     g.S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx),
+                 Status::internal, "cuda attention_decode: GQA shape of ", g.W, " warps, ", g.smem, " bytes, ", g.S,
+                 " splits");
     switch (a.d) {
       case 64: launch_gqa_d<2, KV>(a, g, st); break;
       case 128: launch_gqa_d<4, KV>(a, g, st); break;
@@ -568,7 +577,9 @@ bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* 
 }
 
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
-  if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx, sizeof(float)).S;  // S: not of the dtype
+  // f32's: a bf16 launch's splits are as many or fewer (its stages hold more chunks), so the
+  // partial rows sized by this hold either's.
+  if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx, sizeof(float)).S;
   const int64_t s = (n_ctx + 32 * kWarps - 1) / (32 * kWarps);
   return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
 }
