@@ -207,8 +207,8 @@ TEST(CliArgs, ContextWithinTheModelAndTheMemory) {
   EXPECT_NE(r.err.find(" of memory available to the cpu backend\n"), std::string::npos) << r.err;
 }
 
-// --kv-cache: auto is f32 on the CPU backend (the same ids as f32, the reference); bf16 runs;
-// another dtype is refused in one line naming the choices.
+// --kv-cache: auto is f32 on the CPU backend (the same ids as f32, the reference); bf16 runs
+// with half the cache; another dtype is refused in one line naming the choices.
 TEST(CliArgs, KvCacheDtypes) {
   const FixtureReference ref = read_reference("qwen3_moe");
   auto ids = [&](const std::string& kv) {
@@ -220,6 +220,16 @@ TEST(CliArgs, KvCacheDtypes) {
   const std::string f32 = ids("f32");
   EXPECT_EQ(ids("auto"), f32);
   EXPECT_FALSE(ids("bf16").empty());
+  // -v names the cache's dtype and its bytes: bf16 half of f32's (qwen3_moe: attention only).
+  auto info = [&](const std::string& kv) {
+    const CliRun r = cli({"-v", "run", "--model", kQwen, "--tokens", "1,2", "-n", "2", "--kv-cache", kv});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.err;
+  };
+  EXPECT_NE(info("auto").find("sluice: info: a context of 4 tokens: 3.0 KiB of KV cache and state (--kv-cache f32)\n"),
+            std::string::npos);
+  EXPECT_NE(info("bf16").find("sluice: info: a context of 4 tokens: 1.5 KiB of KV cache and state (--kv-cache bf16)\n"),
+            std::string::npos);
   expect_error_lines({
       {{"run", "--model", kQwen, "--tokens", "1", "--kv-cache", "f16"},
        "--kv-cache: f16 not in {auto,f32,bf16} (sluice run --help)"},
