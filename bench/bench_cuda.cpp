@@ -43,6 +43,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -197,7 +198,7 @@ int run_attention_decode(double copy_bw) {
       std::normal_distribution<float> nd(0.0f, 1.0f);
       for (auto& x : host) x = nd(rng);
       std::vector<uint16_t> host16(bf16 ? kv_floats : 0);
-      for (size_t i = 0; i < host16.size(); ++i) host16[i] = f32_to_bf16(host[i]);
+      if (bf16) dtype_convert_row(host.data(), DType::f32, host16.data(), DType::bf16, static_cast<int64_t>(kv_floats));
       const void* kv_host = bf16 ? static_cast<const void*>(host16.data()) : host.data();
       float *q = nullptr, *out = nullptr, *partials = nullptr;
       void *k = nullptr, *v = nullptr;
@@ -497,8 +498,9 @@ void run_batch(Model& model, const std::vector<int32_t>& prompt, int64_t n_decod
 }
 
 int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw,
-              const std::vector<int64_t>& batches, DType kv_cache) {
+              const std::vector<int64_t>& batches, std::optional<DType> kv_cache_opt) {
   auto gpu = make_cuda_backend(0);
+  const DType kv_cache = kv_cache_opt.value_or(gpu->auto_kv_dtype());  // as sluice's --kv-cache auto
   gpu->set_kv_dtype(kv_cache);
   auto t_load = Clock::now();
   LoadedModel m = load_model(dir, *gpu);
@@ -588,7 +590,7 @@ int main(int argc, char** argv) {
   bool matvec = false, attention = false, attention_decode = false, moe = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
-  DType kv_cache = DType::bf16;  // as sluice's --kv-cache auto on CUDA
+  std::optional<DType> kv_cache;  // unset: the backend's auto_kv_dtype
   std::vector<int64_t> batches;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -609,11 +611,11 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--kv-cache") {
       const std::string name = next();
-      if (name != "f32" && name != "bf16") {
+      kv_cache = dtype_from_name(name);
+      if (kv_cache != DType::f32 && kv_cache != DType::bf16) {
         std::fprintf(stderr, "bench_cuda: --kv-cache takes f32 or bf16, not '%s'\n", name.c_str());
         return 2;
       }
-      kv_cache = name == "bf16" ? DType::bf16 : DType::f32;
     }
     else if (a == "--batch") {
       const std::string list = next();

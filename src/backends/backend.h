@@ -266,11 +266,13 @@ class Backend {
   // The dtype of the attention caches models allocate on this backend (DecoderModel: every
   // layer's K and V [n_ctx, n_kv, d]): f32 (the default), or bf16 where kv_dtype_supported
   // (half the bytes; each element rounded to nearest even when written, read as its exact
-  // f32 value, all arithmetic in f32). The CPU and CUDA backends read and write both; the
-  // CLI's --kv-cache auto picks bf16 on CUDA, f32 on the CPU. Set it before a model makes its
-  // states.
+  // f32 value, all arithmetic in f32). The CPU and CUDA backends read and write both. Set it
+  // before a model makes its states.
   DType kv_dtype() const { return kv_dtype_; }
   virtual bool kv_dtype_supported(DType t) const { return t == DType::f32; }
+  // What --kv-cache auto picks here: f32 (the CPU, the reference), bf16 on CUDA (half the
+  // bytes, decode at long context faster: bench/RESULTS.md).
+  virtual DType auto_kv_dtype() const { return DType::f32; }
   void set_kv_dtype(DType t);  // Error(unsupported), one line naming the backend, when not supported
 
  private:

@@ -103,7 +103,7 @@ std::vector<float> read_f32(Backend& be, const Tensor& t) {
   std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
   be.to_host(t, h.data());
   std::vector<float> v(h.size());
-  for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_f32(h[i]);
+  dtype_row_to_f32(h.data(), t.dtype, t.numel(), v.data());
   return v;
 }
 

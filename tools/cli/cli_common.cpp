@@ -250,18 +250,6 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& op
   return ids;
 }
 
-namespace {
-
-// --kv-cache: f32 or bf16 as named (checked by the option); auto: bf16 on a GPU backend (half
-// the bytes, and decode at long context faster: bench/RESULTS.md), f32 on the CPU backend (the
-// reference: attention exact to f32).
-DType kv_cache_dtype(const std::string& name, const Backend& be) {
-  if (name != "auto") return *dtype_from_name(name);
-  return be.name() != "cpu" && be.kv_dtype_supported(DType::bf16) ? DType::bf16 : DType::f32;
-}
-
-}  // namespace
-
 Session open_session(const ModelOptions& opt) {
   expect_directory(opt.model, "--model", "a directory with config.json and *.safetensors, or a pack");
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
@@ -280,7 +268,8 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   s.backend = make_backend(opt.backend);
-  s.backend->set_kv_dtype(kv_cache_dtype(opt.kv_cache, *s.backend));
+  // f32 or bf16 as named (checked by the option), or auto: the backend's (Backend::auto_kv_dtype).
+  s.backend->set_kv_dtype(opt.kv_cache == "auto" ? s.backend->auto_kv_dtype() : *dtype_from_name(opt.kv_cache));
   s.model = load_model(opt.model, *s.backend, lo);
   return s;
 }

@@ -357,7 +357,8 @@ void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCa
   for (const Tensor& kc : caches.k) n_ctx = std::max(n_ctx, kc.shape[0]);
   const int32_t* pos = nullptr;
   auto staged = row_positions(caches, n, &pos);
-  decode_attention({.q = q.ptr<float>(), .kv_bf16 = caches.k[0].dtype == DType::bf16, .out = out.ptr<float>(),
+  decode_attention({.q = q.ptr<float>(), .kv_bf16 = kv_bf16_of(caches.k[0], caches.v[0], "attention_rows"),
+                    .out = out.ptr<float>(),
                     .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past_dev = pos, .scale = scale,
                     .window = sliding_window, .n_rows = n, .rows = &ptrs});
 }

@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   Tensor concat_rows(std::span<const Tensor> parts) override;
   // f32 or bf16 caches: every attention kernel reads either (bf16 converted as read, f32 math).
   bool kv_dtype_supported(DType t) const override { return t == DType::f32 || t == DType::bf16; }
+  DType auto_kv_dtype() const override { return DType::bf16; }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
