@@ -2,6 +2,7 @@
 #include "backends/backend.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/log.h"
@@ -21,6 +22,30 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(Status::unsupported, "this sluice was built without CUDA (configure with -DSLUICE_CUDA=ON on a machine with nvcc)");
 }
 #endif
+
+namespace {
+
+// Backend::make_readback's default: to_host at begin.
+class SyncReadback final : public HostReadback {
+ public:
+  SyncReadback(Backend& be, size_t bytes) : be_(be), bytes_(bytes) {}
+  void begin(const Tensor& src) override {
+    SLUICE_CHECK(src.nbytes() <= bytes_.size(), Status::internal, "readback of ", src.nbytes(), " bytes into ",
+                 bytes_.size());
+    n_ = src.nbytes();
+    be_.to_host(src, bytes_.data());
+  }
+  void end(void* dst) override { std::memcpy(dst, bytes_.data(), n_); }
+
+ private:
+  Backend& be_;
+  std::vector<uint8_t> bytes_;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<HostReadback> Backend::make_readback(size_t bytes) { return std::make_unique<SyncReadback>(*this, bytes); }
 
 void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&) {
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");

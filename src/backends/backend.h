@@ -27,6 +27,16 @@ class ExpertTable {
   virtual ~ExpertTable() = default;
 };
 
+// A readback buffer of a few bytes (Backend::make_readback): begin(src) enqueues the copy of
+// src (at most the buffer's bytes) after the work enqueued so far and returns; end(dst) waits
+// for the copy begun last and writes its bytes to dst. The default copies at begin.
+class HostReadback {
+ public:
+  virtual ~HostReadback() = default;
+  virtual void begin(const Tensor& src) = 0;
+  virtual void end(void* dst) = 0;
+};
+
 enum class Activation : uint8_t {
   sigmoid,  // 1 / (1 + e^-x)
   silu,     // x / (1 + e^-x)
@@ -71,6 +81,9 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;
   virtual void to_host(const Tensor& src, void* dst) = 0;      // src.nbytes() bytes; synchronizes
   virtual void from_host(const Tensor& dst, const void* src) = 0;  // dst.nbytes() bytes
+  // A few bytes the host reads back without waiting at once (a decode step's drawn token, so
+  // that the host can enqueue the next step before it waits): see HostReadback.
+  virtual std::unique_ptr<HostReadback> make_readback(size_t bytes);
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;     // same dtype and numel
   virtual void fill(const Tensor& dst, float value) = 0;            // f32 dst
   virtual void synchronize() = 0;
@@ -153,7 +166,8 @@ class Backend {
   virtual void scatter_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& dst) = 0;
   // get_rows and scatter_rows with the indices in a tensor of this backend (i32 [n]), so that
   // nothing goes through the host (a captured graph reads them at replay). Default: copy
-  // the indices to the host, then the span form.
+  // the indices to the host, then the span form. get_rows_at on CUDA reads row 0 for an id
+  // outside the table instead of failing (ids a device step drew; the host checks them).
   virtual void get_rows_at(const Tensor& table, const Tensor& ids, const Tensor& out);
   virtual void scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst);
   // Mixture combine, in routing-rank order so the result never depends on which expert ran

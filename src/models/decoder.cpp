@@ -3,7 +3,10 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <optional>
+#include <string>
 
 namespace sluice {
 namespace {
@@ -19,12 +22,41 @@ struct DecoderState : SequenceState {
   Tensor step_logits;             // [1, n_vocab] f32
   std::unique_ptr<BackendGraph> step_graph;
   // The step that ends in a draw (forward_sample): its uniform number (i64 [1], written before
-  // a replay), the drawn token (i32 [1]), and the rule its graph was captured with.
-  Tensor step_draw, step_next;
+  // a replay) and the rule its graph was captured with. It draws into step_token, so that the
+  // next replay can run the drawn token without the host.
+  Tensor step_draw;
   std::unique_ptr<BackendGraph> sample_graph;
   SampleRule sample_rule;
   int64_t sample_n_valid = 0;
+  // The drawn tokens come back through two readbacks, taken in turn (this step's, the next's).
+  std::unique_ptr<HostReadback> drawn[2];
+  int next_readback = 0;
+  // A greedy step forward_sample enqueued ahead: it runs, at position `pos`, the token the step
+  // before it drew on the device (`token`: that draw as the host read it, once it did), and its
+  // own draw comes back through drawn[readback]. Every other use of the state settles it first.
+  struct AheadStep {
+    int64_t pos = 0;
+    int32_t token = -1;
+    int readback = 0;
+    SampleRule rule;
+    int64_t n_valid = 0;
+  };
+  std::optional<AheadStep> ahead;
+  // Enqueues the copy of step_token into the next readback; returns which one.
+  int begin_readback() {
+    const int r = next_readback;
+    next_readback ^= 1;
+    drawn[r]->begin(step_token);
+    return r;
+  }
 };
+
+// Whether forward_sample enqueues the next greedy step before it waits for this one
+// (SLUICE_DECODE_AHEAD=0 turns it off, e.g. to compare; read at every step).
+bool decode_ahead_enabled() {
+  const char* e = std::getenv("SLUICE_DECODE_AHEAD");
+  return !(e && std::string(e) == "0");
+}
 
 bool same_rule(const SampleRule& a, const SampleRule& b) {
   return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p;
@@ -93,7 +125,7 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
     st->step_pos = be_.alloc(DType::i32, {1});
     st->step_logits = be_.alloc(DType::f32, {1, spec_.info.n_vocab});
     st->step_draw = be_.alloc(DType::i64, {1});
-    st->step_next = be_.alloc(DType::i32, {1});
+    for (auto& r : st->drawn) r = be_.make_readback(sizeof(int32_t));
   }
   return st;
 }
@@ -119,10 +151,12 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
   const int64_t n = static_cast<int64_t>(tokens.size());
   check_forward_inputs(tokens, state, logits, all_logits);
 
+  settle(state);
   if (n == 1 && step_graph_eligible()) {
     // One decode token: replay the captured step. Only the token and its position go to the
     // device; only the logits come back.
-    replay_step(state, tokens[0], nullptr, 0);
+    replay_step(state, &tokens[0], nullptr, 0);
+    state.n_past += 1;
     be_.to_host(state.step_logits, logits.data());
     return;
   }
@@ -154,6 +188,7 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   if (!step_graph_eligible()) {
     // Streamed experts (or no graphs): the step runs eagerly, and still draws on the backend,
     // so that only the token id crosses (the backend's sample is core/sampling.h's rule).
+    settle(state);
     DecodePhase decode(*this);
     const Tensor logits = forward_eager(std::span<const int32_t>(&token, 1), state, false);
     Tensor draw = be_.alloc(DType::i64, {1}), next = be_.alloc(DType::i32, {1});
@@ -164,20 +199,55 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
     if (expert_provider_) expert_provider_->forward_done();
     return id;
   }
-  be_.from_host(state.step_draw, &draw53);
-  replay_step(state, token, &rule, n_valid);
+  // This step: already enqueued by the call before (the greedy step ahead, which ran the token
+  // that call returned, at this position), or enqueued now.
+  int readback = 0;
+  const auto& ahead = state.ahead;
+  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(ahead->rule, rule) &&
+      ahead->n_valid == n_valid) {
+    readback = ahead->readback;
+    state.ahead.reset();
+  } else {
+    settle(state);
+    be_.from_host(state.step_draw, &draw53);
+    replay_step(state, &token, &rule, n_valid);
+    readback = state.begin_readback();
+  }
+  state.n_past += 1;
+  // Greedy (the draw needs no uniform number): the next step goes in before this one's token
+  // is read, from the token it leaves on the device, so that the GPU does not wait for the
+  // host between steps. If the caller stops here, that step's work is dropped (its KV rows
+  // lie past n_past, where the next step writes before it reads).
+  if (rule.temperature < kGreedyTemperature && decode_ahead_enabled() && state.n_past < state.n_ctx) {
+    replay_step(state, nullptr, &rule, n_valid);
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), rule, n_valid};
+  }
   int32_t next = -1;
-  be_.to_host(state.step_next, &next);
+  state.drawn[readback]->end(&next);
+  if (state.ahead) {
+    if (next < 0) settle(state);  // the step ahead ran a token that was never drawn: drop it
+    else state.ahead->token = next;
+  }
   return next;
 }
 
-void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const SampleRule* rule, int64_t n_valid) {
+void DecoderModel::settle(SequenceState& state_base) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  if (!state.ahead) return;
+  const int readback = state.ahead->readback;
+  state.ahead.reset();
+  int32_t unused = -1;
+  state.drawn[readback]->end(&unused);  // waits for the step ahead
+}
+
+void DecoderModel::replay_step(SequenceState& state_base, const int32_t* token, const SampleRule* rule,
+                               int64_t n_valid) {
   auto& state = static_cast<DecoderState&>(state_base);
   const int64_t d = spec_.info.n_embd;
   if (state.rope_cos.empty())  // the rotary tables of every position, once per state
     upload_rope_tables(be_, spec_.rope, state.n_ctx, state.rope_cos, state.rope_sin);
   const int32_t pos = static_cast<int32_t>(state.n_past);
-  be_.from_host(state.step_token, &token);
+  if (token) be_.from_host(state.step_token, token);
   be_.from_host(state.step_pos, &pos);
   std::unique_ptr<BackendGraph>& graph = rule ? state.sample_graph : state.step_graph;
   if (rule && graph && !(same_rule(*rule, state.sample_rule) && n_valid == state.sample_n_valid))
@@ -193,7 +263,7 @@ void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const S
       be_.get_rows_at(state.rope_sin, state.step_pos, sin);
       forward_layers(state, x, cos, sin, state.step_pos);
       final_logits(x, state.step_logits);
-      if (rule) be_.sample(state.step_logits, n_valid, *rule, state.step_draw, state.step_next);
+      if (rule) be_.sample(state.step_logits, n_valid, *rule, state.step_draw, state.step_token);
     } catch (...) {
       be_.graph_end();  // ends the capture; the partial graph is dropped
       throw;
@@ -205,7 +275,6 @@ void DecoderModel::replay_step(SequenceState& state_base, int32_t token, const S
     }
   }
   be_.graph_launch(*graph);
-  state.n_past += 1;
 }
 
 void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, const Tensor& cos, const Tensor& sin,
@@ -245,6 +314,7 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
 void DecoderModel::forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                                  std::span<float> logits) {
   check_batch_inputs(tokens, states, logits);
+  for (SequenceState* s : states) settle(*s);
   DecodePhase decode(*this);
   if (tokens.size() == 1) {  // one sequence: its own step (the replayed graph where there is one)
     forward(tokens, *states[0], logits.first(static_cast<size_t>(spec_.info.n_vocab)), false);
@@ -265,6 +335,7 @@ void DecoderModel::forward_batch_sample(std::span<const int32_t> tokens, std::sp
     return;
   }
   check_batch_sample_inputs(tokens, states, rules, n_valid, draw53, next);
+  for (SequenceState* s : states) settle(*s);
   DecodePhase decode(*this);
   be_.to_host(replay_batch(tokens, states, rules, n_valid, draw53).next, next.data());
 }

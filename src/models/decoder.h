@@ -85,9 +85,12 @@ class DecoderModel : public Model {
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.
   bool step_graph_eligible() const;
-  // Replays the one-token step of `token` (capturing its graph first if needed); with a rule,
-  // the graph ends in the draw into state.step_next, else in state.step_logits.
-  void replay_step(SequenceState& state, int32_t token, const SampleRule* rule, int64_t n_valid);
+  // Replays the one-token step of `token` at position state.n_past (capturing its graph first
+  // if needed; token null: the one a draw left in state.step_token); with a rule, the graph
+  // ends in the draw into state.step_token, else in state.step_logits. n_past is the caller's.
+  void replay_step(SequenceState& state, const int32_t* token, const SampleRule* rule, int64_t n_valid);
+  // Waits for the step forward_sample enqueued ahead on this state, if any, and forgets it.
+  void settle(SequenceState& state);
   // The batch step's graph for these sequences (and, with rules, these draws), captured when
   // no kept graph matches, replayed once: its logits [B, n_vocab] or draws hold the result.
   struct BatchGraph;

@@ -2,9 +2,14 @@
 // id returned) against forward() plus the CPU rule on the same backend: greedy, the same
 // tokens step after step; sampled, every drawn token is in the kept set of that step's logits
 // (computed by a second sequence fed the same tokens), and a seed reproduces the run. Every
-// decoder fixture.
+// decoder fixture. Greedy steps enqueued ahead (forward_sample runs the next step from the
+// token it leaves on the device before the host reads it) give the tokens and logits of the
+// step-by-step run whatever the caller does next: the returned token, another one, a forward()
+// of its own, a rewind of n_past.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <functional>
 #include <random>
 
 #include "../models/fixture_util.h"
@@ -60,6 +65,70 @@ TEST_P(CudaSampleStep, GreedyMatchesAndSampledTokensAreKept) {
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_TRUE(sample_kept(logits[i], rule, sc)[static_cast<size_t>(a[i])]) << GetParam() << " step " << i;
     EXPECT_EQ(run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr), a) << GetParam() << ": the seed reproduces";
+  }
+}
+
+// The greedy tokens of `steps` forward_sample calls on a fresh state after the prompt, with
+// SLUICE_DECODE_AHEAD as given; the caller's choices at step i: feed `other` instead of the
+// drawn token where swap(i), run a forward() of the token first (its logits to `logits`) where
+// eager(i), and rewind n_past by one (re-running the step before) where rewind(i).
+struct Script {
+  std::function<bool(int)> swap = [](int) { return false; };
+  std::function<bool(int)> eager = [](int) { return false; };
+  std::function<bool(int)> rewind = [](int) { return false; };
+};
+std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, int steps, bool ahead,
+                                const Script& script, std::vector<std::vector<float>>* logits_out) {
+  const int64_t V = m.info().n_vocab;
+  if (ahead) unsetenv("SLUICE_DECODE_AHEAD");
+  else setenv("SLUICE_DECODE_AHEAD", "0", 1);
+  auto a = m.new_state(static_cast<int64_t>(prompt.size()) + 2 * steps + 1);
+  std::vector<float> logits(V);
+  m.forward(std::span(prompt).first(prompt.size() - 1), *a, logits, false);
+  std::vector<int32_t> out;
+  int32_t token = prompt.back(), before = prompt.back();
+  for (int i = 0; i < steps; ++i) {
+    if (script.swap(i)) token = static_cast<int32_t>((token + 1 + i) % V);
+    if (script.rewind(i) && a->n_past > 0) {
+      a->n_past -= 1;
+      token = before;
+    }
+    if (script.eager(i)) {
+      m.forward(std::span<const int32_t>(&token, 1), *a, logits, false);
+      if (logits_out) logits_out->push_back(logits);
+      a->n_past -= 1;  // the step below runs the same token at the same position
+    }
+    before = token;
+    token = m.forward_sample(token, *a, SampleRule{}, V, 0);
+    out.push_back(token);
+    if (token < 0) break;
+  }
+  unsetenv("SLUICE_DECODE_AHEAD");
+  return out;
+}
+
+TEST_P(CudaSampleStep, GreedyStepsAheadAreTheStepByStepOnes) {
+  FixtureReference ref = read_reference(GetParam());
+  auto be = make_cuda_backend(0);
+  ASSERT_TRUE(be->graphs_enabled());
+  LoadedModel m = load_model(fixture_dir(GetParam()), *be);
+  const int steps = 12;
+  const std::vector<Script> scripts = {
+      Script{},
+      Script{.swap = [](int i) { return i % 4 == 2; }},
+      Script{.eager = [](int i) { return i % 3 == 1; }},
+      Script{.rewind = [](int i) { return i == 5 || i == 9; }},
+      Script{.swap = [](int i) { return i == 3; }, .eager = [](int i) { return i == 7; },
+             .rewind = [](int i) { return i == 10; }},
+  };
+  for (size_t k = 0; k < scripts.size(); ++k) {
+    std::vector<std::vector<float>> on_logits, off_logits;
+    const auto on = run_greedy(*m.model, ref.prompt_ids, steps, true, scripts[k], &on_logits);
+    const auto off = run_greedy(*m.model, ref.prompt_ids, steps, false, scripts[k], &off_logits);
+    EXPECT_EQ(on, off) << GetParam() << " script " << k;
+    ASSERT_EQ(on_logits.size(), off_logits.size());
+    for (size_t i = 0; i < on_logits.size(); ++i)
+      EXPECT_EQ(on_logits[i], off_logits[i]) << GetParam() << " script " << k << ", forward() " << i;
   }
 }
 

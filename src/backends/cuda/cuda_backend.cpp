@@ -122,6 +122,47 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+namespace {
+
+// HostReadback on CUDA: a page-locked buffer and an event after the copy into it.
+class CudaReadback final : public HostReadback {
+ public:
+  CudaReadback(cudaStream_t stream, size_t bytes) : stream_(stream), bytes_(bytes) {
+    CUDA_CHECK(cudaHostAlloc(&buf_, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~CudaReadback() override {
+    cudaEventSynchronize(done_);
+    cudaEventDestroy(done_);
+    cudaFreeHost(buf_);
+  }
+  CudaReadback(const CudaReadback&) = delete;
+  CudaReadback& operator=(const CudaReadback&) = delete;
+  void begin(const Tensor& src) override {
+    SLUICE_CHECK(src.nbytes() <= bytes_, Status::internal, "cuda readback of ", src.nbytes(), " bytes into ", bytes_);
+    cudaEventSynchronize(done_);  // the copy before into this buffer (normally long done)
+    n_ = src.nbytes();
+    CUDA_CHECK(cudaMemcpyAsync(buf_, src.data, n_, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaEventRecord(done_, stream_));
+  }
+  void end(void* dst) override {
+    CUDA_CHECK(cudaEventSynchronize(done_));
+    std::memcpy(dst, buf_, n_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  size_t bytes_, n_ = 0;
+  void* buf_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<HostReadback> CudaBackend::make_readback(size_t bytes) {
+  return std::make_unique<CudaReadback>(stream_, bytes);
+}
+
 void CudaBackend::from_host(const Tensor& dst, const void* src) { copy_from_host(dst.data, src, dst.nbytes()); }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
@@ -467,7 +508,7 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, co
   auto staged = stage(ids.data(), ids.size_bytes());
   auto* d_ids = static_cast<const int32_t*>(staged.get());
   cuda::launch_get_rows(table.data, table.scales, cuda::wtype_of(table.dtype, "get_rows"), d_ids, out.ptr<float>(), n,
-                        cols, stream_);
+                        cols, table.rows(), stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, std::span<const int32_t> idx, const Tensor& out) {
@@ -501,7 +542,7 @@ void CudaBackend::get_rows_at(const Tensor& table, const Tensor& ids, const Tens
   SLUICE_CHECK(ids.dtype == DType::i32 && out.rows() == n && out.cols() == cols, Status::internal,
                "cuda get_rows_at: table ", table.shape_str(), ", ids ", ids.shape_str(), ", out ", out.shape_str());
   cuda::launch_get_rows(table.data, table.scales, cuda::wtype_of(table.dtype, "get_rows"), ids.ptr<int32_t>(),
-                        out.ptr<float>(), n, cols, stream_);
+                        out.ptr<float>(), n, cols, table.rows(), stream_);
 }
 
 void CudaBackend::scatter_rows_at(const Tensor& src, const Tensor& idx, const Tensor& dst) {

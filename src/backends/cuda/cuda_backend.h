@@ -30,6 +30,7 @@ class CudaBackend final : public Backend {
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Tensor upload(const Tensor& host) override;
   void to_host(const Tensor& src, void* dst) override;
+  std::unique_ptr<HostReadback> make_readback(size_t bytes) override;
   void from_host(const Tensor& dst, const void* src) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;

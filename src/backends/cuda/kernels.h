@@ -114,10 +114,12 @@ void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);
 void launch_fill(float* x, float v, int64_t n, Stream s);
-// out[i, :] = table[ids[i], :] as f32; table any WType but unavailable (scales: the
-// quantized kinds' per-row scales, core/quant.h; null otherwise).
+// out[i, :] = table[ids[i], :] as f32 for a table of n_table rows; table any WType but
+// unavailable (scales: the quantized kinds' per-row scales, core/quant.h; null otherwise). An
+// id outside [0, n_table) reads row 0 instead of memory past the table: ids made on the device
+// may be -1 (a decode step enqueued before the host saw that the draw it reads failed).
 void launch_get_rows(const void* table, const void* scales, WType wtype, const int32_t* ids, float* out, int64_t n,
-                     int64_t cols, Stream s);
+                     int64_t cols, int64_t n_table, Stream s);
 void launch_gather_rows(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols, Stream s);
 void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols, Stream s);
 // out[t, :] = sum_r w[t*k + r] * e[t*k + r, :] in r order; w device.

@@ -11,10 +11,11 @@ namespace {
 // dot_scale_row_bytes), each element dequantized by load_elem as core/quant.cpp does.
 template <WType T>
 __global__ void get_rows_kernel(const uint8_t* table, const uint8_t* scales, const int32_t* ids, float* out, int64_t n,
-                                int64_t cols) {
+                                int64_t cols, int64_t n_table) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n * cols) return;
-  const int64_t r = ids[t / cols];
+  const int64_t id = ids[t / cols];
+  const int64_t r = id >= 0 && id < n_table ? id : 0;
   out[t] = load_elem<T>(table + r * dot_row_bytes(T, cols), scales ? scales + r * dot_scale_row_bytes(T, cols) : nullptr,
                         t % cols);
 }
@@ -38,7 +39,7 @@ __global__ void moe_combine_kernel(const float* e, const float* w, float* out, i
 }  // namespace
 
 void launch_get_rows(const void* table, const void* scales, WType wtype, const int32_t* ids, float* out, int64_t n,
-                     int64_t cols, Stream s) {
+                     int64_t cols, int64_t n_table, Stream s) {
   const int64_t total = n * cols;
   if (total == 0) return;
   auto st = static_cast<cudaStream_t>(s);
@@ -46,12 +47,12 @@ void launch_get_rows(const void* table, const void* scales, WType wtype, const i
   const auto* sc = static_cast<const uint8_t*>(scales);
   const unsigned blocks = blocks_for(total, 256);
   switch (wtype) {
-    case WType::f32: get_rows_kernel<WType::f32><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
-    case WType::f16: get_rows_kernel<WType::f16><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
-    case WType::bf16: get_rows_kernel<WType::bf16><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
-    case WType::q8: get_rows_kernel<WType::q8><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
-    case WType::q4: get_rows_kernel<WType::q4><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
-    case WType::q2: get_rows_kernel<WType::q2><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols); break;
+    case WType::f32: get_rows_kernel<WType::f32><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
+    case WType::f16: get_rows_kernel<WType::f16><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
+    case WType::bf16: get_rows_kernel<WType::bf16><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
+    case WType::q8: get_rows_kernel<WType::q8><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
+    case WType::q4: get_rows_kernel<WType::q4><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
+    case WType::q2: get_rows_kernel<WType::q2><<<blocks, 256, 0, st>>>(tb, sc, ids, out, n, cols, n_table); break;
     default: fail(Status::internal, "cuda get_rows: weight type ", static_cast<int>(wtype));
   }
   CUDA_CHECK(cudaGetLastError());
