@@ -128,7 +128,9 @@ TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
   };
   for (Case c : {Case{7, 8, 2, true, false}, {7, 8, 2, false, false}, {1, 128, 8, true, false},
                  {33, 128, 8, false, false}, {5, 60, 4, true, false}, {3, 512, 10, true, false},
-                 {6, 16, 3, true, true}}) {
+                 {6, 16, 3, true, true}, {4, 256, 8, true, true}, {3, 200, 32, true, false},
+                 // the shared-memory kernel: more than 512 experts, or more than 32 a token
+                 {3, 600, 6, true, false}, {2, 64, 40, false, true}}) {
     auto logits = random_vec(c.n * c.E, 31 + static_cast<uint32_t>(c.E), 2.0f);
     if (c.ties)  // equal logits: the lower expert id ranks first
       for (int64_t i = 0; i < c.n * c.E; ++i) logits[i] = std::round(logits[i]);
