@@ -61,21 +61,67 @@ void MergeTable::insert(int32_t left, int32_t right, Value v) {
 
 // ---- BpeModel ----------------------------------------------------------------------------
 
+namespace {
+
+// The byte of a byte-fallback token's spelling "<0xAB>" (tokenizers' ByteFallback decoder
+// takes exactly this form, upper- or lower-case hex digits), else -1.
+int byte_token_value(std::string_view s) {
+  if (s.size() != 6 || s.substr(0, 3) != "<0x" || s[5] != '>') return -1;
+  int v = 0;
+  for (char c : s.substr(3, 2)) {
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+// text with every pattern replaced by its content, rule after rule (decoder Replace steps).
+std::string apply_replaces(std::string text, const std::vector<std::pair<std::string, std::string>>& rules) {
+  for (const auto& [pattern, content] : rules) {
+    std::string next;
+    for (size_t pos = 0;;) {
+      const size_t hit = text.find(pattern, pos);
+      next.append(text, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+      if (hit == std::string::npos) break;
+      next += content;
+      pos = hit + pattern.size();
+    }
+    text = std::move(next);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::optional<int32_t> BpeModel::find(std::string_view bytes) const {
   auto it = by_bytes_.find(bytes);
   if (it == by_bytes_.end()) return std::nullopt;
   return it->second;
 }
 
+std::string BpeModel::decoded(std::string_view spelling) const {
+  if (byte_level_) {
+    std::optional<std::string> bytes = byte_level_decode(spelling);
+    return bytes ? std::move(*bytes) : std::string(spelling);
+  }
+  if (const int b = byte_token_value(spelling); b >= 0) return std::string(1, static_cast<char>(b));
+  return apply_replaces(std::string(spelling), decode_replace_);
+}
+
 std::optional<int32_t> BpeModel::find_spelling(std::string_view spelling) const {
   thread_local std::string bytes;  // find_spelling runs 3 times per merge at load: no allocations
-  if (byte_level_decode_to(spelling, bytes)) return find(bytes);
+  if (byte_level_ && byte_level_decode_to(spelling, bytes)) return find(bytes);
   auto it = by_spelling_.find(spelling);
   if (it == by_spelling_.end()) return std::nullopt;
   return it->second;
 }
 
-BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out) {
+
+BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out,
+                             const BpeSpelling& spelling_rule) {
   SLUICE_CHECK(model.is_object(), Status::corrupt, "tokenizer.json: \"model\" is not an object");
   auto type = model.find("type");
   SLUICE_CHECK(type != model.end() && type->is_string(), Status::corrupt, "tokenizer.json: model has no \"type\"");
@@ -95,6 +141,8 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
                "tokenizer.json: BPE continuing_subword_prefix / end_of_word_suffix are not supported with byte-level BPE");
 
   BpeModel m;
+  m.byte_level_ = spelling_rule.byte_level;
+  m.decode_replace_ = spelling_rule.decode_replace;
   if (const nlohmann::json* v = field("ignore_merges")) m.ignore_merges_ = v->is_boolean() && v->get<bool>();
   if (const nlohmann::json* v = field("fuse_unk")) m.fuse_unk_ = v->is_boolean() && v->get<bool>();
   const bool byte_fallback = field("byte_fallback") && field("byte_fallback")->is_boolean() &&
@@ -104,7 +152,31 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
   SLUICE_CHECK(vocab && vocab->is_object(), Status::corrupt, "tokenizer.json: model.vocab is missing or not an object");
   m.by_bytes_.reserve(vocab->size());
   vocab_out.reserve(vocab_out.size() + vocab->size());
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+  m.byte_fallback_ = byte_fallback;
+  std::vector<std::pair<int, int32_t>> byte_tokens;  // chars: (byte, id) of the "<0xAB>" tokens
+  for (auto it = vocab->begin(); it != vocab->end() && !m.byte_level_; ++it) {
+    const std::string& spelling = it.key();
+    SLUICE_CHECK(it->is_number_integer(), Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
+                 "\"] is not an integer id");
+    const int64_t id = it->get<int64_t>();
+    SLUICE_CHECK(id >= 0 && id < max_token_id, Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
+                 "\"] = ", id, " is outside [0, ", max_token_id, ")");
+    m.by_spelling_.emplace(spelling, int32_t(id));
+    if (const int b = byte_token_value(spelling); b >= 0) {
+      byte_tokens.emplace_back(b, int32_t(id));
+      vocab_out.emplace_back(int32_t(id), m.decoded(spelling));
+      continue;
+    }
+    std::string decoded = m.decoded(spelling);
+    m.by_bytes_.emplace(decoded, int32_t(id));
+    vocab_out.emplace_back(int32_t(id), std::move(decoded));
+  }
+  m.byte_id_.fill(-1);
+  for (const auto& [b, id] : byte_tokens) {
+    m.by_bytes_.emplace(std::string(1, static_cast<char>(b)), id);  // a text token of that byte wins
+    m.byte_id_[b] = id;
+  }
+  for (auto it = vocab->begin(); it != vocab->end() && m.byte_level_; ++it) {
     const std::string& spelling = it.key();
     SLUICE_CHECK(it->is_number_integer(), Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
                  "\"] is not an integer id");
@@ -121,16 +193,17 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
     }
   }
 
-  m.byte_id_.fill(-1);
-  int n_missing_bytes = 0;
-  for (int b = 0; b < 256; ++b) {
-    const char c = static_cast<char>(b);
-    if (auto id = m.find(std::string_view(&c, 1))) m.byte_id_[b] = *id;
-    else ++n_missing_bytes;
+  if (m.byte_level_) {
+    int n_missing_bytes = 0;
+    for (int b = 0; b < 256; ++b) {
+      const char c = static_cast<char>(b);
+      if (auto id = m.find(std::string_view(&c, 1))) m.byte_id_[b] = *id;
+      else ++n_missing_bytes;
+    }
+    SLUICE_CHECK(!byte_fallback || n_missing_bytes == 0, Status::unsupported,
+                 "tokenizer.json: BPE byte_fallback with ", n_missing_bytes,
+                 " bytes missing from the byte-level vocabulary is not supported");
   }
-  SLUICE_CHECK(!byte_fallback || n_missing_bytes == 0, Status::unsupported,
-               "tokenizer.json: BPE byte_fallback with ", n_missing_bytes,
-               " bytes missing from the byte-level vocabulary is not supported");
 
   if (const nlohmann::json* unk = field("unk_token")) {
     SLUICE_CHECK(unk->is_string(), Status::corrupt, "tokenizer.json: model.unk_token is not a string");
@@ -173,19 +246,9 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
   return m;
 }
 
-void BpeModel::encode_word(std::string_view word, BpeScratch& s, std::vector<int32_t>& out) const {
-  if (word.empty()) return;
-  // Llama 3 sets ignore_merges: a piece that is itself a token is emitted whole, even where
-  // the merges would have split it differently.
-  if (ignore_merges_) {
-    if (auto it = by_bytes_.find(word); it != by_bytes_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
-
-  // One symbol per byte. A byte without a token becomes unk (fused with a preceding unk when
-  // fuse_unk), or is dropped when there is no unk token, as in tokenizers.
+void BpeModel::initial_symbols(std::string_view word, BpeScratch& s) const {
+  // A unit (a byte; chars: a character) without a token becomes unk (fused with a preceding
+  // unk when fuse_unk), or is dropped when there is no unk token, as in tokenizers.
   auto& sym = s.symbols;
   sym.clear();
   auto add = [&](int32_t id, int32_t len) {
@@ -194,17 +257,56 @@ void BpeModel::encode_word(std::string_view word, BpeScratch& s, std::vector<int
     sym.push_back({id, n - 1, -1, len});
   };
   int32_t unk_len = 0;
-  for (char c : word) {
-    const int32_t id = byte_id_[static_cast<uint8_t>(c)];
-    if (id >= 0) {
-      if (unk_len > 0) add(*unk_id_, unk_len), unk_len = 0;
-      add(id, 1);
-    } else if (unk_id_) {
-      if (unk_len > 0 && !fuse_unk_) add(*unk_id_, unk_len), unk_len = 0;
-      ++unk_len;
+  auto unknown = [&](int32_t len) {
+    if (!unk_id_) return;
+    if (unk_len > 0 && !fuse_unk_) add(*unk_id_, unk_len), unk_len = 0;
+    unk_len += len;
+  };
+  if (byte_level_) {
+    for (char c : word) {
+      const int32_t id = byte_id_[static_cast<uint8_t>(c)];
+      if (id >= 0) {
+        if (unk_len > 0) add(*unk_id_, unk_len), unk_len = 0;
+        add(id, 1);
+      } else {
+        unknown(1);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < word.size();) {
+      const size_t len = std::min<size_t>(utf8_seq_len(static_cast<uint8_t>(word[i])), word.size() - i);
+      const std::string_view ch = word.substr(i, len);
+      i += len;
+      if (auto it = by_spelling_.find(ch); it != by_spelling_.end()) {
+        if (unk_len > 0) add(*unk_id_, unk_len), unk_len = 0;
+        add(it->second, static_cast<int32_t>(len));
+        continue;
+      }
+      bool bytes_known = byte_fallback_;
+      for (char c : ch) bytes_known = bytes_known && byte_id_[static_cast<uint8_t>(c)] >= 0;
+      if (bytes_known) {  // tokenizers adds these without closing a pending unk first
+        for (char c : ch) add(byte_id_[static_cast<uint8_t>(c)], 1);
+        continue;
+      }
+      unknown(static_cast<int32_t>(len));
     }
   }
   if (unk_len > 0) add(*unk_id_, unk_len);
+}
+
+void BpeModel::encode_word(std::string_view word, BpeScratch& s, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  // Llama 3 sets ignore_merges: a piece that is itself a token is emitted whole, even where
+  // the merges would have split it differently.
+  if (ignore_merges_) {
+    const TokenMap& whole = byte_level_ ? by_bytes_ : by_spelling_;
+    if (auto it = whole.find(word); it != whole.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  initial_symbols(word, s);
+  auto& sym = s.symbols;
   if (sym.size() <= 1) {
     if (!sym.empty()) out.push_back(sym[0].id);
     return;

@@ -70,26 +70,48 @@ struct BpeScratch {
   std::vector<Candidate> heap;
 };
 
+// How a vocabulary is spelled. byte_level: in the GPT-2 byte alphabet (a ByteLevel
+// pre-tokenizer); a word's symbols start as its bytes. chars (SentencePiece-style files such
+// as Gemma's): in plain UTF-8 (spaces as U+2581 after a normalizer Replace); a word's symbols
+// start as its characters, a character without a token falls back to its bytes' "<0xAB>"
+// tokens (byte_fallback), and a token decodes through the decoder's Replace steps and
+// ByteFallback (decode_replace: pattern -> content, in order).
+struct BpeSpelling {
+  bool byte_level = true;
+  std::vector<std::pair<std::string, std::string>> decode_replace;
+};
+
 class BpeModel {
  public:
   // model: tokenizer.json's "model" object (type BPE). Throws corrupt for merges that name
   // unknown tokens, unsupported for options sluice does not implement. Every vocabulary entry
-  // is also appended to vocab_out as (id, bytes): the raw bytes for byte-level spellings, the
-  // spelling itself otherwise (what tokenizers' ByteLevel decoder yields for it).
-  static BpeModel from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out);
+  // is also appended to vocab_out as (id, bytes): what the decoder yields for it (byte-level:
+  // the raw bytes of byte-level spellings, the spelling itself otherwise; chars: the spelling
+  // through decode_replace, a "<0xAB>" token the byte 0xAB).
+  static BpeModel from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out,
+                            const BpeSpelling& spelling = {});
 
   // Appends the ids of one pre-tokenized piece (raw bytes), as tokenizers' BPE::tokenize.
   void encode_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
 
-  std::optional<int32_t> find(std::string_view bytes) const;  // byte-level token by raw bytes
+  // A token by the bytes it decodes to (byte-level: its raw bytes; chars: its decoded text).
+  std::optional<int32_t> find(std::string_view bytes) const;
+  // What the decoder yields for a token spelled so (an added token's content, too).
+  std::string decoded(std::string_view spelling) const;
   // A token by its spelling in tokenizer.json ("Ġworld"); nullopt when absent.
   std::optional<int32_t> find_spelling(std::string_view spelling) const;
   size_t n_merges() const { return merges_.size(); }
 
  private:
-  TokenMap by_bytes_;                     // raw bytes -> id, for entries in the byte-level alphabet
-  TokenMap by_spelling_;                  // spelling -> id, for entries outside it (rare)
-  std::array<int32_t, 256> byte_id_{};    // id of the single-byte token, -1 when absent
+  // The symbols a word starts as (the merge loop after them is the same in both spellings).
+  void initial_symbols(std::string_view word, BpeScratch& scratch) const;
+
+  bool byte_level_ = true;
+  std::vector<std::pair<std::string, std::string>> decode_replace_;  // chars: the decoder's Replace steps
+  TokenMap by_bytes_;                     // raw bytes -> id, for entries in the byte-level alphabet (chars: decoded text)
+  TokenMap by_spelling_;                  // spelling -> id, for entries outside it (rare; chars: every entry)
+  std::array<int32_t, 256> byte_id_{};    // byte-level: the single-byte token; chars: "<0xAB>"; -1 when absent
+  bool byte_fallback_ = false;
   MergeTable merges_;
   bool ignore_merges_ = false;
   std::optional<int32_t> unk_id_;

@@ -120,7 +120,8 @@ Regex::Regex(std::string_view pattern, bool literal, std::string_view where) : w
   const std::string translated = literal ? std::string(pattern) : regex_onig_to_pcre2(pattern);
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits no UCP (nothing in a literal pattern needs Unicode properties).
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &error,
                         &error_offset, nullptr);
   if (!code_) {
@@ -173,21 +174,57 @@ RegexScratch::~RegexScratch() { pcre2_match_data_free(match_data_); }
 
 namespace {
 
-void parse_normalizer(const nlohmann::json& j, std::vector<int>& forms) {
+// A string field of j, else corrupt naming `where`.
+std::string string_field(const nlohmann::json& j, const char* key, const char* where) {
+  const nlohmann::json* v = find_field(j, key);
+  SLUICE_CHECK(v && v->is_string(), Status::corrupt, "tokenizer.json: ", where, " has no string \"", key, "\"");
+  return v->get<std::string>();
+}
+
+}  // namespace
+
+// Replace's {"String": ...} pattern (a Regex pattern is not supported).
+std::string replace_pattern(const nlohmann::json& j, const char* where) {
+  const nlohmann::json* pattern = find_field(j, "pattern");
+  SLUICE_CHECK(pattern && pattern->is_object(), Status::corrupt, "tokenizer.json: ", where, " Replace has no pattern");
+  const nlohmann::json* str = find_field(*pattern, "String");
+  SLUICE_CHECK(str && str->is_string(), Status::unsupported, "tokenizer.json: ", where,
+               " Replace with a Regex pattern is not supported (sluice replaces String patterns)");
+  SLUICE_CHECK(!str->get_ref<const std::string&>().empty(), Status::corrupt, "tokenizer.json: ", where,
+               " Replace has an empty pattern");
+  return str->get<std::string>();
+}
+
+namespace {
+
+template <typename Step>
+void parse_normalizer(const nlohmann::json& j, std::vector<Step>& steps) {
   if (j.is_null()) return;
   const std::string type = type_of(j, "normalizer");
   if (type == "Sequence") {
     const nlohmann::json* list = find_field(j, "normalizers");
     SLUICE_CHECK(list && list->is_array(), Status::corrupt, "tokenizer.json: normalizer Sequence has no list");
-    for (const auto& n : *list) parse_normalizer(n, forms);
+    for (const auto& n : *list) parse_normalizer(n, steps);
     return;
   }
+  Step step;
   const int stable = UTF8PROC_STABLE;
-  if (type == "NFC") forms.push_back(stable | UTF8PROC_COMPOSE);
-  else if (type == "NFD") forms.push_back(stable | UTF8PROC_DECOMPOSE);
-  else if (type == "NFKC") forms.push_back(stable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-  else if (type == "NFKD") forms.push_back(stable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
-  else fail(Status::unsupported, "tokenizer.json: normalizer type \"", type, "\" is not supported (sluice has NFC, NFD, NFKC, NFKD and Sequence)");
+  if (type == "NFC") step.form = stable | UTF8PROC_COMPOSE;
+  else if (type == "NFD") step.form = stable | UTF8PROC_DECOMPOSE;
+  else if (type == "NFKC") step.form = stable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  else if (type == "NFKD") step.form = stable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  else if (type == "Replace") {
+    step.kind = Step::Kind::replace;
+    step.pattern = replace_pattern(j, "normalizer");
+    step.content = string_field(j, "content", "normalizer Replace");
+  } else if (type == "Prepend") {
+    step.kind = Step::Kind::prepend;
+    step.content = string_field(j, "prepend", "normalizer Prepend");
+  } else {
+    fail(Status::unsupported, "tokenizer.json: normalizer type \"", type,
+         "\" is not supported (sluice has NFC, NFD, NFKC, NFKD, Replace, Prepend and Sequence)");
+  }
+  steps.push_back(std::move(step));
 }
 
 bool is_ascii(std::string_view s) {
@@ -200,23 +237,55 @@ bool is_ascii(std::string_view s) {
 
 Normalizer Normalizer::from_json(const nlohmann::json& j) {
   Normalizer n;
-  parse_normalizer(j, n.forms_);
+  parse_normalizer(j, n.steps_);
   return n;
 }
 
 bool Normalizer::apply(std::string_view text, std::string& out) const {
-  // ASCII is invariant under all four normalization forms.
-  if (forms_.empty() || is_ascii(text)) return false;
+  if (steps_.empty()) return false;
   std::string cur(text);
-  for (int form : forms_) {
-    utf8proc_uint8_t* dst = nullptr;
-    const utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(cur.data()),
-                                              static_cast<utf8proc_ssize_t>(cur.size()), &dst,
-                                              static_cast<utf8proc_option_t>(form));
-    if (len < 0) fail(Status::internal, "utf8proc normalization failed: ", utf8proc_errmsg(len));
-    cur.assign(reinterpret_cast<const char*>(dst), static_cast<size_t>(len));
-    std::free(dst);
+  bool changed = false;
+  for (const Step& step : steps_) {
+    switch (step.kind) {
+      case Step::Kind::unicode: {
+        if (is_ascii(cur)) break;  // ASCII is invariant under all four normalization forms
+        utf8proc_uint8_t* dst = nullptr;
+        const utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(cur.data()),
+                                                  static_cast<utf8proc_ssize_t>(cur.size()), &dst,
+                                                  static_cast<utf8proc_option_t>(step.form));
+        if (len < 0) fail(Status::internal, "utf8proc normalization failed: ", utf8proc_errmsg(len));
+        const std::string_view normalized(reinterpret_cast<const char*>(dst), static_cast<size_t>(len));
+        if (normalized != cur) {
+          cur.assign(normalized);
+          changed = true;
+        }
+        std::free(dst);
+        break;
+      }
+      case Step::Kind::replace: {
+        if (cur.find(step.pattern) == std::string::npos) break;
+        std::string next;
+        next.reserve(cur.size() + cur.size() / 2);
+        for (size_t pos = 0;;) {
+          const size_t hit = cur.find(step.pattern, pos);
+          next.append(cur, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+          if (hit == std::string::npos) break;
+          next += step.content;
+          pos = hit + step.pattern.size();
+        }
+        cur = std::move(next);
+        changed = true;
+        break;
+      }
+      case Step::Kind::prepend:
+        // tokenizers' Prepend leaves an empty text empty.
+        if (cur.empty() || step.content.empty()) break;
+        cur.insert(0, step.content);
+        changed = true;
+        break;
+    }
   }
+  if (!changed) return false;
   out = std::move(cur);
   return true;
 }
@@ -278,13 +347,11 @@ void PreTokenizer::parse_step(const nlohmann::json& j, std::vector<Step>& steps)
 
 PreTokenizer PreTokenizer::from_json(const nlohmann::json& j) {
   PreTokenizer p;
-  SLUICE_CHECK(!j.is_null(), Status::unsupported,
-               "tokenizer.json: no pre_tokenizer; sluice supports only byte-level BPE (a ByteLevel pre_tokenizer)");
-  parse_step(j, p.steps_);
-  SLUICE_CHECK(!p.steps_.empty() && p.steps_.back().kind == Step::Kind::byte_level, Status::unsupported,
-               "tokenizer.json: pre_tokenizer has no ByteLevel step; sluice supports only byte-level BPE");
+  if (!j.is_null()) parse_step(j, p.steps_);
   return p;
 }
+
+bool PreTokenizer::byte_level() const { return !steps_.empty() && steps_.back().kind == Step::Kind::byte_level; }
 
 namespace {
 

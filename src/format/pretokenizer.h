@@ -58,17 +58,27 @@ class RegexScratch {
 // U+180E, which Oniguruma's (and Unicode's White_Space) does not. Exposed for tests.
 std::string regex_onig_to_pcre2(std::string_view pattern);
 
-// tokenizer.json "normalizer": null, NFC, NFD, NFKC, NFKD, or a Sequence of those.
+// tokenizer.json "normalizer": null, NFC, NFD, NFKC, NFKD, Replace (a String pattern:
+// SentencePiece-style files spell spaces as U+2581 this way), Prepend, or a Sequence of those.
 class Normalizer {
  public:
   static Normalizer from_json(const nlohmann::json& j);  // unsupported types throw
-  bool empty() const { return forms_.empty(); }
+  bool empty() const { return steps_.empty(); }
   // Normalizes valid UTF-8 text; returns false (out untouched) when nothing would change.
   bool apply(std::string_view text, std::string& out) const;
 
  private:
-  std::vector<int> forms_;  // utf8proc option sets, applied in order
+  struct Step {
+    enum class Kind { unicode, replace, prepend } kind = Kind::unicode;
+    int form = 0;                // unicode: utf8proc option set
+    std::string pattern, content;  // replace: every pattern by content; prepend: content
+  };
+  std::vector<Step> steps_;  // applied in order
 };
+
+// The {"String": ...} pattern of a normalizer's or decoder's Replace step `j` (where: which,
+// for messages); a Regex pattern is unsupported.
+std::string replace_pattern(const nlohmann::json& j, const char* where);
 
 // How a Split step turns matches into pieces (tokenizers' SplitDelimiterBehavior).
 enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
@@ -80,12 +90,14 @@ struct Piece {
 
 // The pre_tokenizer chain. Every step but ByteLevel splits pieces; ByteLevel (which must come
 // last) may prepend a space and split with the GPT-2 regex; its byte-to-unicode mapping is
-// left to the BPE model, which works on raw bytes.
+// left to the BPE model, which works on raw bytes. Null: the text is one piece
+// (SentencePiece-style files).
 class PreTokenizer {
  public:
-  // Throws unsupported for types sluice does not implement, and when no ByteLevel step exists
-  // (only byte-level BPE is supported).
+  // Throws unsupported for types sluice does not implement.
   static PreTokenizer from_json(const nlohmann::json& j);
+  // Whether the chain ends in ByteLevel (the vocabulary is then spelled in its alphabet).
+  bool byte_level() const;
 
   // Splits arena[0, arena.size()) into pieces, in order, none empty. May append to arena
   // (prefix spaces), so pieces are offsets rather than views.

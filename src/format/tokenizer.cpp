@@ -66,21 +66,37 @@ bool bool_field(const nlohmann::json& j, const char* key, bool fallback) {
   return v && v->is_boolean() ? v->get<bool>() : fallback;
 }
 
-// The decoder must map byte-level spellings back to bytes; tokenizers' ByteLevel decoder does
-// that per token, and a token with a character outside the alphabet passes through as is.
-void check_decoder(const nlohmann::json& j) {
-  if (j.is_null()) return;  // no decoder: sluice decodes byte-level anyway
+// The decoder's steps: ByteLevel (byte-level spellings back to bytes, per token; a token with
+// a character outside the alphabet passes through as is), or the SentencePiece-style Replace
+// (String patterns), ByteFallback ("<0xAB>" tokens to bytes) and Fuse (concatenation), which
+// all act on each token alone, so sluice applies them to every token once at load.
+struct DecoderSteps {
+  bool byte_level = false;
+  bool piece_steps = false;  // a Replace, ByteFallback or Fuse step
+  std::vector<std::pair<std::string, std::string>> replace;
+};
+
+void parse_decoder(const nlohmann::json& j, DecoderSteps& out) {
+  if (j.is_null()) return;
   const nlohmann::json* type = field(j, "type");
   SLUICE_CHECK(type && type->is_string(), Status::corrupt, "tokenizer.json: decoder has no \"type\"");
-  if (*type == "ByteLevel") return;
-  if (*type == "Sequence") {
+  if (*type == "ByteLevel") {
+    out.byte_level = true;
+  } else if (*type == "Sequence") {
     const nlohmann::json* list = field(j, "decoders");
     SLUICE_CHECK(list && list->is_array(), Status::corrupt, "tokenizer.json: decoder Sequence has no list");
-    for (const auto& d : *list) check_decoder(d);
-    return;
+    for (const auto& d : *list) parse_decoder(d, out);
+  } else if (*type == "Replace") {
+    const nlohmann::json* content = field(j, "content");
+    SLUICE_CHECK(content && content->is_string(), Status::corrupt, "tokenizer.json: decoder Replace has no content");
+    out.replace.emplace_back(replace_pattern(j, "decoder"), content->get<std::string>());
+    out.piece_steps = true;
+  } else if (*type == "ByteFallback" || *type == "Fuse") {
+    out.piece_steps = true;
+  } else {
+    fail(Status::unsupported, "tokenizer.json: decoder type \"", type->get<std::string>(),
+         "\" is not supported (sluice has ByteLevel, Replace, ByteFallback, Fuse and Sequence)");
   }
-  fail(Status::unsupported, "tokenizer.json: decoder type \"", type->get<std::string>(),
-       "\" is not supported (sluice decodes byte-level BPE: ByteLevel)");
 }
 
 AddedToken parse_added_token(const nlohmann::json& j, size_t index) {
@@ -165,15 +181,25 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* c
   SLUICE_CHECK(model_json, Status::corrupt, "tokenizer.json: no \"model\"");
 
   auto impl = std::make_shared<Impl>();
-  std::vector<std::pair<int32_t, std::string>> vocab;
-  impl->model = BpeModel::from_json(*model_json, vocab);
   static const nlohmann::json null_json;
   const nlohmann::json* normalizer = field(tj, "normalizer");
   const nlohmann::json* pre_tokenizer = field(tj, "pre_tokenizer");
   const nlohmann::json* decoder = field(tj, "decoder");
   impl->normalizer = Normalizer::from_json(normalizer ? *normalizer : null_json);
   impl->pre_tokenizer = PreTokenizer::from_json(pre_tokenizer ? *pre_tokenizer : null_json);
-  check_decoder(decoder ? *decoder : null_json);
+  DecoderSteps steps;
+  parse_decoder(decoder ? *decoder : null_json, steps);
+  // Byte-level (GPT-2, Qwen, Llama 3, gpt-oss) when a ByteLevel step says so; otherwise the
+  // vocabulary is plain UTF-8 (SentencePiece-style: Gemma).
+  BpeSpelling spelling;
+  spelling.byte_level = impl->pre_tokenizer.byte_level();
+  SLUICE_CHECK(spelling.byte_level || !steps.byte_level, Status::unsupported,
+               "tokenizer.json: a ByteLevel decoder with a pre_tokenizer that has no ByteLevel step is not supported");
+  SLUICE_CHECK(!(spelling.byte_level && steps.piece_steps), Status::unsupported,
+               "tokenizer.json: a ByteLevel pre_tokenizer with Replace / ByteFallback / Fuse decoders is not supported");
+  spelling.decode_replace = std::move(steps.replace);
+  std::vector<std::pair<int32_t, std::string>> vocab;
+  impl->model = BpeModel::from_json(*model_json, vocab, spelling);
 
   if (const nlohmann::json* list = field(tj, "added_tokens")) {
     SLUICE_CHECK(list->is_array(), Status::corrupt, "tokenizer.json: added_tokens is not a list");
@@ -197,7 +223,7 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* c
     }
   }
 
-  // Id tables: the bytes the ByteLevel decoder yields for each id. Added tokens win over a
+  // Id tables: the bytes the decoder yields for each id. Added tokens win over a
   // vocabulary entry with the same id, as in tokenizers' id_to_token.
   int32_t n = 0;
   for (const auto& [id, bytes] : vocab) n = std::max(n, id + 1);
@@ -211,8 +237,7 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* c
   }
   for (size_t i = 0; i < impl->added.size(); ++i) {
     const AddedToken& t = impl->added[i];
-    std::optional<std::string> bytes = byte_level_decode(t.content);
-    added_bytes[i] = bytes ? std::move(*bytes) : t.content;
+    added_bytes[i] = impl->model.decoded(t.content);
     text_of[t.id] = &added_bytes[i];
     impl->token_kind[t.id] = t.special ? Impl::Kind::special : Impl::Kind::added;
   }

