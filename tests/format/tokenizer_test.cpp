@@ -187,6 +187,21 @@ TEST_P(RealTokenizer, MatchesReferenceFile) {
     EXPECT_EQ(tok.encode(text), want) << name << " " << json(text).dump();
     EXPECT_EQ(tok.decode(want), c["decoded"].get<std::string>()) << name << " " << json(text).dump();
   }
+  if (name == "gptoss") {
+    // The harmony format's special tokens (tokenizer.json's added_tokens) are matched whole in
+    // the text, the text between them encoded as on its own.
+    const std::string msg = "<|start|>assistant<|channel|>final<|message|>Hi there<|end|><|return|><|call|>";
+    std::vector<int32_t> want = {200006};
+    for (int32_t id : tok.encode("assistant")) want.push_back(id);
+    want.push_back(200005);
+    for (int32_t id : tok.encode("final")) want.push_back(id);
+    want.push_back(200008);
+    for (int32_t id : tok.encode("Hi there")) want.push_back(id);
+    for (int32_t id : {200007, 200002, 200012}) want.push_back(id);
+    EXPECT_EQ(tok.encode(msg), want);
+    EXPECT_EQ(tok.decode(want), msg);
+    for (int32_t id : {200002, 200005, 200006, 200007, 200008, 200012}) EXPECT_TRUE(tok.is_special(id)) << id;
+  }
   if (name == "gemma3") {  // tokenizer_config.json: bos "<bos>" (2) added, eos "<end_of_turn>" (106)
     EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(2));
     EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(106));
