@@ -154,35 +154,20 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
   vocab_out.reserve(vocab_out.size() + vocab->size());
   m.byte_fallback_ = byte_fallback;
   std::vector<std::pair<int, int32_t>> byte_tokens;  // chars: (byte, id) of the "<0xAB>" tokens
-  for (auto it = vocab->begin(); it != vocab->end() && !m.byte_level_; ++it) {
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     const std::string& spelling = it.key();
     SLUICE_CHECK(it->is_number_integer(), Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
                  "\"] is not an integer id");
     const int64_t id = it->get<int64_t>();
     SLUICE_CHECK(id >= 0 && id < max_token_id, Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
                  "\"] = ", id, " is outside [0, ", max_token_id, ")");
-    m.by_spelling_.emplace(spelling, int32_t(id));
-    if (const int b = byte_token_value(spelling); b >= 0) {
-      byte_tokens.emplace_back(b, int32_t(id));
+    if (!m.byte_level_) {  // chars: every entry by its spelling, and by what it decodes to
+      m.by_spelling_.emplace(spelling, int32_t(id));
+      if (const int b = byte_token_value(spelling); b >= 0) byte_tokens.emplace_back(b, int32_t(id));
+      else m.by_bytes_.emplace(m.decoded(spelling), int32_t(id));
       vocab_out.emplace_back(int32_t(id), m.decoded(spelling));
       continue;
     }
-    std::string decoded = m.decoded(spelling);
-    m.by_bytes_.emplace(decoded, int32_t(id));
-    vocab_out.emplace_back(int32_t(id), std::move(decoded));
-  }
-  m.byte_id_.fill(-1);
-  for (const auto& [b, id] : byte_tokens) {
-    m.by_bytes_.emplace(std::string(1, static_cast<char>(b)), id);  // a text token of that byte wins
-    m.byte_id_[b] = id;
-  }
-  for (auto it = vocab->begin(); it != vocab->end() && m.byte_level_; ++it) {
-    const std::string& spelling = it.key();
-    SLUICE_CHECK(it->is_number_integer(), Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
-                 "\"] is not an integer id");
-    const int64_t id = it->get<int64_t>();
-    SLUICE_CHECK(id >= 0 && id < max_token_id, Status::corrupt, "tokenizer.json: model.vocab[\"", spelling,
-                 "\"] = ", id, " is outside [0, ", max_token_id, ")");
     if (std::optional<std::string> bytes = byte_level_decode(spelling)) {
       vocab_out.emplace_back(int32_t(id), *bytes);
       m.by_bytes_.emplace(std::move(*bytes), int32_t(id));
@@ -191,6 +176,11 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
       vocab_out.emplace_back(int32_t(id), spelling);
       m.by_spelling_.emplace(spelling, int32_t(id));
     }
+  }
+  m.byte_id_.fill(-1);
+  for (const auto& [b, id] : byte_tokens) {
+    m.by_bytes_.emplace(std::string(1, static_cast<char>(b)), id);  // a text token of that byte wins
+    m.byte_id_[b] = id;
   }
 
   if (m.byte_level_) {

@@ -40,6 +40,18 @@ constexpr int gate_up_blocks_per_sm() {
   return WT == WType::q2 || WT == WType::unavailable ? 2 : 3;
 }
 
+// The warp's largest (value, id), the lower id first among equal values, in every lane.
+__device__ __forceinline__ void warp_argmax(float& best, int32_t& best_id) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+    if (ob > best || (ob == best && oi < best_id)) {
+      best = ob;
+      best_id = oi;
+    }
+  }
+}
+
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
 __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
@@ -74,14 +86,7 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
         best_id = static_cast<int32_t>(e);
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
-      if (ob > best || (ob == best && oi < best_id)) {
-        best = ob;
-        best_id = oi;
-      }
-    }
+    warp_argmax(best, best_id);
     if (lane == 0) {
       ids[row * k + r] = best_id;
       weights[row * k + r] = best;
@@ -136,14 +141,7 @@ __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_
         best = p[i];
         best_id = lane + 32 * i;
       }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
-      if (ob > best || (ob == best && oi < best_id)) {
-        best = ob;
-        best_id = oi;
-      }
-    }
+    warp_argmax(best, best_id);
 #pragma unroll
     for (int i = 0; i < NV; ++i)
       if (lane + 32 * i == best_id) p[i] = -2.0f;  // taken; probabilities are >= 0
