@@ -1,5 +1,8 @@
-// run_sluice_child: fork, redirect, setrlimit, exec; wait4 for the status and peak RSS.
+// run_sluice_child: fork, redirect, setrlimit, exec; wait4 for the status, PeakRss for the
+// peak RSS.
 #include "cli_child.h"
+
+#include "cli_util.h"
 
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -50,6 +53,7 @@ ChildResult run_sluice_child(const std::vector<std::string>& args, const ChildOp
     ::execv(argv[0], argv.data());
     std::_Exit(127);
   }
+  PeakRss peak(pid);
   if (options.on_start) options.on_start(pid, out, err);
   ChildResult r;
   int raw = 0;
@@ -57,8 +61,8 @@ ChildResult run_sluice_child(const std::vector<std::string>& args, const ChildOp
   if (::wait4(pid, &raw, 0, &usage) == pid) {
     if (WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
     if (WIFSIGNALED(raw)) r.signal = WTERMSIG(raw);
-    r.max_rss_kb = usage.ru_maxrss;
   }
+  r.max_rss_kb = peak.stop();
   r.err = read_text(err);
   if (options.stdout_path.empty()) r.out = read_text(out);
   return r;

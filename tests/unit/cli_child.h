@@ -21,7 +21,7 @@ struct ChildResult {
   int status = -1;  // exit status; -1 when killed by a signal
   int signal = 0;   // the signal that killed it, if any
   std::string out, err;
-  long max_rss_kb = 0;  // peak resident set size (wait4)
+  long max_rss_kb = 0;  // peak resident set size (PeakRss, cli_util.h)
 };
 
 struct ChildOptions {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,37 @@ std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+PeakRss::PeakRss(pid_t pid) : pid_(pid) {
+  reader_ = std::thread([this] {
+    const std::string dir = "/proc/" + std::to_string(pid_), path = dir + "/status";
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    while (!done_.load()) {
+      // Until exec the child is a copy of this process, RSS and high-water mark included.
+      if (fs::read_symlink(dir + "/exe", ec) == self || ec) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      std::ifstream f(path);
+      for (std::string line; std::getline(f, line);)
+        if (line.rfind("VmHWM:", 0) == 0) {
+          const long kb = std::strtol(line.c_str() + 6, nullptr, 10);
+          if (kb > peak_kb_.load()) peak_kb_.store(kb);
+          break;
+        }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+}
+
+PeakRss::~PeakRss() { stop(); }
+
+long PeakRss::stop() {
+  done_.store(true);
+  if (reader_.joinable()) reader_.join();
+  return peak_kb_.load();
 }
 
 std::string join_ids(const std::vector<int32_t>& ids) {
@@ -45,16 +77,17 @@ CliRun run_cli(const std::vector<std::string>& args, const fs::path& io_dir,
     ::execv(SLUICE_BINARY, argv.data());
     std::_Exit(127);
   }
+  PeakRss peak(pid);
   if (on_start) on_start(pid);
   int raw = 0;
   struct rusage ru {};
   ::wait4(pid, &raw, 0, &ru);
   CliRun r;
+  r.max_rss_kb = peak.stop();
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   r.signal = WIFSIGNALED(raw) ? WTERMSIG(raw) : 0;
   r.out = slurp(io_dir / "out");
   r.err = slurp(io_dir / "err");
-  r.max_rss_kb = ru.ru_maxrss;
   return r;
 }
 

@@ -1,16 +1,41 @@
 // Running the sluice binary from a test: no shell (arguments reach it as given, "" too),
-// stdout and stderr captured through files, the exit status, signal and peak RSS from wait4.
+// stdout and stderr captured through files, the exit status and signal from wait4, the peak
+// RSS from the child's /proc (PeakRss).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sluice::test {
+
+// The peak resident set of a child's program, in KiB: its /proc/PID/status VmHWM once it has
+// exec'd, read every millisecond by a thread from construction until stop() (call it after
+// wait4). Not wait4's
+// ru_maxrss: Linux carries the RSS the parent had at fork into an exec'd child's maximum, so
+// a test process that grew (a large tokenizer loaded by an earlier test of the same binary)
+// made a small child read large. The high-water mark is monotonic, so only a peak in the
+// child's last millisecond can be missed.
+class PeakRss {
+ public:
+  explicit PeakRss(pid_t pid);
+  ~PeakRss();
+  PeakRss(const PeakRss&) = delete;
+  PeakRss& operator=(const PeakRss&) = delete;
+  long stop();  // the largest VmHWM read (0 if none was)
+
+ private:
+  pid_t pid_;
+  std::atomic<bool> done_{false};
+  std::atomic<long> peak_kb_{0};
+  std::thread reader_;
+};
 
 struct CliRun {
   int status = -1;  // exit status; -1 when killed by a signal
