@@ -360,30 +360,59 @@ TEST(Policy, MarkovWithoutStepsIsLru) {
     EXPECT_EQ(hits_of(PolicyKind::markov, 3, seq), hits_of(PolicyKind::lru, 3, seq));
 }
 
-// A pool shared by 2 layers of 4 experts (records layer * 4 + e), 3 slots. Steps L1{5} x3,
-// L1{4}, L0{0} leave 5, 4, 0 resident; the L0{1} step must evict one. Record 4 was used once
-// in layer 1's 4 steps, so without a prediction it is the least likely (5 is layer 1's
-// favourite, 0 layer 0's only record) and goes, and L1{4} misses. With lookahead's
+// A markov pool shared by 2 layers of 4 experts (records layer * 4 + e); step(rec) acquires
+// a one-record step, loads a miss and releases it.
+struct MarkovPool {
+  explicit MarkovPool(int32_t slots) : r([&] {
+      ResidencyOptions o = options(slots, PolicyKind::markov, 0, 8);
+      o.n_expert = 4;
+      return o;
+    }()) {}
+  AcquireStatus step(int64_t rec) {
+    AcquireResult a;
+    r.acquire_step(std::span<const int64_t>(&rec, 1), DType::bf16, std::span<AcquireResult>(&a, 1));
+    if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
+    r.release(a.slot);
+    return a.status;
+  }
+  Residency r;
+};
+
+// A pool shared by 2 layers of 4 experts (records layer * 4 + e), 4 slots (room for two
+// one-expert steps of each layer). Steps L1{5} x3, L1{4}, L0{0}, L0{2} leave 5, 4, 0, 2
+// resident; the L0{1} step must evict one. Record 4 was used once in layer 1's 4 steps, so
+// without a prediction it is the least likely (5 is layer 1's favourite; 0 and 2 each served
+// one of layer 0's three steps, but a token away) and goes, and L1{4} misses. With lookahead's
 // prediction of L1{4} it is worth the predictions' precision (1/2 before any track record)
 // one step ahead, more than record 0 a whole token ahead: 0 goes and L1{4} hits.
 TEST(Policy, MarkovKeepsPredictedRecords) {
   for (bool predict : {false, true}) {
-    ResidencyOptions o = options(3, PolicyKind::markov, 0, 8);
-    o.n_expert = 4;
-    Residency r(o);
-    auto step = [&](int64_t rec) {
-      AcquireResult a;
-      r.acquire_step(std::span<const int64_t>(&rec, 1), DType::bf16, std::span<AcquireResult>(&a, 1));
-      if (a.status == AcquireStatus::miss) r.complete_load(a.slot);
-      r.release(a.slot);
-      return a.status;
-    };
-    for (int64_t rec : {5, 5, 5, 4, 0}) step(rec);
+    MarkovPool pool(4);
+    Residency& r = pool.r;
+    auto step = [&](int64_t rec) { return pool.step(rec); };
+    for (int64_t rec : {5, 5, 5, 4, 0, 2}) step(rec);
     const int64_t predicted = 4;
     if (predict) r.note_prediction(std::span<const int64_t>(&predicted, 1));
     EXPECT_EQ(step(1), AcquireStatus::miss);
     EXPECT_EQ(r.find(4, DType::bf16) >= 0, predict);
     EXPECT_EQ(r.find(0, DType::bf16) >= 0, !predict);
     EXPECT_EQ(step(4), predict ? AcquireStatus::hit : AcquireStatus::miss);
+  }
+}
+
+// The same layers with 3 slots, less than two steps of each layer: the acquiring layer's own
+// record outside its step (0, for the L0{1} step) goes first whatever is predicted, since a
+// slot taken from layer 1 would only move the miss there; L1{4} then hits either way.
+TEST(Policy, MarkovTightPoolEvictsTheLayersOwnFirst) {
+  for (bool predict : {false, true}) {
+    MarkovPool pool(3);
+    Residency& r = pool.r;
+    auto step = [&](int64_t rec) { return pool.step(rec); };
+    for (int64_t rec : {5, 5, 5, 4, 0}) step(rec);
+    const int64_t predicted = 4;
+    if (predict) r.note_prediction(std::span<const int64_t>(&predicted, 1));
+    EXPECT_EQ(step(1), AcquireStatus::miss);
+    EXPECT_LT(r.find(0, DType::bf16), 0) << predict;
+    EXPECT_EQ(step(4), AcquireStatus::hit) << predict;
   }
 }
