@@ -93,7 +93,7 @@ class Backend {
   virtual std::optional<uint64_t> memory_available() const { return std::nullopt; }
 
   // ---- ops ----
-  // y[n, m] = x[n, k] . w[m, k]^T; w is f32, bf16, f16 or quantized (q8, q4, q2: routed
+  // y[n, m] = x[n, k] . w[m, k]^T; w is f32, bf16, f16 or quantized (q8, q4, q2, mxfp4: routed
   // experts, and dense matrices of a pack converted with --dense int8|q4); y is f32 and may
   // not alias x.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor& y) = 0;

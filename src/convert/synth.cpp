@@ -132,6 +132,9 @@ void fill_dense(DenseInit init, uint16_t* out, uint64_t key, uint64_t e0, uint64
 //   int8: q uniform in [-127, 127]: E[q^2] = 127 * 128 / 3 = 5418.7
 //   q4:   q uniform in [0, 15]: E[(q - 8)^2] = 21.5
 //   q2:   q uniform in [0, 3] with min = -1.5 scale: w in {-1.5, -0.5, 0.5, 1.5} * scale, E[w^2] = 1.25 scale^2
+//   mxfp4: codes uniform over the 16 e2m1 values: E[w^2] = 68.5 / 8 = 8.5625 scale^2, the
+//         scale a power of two (the nearest to kWeightStd / sqrt(8.5625)), each group's
+//         exponent that one or its neighbour above or below (a hash)
 // Each row (int8) or group (q4, q2) gets the scale times a jitter in [0.75, 1.25) (256
 // levels, tabulated once: converting to f16 per group would cost more than the bytes), and
 // q4 scales a random sign, as Q4_0's d = m / -8 has; the jitter changes the variance by 2%.
@@ -139,6 +142,7 @@ struct ScaleTables {
   float int8[256];
   uint16_t q4[256];      // f16, positive
   uint32_t q2[256];      // f16 scale | f16 min << 16, as the record stores them
+  uint8_t mxfp4 = 127;   // e8m0 exponent of the centre scale
 };
 
 const ScaleTables& scale_tables() {
@@ -152,6 +156,7 @@ const ScaleTables& scale_tables() {
       t.q4[i] = f32_to_f16(q4 * jitter);
       t.q2[i] = f32_to_f16(q2 * jitter) | static_cast<uint32_t>(f32_to_f16(-1.5f * q2 * jitter)) << 16;
     }
+    t.mxfp4 = static_cast<uint8_t>(127 + std::lround(std::log2(kWeightStd / std::sqrt(8.5625f))));
     return t;
   }();
   return t;
@@ -214,6 +219,14 @@ void fill_expert_row(DType kind, int64_t cols, uint64_t key, uint8_t* data, uint
       for (int64_t e = cols; e < groups * kQ2Group; ++e) data[e / 4] &= static_cast<uint8_t>(~(3u << (2 * (e % 4))));
       for (int64_t g = 0; g < groups; ++g)
         std::memcpy(scales + 4 * g, &t.q2[hash32(scale_k32, static_cast<uint32_t>(g)) & 255], 4);
+      return;
+    }
+    case DType::mxfp4: {
+      const int64_t groups = quant_groups(DType::mxfp4, cols);
+      fill_random_bytes(data, static_cast<size_t>(quant_row_bytes(DType::mxfp4, cols)), k32);
+      for (int64_t e = cols; e < groups * kMxfp4Group; ++e) data[e / 2] &= static_cast<uint8_t>(e % 2 ? 0x0F : 0xF0);
+      for (int64_t g = 0; g < groups; ++g)
+        scales[g] = static_cast<uint8_t>(t.mxfp4 + static_cast<int>(hash32(scale_k32, static_cast<uint32_t>(g)) % 3) - 1);
       return;
     }
     default: break;

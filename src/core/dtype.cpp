@@ -22,6 +22,7 @@ std::string_view dtype_name(DType t) {
     case DType::q8: return "q8";
     case DType::q4: return "q4";
     case DType::q2: return "q2";
+    case DType::mxfp4: return "mxfp4";
   }
   return "?";
 }
@@ -39,6 +40,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   if (lower == "q8") return DType::q8;
   if (lower == "q4") return DType::q4;
   if (lower == "q2") return DType::q2;
+  if (lower == "mxfp4") return DType::mxfp4;
   return std::nullopt;
 }
 
@@ -48,7 +50,7 @@ size_t dtype_size(DType t) {
     case DType::f16: case DType::bf16: return 2;
     case DType::i64: return 8;
     case DType::u8: case DType::i8: return 1;
-    case DType::q8: case DType::q4: case DType::q2: return 0;
+    case DType::q8: case DType::q4: case DType::q2: case DType::mxfp4: return 0;
   }
   return 0;
 }

@@ -9,13 +9,15 @@
 
 namespace sluice {
 
-// f32 .. i8 are plain element types. q8, q4 and q2 are the quantized weight kinds of the pack
-// format (bit layouts in core/quant.h and docs/pack-format.md): a quantized Tensor's `data`
-// holds the packed values and its `scales` the per-row / per-group scales.
-enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, i8, q8, q4, q2 };
+// f32 .. i8 are plain element types. q8, q4, q2 and mxfp4 are the quantized weight kinds of
+// the pack format (bit layouts in core/quant.h and docs/pack-format.md): a quantized Tensor's
+// `data` holds the packed values and its `scales` the per-row / per-group scales.
+enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, i8, q8, q4, q2, mxfp4 };
 
 inline bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
-inline bool dtype_is_quantized(DType t) { return t == DType::q8 || t == DType::q4 || t == DType::q2; }
+inline bool dtype_is_quantized(DType t) {
+  return t == DType::q8 || t == DType::q4 || t == DType::q2 || t == DType::mxfp4;
+}
 
 std::string_view dtype_name(DType t);          // "f32", "bf16", ...
 std::optional<DType> dtype_from_name(std::string_view name);  // accepts "F32" and "f32"

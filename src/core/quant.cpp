@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -102,6 +103,43 @@ bool quantize_q2(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
   return true;
 }
 
+// The e2m1 values of the 16 codes (sign << 3 | magnitude index).
+constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// The e2m1 code nearest to v (ties to the even magnitude index, beyond 6 saturated).
+inline uint8_t e2m1_code(float v) {
+  constexpr float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};  // between neighbours
+  const float a = std::fabs(v);
+  uint8_t idx = 0;
+  for (int i = 0; i < 7; ++i)
+    if (a > mid[i] || (a == mid[i] && (i + 1) % 2 == 0)) idx = static_cast<uint8_t>(i + 1);
+  return static_cast<uint8_t>((std::signbit(v) ? 8 : 0) | idx);
+}
+
+bool quantize_mxfp4(const float* x, int64_t cols, uint8_t* data, uint8_t* scales) {
+  const int64_t groups = quant_groups(DType::mxfp4, cols);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g * kMxfp4Group, n = std::min<int64_t>(kMxfp4Group, cols - begin);
+    float amax = 0;
+    bool ok = true;
+    for (int64_t i = 0; i < n; ++i) {
+      ok &= finite(x[begin + i]);
+      amax = std::max(amax, std::fabs(x[begin + i]));
+    }
+    if (!ok) return false;
+    int exp = 0;  // amax = m 2^exp, m in [0.5, 1): floor(log2(amax)) = exp - 1
+    if (amax > 0) std::frexp(amax, &exp);
+    const int s = amax > 0 ? std::clamp(exp - 1 - 2 + 127, 0, 254) : 0;
+    scales[g] = static_cast<uint8_t>(s);
+    uint8_t codes[kMxfp4Group] = {};
+    for (int64_t i = 0; i < n; ++i) codes[i] = e2m1_code(std::ldexp(x[begin + i], 127 - s));
+    uint8_t* out = data + g * (kMxfp4Group / 2);
+    for (int64_t j = 0; j < kMxfp4Group / 2; ++j) out[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  }
+  return true;
+}
+
 }  // namespace
 
 bool quantize_row(DType t, const float* src, int64_t cols, uint8_t* data, uint8_t* scales) {
@@ -109,6 +147,7 @@ bool quantize_row(DType t, const float* src, int64_t cols, uint8_t* data, uint8_
     case DType::q8: return quantize_q8(src, cols, data, scales);
     case DType::q4: return quantize_q4(src, cols, data, scales);
     case DType::q2: return quantize_q2(src, cols, data, scales);
+    case DType::mxfp4: return quantize_mxfp4(src, cols, data, scales);
     default: break;
   }
   fail(Status::internal, "quantize_row: ", dtype_name(t), " is not a quantized dtype");
@@ -150,6 +189,20 @@ void dequantize_row(DType t, const uint8_t* data, const uint8_t* scales, int64_t
         const int64_t n = std::min<int64_t>(kQ2Group, cols - g * kQ2Group);
         for (int64_t i = 0; i < n; ++i)
           out[i] = std::fma(static_cast<float>((in[i / 4] >> (2 * (i & 3))) & 3), scale, mn);
+      }
+      return;
+    }
+    case DType::mxfp4: {
+      const int64_t groups = quant_groups(t, cols);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int e = static_cast<int>(scales[g]) - 127;
+        const uint8_t* in = data + g * (kMxfp4Group / 2);
+        float* out = dst + g * kMxfp4Group;
+        const int64_t n = std::min<int64_t>(kMxfp4Group, cols - g * kMxfp4Group);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = kE2m1[(in[i / 2] >> (4 * (i & 1))) & 15];
+          out[i] = scales[g] == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(v, e);
+        }
       }
       return;
     }

@@ -63,7 +63,7 @@ std::vector<DType> parse_expert_kinds(std::string_view list) {
     size_t comma = std::min(list.find(',', pos), list.size());
     std::string_view item = list.substr(pos, comma - pos);
     std::optional<DType> k = expert_kind_from_name(item);
-    SLUICE_CHECK(k, Status::invalid_argument, "unknown expert kind '", item, "' (kinds: bf16, int8, q4, q2)");
+    SLUICE_CHECK(k, Status::invalid_argument, "unknown expert kind '", item, "' (kinds: bf16, int8, q4, q2, mxfp4)");
     SLUICE_CHECK(std::find(kinds.begin(), kinds.end(), *k) == kinds.end(), Status::invalid_argument,
                  "expert kind '", item, "' is listed twice");
     kinds.push_back(*k);
@@ -73,7 +73,7 @@ std::vector<DType> parse_expert_kinds(std::string_view list) {
 }
 
 DType default_expert_kind(const std::vector<DType>& available) {
-  for (DType k : {DType::q4, DType::q8, DType::bf16, DType::q2})
+  for (DType k : {DType::q4, DType::mxfp4, DType::q8, DType::bf16, DType::q2})
     if (std::find(available.begin(), available.end(), k) != available.end()) return k;
   fail(Status::invalid_argument, "the pack holds no expert kind");
 }

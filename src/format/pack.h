@@ -72,17 +72,18 @@ constexpr int64_t kPackMaxTableChunks = int64_t{1} << 20;   // checksums of one 
 // dtypes, no other type names them). bf16 is the checkpoint's precision (f16/f32 experts are
 // converted to bf16); q8, q4 and q2 are quantized (core/quant.h). The pack format and the
 // command line name q8 "int8".
-constexpr DType kExpertKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2};
-constexpr int kExpertKindCount = 4;
+constexpr DType kExpertKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2, DType::mxfp4};
+constexpr int kExpertKindCount = 5;
 bool is_expert_kind(DType t);
-// The kind's place in kExpertKinds (0..3; residency keys use it); internal error otherwise.
+// The kind's place in kExpertKinds (0..4; residency keys use it); internal error otherwise.
 int expert_kind_index(DType k);
-std::string_view expert_kind_name(DType k);                     // "bf16", "int8", "q4", "q2"
+std::string_view expert_kind_name(DType k);                     // "bf16", "int8", "q4", "q2", "mxfp4"
 std::optional<DType> expert_kind_from_name(std::string_view s);
 // "bf16,q4" -> {bf16, q4}; an unknown or repeated name is Error(invalid_argument).
 std::vector<DType> parse_expert_kinds(std::string_view list);
-// The kind a run uses when none is asked for: the first of q4, int8, bf16, q2 the pack holds
-// (q4 is the serving precision the format is built around; q2 is the low-bit miss copy).
+// The kind a run uses when none is asked for: the first of q4, mxfp4, int8, bf16, q2 the pack
+// holds (q4 is the serving precision the format is built around; mxfp4 is gpt-oss's own; q2
+// is the low-bit miss copy).
 DType default_expert_kind(const std::vector<DType>& available);
 
 // One projection matrix inside a record.

@@ -149,7 +149,7 @@ PackKindInfo parse_kind(const std::string& name, const json& v, const Fields& f,
   const std::string path = "kinds." + name;
   f.object(v, path);
   std::optional<DType> kind = expert_kind_from_name(name);
-  if (!kind) f.bad(path, "unknown expert kind (kinds: bf16, int8, q4, q2)", Status::unsupported);
+  if (!kind) f.bad(path, "unknown expert kind (kinds: bf16, int8, q4, q2, mxfp4)", Status::unsupported);
   PackKindInfo info;
   info.kind = *kind;
   const std::string& dtype = f.string(f.member(v, path, "dtype"), path + ".dtype");

@@ -360,7 +360,7 @@ std::string_view safetensors_dtype_name(DType t) {
     case DType::i64: return "I64";
     case DType::u8: return "U8";
     case DType::i8: return "I8";
-    case DType::q8: case DType::q4: case DType::q2: break;  // pack-only kinds: no safetensors name
+    case DType::q8: case DType::q4: case DType::q2: case DType::mxfp4: break;  // pack-only kinds: no safetensors name
   }
   return "?";
 }

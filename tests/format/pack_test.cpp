@@ -68,7 +68,7 @@ TEST(Pack, ManifestRoundTripsAndDescribesTheFiles) {
   EXPECT_EQ(m.n_expert, 8);
   EXPECT_EQ(m.n_ff, 40);
   EXPECT_EQ(m.dense_dtype, DType::bf16);  // the checkpoint is all bf16
-  EXPECT_EQ(m.kinds.size(), 4u);
+  EXPECT_EQ(m.kinds.size(), 5u);  // bf16, int8, q4, q2, mxfp4 (tests/models/pack_util.cpp)
   EXPECT_EQ(m.tokenizer_files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
   const std::string text = pack_manifest_to_json(m);
   EXPECT_EQ(pack_manifest_to_json(parse_pack_manifest(text, "again")), text);
@@ -148,7 +148,7 @@ TEST(Pack, VerifyPassesAGoodPack) {
   PackVerifyResult r = verify_pack(fixture_pack("qwen3_moe_yarn"));
   EXPECT_TRUE(r.ok);
   EXPECT_TRUE(r.problems.empty());
-  EXPECT_EQ(r.records_checked, 2u * 8 * 4);  // 2 MoE layers (1 and 3) x 8 experts x 4 kinds
+  EXPECT_EQ(r.records_checked, 2u * 8 * 5);  // 2 MoE layers (1 and 3) x 8 experts x 5 kinds
 }
 
 // One flipped byte anywhere in any record of any kind is found and named as (layer,

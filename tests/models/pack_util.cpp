@@ -43,7 +43,7 @@ const fs::path& fixture_pack(const std::string& name) {
   if (it != packs.end()) return it->second;
   fs::path out = root().dir / ("fixture-" + name);
   ConvertOptions opt;
-  opt.kinds = {DType::bf16, DType::q8, DType::q4, DType::q2};
+  opt.kinds = {DType::bf16, DType::q8, DType::q4, DType::q2, DType::mxfp4};
   convert_checkpoint(fixture_dir(name), out, opt);
   return packs[name] = out;
 }

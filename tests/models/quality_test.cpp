@@ -73,7 +73,7 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
     ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
     NpyArray want = read_npy(fixture_dir(fixture) / "logits_full.npy");
     std::map<DType, Quality> q;
-    for (DType kind : {DType::bf16, DType::q8, DType::q4, DType::q2}) {
+    for (DType kind : {DType::bf16, DType::q8, DType::q4, DType::mxfp4, DType::q2}) {
       auto backend = make_cpu_backend();
       LoadedModel m = load_model(fixture_pack(fixture), *backend, {kind});
       const int64_t V = m.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
@@ -92,6 +92,8 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
     // The measurement sees precision: fewer bits, larger divergence.
     EXPECT_LT(q[DType::q8].mean_kl, q[DType::q4].mean_kl);
     EXPECT_LT(q[DType::q4].mean_kl, q[DType::q2].mean_kl);
+    EXPECT_LT(q[DType::q8].mean_kl, q[DType::mxfp4].mean_kl);
+    EXPECT_LT(q[DType::mxfp4].mean_kl, q[DType::q2].mean_kl);
   }
 }
 

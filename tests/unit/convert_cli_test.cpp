@@ -89,18 +89,18 @@ TEST(ConvertCli, HybridPackWithNgramTables) {
 TEST(ConvertCli, ConvertVerifyRunAndLogits) {
   fs::path d = scratch("olmoe");
   const std::string pack = (d / "pack").string();
-  CliRun c = sluice({"convert", fixture_dir("olmoe").string(), pack, "--kinds", "bf16,int8,q4,q2"});
+  CliRun c = sluice({"convert", fixture_dir("olmoe").string(), pack, "--kinds", "bf16,int8,q4,q2,mxfp4"});
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.err.find("convert: 100%"), std::string::npos) << c.err;  // plain progress lines: stderr is a file
   EXPECT_NE(c.err.find("16/16 records"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("sluice: converted"), std::string::npos) << c.err;
   CliRun v = sluice({"verify", pack});
   EXPECT_EQ(v.status, 0) << v.err;
-  EXPECT_NE(v.err.find(": ok (64 records"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find(": ok (80 records"), std::string::npos) << v.err;  // 16 records x 5 kinds
 
   FixtureReference ref = read_reference("olmoe");
   const std::string n = std::to_string(ref.continuation_ids.size());
-  for (const char* kind : {"bf16", "int8", "q4", "q2"}) {
+  for (const char* kind : {"bf16", "int8", "q4", "q2", "mxfp4"}) {
     CliRun r = sluice({"run", "--model", pack, "--expert-kind", kind, "--tokens", join_ids(ref.prompt_ids), "-n", n,
                     "--temperature", "0", "--ignore-eos", "--print-ids"});
     ASSERT_EQ(r.status, 0) << kind << ": " << r.err;

@@ -20,7 +20,7 @@ using namespace sluice;
 
 namespace {
 
-constexpr DType kQuantDTypes[] = {DType::q8, DType::q4, DType::q2};
+constexpr DType kQuantDTypes[] = {DType::q8, DType::q4, DType::q2, DType::mxfp4};
 constexpr uint32_t kSentinelBits = 0x7fa5a5a5u;
 constexpr int64_t kGuard = 19;
 
@@ -121,18 +121,62 @@ TEST(Quant, Q2GoldenLayout) {
   EXPECT_EQ(data[3], 0 | (0 << 2) | (0 << 4) | (3 << 6));
 }
 
+// mxfp4 (gpt-oss's layout): every code's value at scale exponents 127, 130 and 0, the NaN
+// exponent; a group whose values lie on the e2m1 grid times 8 comes back exactly, codes in
+// nibble order; the ties of the grid go to the even magnitude index, beyond 6 saturates,
+// -0 keeps its sign bit.
+TEST(Quant, Mxfp4GoldenLayoutAndRounding) {
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::vector<uint8_t> data(16), scales(1);
+  for (int j = 0; j < 16; ++j) data[j] = static_cast<uint8_t>(j | ((15 - j) << 4));  // codes j, 15 - j
+  std::vector<float> back(32);
+  for (int s : {127, 130, 0}) {
+    scales[0] = static_cast<uint8_t>(s);
+    dequantize_row(DType::mxfp4, data.data(), scales.data(), 32, back.data());
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(back[2 * j], std::ldexp(e2m1[j], s - 127)) << "s " << s << " code " << j;
+      EXPECT_EQ(back[2 * j + 1], std::ldexp(e2m1[15 - j], s - 127)) << "s " << s << " code " << 15 - j;
+    }
+    EXPECT_EQ(std::signbit(back[16]), true);  // code 8: -0
+  }
+  scales[0] = 255;
+  dequantize_row(DType::mxfp4, data.data(), scales.data(), 32, back.data());
+  EXPECT_TRUE(std::isnan(back[3]));
+
+  // On the grid times 8: amax 48 = 1.5 * 2^5, so s = 5 - 2 + 127 = 130 and w / 8 are codes.
+  std::vector<float> w(32);
+  for (int i = 0; i < 32; ++i) w[i] = 8 * e2m1[i % 16];
+  std::vector<uint8_t> q(16), sc(1);
+  ASSERT_TRUE(quantize_row(DType::mxfp4, w.data(), 32, q.data(), sc.data()));
+  EXPECT_EQ(sc[0], 130);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q[j], ((2 * j) % 16) | (((2 * j + 1) % 16) << 4)) << j;
+  dequantize_row(DType::mxfp4, q.data(), sc.data(), 32, back.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(back[i], w[i]) << i;
+
+  // Ties and saturation at scale 1 (amax 7: floor(log2 7) = 2, s = 127).
+  const std::vector<std::pair<float, int>> cases = {{0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4}, {2.5f, 4},
+                                                    {3.5f, 6},  {5.0f, 6},  {7.0f, 7},  {-2.5f, 12}, {-0.0f, 8},
+                                                    {0.3f, 1},  {5.1f, 7}};
+  std::vector<float> t(32, 0.0f);
+  for (size_t i = 0; i < cases.size(); ++i) t[i] = cases[i].first;
+  ASSERT_TRUE(quantize_row(DType::mxfp4, t.data(), 32, q.data(), sc.data()));
+  EXPECT_EQ(sc[0], 127);
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ((q[i / 2] >> (4 * (i % 2))) & 15, cases[i].second) << "w " << cases[i].first;
+}
+
 // The last group of a row may be partial: its missing elements are stored as zero bits,
 // and nothing past the row's bytes is written.
 TEST(Quant, PartialLastGroupsArePaddedWithZeroBits) {
   std::mt19937 rng(3);
-  for (DType dt : {DType::q4, DType::q2})
+  for (DType dt : {DType::q4, DType::q2, DType::mxfp4})
     for (int64_t cols : {1, 7, 24, 33, 40, 48}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " cols=" << cols);
       std::vector<float> w = random_floats(rng, cols, 0.1f, 1.0f);  // positive: no q is 0 in a full slot for q4
       std::vector<uint8_t> data(static_cast<size_t>(quant_row_bytes(dt, cols)) + 8, 0xEE);
       std::vector<uint8_t> scales(static_cast<size_t>(quant_scale_row_bytes(dt, cols)) + 8, 0xEE);
       ASSERT_TRUE(quantize_row(dt, w.data(), cols, data.data(), scales.data()));
-      const int bits = dt == DType::q4 ? 4 : 2;
+      const int bits = dt == DType::q2 ? 2 : 4;
       const int64_t n_slots = quant_row_bytes(dt, cols) * 8 / bits;
       for (int64_t i = cols; i < n_slots; ++i)
         EXPECT_EQ((data[static_cast<size_t>(i * bits / 8)] >> (i * bits % 8)) & ((1 << bits) - 1), 0) << "slot " << i;
@@ -157,7 +201,7 @@ TEST(Quant, ErrorWithinHalfAStep) {
     for (DType dt : kQuantDTypes) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " cols=" << cols);
       QWeight q(dt, 1, cols, w);
-      const int64_t group = dt == DType::q4 ? kQ4Group : dt == DType::q2 ? kQ2Group : cols;
+      const int64_t group = dt == DType::q4 ? kQ4Group : dt == DType::q2 ? kQ2Group : dt == DType::mxfp4 ? kMxfp4Group : cols;
       for (int64_t g0 = 0; g0 < cols; g0 += group) {
         const int64_t g1 = std::min(cols, g0 + group);
         float lo = w[g0], hi = w[g0], amax = 0;
@@ -166,7 +210,10 @@ TEST(Quant, ErrorWithinHalfAStep) {
           hi = std::max(hi, w[i]);
           amax = std::max(amax, std::fabs(w[i]));
         }
-        double bound = dt == DType::q8 ? amax / 254.0 * 1.0001 : dt == DType::q4 ? amax / 8.0 * 1.001 : (hi - lo) / 6.0 * 1.01 + 1e-3 * std::max(std::fabs(lo), std::fabs(hi));
+        // mxfp4: the grid's widest step is 2 x 2^(floor(log2 amax) - 2) (between 4 and 6 units),
+        // half of it, or the saturation of values in (6, 8) units: at most 2^(floor(log2 amax) - 1).
+        const double mx_bound = amax > 0 ? std::ldexp(1.0, std::ilogb(amax) - 1) : 0.0;
+        double bound = dt == DType::q8 ? amax / 254.0 * 1.0001 : dt == DType::q4 ? amax / 8.0 * 1.001 : dt == DType::mxfp4 ? mx_bound : (hi - lo) / 6.0 * 1.01 + 1e-3 * std::max(std::fabs(lo), std::fabs(hi));
         for (int64_t i = g0; i < g1; ++i) EXPECT_LE(std::fabs(q.deq[i] - w[i]), bound) << "element " << i;
       }
     }

@@ -111,7 +111,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
   if (!opt.miss_kind.empty()) {
     so.miss_kind = expert_kind_from_name(opt.miss_kind);
     SLUICE_CHECK(so.miss_kind, Status::invalid_argument, "--miss-kind: unknown kind '", opt.miss_kind,
-                 "' (kinds: bf16, int8, q4, q2)");
+                 "' (kinds: bf16, int8, q4, q2, mxfp4)");
   }
   if (opt.profile == "fast" && !given(opt.cut_option)) so.cut = kProfileFastCut;  // an explicit --cut stays
   so.deadline_worst_case = opt.deadline_worst_case;
@@ -257,7 +257,7 @@ Session open_session(const ModelOptions& opt) {
   if (!opt.expert_kind.empty()) {
     lo.expert_kind = expert_kind_from_name(opt.expert_kind);
     SLUICE_CHECK(lo.expert_kind, Status::invalid_argument, "--expert-kind: unknown kind '", opt.expert_kind,
-                 "' (kinds: bf16, int8, q4, q2)");
+                 "' (kinds: bf16, int8, q4, q2, mxfp4)");
   }
   lo.streaming = streamer_options(opt);
   if (!opt.ple_cache.empty()) lo.ngram_tables.cache_bytes = parse_byte_size(opt.ple_cache, "--ple-cache");

@@ -19,7 +19,7 @@ void register_convert(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("convert", "convert an HF checkpoint directory to a pack");
   cmd->add_option("HF_DIR", opt->hf_dir, "HF checkpoint directory (config.json, *.safetensors, tokenizer files)")->required();
   cmd->add_option("OUT_DIR", opt->out_dir, "pack directory to create")->required();
-  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default bf16,q4,q2)");
+  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2, mxfp4 (default bf16,q4,q2)");
   cmd->add_option("--dense", opt->dense,
                   "dense tensor dtype: bf16, f32, int8 or q4 (int8/q4: attention, shared-expert and dense MLP "
                   "projections, router, embeddings and output head quantized, norms and small vectors kept; "

@@ -37,7 +37,7 @@ void register_synth(CLI::App& app) {
   auto* like = cmd->add_option("--like", opt->like, like_help);
   auto* config = cmd->add_option("--config", opt->config, "a config.json of any supported family, instead of --like");
   like->excludes(config);
-  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2 (default q4)");
+  cmd->add_option("--kinds", opt->kinds, "expert kinds to write, comma-separated: bf16, int8, q4, q2, mxfp4 (default q4)");
   cmd->add_option("--dense", opt->dense,
                   "dense tensor dtype: bf16, f32, int8 or q4 (int8/q4: the matrices quantized, the rest bf16; "
                   "default bf16)");

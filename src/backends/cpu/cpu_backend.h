@@ -18,7 +18,7 @@
 namespace sluice {
 
 namespace cpu {
-// matmul with a quantized weight (q8, q4, q2; core/quant.h), in matmul_quant.cpp:
+// matmul with a quantized weight (q8, q4, q2, mxfp4; core/quant.h), in matmul_quant.cpp:
 // y[n, m] = x[n, k] . dequantize(w)[m, k]^T, each element bit for bit cpu::dot of the x row
 // and the dequantized f32 weight row, whatever n or the thread count.
 void matmul_quantized(const Tensor& x, const Tensor& w, const Tensor& y, ThreadPool& pool);

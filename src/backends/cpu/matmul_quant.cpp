@@ -1,4 +1,4 @@
-// CPU matmul with quantized weights (q8, q4, q2; layouts in core/quant.h):
+// CPU matmul with quantized weights (q8, q4, q2, mxfp4; layouts in core/quant.h):
 // y[n, m] = x[n, k] . dequantize(w)[m, k]^T.
 //
 // Each task dequantizes a block of weight rows into f32 once (dequantize_row, the same
@@ -77,7 +77,7 @@ void matmul_quantized(const Tensor& x, const Tensor& w, const Tensor& y, ThreadP
                    lead_rows(x) == lead_rows(y) && (w.numel() == 0 || (w.data && w.scales)),
                Status::internal, "cpu matmul: x ", dtype_name(x.dtype), " ", x.shape_str(), ", w ",
                dtype_name(w.dtype), " ", w.shape_str(), w.scales ? "" : " (no scales)", ", y ",
-               dtype_name(y.dtype), " ", y.shape_str(), " (want x f32 [n, k], w q8/q4/q2 [m, k], y f32 [n, m])");
+               dtype_name(y.dtype), " ", y.shape_str(), " (want x f32 [n, k], w q8/q4/q2/mxfp4 [m, k], y f32 [n, m])");
   SLUICE_CHECK(!overlaps(x, y), Status::internal, "cpu matmul: y ", y.shape_str(), " aliases x ", x.shape_str());
   const int64_t n = lead_rows(x), k = x.cols(), m = w.shape[0];
   if (n == 0 || m == 0) return;

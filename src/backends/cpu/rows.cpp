@@ -30,7 +30,7 @@ void CpuBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, con
                Status::internal, "cpu get_rows: table ", dtype_name(table.dtype), " ", table.shape_str(),
                quantized && !table.scales ? " (no scales)" : "", ", ", ids.size(), " ids, out ",
                dtype_name(out.dtype), " ", out.shape_str(),
-               " (want table f32/bf16/f16/q8/q4/q2 [n_rows, c], out f32 [n_ids, c])");
+               " (want table f32/bf16/f16/q8/q4/q2/mxfp4 [n_rows, c], out f32 [n_ids, c])");
   // An id out of range is the caller's bad token id, not a kernel bug.
   check_indices("get_rows", ids, table.shape[0], Status::invalid_argument);
   int64_t c = table.cols();
