@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "format/pretokenizer.h"
 #include "format/utf8.h"
 
 namespace sluice {
@@ -78,22 +79,6 @@ int byte_token_value(std::string_view s) {
   return v;
 }
 
-// text with every pattern replaced by its content, rule after rule (decoder Replace steps).
-std::string apply_replaces(std::string text, const std::vector<std::pair<std::string, std::string>>& rules) {
-  for (const auto& [pattern, content] : rules) {
-    std::string next;
-    for (size_t pos = 0;;) {
-      const size_t hit = text.find(pattern, pos);
-      next.append(text, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-      if (hit == std::string::npos) break;
-      next += content;
-      pos = hit + pattern.size();
-    }
-    text = std::move(next);
-  }
-  return text;
-}
-
 }  // namespace
 
 std::optional<int32_t> BpeModel::find(std::string_view bytes) const {
@@ -108,7 +93,9 @@ std::string BpeModel::decoded(std::string_view spelling) const {
     return bytes ? std::move(*bytes) : std::string(spelling);
   }
   if (const int b = byte_token_value(spelling); b >= 0) return std::string(1, static_cast<char>(b));
-  return apply_replaces(std::string(spelling), decode_replace_);
+  std::string text(spelling);
+  for (const auto& [pattern, content] : decode_replace_) text = replace_all(text, pattern, content);
+  return text;
 }
 
 std::optional<int32_t> BpeModel::find_spelling(std::string_view spelling) const {
@@ -118,7 +105,6 @@ std::optional<int32_t> BpeModel::find_spelling(std::string_view spelling) const 
   if (it == by_spelling_.end()) return std::nullopt;
   return it->second;
 }
-
 
 BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out,
                              const BpeSpelling& spelling_rule) {
@@ -163,9 +149,10 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
                  "\"] = ", id, " is outside [0, ", max_token_id, ")");
     if (!m.byte_level_) {  // chars: every entry by its spelling, and by what it decodes to
       m.by_spelling_.emplace(spelling, int32_t(id));
+      std::string decoded = m.decoded(spelling);
       if (const int b = byte_token_value(spelling); b >= 0) byte_tokens.emplace_back(b, int32_t(id));
-      else m.by_bytes_.emplace(m.decoded(spelling), int32_t(id));
-      vocab_out.emplace_back(int32_t(id), m.decoded(spelling));
+      else m.by_bytes_.emplace(decoded, int32_t(id));
+      vocab_out.emplace_back(int32_t(id), std::move(decoded));
       continue;
     }
     if (std::optional<std::string> bytes = byte_level_decode(spelling)) {

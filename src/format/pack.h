@@ -70,7 +70,7 @@ constexpr int64_t kPackMaxTableChunks = int64_t{1} << 20;   // checksums of one 
 
 // The expert kinds: the weight dtypes a pack's expert records can hold (the kinds are
 // dtypes, no other type names them). bf16 is the checkpoint's precision (f16/f32 experts are
-// converted to bf16); q8, q4 and q2 are quantized (core/quant.h). The pack format and the
+// converted to bf16); q8, q4, q2 and mxfp4 are quantized (core/quant.h). The pack format and the
 // command line name q8 "int8".
 constexpr DType kExpertKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2, DType::mxfp4};
 constexpr int kExpertKindCount = 5;

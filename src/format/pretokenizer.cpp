@@ -195,6 +195,18 @@ std::string replace_pattern(const nlohmann::json& j, const char* where) {
   return str->get<std::string>();
 }
 
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 2);
+  for (size_t pos = 0;;) {
+    const size_t hit = text.find(pattern, pos);
+    out.append(text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos));
+    if (hit == std::string_view::npos) return out;
+    out += content;
+    pos = hit + pattern.size();
+  }
+}
+
 namespace {
 
 template <typename Step>
@@ -242,48 +254,40 @@ Normalizer Normalizer::from_json(const nlohmann::json& j) {
 }
 
 bool Normalizer::apply(std::string_view text, std::string& out) const {
-  if (steps_.empty()) return false;
-  std::string cur(text);
+  // `now` is the text so far: the input until a step changes it, then `cur`.
+  std::string cur;
+  std::string_view now = text;
   bool changed = false;
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Step::Kind::unicode: {
-        if (is_ascii(cur)) break;  // ASCII is invariant under all four normalization forms
+        if (is_ascii(now)) break;  // ASCII is invariant under all four normalization forms
         utf8proc_uint8_t* dst = nullptr;
-        const utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(cur.data()),
-                                                  static_cast<utf8proc_ssize_t>(cur.size()), &dst,
+        const utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(now.data()),
+                                                  static_cast<utf8proc_ssize_t>(now.size()), &dst,
                                                   static_cast<utf8proc_option_t>(step.form));
         if (len < 0) fail(Status::internal, "utf8proc normalization failed: ", utf8proc_errmsg(len));
         const std::string_view normalized(reinterpret_cast<const char*>(dst), static_cast<size_t>(len));
-        if (normalized != cur) {
+        if (normalized != now) {
           cur.assign(normalized);
           changed = true;
         }
         std::free(dst);
         break;
       }
-      case Step::Kind::replace: {
-        if (cur.find(step.pattern) == std::string::npos) break;
-        std::string next;
-        next.reserve(cur.size() + cur.size() / 2);
-        for (size_t pos = 0;;) {
-          const size_t hit = cur.find(step.pattern, pos);
-          next.append(cur, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-          if (hit == std::string::npos) break;
-          next += step.content;
-          pos = hit + step.pattern.size();
-        }
-        cur = std::move(next);
+      case Step::Kind::replace:
+        if (now.find(step.pattern) == std::string_view::npos) break;
+        cur = replace_all(now, step.pattern, step.content);
         changed = true;
         break;
-      }
       case Step::Kind::prepend:
         // tokenizers' Prepend leaves an empty text empty.
-        if (cur.empty() || step.content.empty()) break;
-        cur.insert(0, step.content);
+        if (now.empty() || step.content.empty()) break;
+        cur = step.content + std::string(now);
         changed = true;
         break;
     }
+    if (changed) now = cur;
   }
   if (!changed) return false;
   out = std::move(cur);

@@ -79,6 +79,9 @@ class Normalizer {
 // The {"String": ...} pattern of a normalizer's or decoder's Replace step `j` (where: which,
 // for messages); a Regex pattern is unsupported.
 std::string replace_pattern(const nlohmann::json& j, const char* where);
+// text with every occurrence of pattern (not empty) replaced by content, left to right, as a
+// Replace step does.
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content);
 
 // How a Split step turns matches into pieces (tokenizers' SplitDelimiterBehavior).
 enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };

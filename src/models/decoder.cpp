@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <optional>
-#include <string>
 
 namespace sluice {
 namespace {
@@ -31,15 +31,14 @@ struct DecoderState : SequenceState {
   // The drawn tokens come back through two readbacks, taken in turn (this step's, the next's).
   std::unique_ptr<HostReadback> drawn[2];
   int next_readback = 0;
-  // A greedy step forward_sample enqueued ahead: it runs, at position `pos`, the token the step
-  // before it drew on the device (`token`: that draw as the host read it, once it did), and its
-  // own draw comes back through drawn[readback]. Every other use of the state settles it first.
+  // A greedy step forward_sample enqueued ahead, a replay of sample_graph (so of sample_rule
+  // and sample_n_valid): it runs, at position `pos`, the token the step before it drew on the
+  // device (`token`: that draw as the host read it, once it did), and its own draw comes back
+  // through drawn[readback]. Every other use of the state settles it first.
   struct AheadStep {
     int64_t pos = 0;
     int32_t token = -1;
     int readback = 0;
-    SampleRule rule;
-    int64_t n_valid = 0;
   };
   std::optional<AheadStep> ahead;
   // Enqueues the copy of step_token into the next readback; returns which one.
@@ -55,7 +54,7 @@ struct DecoderState : SequenceState {
 // (SLUICE_DECODE_AHEAD=0 turns it off, e.g. to compare; read at every step).
 bool decode_ahead_enabled() {
   const char* e = std::getenv("SLUICE_DECODE_AHEAD");
-  return !(e && std::string(e) == "0");
+  return !(e && std::strcmp(e, "0") == 0);
 }
 
 bool same_rule(const SampleRule& a, const SampleRule& b) {
@@ -203,8 +202,8 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   // that call returned, at this position), or enqueued now.
   int readback = 0;
   const auto& ahead = state.ahead;
-  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(ahead->rule, rule) &&
-      ahead->n_valid == n_valid) {
+  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(state.sample_rule, rule) &&
+      state.sample_n_valid == n_valid) {
     readback = ahead->readback;
     state.ahead.reset();
   } else {
@@ -220,7 +219,7 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   // lie past n_past, where the next step writes before it reads).
   if (rule.temperature < kGreedyTemperature && decode_ahead_enabled() && state.n_past < state.n_ctx) {
     replay_step(state, nullptr, &rule, n_valid);
-    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), rule, n_valid};
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback()};
   }
   int32_t next = -1;
   state.drawn[readback]->end(&next);
