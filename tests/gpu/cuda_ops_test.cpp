@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/kernels.h"
 #include "core/quant.h"
 
@@ -188,17 +189,19 @@ double nse(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 // Prefill products of the weight types the tensor cores take (mma_tile.cuh: bf16, q8, q4 with
-// k a multiple of 32), partial tiles in rows and columns, against the CPU. The activations
-// reach the tensor cores as three bf16 parts carrying all 24 bits, so only the order (and the
-// tensor cores' truncating adds within a 32-wide k step) differs from f32: the bound is 1e-11,
+// k a multiple of 32; bf16 on cuBLAS, gemm_bf16.h), partial tiles in rows and columns, against
+// the CPU. The activations reach the tensor cores as three bf16 parts carrying all 24 bits, so
+// only the order (and the tensor cores' truncating adds) differs from f32: the bound is 1e-11,
 // five orders below kMaxNse, where two parts (16 bits) would give ~1e-10 and one bf16 rounding
-// ~1e-6. Each shape is also run with SLUICE_CUDA_TENSOR_CORES=0 (the f32 FMA tiles) against
-// the same CPU result.
+// ~1e-6. Each shape is also run with SLUICE_CUDA_CUBLAS=0 (bf16 on the hand-written tiles) and
+// SLUICE_CUDA_TENSOR_CORES=0 (the f32 FMA tiles) against the same CPU result.
 TEST(CudaOps, MatmulTensorCores) {
   Pair p;
   constexpr double kTensorCoreNse = 1e-11;
+  enum Path { kDefault, kTiles, kF32Tiles };
+  const char* const path_name[] = {"default (bf16: cuBLAS)", "tensor-core tiles", "f32 tiles"};
   for (DType wt : {DType::bf16, DType::q8, DType::q4}) {
-    double worst[2] = {0, 0};  // tensor cores, f32 tiles
+    double worst[3] = {0, 0, 0};
     for (int64_t n : {5, 63, 64, 65, 200, 513})
       // (m >= kMatvecPassMaxCols: up to 64 rows too take the tiles, e.g. an output head)
       for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 32}, {130, 96}, {1, 64}, {2056, 512}, {96, 2048}, {16400, 64}}) {
@@ -222,24 +225,54 @@ TEST(CudaOps, MatmulTensorCores) {
         const std::string what =
             "matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" +
             std::to_string(k);
-        for (bool tensor_cores : {true, false}) {
-          if (!tensor_cores) setenv("SLUICE_CUDA_TENSOR_CORES", "0", 1);
+        for (Path path : {kDefault, kTiles, kF32Tiles}) {
+          if (path == kTiles && wt != DType::bf16) continue;  // the default path already
+          if (path == kTiles) setenv("SLUICE_CUDA_CUBLAS", "0", 1);
+          if (path == kF32Tiles) setenv("SLUICE_CUDA_TENSOR_CORES", "0", 1);
           Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
           p.gpu->matmul(xg, wg, yg);
           const auto got = read_with_guard(*p.gpu, yg);
+          unsetenv("SLUICE_CUDA_CUBLAS");
           unsetenv("SLUICE_CUDA_TENSOR_CORES");
-          worst[tensor_cores ? 0 : 1] = std::max(worst[tensor_cores ? 0 : 1], nse(got, want));
-          if (tensor_cores)
-            EXPECT_LE(nse(got, want), kTensorCoreNse) << what << " (tensor cores)";
+          worst[path] = std::max(worst[path], nse(got, want));
+          if (path != kF32Tiles)
+            EXPECT_LE(nse(got, want), kTensorCoreNse) << what << " (" << path_name[path] << ")";
           else
             expect_close(got, want, (what + " (f32 tiles)").c_str());
           for (int64_t i = n * m; i < n * m + kGuard; ++i)
             ASSERT_EQ(got[static_cast<size_t>(i)], kSentinel) << what << ": write past the end";
         }
       }
-    std::printf("matmul %s: worst normalized squared error, tensor cores %.3g, f32 tiles %.3g\n",
-                std::string(dtype_name(wt)).c_str(), worst[0], worst[1]);
+    std::printf("matmul %s: worst normalized squared error, %s %.3g, tensor-core tiles %.3g, f32 tiles %.3g\n",
+                std::string(dtype_name(wt)).c_str(), path_name[kDefault], worst[kDefault],
+                wt == DType::bf16 ? worst[kTiles] : worst[kDefault], worst[kF32Tiles]);
   }
+}
+
+// A bf16 product of more rows than one cuBLAS pass takes (CublasGemm::rows_per_pass): the
+// second pass's rows land where they belong.
+TEST(CudaOps, MatmulCublasPasses) {
+  Pair p;
+  const int64_t k = 2048, m = 72, n = cuda::CublasGemm::rows_per_pass(k) + 37;
+  auto xv = random_vec(n * k, 21), wv = random_vec(m * k, 22, 0.05f);
+  HostTensor w(DType::bf16, {m, k}, wv);
+  Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
+  p.cpu->matmul(xc, w.t, yc);
+  const auto want = read(*p.cpu, yc);
+  Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
+  p.gpu->matmul(xg, p.gpu->upload(w.t), yg);
+  const auto got = read_with_guard(*p.gpu, yg);
+  EXPECT_LE(nse(got, want), 1e-11);
+  for (int64_t r : {int64_t{0}, n - 38, n - 37, n - 1}) {  // each side of the pass boundary
+    double num = 0, den = 0;
+    for (int64_t c = 0; c < m; ++c) {
+      const double d = double(got[r * m + c]) - want[r * m + c];
+      num += d * d;
+      den += double(want[r * m + c]) * want[r * m + c];
+    }
+    EXPECT_LE(num / std::max(den, 1e-30), 1e-11) << "row " << r;
+  }
+  for (int64_t i = n * m; i < n * m + kGuard; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], kSentinel);
 }
 
 TEST(CudaOps, RmsNormRopeElementwise) {

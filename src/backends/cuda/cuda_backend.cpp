@@ -8,6 +8,7 @@
 
 #include "backends/cuda/attention_decode.h"
 #include "backends/cuda/sample.h"
+#include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
 #include "core/log.h"
@@ -66,6 +67,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  cublas_.reset();
   pinned_.reset();
   if (readback_) cudaFreeHost(readback_);
   pool_->release_cached();  // blocks still owned by tensors return to the pool, freed with it
@@ -222,6 +224,11 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
       pass.n = std::min(cuda::kMatvecMaxRows, n - r0);
       cuda::launch_matvec(pass, stream_);
     }
+  } else if (mp.wtype == cuda::WType::bf16 && k % 4 == 0 && (reinterpret_cast<uintptr_t>(mp.x) & 15) == 0 &&
+             cuda::cublas_enabled()) {  // prefill of bf16 weights: cuBLAS (gemm_bf16.h)
+    if (!cublas_) cublas_ = std::make_unique<cuda::CublasGemm>(device_, stream_);
+    Tensor parts = alloc(DType::bf16, {3, std::min(n, cuda::CublasGemm::rows_per_pass(k)), k});
+    cublas_->bf16(mp.x, mp.w, mp.y, n, m, k, parts.data);
   } else {  // prefill: shared-memory tiles, a weight element read once per 64 rows
     cuda::launch_matmul_tiled(mp, stream_);
   }

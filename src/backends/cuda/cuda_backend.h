@@ -16,6 +16,9 @@
 #include "backends/cuda/cuda_memory.h"
 
 namespace sluice {
+namespace cuda {
+class CublasGemm;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -133,6 +136,7 @@ class CudaBackend final : public Backend {
   size_t readback_bytes_ = 0;
   std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
   std::shared_ptr<void> norm_counter_;        // one i32 (matvec_add_rms_norm), zero between launches
+  std::unique_ptr<cuda::CublasGemm> cublas_;  // prefill products of bf16 weights, made at the first one
 };
 
 }  // namespace sluice

@@ -42,6 +42,10 @@ bool matvec_add_rms_norm_supported(int64_t n, int64_t m, const void* y, const vo
 void launch_matvec_add_rms_norm(const MatmulParams& p, const MatvecResidualNorm& rn, Stream s);
 // Prefill matmul (matmul_tiled.cu), any n.
 void launch_matmul_tiled(const MatmulParams& p, Stream s);
+// parts [3][rows][k] bf16 = x [rows, k] f32 split into hi, mid, lo (mma_tile.cuh's split: x =
+// hi + mid + lo in all 24 bits), for gemm_bf16.h's cuBLAS products. x and parts 16-byte
+// aligned, rows * k a multiple of 4.
+void launch_split_bf16_parts(const float* x, int64_t rows, int64_t k, void* parts, Stream s);
 // y[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * w (w may be null; wtype 0 f32, 1 f16, 2 bf16).
 void launch_rms_norm(const float* x, const void* w, WType wtype, float* y, int64_t rows, int64_t cols, float eps, Stream s);
 // x[r, :] += add[r, :], then y = rms_norm(x) as launch_rms_norm (bit for bit the two launches).

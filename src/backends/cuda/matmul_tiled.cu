@@ -93,7 +93,30 @@ __global__ void __launch_bounds__(mma::kThreads) matmul_mma_kernel(const float* 
   });
 }
 
+// parts[i][r][c] = part i of x[r][c] (mma_tile.cuh's split: hi, mid, lo), 4 elements a thread.
+__global__ void split_bf16_parts_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts) {
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i0 >= count) return;  // count is a multiple of 4 (the launcher checks)
+  const float4 v = *reinterpret_cast<const float4*>(x + i0);
+  uint32_t p01[mma::kParts], p23[mma::kParts];
+  mma::split_pair(v.x, v.y, p01);
+  mma::split_pair(v.z, v.w, p23);
+#pragma unroll
+  for (int i = 0; i < mma::kParts; ++i) *reinterpret_cast<uint2*>(parts + i * count + i0) = make_uint2(p01[i], p23[i]);
+}
+
 }  // namespace
+
+void launch_split_bf16_parts(const float* x, int64_t rows, int64_t k, void* parts, Stream s) {
+  const int64_t count = rows * k;
+  if (count == 0) return;
+  SLUICE_CHECK((reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(parts) & 15) == 0 &&
+                   count % 4 == 0,
+               Status::internal, "cuda split_bf16_parts: unaligned rows (", rows, " x ", k, ")");
+  split_bf16_parts_kernel<<<blocks_for((count + 3) / 4, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
+      x, count, static_cast<__nv_bfloat16*>(parts));
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_matmul_tiled(const MatmulParams& p, Stream s) {
   const float* x = p.x;
