@@ -477,4 +477,36 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
     }
 }
 
+// The grouped experts over activations split beforehand (moe_grouped_split_kernel, two
+// stages) against the tiles that split while staging (SLUICE_CUDA_MOE_SPLIT=0): the same
+// parts and the same per-step sums, so the same bits, in tiles of 64 pairs (300 rows) and of
+// 32 (100 rows), and with n_ff and n_embd whole k steps but not whole 64-column tiles.
+TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
+  for (DType dt : {DType::bf16, DType::q8, DType::q4})
+    for (Shape s : {Shape{300, 8, 2, 256, 192}, {100, 8, 2, 256, 192}, {90, 6, 3, 160, 96}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
+      auto hv = random_vec(s.n * s.n_embd, 27);
+      auto lv = random_vec(s.n * s.E, 28, 1.5f);
+      auto table = gpu->make_expert_table(layer.device);
+      ASSERT_NE(table, nullptr);
+      Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
+      gpu->from_host(h, hv.data());
+      gpu->from_host(logits, lv.data());
+      std::vector<float> got[2];
+      for (int split = 0; split < 2; ++split) {
+        setenv("SLUICE_CUDA_MOE_SPLIT", split ? "1" : "0", 1);
+        Tensor out = gpu->alloc(DType::f32, {s.n, s.n_embd});
+        gpu->moe_routed(*table, logits, s.k, true, h, out);
+        got[split].resize(static_cast<size_t>(s.n * s.n_embd));
+        gpu->to_host(out, got[split].data());
+      }
+      unsetenv("SLUICE_CUDA_MOE_SPLIT");
+      const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) + " n_ff=" + std::to_string(s.n_ff);
+      ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
+      auto want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, true}, lv, s.n), hv, s.n_embd);
+      expect_close(got[1], want, "split " + what);
+    }
+}
+
 }  // namespace

@@ -160,9 +160,11 @@ struct WarpTile {
 template <int BM>
 using Acc = float[WarpTile<BM>::kMi][WarpTile<BM>::kNi][4];
 
-// acc += x_tile . w_tile[m]^T over this k step (every part of x).
-template <int BM, int NMAT>
-__device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc) {
+// acc += x_tile . w_tile^T over one k step (every part of x): xs the x parts [kParts][BM][kLd],
+// ws one matrix's weight rows [kBN][kLd], both bf16 in shared memory.
+template <int BM>
+__device__ __forceinline__ void step_tiles(const __nv_bfloat16 (&xp)[kParts][BM][kLd], const __nv_bfloat16 (&ws)[kBN][kLd],
+                                           Acc<BM>& acc) {
   using W = WarpTile<BM>;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = W::row0(), n0 = W::col0();
@@ -171,13 +173,13 @@ __device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& ac
     uint32_t b[W::kNi][2];
 #pragma unroll
     for (int j = 0; j < W::kNi; ++j) {
-      const __nv_bfloat16* wr = &s.w[m][n0 + 8 * j + g][ks + 2 * t];
+      const __nv_bfloat16* wr = &ws[n0 + 8 * j + g][ks + 2 * t];
       b[j][0] = *reinterpret_cast<const uint32_t*>(wr);
       b[j][1] = *reinterpret_cast<const uint32_t*>(wr + 8);
     }
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
-      const auto& xs = s.x[part];
+      const auto& xs = xp[part];
 #pragma unroll
       for (int i = 0; i < W::kMi; ++i) {
         const __nv_bfloat16* top = &xs[r0 + 16 * i + g][ks + 2 * t];
@@ -191,14 +193,19 @@ __device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& ac
   }
 }
 
-// acc[i][j][e] += part[i][j][e] * scale of its column (q4: after each group of 32 k).
 template <int BM, int NMAT>
-__device__ __forceinline__ void add_scaled(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc, Acc<BM>& part) {
+__device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc) {
+  step_tiles<BM>(s.x, s.w[m], acc);
+}
+
+// acc[i][j][e] += part[i][j][e] * scale of its column (q4: after each group of 32 k).
+template <int BM>
+__device__ __forceinline__ void add_scaled(const float (&scale)[kBN], Acc<BM>& acc, Acc<BM>& part) {
   using W = WarpTile<BM>;
   const int t = threadIdx.x % 4, n0 = W::col0();
 #pragma unroll
   for (int j = 0; j < W::kNi; ++j) {
-    const float s0 = s.scale[m][n0 + 8 * j + 2 * t], s1 = s.scale[m][n0 + 8 * j + 2 * t + 1];
+    const float s0 = scale[n0 + 8 * j + 2 * t], s1 = scale[n0 + 8 * j + 2 * t + 1];
 #pragma unroll
     for (int i = 0; i < W::kMi; ++i) {
       acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
@@ -250,7 +257,7 @@ __device__ __forceinline__ void block_product(Smem<BM, NMAT>& s, const float* co
 #pragma unroll
     for (int m = 0; m < NMAT; ++m) {
       step(s, m, part[m]);
-      if constexpr (T == WType::q4) add_scaled(s, m, acc[m], part[m]);
+      if constexpr (T == WType::q4) add_scaled<BM>(s.scale[m], acc[m], part[m]);
       else add_plain<BM>(acc[m], part[m]);
     }
     __syncthreads();
@@ -290,6 +297,172 @@ __device__ __forceinline__ void for_each_output(const Acc<BM> (&acc)[NMAT], F&& 
         for (int m = 0; m < NMAT; ++m) v[m] = acc[m][i][j][e];
         f(r, c, v);
       }
+}
+
+
+// ---- Pipelined tiles over activations split beforehand (the grouped experts) ----
+// x arrives as its three bf16 parts in global memory (part i of row r at xrow[r] + i * xpart;
+// launch_split_bf16_parts, or the gate/up epilogue), so staging x is a plain copy (cp.async:
+// no registers, no ALU) and the split is done once a row instead of once a column tile. Two
+// stages: while the MMAs of k step s run on one, step s + 1's x copies and weight loads are in
+// flight into the other; the weights are converted and stored after the MMAs; one barrier a
+// step. The same products as block_product: the same parts, the same per-step sums.
+template <int BM, int NMAT>
+struct PipeSmem {
+  __nv_bfloat16 x[2][kParts][BM][kLd];
+  __nv_bfloat16 w[2][NMAT][kBN][kLd];
+  float scale[2][NMAT][kBN];  // q4: the step's group scales; q8: the rows' scales (stage 0)
+};
+
+// One thread's raw weights of one k step: row tid / 2, k half tid % 2 (16 elements).
+template <WType T>
+struct WRegs {
+  static constexpr int kWords = T == WType::bf16 ? 8 : T == WType::q8 ? 4 : 2;
+  uint32_t raw[kWords];
+  float scale;
+};
+
+template <WType T>
+__device__ __forceinline__ void load_w(WRegs<T>& r, const uint8_t* src, const uint8_t* srow, int64_t k0) {
+  const int half = threadIdx.x % 2;
+  if (!src) {
+#pragma unroll
+    for (int i = 0; i < WRegs<T>::kWords; ++i) r.raw[i] = 0;
+    r.scale = 0.0f;
+    return;
+  }
+  if constexpr (T == WType::bf16) {
+    const uint4* p = reinterpret_cast<const uint4*>(src + 2 * (k0 + 16 * half));
+    const uint4 a = p[0], b = p[1];
+    r.raw[0] = a.x; r.raw[1] = a.y; r.raw[2] = a.z; r.raw[3] = a.w;
+    r.raw[4] = b.x; r.raw[5] = b.y; r.raw[6] = b.z; r.raw[7] = b.w;
+  } else if constexpr (T == WType::q8) {
+    const uint4 a = *reinterpret_cast<const uint4*>(src + k0 + 16 * half);
+    r.raw[0] = a.x; r.raw[1] = a.y; r.raw[2] = a.z; r.raw[3] = a.w;
+    if (k0 == 0) r.scale = *reinterpret_cast<const float*>(srow);
+  } else {
+    const uint2 a = *reinterpret_cast<const uint2*>(src + k0 / 2 + 8 * half);
+    r.raw[0] = a.x; r.raw[1] = a.y;
+    r.scale = __half2float(reinterpret_cast<const __half*>(srow)[k0 / kBK]);
+  }
+}
+
+// The q4 byte b (element 2i in the low nibble, 2i + 1 in the high) as two bf16, each nibble
+// minus 8: 0x4300 | q is bf16(128 + q) (7 mantissa bits: integers to 255 exact), and
+// (128 + q) - 136 = q - 8 is exact too.
+__device__ __forceinline__ uint32_t q4_byte_bf16x2(uint32_t b) {
+  const uint32_t v = 0x43004300u | (b & 0x0fu) | ((b & 0xf0u) << 12);
+  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), __floats2bfloat162_rn(136.0f, 136.0f));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Stores a thread's loaded weights of matrix m into stage buf as bf16 (the integers, exactly).
+template <WType T, int BM, int NMAT>
+__device__ __forceinline__ void store_w(PipeSmem<BM, NMAT>& s, int buf, int m, const WRegs<T>& r, int64_t k0) {
+  const int c = threadIdx.x / 2, half = threadIdx.x % 2;
+  uint32_t out[8];
+  if constexpr (T == WType::bf16) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = r.raw[i];
+  } else if constexpr (T == WType::q8) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int8_t* q = reinterpret_cast<const int8_t*>(&r.raw[i]);
+      out[2 * i] = pack_bf16(static_cast<float>(q[0]), static_cast<float>(q[1]));
+      out[2 * i + 1] = pack_bf16(static_cast<float>(q[2]), static_cast<float>(q[3]));
+    }
+    if (k0 == 0 && half == 0) s.scale[0][m][c] = r.scale;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = q4_byte_bf16x2((r.raw[i / 4] >> (8 * (i % 4))) & 0xffu);
+    if (half == 0) s.scale[buf][m][c] = r.scale;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(&s.w[buf][m][c][16 * half]);
+  dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+  dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// Issues the copies of x rows [BM] x k [k0, k0 + 32) of every part into stage buf: row r from
+// xrow[r] (null: zeros; `any` is a readable address for those).
+template <int BM, int NMAT>
+__device__ __forceinline__ void copy_x(PipeSmem<BM, NMAT>& s, int buf, const __nv_bfloat16* const* xrow, int64_t xpart,
+                                       const __nv_bfloat16* any, int64_t k0) {
+  constexpr int kChunks = kParts * BM * (kBK / 8);  // 16 bytes each
+#pragma unroll
+  for (int q = 0; q < kChunks / kThreads; ++q) {
+    const int i = threadIdx.x + kThreads * q;
+    const int part = i / (BM * 4), r = (i / 4) % BM, c = i % 4;
+    const __nv_bfloat16* src = xrow[r];
+    cp_async16(&s.x[buf][part][r][8 * c], src ? src + part * xpart + k0 + 8 * c : any, src != nullptr);
+  }
+}
+
+// block_product over pre-split x: xrow[r] row r's part 0 (bf16), part i at + i * xpart.
+template <WType T, int BM, int NMAT>
+__device__ __forceinline__ void block_product_split(PipeSmem<BM, NMAT>& s, const __nv_bfloat16* const* xrow,
+                                                    int64_t xpart, const __nv_bfloat16* any,
+                                                    const uint8_t* const* wrow, const uint8_t* const* srow,
+                                                    int64_t k, Acc<BM> (&acc)[NMAT]) {
+  using W = WarpTile<BM>;
+  static_assert(kParts * BM * (kBK / 8) % kThreads == 0, "x copies split evenly over the threads");
+  Acc<BM> part[NMAT];
+#pragma unroll
+  for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+    for (int i = 0; i < W::kMi; ++i)
+#pragma unroll
+      for (int j = 0; j < W::kNi; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][i][j][e] = part[m][i][j][e] = 0.0f;
+  const int c = threadIdx.x / 2;
+  WRegs<T> wr[NMAT];
+  copy_x(s, 0, xrow, xpart, any, 0);
+  cp_async_commit();
+#pragma unroll
+  for (int m = 0; m < NMAT; ++m) load_w<T>(wr[m], wrow[m * kBN + c], srow[m * kBN + c], 0);
+#pragma unroll
+  for (int m = 0; m < NMAT; ++m) store_w<T>(s, 0, m, wr[m], 0);
+  cp_async_wait<0>();
+  __syncthreads();
+  const int64_t steps = k / kBK;
+  for (int64_t st = 0; st < steps; ++st) {
+    const int buf = static_cast<int>(st & 1);
+    const bool next = st + 1 < steps;
+    const int64_t k1 = (st + 1) * kBK;
+    if (next) {  // stage buf ^ 1 was last read before the previous barrier
+      copy_x(s, buf ^ 1, xrow, xpart, any, k1);
+#pragma unroll
+      for (int m = 0; m < NMAT; ++m) load_w<T>(wr[m], wrow[m * kBN + c], srow[m * kBN + c], k1);
+    }
+    cp_async_commit();
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m) {
+      step_tiles<BM>(s.x[buf], s.w[buf][m], part[m]);
+      if constexpr (T == WType::q4) add_scaled<BM>(s.scale[buf][m], acc[m], part[m]);
+      else add_plain<BM>(acc[m], part[m]);
+    }
+    if (next)
+#pragma unroll
+      for (int m = 0; m < NMAT; ++m) store_w<T>(s, buf ^ 1, m, wr[m], k1);
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  if constexpr (T == WType::q8) {  // one scale per row: applied once, at the end
+    const int t = threadIdx.x % 4, n0 = W::col0();
+#pragma unroll
+    for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+      for (int j = 0; j < W::kNi; ++j) {
+        const float s0 = s.scale[0][m][n0 + 8 * j + 2 * t], s1 = s.scale[0][m][n0 + 8 * j + 2 * t + 1];
+#pragma unroll
+        for (int i = 0; i < W::kMi; ++i) {
+          acc[m][i][j][0] *= s0;
+          acc[m][i][j][1] *= s1;
+          acc[m][i][j][2] *= s0;
+          acc[m][i][j][3] *= s1;
+        }
+      }
+  }
 }
 
 }  // namespace sluice::cuda::mma

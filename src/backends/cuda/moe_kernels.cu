@@ -475,15 +475,126 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_mma_kernel(const fl
   });
 }
 
+// moe_grouped_mma_kernel over activations split beforehand (mma_tile.cuh's
+// block_product_split, two stages): gate/up (NMAT = 2) reads h's parts (part i of row r at
+// x + i * xpart + r * kdim) and writes act = silu(g) * u as its three parts (y + i * ypart +
+// pair * cols), which down (NMAT = 1) reads, writing f32 pair_out. The same sums as
+// moe_grouped_mma_kernel, bit for bit. dynamic shared memory: sizeof(PipeSmem<BM, NMAT>).
+template <WType T, int BM, int NMAT>
+__global__ void __launch_bounds__(mma::kThreads) moe_grouped_split_kernel(const __nv_bfloat16* __restrict__ x,
+                                                                          int64_t xpart,
+                                                                          const int32_t* __restrict__ order,
+                                                                          const int32_t* __restrict__ offsets,
+                                                                          const int32_t* __restrict__ tiles,
+                                                                          const ExpertRef* __restrict__ table,
+                                                                          void* __restrict__ y, int64_t ypart,
+                                                                          int64_t k, int64_t kdim, int64_t cols) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<mma::PipeSmem<BM, NMAT>*>(smem_raw);
+  __shared__ const __nv_bfloat16* xrow[BM];
+  __shared__ int32_t pair[BM];
+  __shared__ const uint8_t* wrow[NMAT * mma::kBN];
+  __shared__ const uint8_t* srow[NMAT * mma::kBN];
+  if (static_cast<int32_t>(blockIdx.y) >= tiles[0]) return;
+  const int64_t e = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y], end = offsets[e + 1];
+  const int64_t n_rows = end - first < BM ? end - first : BM;
+  const int tid = threadIdx.x;
+  const ExpertRef& ref = table[e];
+  const int64_t rb = dot_row_bytes(T, kdim), sb = dot_scale_row_bytes(T, kdim);
+  const int mat0 = NMAT == 2 ? 0 : 2;  // gate/up, or down
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * mma::kBN;
+  if (tid < BM) {
+    const int32_t p = tid < n_rows ? order[first + tid] : -1;
+    pair[tid] = p;
+    xrow[tid] = p >= 0 ? x + (NMAT == 2 ? p / k : p) * kdim : nullptr;
+  }
+  for (int i = tid; i < NMAT * mma::kBN; i += mma::kThreads) {
+    const int m = i / mma::kBN, c = i % mma::kBN;
+    const bool in = col0 + c < cols;
+    const auto* base = static_cast<const uint8_t*>(ref.data[mat0 + m]);
+    const auto* sc = static_cast<const uint8_t*>(ref.scales[mat0 + m]);
+    wrow[i] = in ? base + (col0 + c) * rb : nullptr;
+    srow[i] = in && sc ? sc + (col0 + c) * sb : nullptr;
+  }
+  __syncthreads();
+  mma::Acc<BM> acc[NMAT];
+  mma::block_product_split<T, BM, NMAT>(s, xrow, xpart, x, wrow, srow, kdim, acc);
+  mma::for_each_output<BM, NMAT>(acc, [&](int r, int c, const float(&v)[NMAT]) {
+    const int32_t p = pair[r];
+    if (p < 0 || col0 + c >= cols) return;
+    if constexpr (NMAT == 2) {
+      float a = swiglu(v[0], v[1]);
+      auto* parts = static_cast<__nv_bfloat16*>(y) + p * cols + col0 + c;
+#pragma unroll
+      for (int i = 0; i < mma::kParts; ++i) {  // mma_tile.cuh's split, as the split kernel makes it
+        const __nv_bfloat16 hb = __float2bfloat16_rn(a);
+        parts[i * ypart] = hb;
+        a -= __bfloat162float(hb);
+      }
+    } else {
+      static_cast<float*>(y)[p * cols + col0 + c] = v[0];
+    }
+  });
+}
+
 // Tiles of 32 pairs when an expert averages fewer than 48 (a 512-token prompt over 128
 // experts top-8 gives 32: a 64-pair tile would be half empty), else 64.
 int grouped_mma_bm(const MoeShape& shape) { return shape.n_rows * shape.k < 48 * shape.n_expert ? 32 : 64; }
 
+// The grouped experts' split activations (moe_grouped_scratch_bytes): h's parts [3][n_rows][n_embd]
+// and act's [3][pairs][n_ff], bf16, after the index arrays.
+struct SplitScratch {
+  __nv_bfloat16* h_parts;
+  __nv_bfloat16* act_parts;
+};
+int64_t index_bytes(const MoeShape& shape) {
+  const int64_t pairs = shape.n_rows * shape.k;
+  return (shape.n_expert + 1 + pairs + 1 + 2 * max_tiles(pairs, shape.n_expert, 32)) * static_cast<int64_t>(sizeof(int32_t));
+}
+int64_t round_up_256(int64_t b) { return (b + 255) / 256 * 256; }
+SplitScratch split_scratch(void* group, const MoeShape& shape) {
+  auto* base = static_cast<unsigned char*>(group);
+  auto* h = reinterpret_cast<__nv_bfloat16*>(base + round_up_256(index_bytes(shape)));
+  return {h, h + round_up_256(mma::kParts * shape.n_rows * shape.n_embd * 2) / 2};
+}
+
+// Whether the grouped experts take the split kernels (SLUICE_CUDA_MOE_SPLIT=0: the tiles that
+// split x while staging, to compare).
+bool moe_split_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_MOE_SPLIT");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 template <WType T, int BM>
 void launch_grouped_mma_t(const float* h, const int32_t* order, const int32_t* offsets, const int32_t* tiles,
-                          const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape,
+                          const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape, void* group,
                           cudaStream_t st) {
-  const auto bound = static_cast<unsigned>(max_tiles(shape.n_rows * shape.k, shape.n_expert, BM));
+  const int64_t pairs = shape.n_rows * shape.k;
+  const auto bound = static_cast<unsigned>(max_tiles(pairs, shape.n_expert, BM));
+  if (moe_split_enabled()) {
+    const SplitScratch sp = split_scratch(group, shape);
+    launch_split_bf16_parts(h, shape.n_rows, shape.n_embd, sp.h_parts, st);
+    constexpr size_t gate_smem = sizeof(mma::PipeSmem<BM, 2>), down_smem = sizeof(mma::PipeSmem<BM, 1>);
+    static const bool attributes_set = [] {  // once a process for each instantiation
+      allow_smem(moe_grouped_split_kernel<T, BM, 2>, gate_smem);
+      allow_smem(moe_grouped_split_kernel<T, BM, 1>, down_smem);
+      return true;
+    }();
+    (void)attributes_set;
+    moe_grouped_split_kernel<T, BM, 2><<<dim3(blocks_for(shape.n_ff, mma::kBN), bound), mma::kThreads, gate_smem, st>>>(
+        sp.h_parts, shape.n_rows * shape.n_embd, order, offsets, tiles, table, sp.act_parts, pairs * shape.n_ff, shape.k,
+        shape.n_embd, shape.n_ff);
+    CUDA_CHECK(cudaGetLastError());
+    moe_grouped_split_kernel<T, BM, 1><<<dim3(blocks_for(shape.n_embd, mma::kBN), bound), mma::kThreads, down_smem, st>>>(
+        sp.act_parts, pairs * shape.n_ff, order, offsets, tiles, table, pair_out, 0, shape.k, shape.n_ff, shape.n_embd);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   moe_grouped_mma_kernel<T, BM, 2><<<dim3(blocks_for(shape.n_ff, mma::kBN), bound), mma::kThreads, 0, st>>>(
       h, order, offsets, tiles, table, act, shape.k, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
@@ -494,11 +605,12 @@ void launch_grouped_mma_t(const float* h, const int32_t* order, const int32_t* o
 
 template <WType T>
 void launch_grouped_mma(const float* h, const int32_t* order, const int32_t* offsets, const int32_t* tiles,
-                        const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape, cudaStream_t st) {
+                        const ExpertRef* table, float* act, float* pair_out, const MoeShape& shape, void* group,
+                        cudaStream_t st) {
   if (grouped_mma_bm(shape) == 32)
-    launch_grouped_mma_t<T, 32>(h, order, offsets, tiles, table, act, pair_out, shape, st);
+    launch_grouped_mma_t<T, 32>(h, order, offsets, tiles, table, act, pair_out, shape, group, st);
   else
-    launch_grouped_mma_t<T, 64>(h, order, offsets, tiles, table, act, pair_out, shape, st);
+    launch_grouped_mma_t<T, 64>(h, order, offsets, tiles, table, act, pair_out, shape, group, st);
 }
 
 // Whether the grouped experts can take the tensor cores: a supported type, both products'
@@ -528,11 +640,11 @@ void launch_grouped_t(const float* h, const int32_t* order, const int32_t* offse
 }  // namespace
 
 // offsets [n_expert + 1], order [pairs], the tile list [1 + 2 * max_tiles] (bound of the
-// smallest tile, 32 pairs).
+// smallest tile, 32 pairs), then the split activations of the tensor-core path (SplitScratch).
 int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
   const int64_t pairs = shape.n_rows * shape.k;
-  return (shape.n_expert + 1 + pairs + 1 + 2 * max_tiles(pairs, shape.n_expert, 32)) *
-         static_cast<int64_t>(sizeof(int32_t));
+  return round_up_256(index_bytes(shape)) + round_up_256(mma::kParts * shape.n_rows * shape.n_embd * 2) +
+         mma::kParts * pairs * shape.n_ff * 2;
 }
 
 void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
@@ -560,9 +672,9 @@ void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
   CUDA_CHECK(cudaGetLastError());
   if (tensor_cores) {
     switch (wtype) {
-      case WType::bf16: launch_grouped_mma<WType::bf16>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
-      case WType::q8: launch_grouped_mma<WType::q8>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
-      default: launch_grouped_mma<WType::q4>(h, order, offsets, tiles, table, act, pair_out, shape, st); break;
+      case WType::bf16: launch_grouped_mma<WType::bf16>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
+      case WType::q8: launch_grouped_mma<WType::q8>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
+      default: launch_grouped_mma<WType::q4>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
     }
     launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
     return;
