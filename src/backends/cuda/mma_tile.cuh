@@ -160,42 +160,55 @@ struct WarpTile {
 template <int BM>
 using Acc = float[WarpTile<BM>::kMi][WarpTile<BM>::kNi][4];
 
-// acc += x_tile . w_tile^T over one k step (every part of x): xs the x parts [kParts][BM][kLd],
-// ws one matrix's weight rows [kBN][kLd], both bf16 in shared memory.
-template <int BM>
-__device__ __forceinline__ void step_tiles(const __nv_bfloat16 (&xp)[kParts][BM][kLd], const __nv_bfloat16 (&ws)[kBN][kLd],
-                                           Acc<BM>& acc) {
+// Four 8 x 8 bf16 matrices from shared memory (ldmatrix .x4): lane l gives the address of row
+// l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); r[q] gets this lane's pair of matrix q,
+// (row lane / 4, columns 2 (lane % 4), + 1): the fragments' layout.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// acc[m] += x_tile . w_tile[m]^T over one k step for every matrix m and part of x: xp the x
+// parts [kParts][BM][kLd], ws the NMAT weight tiles [kBN][kLd], bf16 in shared memory. The
+// fragments come by ldmatrix (A: one .x4 a 16 x 16 block; B: one .x4 two 8-column blocks), each
+// A fragment serves every matrix. Each accumulator takes its MMAs in the order ks, part.
+template <int BM, int NMAT>
+__device__ __forceinline__ void step_tiles(const __nv_bfloat16 (&xp)[kParts][BM][kLd],
+                                           const __nv_bfloat16 (&ws)[NMAT][kBN][kLd], Acc<BM> (&acc)[NMAT]) {
   using W = WarpTile<BM>;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  static_assert(W::kNi % 2 == 0, "B fragments load two 8-column blocks at a time");
+  const int lane = threadIdx.x % 32, q = lane / 8, r = lane % 8;
   const int r0 = W::row0(), n0 = W::col0();
 #pragma unroll
   for (int ks = 0; ks < kBK; ks += 16) {
-    uint32_t b[W::kNi][2];
+    uint32_t b[NMAT][W::kNi][2];
 #pragma unroll
-    for (int j = 0; j < W::kNi; ++j) {
-      const __nv_bfloat16* wr = &ws[n0 + 8 * j + g][ks + 2 * t];
-      b[j][0] = *reinterpret_cast<const uint32_t*>(wr);
-      b[j][1] = *reinterpret_cast<const uint32_t*>(wr + 8);
-    }
+    for (int m = 0; m < NMAT; ++m)
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) {
-      const auto& xs = xp[part];
+      for (int j = 0; j < W::kNi; j += 2) {
+        // matrices: (cols 8j.., k ks..), (8j.., ks + 8..), (8j + 8.., ks..), (8j + 8.., ks + 8..)
+        uint32_t f[4];
+        ldmatrix_x4(f, &ws[m][n0 + 8 * (j + q / 2) + r][ks + 8 * (q % 2)]);
+        b[m][j][0] = f[0];
+        b[m][j][1] = f[1];
+        b[m][j + 1][0] = f[2];
+        b[m][j + 1][1] = f[3];
+      }
+#pragma unroll
+    for (int part = 0; part < kParts; ++part)
 #pragma unroll
       for (int i = 0; i < W::kMi; ++i) {
-        const __nv_bfloat16* top = &xs[r0 + 16 * i + g][ks + 2 * t];
-        const __nv_bfloat16* bot = &xs[r0 + 16 * i + g + 8][ks + 2 * t];
-        const uint32_t a[4] = {*reinterpret_cast<const uint32_t*>(top), *reinterpret_cast<const uint32_t*>(bot),
-                               *reinterpret_cast<const uint32_t*>(top + 8), *reinterpret_cast<const uint32_t*>(bot + 8)};
+        // matrices: (rows 16i.., k ks..), (16i + 8.., ks..), (16i.., ks + 8..), (16i + 8.., ks + 8..)
+        uint32_t a[4];
+        ldmatrix_x4(a, &xp[part][r0 + 16 * i + 8 * (q % 2) + r][ks + 8 * (q / 2)]);
 #pragma unroll
-        for (int j = 0; j < W::kNi; ++j) mma_bf16(acc[i][j], a, b[j]);
+        for (int m = 0; m < NMAT; ++m)
+#pragma unroll
+          for (int j = 0; j < W::kNi; ++j) mma_bf16(acc[m][i][j], a, b[m][j]);
       }
-    }
   }
-}
-
-template <int BM, int NMAT>
-__device__ __forceinline__ void step(const Smem<BM, NMAT>& s, int m, Acc<BM>& acc) {
-  step_tiles<BM>(s.x, s.w[m], acc);
 }
 
 // acc[i][j][e] += part[i][j][e] * scale of its column (q4: after each group of 32 k).
@@ -254,9 +267,9 @@ __device__ __forceinline__ void block_product(Smem<BM, NMAT>& s, const float* co
 #pragma unroll
     for (int m = 0; m < NMAT; ++m) stage_w<T>(s, m, wrow + m * kBN, srow + m * kBN, k0);
     __syncthreads();
+    step_tiles<BM, NMAT>(s.x, s.w, part);
 #pragma unroll
     for (int m = 0; m < NMAT; ++m) {
-      step(s, m, part[m]);
       if constexpr (T == WType::q4) add_scaled<BM>(s.scale[m], acc[m], part[m]);
       else add_plain<BM>(acc[m], part[m]);
     }
@@ -435,9 +448,9 @@ __device__ __forceinline__ void block_product_split(PipeSmem<BM, NMAT>& s, const
       for (int m = 0; m < NMAT; ++m) load_w<T>(wr[m], wrow[m * kBN + c], srow[m * kBN + c], k1);
     }
     cp_async_commit();
+    step_tiles<BM, NMAT>(s.x[buf], s.w[buf], part);
 #pragma unroll
     for (int m = 0; m < NMAT; ++m) {
-      step_tiles<BM>(s.x[buf], s.w[buf][m], part[m]);
       if constexpr (T == WType::q4) add_scaled<BM>(s.scale[buf][m], acc[m], part[m]);
       else add_plain<BM>(acc[m], part[m]);
     }
