@@ -132,6 +132,31 @@ FIXTURES = {
               torch.bfloat16, None),
 }
 
+# gpt_oss: attention with biases and per-head sinks, sliding (window 6, shorter than the
+# prompt) and full layers alternating, YaRN rotary (truncate off as gpt-oss ships, and on),
+# a router with a bias (softmax over the top-k logits), experts with biases and the clamped
+# SwiGLU. "scale" multiplies the named parameters after the perturbation: the gate/up weights
+# x 8 make |gate|, |up| exceed the clamp limit (7) for a good share of the values, so the
+# clamp is exercised (at the init's scale it never would be). "mxfp4": the experts are also
+# written in the real checkpoint layout (*_blocks / *_scales, e2m1 + e8m0), and the reference
+# is computed from what transformers dequantizes.
+GPT_OSS = dict(COMMON, head_dim=16, intermediate_size=48, num_local_experts=8, sliding_window=6,
+               attention_bias=True, rms_norm_eps=1e-5)
+SLIDE, FULLA = "sliding_attention", "full_attention"
+GPT_OSS_SCALE = {"mlp.experts.gate_up_proj": 8.0, "mlp.experts.gate_up_proj_bias": 8.0}
+FIXTURES.update({
+    "gpt_oss": ("gpt_oss", dict(GPT_OSS, num_hidden_layers=3, num_experts_per_tok=2,
+                layer_types=[SLIDE, FULLA, SLIDE], rope_theta=150000.0,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                              "truncate": False, "original_max_position_embeddings": 64}),
+                torch.bfloat16, None, {"plain": True, "scale": GPT_OSS_SCALE}),
+    "gpt_oss_mxfp4": ("gpt_oss", dict(GPT_OSS, num_hidden_layers=4, num_experts_per_tok=3,
+                      intermediate_size=96, layer_types=[SLIDE, FULLA, FULLA, SLIDE], rope_theta=10000.0,
+                      rope_scaling={"rope_type": "yarn", "factor": 8.0, "beta_fast": 16.0, "beta_slow": 2.0,
+                                    "truncate": True, "original_max_position_embeddings": 32}),
+                      torch.bfloat16, "<|im_start|>", {"plain": True, "scale": GPT_OSS_SCALE, "mxfp4": True}),
+})
+
 EOS_ID = 500  # "<|endoftext|>" in the fixture tokenizer
 # A vision tower as small as its config allows: the checkpoint must carry one (with the real
 # model.visual.* names) for the loader's skip to be tested, but it is never run.
@@ -201,7 +226,7 @@ FIXTURES.update({
 
 def build_config(model_type: str, kwargs: dict, opts: dict | None = None):
     kwargs = dict(kwargs)
-    if opts:  # hybrid families: rope_parameters given whole (partial rotary, M-RoPE sections)
+    if opts and not opts.get("plain"):  # hybrid families: rope_parameters given whole (partial rotary, M-RoPE sections)
         if "vision" in opts:
             cfg = AutoConfig.for_model(model_type, text_config=kwargs, vision_config=dict(opts["vision"]),
                                        tie_word_embeddings=kwargs.get("tie_word_embeddings", False))
@@ -228,7 +253,7 @@ def build_config(model_type: str, kwargs: dict, opts: dict | None = None):
 
 
 def model_class(opts):
-    return getattr(transformers, opts["cls"]) if opts else AutoModelForCausalLM
+    return getattr(transformers, opts["cls"]) if opts and "cls" in opts else AutoModelForCausalLM
 
 
 def new_model(cls, cfg):
@@ -250,11 +275,14 @@ def router_margins(model, k: int):
     hidden = text_config(model).hidden_size
     for name, mod in model.named_modules():
         w = getattr(mod, "weight", None)
-        if name.endswith(".gate") and w is not None and w.dim() == 2 and w.shape[0] <= 64 \
-                and w.shape[1] == hidden:
-            def hook(m, args, out, _w=w):
+        if (name.endswith(".gate") or name.endswith(".router")) and w is not None and w.dim() == 2 \
+                and w.shape[0] <= 64 and w.shape[1] == hidden:
+            b = getattr(mod, "bias", None)  # gpt-oss: the router's logits carry a bias
+
+            def hook(m, args, out, _w=w, _b=b):
                 x = args[0].reshape(-1, _w.shape[1]).double()
-                p = torch.softmax(x @ _w.double().T, dim=-1)
+                logits = x @ _w.double().T + (_b.double() if isinstance(_b, torch.Tensor) else 0.0)
+                p = torch.softmax(logits, dim=-1)
                 s = torch.sort(p, dim=-1, descending=True).values
                 margins.append(float((s[:, k - 1] - s[:, k]).min()))
             hooks.append(mod.register_forward_hook(hook))
@@ -397,6 +425,10 @@ def seeded_model(name: str, seed: int):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * PERTURB_STD)
+        for key, factor in (opts or {}).get("scale", {}).items():
+            for pname, p in model.named_parameters():
+                if pname.endswith(key):
+                    p.mul_(factor)
     return model.to(dtype).float()
 
 
@@ -473,6 +505,86 @@ def screen_seeds(names, tok, seconds: float) -> dict:
     return found
 
 
+FP4_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # e2m1 magnitudes by code (bit 3: sign)
+
+
+def mxfp4_quantize(w):
+    """w [..., K] (K % 32 == 0) -> (blocks [..., K/32, 16] uint8, scales [..., K/32] uint8) in
+    gpt-oss's layout: byte j of a block holds elements 2j (low nibble) and 2j + 1 (high); the
+    scale is e8m0 (2^(s - 127)) with s = floor(log2 amax) - 2 + 127, so amax lands in [4, 8)
+    (6 is the largest code: saturation above it); nearest code, ties to the lower code."""
+    g = w.double().reshape(*w.shape[:-1], -1, 32)
+    amax = g.abs().amax(-1)
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax.clamp_min(1e-300))) - 2, torch.full_like(amax, -127.0))
+    e = e.clamp(-127, 127)
+    scaled = g / torch.pow(2.0, e)[..., None]
+    grid = torch.tensor(FP4_GRID, dtype=torch.double)
+    idx = (scaled.abs()[..., None] - grid).abs().argmin(-1)
+    code = idx | ((scaled < 0).long() << 3)
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8)
+    return blocks, (e + 127).to(torch.uint8)
+
+
+def mxfp4_dequantize(blocks, scales):
+    lut = torch.tensor(FP4_GRID + [-v for v in FP4_GRID], dtype=torch.float32)
+    b = blocks.long()
+    vals = torch.stack([lut[b & 15], lut[b >> 4]], dim=-1).reshape(*blocks.shape[:-1], 32)
+    vals = torch.ldexp(vals, (scales.long() - 127)[..., None].float())
+    return vals.reshape(*blocks.shape[:-2], -1)
+
+
+def write_mxfp4_experts(out: pathlib.Path, n_embd: int, n_ff: int):
+    """Rewrites the saved checkpoint's expert matrices in gpt-oss's MXFP4 layout: gate_up [E, H,
+    2F] -> gate_up_proj_blocks [E, 2F, H/32, 16] and _scales [E, 2F, H/32]; down [E, F, H] ->
+    down_proj_blocks [E, H, F/32, 16] and _scales [E, H, F/32]; biases as saved. Returns
+    {param key: dequantized tensor in the saved layout}."""
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(out / "model.safetensors"))
+    deq = {}
+    for key in list(sd):
+        if not (key.endswith("mlp.experts.gate_up_proj") or key.endswith("mlp.experts.down_proj")):
+            continue
+        t = sd.pop(key).float()
+        gate_up = key.endswith("gate_up_proj")
+        out_dim, in_dim = (2 * n_ff, n_embd) if gate_up else (n_embd, n_ff)
+        if list(t.shape[1:]) == [in_dim, out_dim]:  # [E, in, out] (the original layout): rows = outputs
+            rows, transposed = t.transpose(1, 2), True
+        elif list(t.shape[1:]) == [out_dim, in_dim]:
+            rows, transposed = t, False
+        else:
+            raise RuntimeError(f"{key}: shape {list(t.shape)} is neither [E, {in_dim}, {out_dim}] nor the transpose")
+        blocks, scales = mxfp4_quantize(rows)
+        sd[key + "_blocks"] = blocks.contiguous()
+        sd[key + "_scales"] = scales.contiguous()
+        d = mxfp4_dequantize(blocks, scales)
+        deq[key] = d.transpose(1, 2).contiguous() if transposed else d
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return deq
+
+
+def load_mxfp4_reference(cls, out: pathlib.Path, deq: dict):
+    """The reference model of an MXFP4 fixture: transformers' own load (dequantizing), checked
+    against the script's dequantization of the same blocks; where transformers cannot load it
+    here, the bf16 model with the dequantized experts put in (said in reference.json)."""
+    try:
+        from transformers import Mxfp4Config
+        m = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager",
+                                quantization_config=Mxfp4Config(dequantize=True)).float().eval()
+        st = m.state_dict()
+        for key, d in deq.items():
+            if key not in st or not torch.equal(st[key].float(), d.float()):
+                raise RuntimeError(f"{key}: transformers' dequantized tensor differs from the blocks' values")
+        return m, "transformers (Mxfp4Config(dequantize=True)), equal to the script's dequantization"
+    except Exception as e:  # noqa: BLE001 - recorded, then the fallback
+        print(f"  mxfp4: transformers load failed ({type(e).__name__}: {e}); reference from the script's dequantization")
+        traceback.print_exc()
+        return None, f"script (transformers failed: {type(e).__name__}: {str(e)[:200]})"
+
+
 def make_fixture(root: pathlib.Path, name: str, tok, screened=None, full_seconds: float = 60.0):
     import time
     model_type, kwargs, dtype, bos, *rest = FIXTURES[name]
@@ -506,12 +618,26 @@ def make_fixture(root: pathlib.Path, name: str, tok, screened=None, full_seconds
     write_tokenizer_config(out, bos)
     # Reload as saved, compute references in float32 on the CPU.
     ref_model = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager").eval()
+    mxfp4_by, mxfp4_keys = None, set()
+    if (opts or {}).get("mxfp4"):
+        deq = write_mxfp4_experts(out, kwargs["hidden_size"], kwargs["intermediate_size"])
+        mxfp4_keys = set(deq)
+        for key in deq:
+            saved_state.pop(key, None)
+        got, mxfp4_by = load_mxfp4_reference(cls, out, deq)
+        if got is None:  # the bf16 model (loaded above, before the rewrite) with the dequantized experts
+            with torch.no_grad():
+                st = ref_model.state_dict()
+                for key, d in deq.items():
+                    st[key].copy_(d)
+        else:
+            ref_model = got
     # The reference must come from exactly the saved weights (a missed conversion would
     # leave a freshly initialized tensor behind without an error).
     got_state = ref_model.state_dict()
     bad = [key for key, t in saved_state.items() if t.is_floating_point() and
            (key not in got_state or not torch.equal(t.float(), got_state[key].float()))]
-    bad += [key for key in got_state if key not in saved_state]
+    bad += [key for key in got_state if key not in saved_state and key not in mxfp4_keys]
     if bad:
         print(f"  {name}: WARNING: reloaded weights differ from the saved ones: {bad[:8]} ({len(bad)})")
     for key in DELTA_CALLS:
@@ -525,8 +651,11 @@ def make_fixture(root: pathlib.Path, name: str, tok, screened=None, full_seconds
            "transformers_version": transformers.__version__, "torch_version": torch.__version__}
     if n_screened:
         ref["seeds_screened"] = n_screened
+    if mxfp4_by:
+        ref["mxfp4_reference"] = mxfp4_by
     if opts:
-        ref["model_class"] = opts["cls"]
+        if "cls" in opts:
+            ref["model_class"] = opts["cls"]
         if n_dropping:  # counted over all passes of the seed's reference run (prompt, each step, full)
             ref["min_qsa_block_topk_margin"] = qmargin
             ref["qsa_queries_dropping_blocks"] = n_dropping
