@@ -134,7 +134,7 @@ void Backend::attention_inputs_rows(const Tensor& q, const Tensor& k, const Tens
 }
 
 void Backend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
-                             int64_t sliding_window) {
+                             int64_t sliding_window, const Tensor& sinks) {
   for (int64_t b = 0; b < q.shape[0]; ++b) {
     const size_t i = static_cast<size_t>(b);
     AttentionParams params;
@@ -142,6 +142,7 @@ void Backend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches
     params.n_past_at = caches.positions.empty() ? Tensor{} : caches.positions.slice_rows(b, 1);
     params.scale = scale;
     params.sliding_window = sliding_window;
+    params.sinks = sinks;
     attention(q.slice_rows(b, 1), caches.k[i], caches.v[i], out.slice_rows(b, 1), params);
   }
 }

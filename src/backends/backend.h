@@ -56,6 +56,10 @@ struct AttentionParams {
   int64_t n_past = 0;          // position of query row 0; query row i sits at n_past + i
   float scale = 1.0f;          // applied to q.k, usually 1/sqrt(head_dim)
   int64_t sliding_window = 0;  // 0: full causal; w > 0: query at p sees keys in (p - w, p]
+  // Optional per-head attention sinks (gpt-oss), [n_head] f32/bf16/f16: head h's softmax
+  // denominator gains exp(sinks[h] - max), the max taken over the scores and the sink, and
+  // the sink takes no value (its share of the probability mass is dropped).
+  Tensor sinks;
   // Optional i32 tensor on the backend whose element 0 is n_past, read when the op runs (a
   // captured decode graph replays at every position). It holds n_past whenever the op is
   // enqueued eagerly; a backend that does not capture graphs may use n_past instead.
@@ -139,9 +143,10 @@ class Backend {
                                      const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
                                      int64_t rot_dim, bool interleaved, const RowCaches& caches);
   // attention of B rows (q, out [B, n_head, d]), row b against its own caches at its own
-  // position, causal (sliding_window as AttentionParams). Default: attention a row at a time.
+  // position, causal (sliding_window and sinks as AttentionParams). Default: attention a row
+  // at a time.
   virtual void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
-                              int64_t sliding_window);
+                              int64_t sliding_window, const Tensor& sinks = {});
   // One weight holding the rows of parts one after another (same dtype and columns), so
   // that a decode step reads them in one product; the parts are then row slices of it.
   // Empty: this backend gains nothing from it (the default).
@@ -153,6 +158,10 @@ class Backend {
                          const AttentionParams& params) = 0;
   // out = silu(gate) * up, elementwise; out may alias gate or up.
   virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // gpt-oss's clamped SwiGLU, elementwise (f32; out may alias gate or up): g = min(gate,
+  // limit), u = clamp(up, -limit, limit), out = (u + 1) * (g * sigmoid(alpha * g)), sigmoid(x)
+  // = 1 / (1 + e^-x), in that order (transformers' GptOssExperts); NaN stays NaN.
+  virtual void swiglu_clamped(const Tensor& gate, const Tensor& up, const Tensor& out, float alpha, float limit) = 0;
   // x += y, elementwise.
   virtual void add(const Tensor& x, const Tensor& y) = 0;
   // x = min(max(x, lo), hi), elementwise, in place (f32).
@@ -178,9 +187,13 @@ class Backend {
 
   // ---- device-side MoE (every expert of a layer resident) ----
   // A table over one layer's resident experts (same dtype and shapes: gate/up [n_ff, n_embd],
-  // down [n_embd, n_ff]), built once at load, for moe_routed. Null: this backend routes on the
-  // host (the CPU backend; the reference is route_topk + routed_experts in models/blocks.h).
-  virtual std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) { return nullptr; }
+  // down [n_embd, n_ff]) that compute `math`, built once at load, for moe_routed. Null: this
+  // backend routes on the host (the CPU backend, or experts whose math or biases its
+  // kernels do not compute; the reference is route_topk + routed_experts in models/blocks.h).
+  virtual std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts,
+                                                         const ExpertMath& math) {
+    return nullptr;
+  }
   // The routed half of a MoE layer with no host round trip: the top-k of softmax(logits[n, E])
   // as route_topk does it (k = n_expert_used, renormalized when norm_topk), then
   // out[n, n_embd] = sum over ranks r of weight[r] x expert[id[r]](h[row]) in rank order

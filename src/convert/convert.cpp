@@ -39,14 +39,125 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-// Where one projection of one expert lies in the checkpoint: one contiguous byte range.
+// Where one projection of one expert lies in the checkpoint: rows [rows, cols] of the pack's
+// block (out features, in features). Per-expert and fused layouts: one contiguous byte range
+// of those rows. gpt_oss: the expert's whole stored matrix [in, out] (gate and up columns
+// interleaved), whose columns are the rows. gpt_oss_mxfp4: MXFP4 rows (gate and up rows
+// interleaved), their e8m0 scales in a tensor of their own.
 struct SourceBlock {
   int fd = -1;
   std::string name;        // tensor, for messages
-  uint64_t offset = 0;     // file offset of row 0
-  DType dtype = DType::f32;
+  uint64_t offset = 0;     // file offset of row 0 (gpt_oss: of the expert's matrix)
+  DType dtype = DType::f32;  // of the stored values (mxfp4 for gpt_oss_mxfp4)
   int64_t rows = 0, cols = 0;
-  int64_t row0 = 0;        // first row inside the tensor (fused layout), for messages
+  int64_t row0 = 0;        // first row inside the tensor (fused and MXFP4 layouts), for messages
+  ExpertLayout layout = ExpertLayout::per_expert;
+  int scale_fd = -1;       // gpt_oss_mxfp4: the scales' file and the offset of row 0's scales
+  uint64_t scale_offset = 0;
+};
+
+// Bytes a checkpoint takes for one expert weight (batch sizing; MXFP4 rounded up to 1).
+uint64_t expert_source_elem_bytes(const Checkpoint& ck, const ExpertLayer& l) {
+  switch (l.layout) {
+    case ExpertLayout::per_expert: return dtype_size(ck.entry(l.names[0][0]).dtype);
+    case ExpertLayout::fused:
+    case ExpertLayout::gpt_oss: return dtype_size(ck.entry(l.prefix + "gate_up_proj").dtype);
+    case ExpertLayout::gpt_oss_mxfp4: return 1;
+  }
+  return 2;
+}
+
+// Reads the rows of one work item of a SourceBlock and hands them out one at a time, as f32
+// and, where the source holds them so, as bf16 or MXFP4 bytes to copy unchanged.
+class ExpertRowReader {
+ public:
+  struct Row {
+    const float* f32 = nullptr;               // cols values
+    const uint8_t* bf16 = nullptr;            // cols bf16 values as stored, or null
+    const uint8_t* mxfp4 = nullptr;           // quant_row_bytes(mxfp4, cols) as stored, or null
+    const uint8_t* mxfp4_scales = nullptr;    // quant_scale_row_bytes(mxfp4, cols)
+  };
+
+  // Reads what rows [r0, r1) of projection proj (0 gate, 1 up, 2 down) need; returns the
+  // checkpoint bytes they stand for (gate and up each read both of their interleaved rows or
+  // columns and count half: the progress adds up to the checkpoint's size).
+  uint64_t read(const SourceBlock& s, int proj, int64_t r0, int64_t r1, const Checkpoint& ck) {
+    r0_ = r0;
+    const std::string where = str(ck.file_of(s.name).path().string(), ": tensor ", s.name);
+    const size_t esz = dtype_size(s.dtype);
+    switch (s.layout) {
+      case ExpertLayout::per_expert:
+      case ExpertLayout::fused: {
+        const size_t rb = static_cast<size_t>(s.cols) * esz;
+        in_.resize(rb * static_cast<size_t>(r1 - r0));
+        pread_all(s.fd, in_.data(), in_.size(), s.offset + static_cast<uint64_t>(r0) * rb, where);
+        return in_.size();
+      }
+      case ExpertLayout::gpt_oss: {  // [in, out]: the rows are columns
+        const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows;
+        in_.resize(static_cast<size_t>(s.cols * out_cols) * esz);
+        pread_all(s.fd, in_.data(), in_.size(), s.offset, where);
+        return proj == 2 ? in_.size() : in_.size() / 2;
+      }
+      case ExpertLayout::gpt_oss_mxfp4: {  // gate / up: source rows [2 r0, 2 r1), both interleaved
+        const int64_t step = proj == 2 ? 1 : 2, first = step * r0, n = step * (r1 - r0);
+        const size_t rb = static_cast<size_t>(quant_row_bytes(DType::mxfp4, s.cols));
+        const size_t sb = static_cast<size_t>(quant_scale_row_bytes(DType::mxfp4, s.cols));
+        in_.resize(rb * static_cast<size_t>(n));
+        scales_.resize(sb * static_cast<size_t>(n));
+        pread_all(s.fd, in_.data(), in_.size(), s.offset + static_cast<uint64_t>(first) * rb, where);
+        pread_all(s.scale_fd, scales_.data(), scales_.size(), s.scale_offset + static_cast<uint64_t>(first) * sb,
+                  where + " (scales)");
+        return (in_.size() + scales_.size()) / static_cast<size_t>(step);
+      }
+    }
+    return 0;
+  }
+
+  // Row r (inside the range read) of projection proj.
+  Row row(const SourceBlock& s, int proj, int64_t r) {
+    Row out;
+    f32_.resize(static_cast<size_t>(s.cols));
+    const size_t esz = dtype_size(s.dtype);
+    switch (s.layout) {
+      case ExpertLayout::per_expert:
+      case ExpertLayout::fused: {
+        const uint8_t* src = in_.data() + static_cast<size_t>(r - r0_) * static_cast<size_t>(s.cols) * esz;
+        dtype_row_to_f32(src, s.dtype, s.cols, f32_.data());
+        if (s.dtype == DType::bf16) out.bf16 = src;
+        break;
+      }
+      case ExpertLayout::gpt_oss: {
+        const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows, col = proj == 2 ? r : 2 * r + proj;
+        for (int64_t i = 0; i < s.cols; ++i)
+          dtype_row_to_f32(in_.data() + static_cast<size_t>(i * out_cols + col) * esz, s.dtype, 1, &f32_[static_cast<size_t>(i)]);
+        break;
+      }
+      case ExpertLayout::gpt_oss_mxfp4: {
+        const int64_t i = proj == 2 ? r - r0_ : 2 * (r - r0_) + proj;
+        out.mxfp4 = in_.data() + static_cast<size_t>(i * quant_row_bytes(DType::mxfp4, s.cols));
+        out.mxfp4_scales = scales_.data() + static_cast<size_t>(i * quant_scale_row_bytes(DType::mxfp4, s.cols));
+        dequantize_row(DType::mxfp4, out.mxfp4, out.mxfp4_scales, s.cols, f32_.data());
+        break;
+      }
+    }
+    out.f32 = f32_.data();
+    return out;
+  }
+
+  // The checkpoint's row (or column, for gpt_oss) of block row r, for messages.
+  static int64_t source_row(const SourceBlock& s, int proj, int64_t r) {
+    switch (s.layout) {
+      case ExpertLayout::gpt_oss: return proj == 2 ? r : 2 * r + proj;
+      case ExpertLayout::gpt_oss_mxfp4: return s.row0 + (proj == 2 ? r : 2 * r + proj);
+      default: return s.row0 + r;
+    }
+  }
+
+ private:
+  int64_t r0_ = 0;
+  std::vector<uint8_t> in_, scales_;
+  std::vector<float> f32_;
 };
 
 
@@ -364,7 +475,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     infos.push_back(&info);
   }
   const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
-  const uint64_t src_elem = layers.empty() ? 2 : dtype_size(ck.entry(layers[0].fused ? layers[0].prefix + "gate_up_proj" : layers[0].names[0][0]).dtype);
+  const uint64_t src_elem = layers.empty() ? 2 : expert_source_elem_bytes(ck, layers[0]);
   const uint64_t record_in_bytes = static_cast<uint64_t>(3 * ff * d) * std::max<uint64_t>(src_elem, 2);
   // Records per batch: about batch_bytes of checkpoint data, at least one record, and at
   // most four layers' worth (tiny experts would otherwise make one batch of everything).
@@ -378,24 +489,67 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     const ExpertLayer& l = layers[static_cast<size_t>(rec / E)];
     const int64_t e = rec % E;
     SourceBlock s;
-    if (l.fused) {
-      s.name = l.prefix + (p == 2 ? "down_proj" : "gate_up_proj");
-      const SafetensorsEntry& en = ck.entry(s.name);
-      s.dtype = en.dtype;
-      s.rows = p == 2 ? d : ff;
-      s.cols = p == 2 ? ff : d;
-      s.row0 = p == 2 ? e * d : e * 2 * ff + (p == 1 ? ff : 0);
-      s.offset = file_offset(s.name) + static_cast<uint64_t>(s.row0 * s.cols) * dtype_size(en.dtype);
-    } else {
-      s.name = l.names[static_cast<size_t>(e)][p];
-      const SafetensorsEntry& en = ck.entry(s.name);
-      s.dtype = en.dtype;
-      s.rows = p == 2 ? d : ff;
-      s.cols = p == 2 ? ff : d;
-      s.offset = file_offset(s.name);
+    s.rows = p == 2 ? d : ff;
+    s.cols = p == 2 ? ff : d;
+    switch (l.layout) {
+      case ExpertLayout::per_expert:
+        s.name = l.names[static_cast<size_t>(e)][p];
+        s.offset = file_offset(s.name);
+        break;
+      case ExpertLayout::fused:
+        s.name = l.prefix + (p == 2 ? "down_proj" : "gate_up_proj");
+        s.row0 = p == 2 ? e * d : e * 2 * ff + (p == 1 ? ff : 0);
+        s.offset = file_offset(s.name) + static_cast<uint64_t>(s.row0 * s.cols) * dtype_size(ck.entry(s.name).dtype);
+        break;
+      case ExpertLayout::gpt_oss:  // the whole [in, out] matrix of expert e
+        s.name = l.prefix + (p == 2 ? "down_proj" : "gate_up_proj");
+        s.offset = file_offset(s.name) + static_cast<uint64_t>(e * (p == 2 ? d * ff : 2 * ff * d)) *
+                                             dtype_size(ck.entry(s.name).dtype);
+        break;
+      case ExpertLayout::gpt_oss_mxfp4:  // rows of values; the scales at scale_offset
+        s.name = l.prefix + (p == 2 ? "down_proj_blocks" : "gate_up_proj_blocks");
+        s.row0 = p == 2 ? e * d : e * 2 * ff;  // gate / up rows interleave: source row row0 + 2f (+ 1)
+        s.offset = file_offset(s.name) + static_cast<uint64_t>(s.row0 * quant_row_bytes(DType::mxfp4, s.cols));
+        s.scale_fd = fd_of(l.prefix + (p == 2 ? "down_proj_scales" : "gate_up_proj_scales"));
+        s.scale_offset = file_offset(l.prefix + (p == 2 ? "down_proj_scales" : "gate_up_proj_scales")) +
+                         static_cast<uint64_t>(s.row0 * quant_scale_row_bytes(DType::mxfp4, s.cols));
+        break;
     }
+    s.dtype = l.layout == ExpertLayout::gpt_oss_mxfp4 ? DType::mxfp4 : ck.entry(s.name).dtype;
+    s.layout = l.layout;
     s.fd = fd_of(s.name);
     return s;
+  };
+
+  // gpt-oss's biases of record rec into every kind's record, as f32: gate f = gate_up_proj_bias
+  // [e, 2f], up f = [e, 2f + 1] (interleaved as the weights), down = down_proj_bias[e]; s as
+  // the item loop sets it. Returns the bytes read.
+  auto write_biases = [&](const SourceBlock& s, int64_t rec, uint8_t* const* recs) -> uint64_t {
+    const ExpertLayer& l = layers[static_cast<size_t>(rec / E)];
+    const int64_t e = rec % E;
+    std::vector<uint8_t> in;
+    std::vector<float> gu(static_cast<size_t>(2 * ff)), dn(static_cast<size_t>(d));
+    auto load = [&](const std::string& name, int fd, uint64_t offset, int64_t n, float* dst) {
+      const DType dt = ck.entry(name).dtype;
+      in.resize(static_cast<size_t>(n) * dtype_size(dt));
+      pread_all(fd, in.data(), in.size(), offset + static_cast<uint64_t>(e * n) * dtype_size(dt),
+                str(ck.file_of(name).path().string(), ": tensor ", name));
+      dtype_row_to_f32(in.data(), dt, n, dst);
+      return static_cast<uint64_t>(in.size());
+    };
+    const uint64_t bytes = load(l.prefix + "gate_up_proj_bias", s.fd, s.offset, 2 * ff, gu.data()) +
+                           load(l.prefix + "down_proj_bias", s.scale_fd, s.scale_offset, d, dn.data());
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const PackKindInfo& info = *infos[k];
+      auto* g = reinterpret_cast<float*>(recs[k] + info.gate_bias.offset);
+      auto* u = reinterpret_cast<float*>(recs[k] + info.up_bias.offset);
+      for (int64_t f = 0; f < ff; ++f) {
+        g[f] = gu[static_cast<size_t>(2 * f)];
+        u[f] = gu[static_cast<size_t>(2 * f + 1)];
+      }
+      std::memcpy(recs[k] + info.down_bias.offset, dn.data(), static_cast<size_t>(d) * sizeof(float));
+    }
+    return bytes;
   };
 
   {
@@ -409,52 +563,72 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
       writer.wait_free(&b);
       b.r0 = r0;
       b.count = std::min(per_batch, m.n_records() - r0);
-      // Work items: (record, projection, row chunk).
+      // Work items: (record, projection, row chunk); a gpt-oss float matrix is one item (its
+      // rows are the stored matrix's columns), the biases one item a record (proj 3).
       struct Item {
         SourceBlock src;
         int64_t rec, row_begin, row_end;
         int proj;
       };
       std::vector<Item> items;
-      for (int64_t i = 0; i < b.count; ++i)
+      for (int64_t i = 0; i < b.count; ++i) {
         for (int p = 0; p < 3; ++p) {
           SourceBlock s = source_of(r0 + i, p);
-          const int64_t row_bytes = s.cols * static_cast<int64_t>(dtype_size(s.dtype));
-          const int64_t rows_per_item = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
+          const int64_t row_bytes = s.layout == ExpertLayout::gpt_oss_mxfp4
+                                        ? 2 * quant_row_bytes(DType::mxfp4, s.cols)
+                                        : s.cols * static_cast<int64_t>(dtype_size(s.dtype));
+          const int64_t rows_per_item = s.layout == ExpertLayout::gpt_oss
+                                            ? s.rows
+                                            : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
           for (int64_t r = 0; r < s.rows; r += rows_per_item) items.push_back({s, r0 + i, r, std::min(s.rows, r + rows_per_item), p});
         }
+        if (const ExpertLayer& l = layers[static_cast<size_t>((r0 + i) / E)]; l.biases) {
+          // The biases (gpt-oss): gate_up_proj_bias [E, 2 n_ff] at fd/offset, down_proj_bias
+          // [E, n_embd] at scale_fd/scale_offset (files opened here, on this thread).
+          SourceBlock s;
+          s.name = l.prefix + "gate_up_proj_bias";
+          s.fd = fd_of(s.name);
+          s.offset = file_offset(s.name);
+          s.scale_fd = fd_of(l.prefix + "down_proj_bias");
+          s.scale_offset = file_offset(l.prefix + "down_proj_bias");
+          items.push_back({s, r0 + i, 0, 0, 3});
+        }
+      }
       std::atomic<uint64_t> bytes_in{0};
       pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t i0, int64_t i1) {
-        std::vector<uint8_t> in;
-        std::vector<float> row;
+        ExpertRowReader reader;
         for (int64_t it = i0; it < i1; ++it) {
           const Item& item = items[static_cast<size_t>(it)];
+          uint8_t* recs[kExpertKindCount];
+          for (size_t k = 0; k < kinds.size(); ++k) recs[k] = b.out[k]->data() + (item.rec - r0) * infos[k]->record_stride;
+          if (item.proj == 3) {
+            bytes_in += write_biases(item.src, item.rec, recs);
+            continue;
+          }
           const SourceBlock& s = item.src;
-          const size_t esz = dtype_size(s.dtype);
-          const size_t row_bytes = static_cast<size_t>(s.cols) * esz;
-          in.resize(row_bytes * static_cast<size_t>(item.row_end - item.row_begin));
-          pread_all(s.fd, in.data(), in.size(), s.offset + static_cast<uint64_t>(item.row_begin) * row_bytes,
-                    str(ck.file_of(s.name).path().string(), ": tensor ", s.name));
-          bytes_in += in.size();
-          row.resize(static_cast<size_t>(s.cols));
+          bytes_in += reader.read(s, item.proj, item.row_begin, item.row_end, ck);
           for (int64_t r = item.row_begin; r < item.row_end; ++r) {
-            const uint8_t* src = in.data() + static_cast<size_t>(r - item.row_begin) * row_bytes;
-            dtype_row_to_f32(src, s.dtype, s.cols, row.data());
+            const ExpertRowReader::Row row = reader.row(s, item.proj, r);
             for (size_t k = 0; k < kinds.size(); ++k) {
               const PackKindInfo& info = *infos[k];
               const PackBlock& blk = item.proj == 0 ? info.gate : item.proj == 1 ? info.up : info.down;
-              uint8_t* rec = b.out[k]->data() + (item.rec - r0) * info.record_stride;
+              uint8_t* rec = recs[k];
               if (info.kind == DType::bf16) {
                 auto* o = reinterpret_cast<uint16_t*>(rec + blk.offset) + r * s.cols;
-                if (s.dtype == DType::bf16) std::memcpy(o, src, row_bytes);
-                else for (int64_t c = 0; c < s.cols; ++c) o[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+                if (row.bf16) std::memcpy(o, row.bf16, static_cast<size_t>(s.cols) * 2);
+                else for (int64_t c = 0; c < s.cols; ++c) o[c] = f32_to_bf16(row.f32[c]);
                 continue;
               }
               const DType qt = info.kind;
-              const bool ok = quantize_row(qt, row.data(), s.cols, rec + blk.offset + r * quant_row_bytes(qt, s.cols),
-                                           rec + blk.scale_offset + r * quant_scale_row_bytes(qt, s.cols));
-              if (!ok)
-                fail(Status::corrupt, ck.dir().string(), ": tensor ", s.name, " row ", s.row0 + r,
+              uint8_t* vals = rec + blk.offset + r * quant_row_bytes(qt, s.cols);
+              uint8_t* scales = rec + blk.scale_offset + r * quant_scale_row_bytes(qt, s.cols);
+              if (qt == DType::mxfp4 && row.mxfp4) {  // as the checkpoint ships it, bit for bit
+                std::memcpy(vals, row.mxfp4, static_cast<size_t>(quant_row_bytes(qt, s.cols)));
+                std::memcpy(scales, row.mxfp4_scales, static_cast<size_t>(quant_scale_row_bytes(qt, s.cols)));
+                continue;
+              }
+              if (!quantize_row(qt, row.f32, s.cols, vals, scales))
+                fail(Status::corrupt, ck.dir().string(), ": tensor ", s.name, " row ", reader.source_row(s, item.proj, r),
                      " holds a NaN or an infinity, or values beyond the f16 scale range (cannot quantize to ",
                      expert_kind_name(info.kind), ")");
             }

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "core/bits.h"
 #include "core/error.h"
@@ -35,9 +37,12 @@ bool parse_expert_name(const std::string& name, std::string& prefix, ExpertTenso
     if (pos > 0 && name[pos - 1] != '.') continue;  // "experts." must start a name component
     const size_t rest_at = pos + marker.size();
     const std::string rest = name.substr(rest_at);
-    if (rest == "gate_up_proj" || rest == "down_proj") {
+    static const std::set<std::string> whole = {"gate_up_proj",        "down_proj",          "gate_up_proj_bias",
+                                                "down_proj_bias",      "gate_up_proj_blocks", "gate_up_proj_scales",
+                                                "down_proj_blocks",    "down_proj_scales"};
+    if (whole.count(rest)) {  // one tensor over all experts
       prefix = name.substr(0, rest_at);
-      t = {name, -1, rest == "down_proj" ? ExpertProj::down : ExpertProj::gate};  // gate: the fused gate+up
+      t = {name, -1, rest.rfind("down_proj", 0) == 0 ? ExpertProj::down : ExpertProj::gate};  // gate: gate + up
       proj_name = rest;
       return true;
     }
@@ -125,10 +130,73 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
       SLUICE_CHECK(dtype_is_float(dt), Status::unsupported, where_dir, ": expert tensor ", name, " has dtype ", dtype_name(dt),
                    "; experts must be f32, bf16 or f16");
     };
-    if (n_fused) {
-      l.fused = true;
+    // A tensor of the layout: present, this shape, this dtype (nullopt: any float dtype).
+    auto expect_tensor = [&](const std::string& name, std::optional<DType> dtype, const std::vector<int64_t>& shape) {
+      SLUICE_CHECK(has(name), Status::corrupt, where, ": has no ", name);
+      SLUICE_CHECK(entry(name).shape == shape, Status::corrupt, where_dir, ": tensor ", name, " has shape ",
+                   shape_text(entry(name).shape), ", expected ", shape_text(shape));
+      if (dtype)
+        SLUICE_CHECK(entry(name).dtype == *dtype, Status::corrupt, where_dir, ": tensor ", name, " has dtype ",
+                     dtype_name(entry(name).dtype), ", expected ", dtype_name(*dtype));
+      else
+        check_float(name);
+    };
+    // gpt-oss: the sizes from the biases (gate_up_proj_bias [E, 2 n_ff], down_proj_bias [E,
+    // n_embd]: unambiguous where n_embd == 2 n_ff), and exactly the layout's tensors.
+    auto gpt_oss_sizes = [&](ExpertLayer& layer, const std::string& w) {
+      const std::string gb = prefix + "gate_up_proj_bias", db = prefix + "down_proj_bias";
+      SLUICE_CHECK(has(gb) && has(db), Status::corrupt, w, ": gpt-oss experts need both ", gb, " and ", db);
+      const auto &s_gb = entry(gb).shape, &s_db = entry(db).shape;
+      SLUICE_CHECK(s_gb.size() == 2 && s_gb[0] > 0 && s_gb[1] > 0 && s_gb[1] % 2 == 0, Status::corrupt, where_dir,
+                   ": tensor ", gb, " has shape ", shape_text(s_gb), ", expected [n_expert, 2 * n_ff]");
+      layer.n_expert = s_gb[0];
+      layer.n_ff = s_gb[1] / 2;
+      SLUICE_CHECK(s_db.size() == 2 && s_db[0] == layer.n_expert && s_db[1] > 0, Status::corrupt, where_dir, ": tensor ",
+                   db, " has shape ", shape_text(s_db), ", expected [", layer.n_expert, ", n_embd]");
+      layer.n_embd = s_db[1];
+      check_float(gb);
+      check_float(db);
+      const bool mx = layer.layout == ExpertLayout::gpt_oss_mxfp4;
+      std::set<std::string> want = {gb, db};
+      for (const char* n : {"gate_up_proj", "down_proj"}) {
+        if (mx) {
+          want.insert(prefix + n + "_blocks");
+          want.insert(prefix + n + "_scales");
+        } else {
+          want.insert(prefix + n);
+        }
+      }
+      for (const ExpertTensor& t : layer.tensors)
+        SLUICE_CHECK(want.count(t.name), Status::corrupt, w, ": tensor ", t.name, " does not belong to gpt-oss's ",
+                     mx ? "MXFP4" : "float", " expert layout");
+    };
+    if (n_fused && has(prefix + "gate_up_proj_blocks")) {  // gpt-oss, MXFP4 as it ships
+      l.layout = ExpertLayout::gpt_oss_mxfp4;
+      l.source = "gpt_oss_mxfp4";
+      l.biases = true;
+      gpt_oss_sizes(l, where);
+      const int64_t E = l.n_expert, d = l.n_embd, ff = l.n_ff;
+      SLUICE_CHECK(d % 32 == 0 && ff % 32 == 0, Status::corrupt, where, ": MXFP4 experts need n_embd (", d,
+                   ") and n_ff (", ff, ") to be multiples of 32");
+      expect_tensor(prefix + "gate_up_proj_blocks", DType::u8, {E, 2 * ff, d / 32, 16});
+      expect_tensor(prefix + "gate_up_proj_scales", DType::u8, {E, 2 * ff, d / 32});
+      expect_tensor(prefix + "down_proj_blocks", DType::u8, {E, d, ff / 32, 16});
+      expect_tensor(prefix + "down_proj_scales", DType::u8, {E, d, ff / 32});
+    } else if (n_fused && has(prefix + "gate_up_proj_bias")) {  // gpt-oss, float
+      l.layout = ExpertLayout::gpt_oss;
+      l.source = "gpt_oss";
+      l.biases = true;
+      gpt_oss_sizes(l, where);
+      const int64_t E = l.n_expert, d = l.n_embd, ff = l.n_ff;
+      expect_tensor(prefix + "gate_up_proj", std::nullopt, {E, d, 2 * ff});
+      expect_tensor(prefix + "down_proj", std::nullopt, {E, ff, d});
+    } else if (n_fused) {
+      l.layout = ExpertLayout::fused;
       l.source = "fused";
       const std::string gu = prefix + "gate_up_proj", dn = prefix + "down_proj";
+      for (const ExpertTensor& t : l.tensors)
+        SLUICE_CHECK(t.name == gu || t.name == dn, Status::corrupt, where, ": tensor ", t.name,
+                     " without the rest of gpt-oss's expert layout (", prefix, "gate_up_proj_bias)");
       SLUICE_CHECK(has(gu), Status::corrupt, where, ": has ", dn, " but no ", gu);
       SLUICE_CHECK(has(dn), Status::corrupt, where, ": has ", gu, " but no ", dn);
       const auto &s_gu = entry(gu).shape, &s_dn = entry(dn).shape;
@@ -177,6 +245,8 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
     SLUICE_CHECK(layers[i].layer != layers[i - 1].layer, Status::corrupt, where_dir, ": layer ", layers[i].layer,
                  " has experts under two prefixes: ", layers[i - 1].prefix, " and ", layers[i].prefix);
     const ExpertLayer &a = layers[0], &b = layers[i];
+    SLUICE_CHECK(a.biases == b.biases, Status::unsupported, where_dir, ": experts of ", a.prefix,
+                 a.biases ? " have" : " have no", " biases, those of ", b.prefix, b.biases ? " do" : " do not");
     SLUICE_CHECK(a.n_expert == b.n_expert && a.n_embd == b.n_embd && a.n_ff == b.n_ff, Status::unsupported, where_dir,
                  ": experts differ in size between layers (", a.prefix, ": ", a.n_expert, " x [", a.n_ff, ", ", a.n_embd,
                  "], ", b.prefix, ": ", b.n_expert, " x [", b.n_ff, ", ", b.n_embd, "]); a pack holds one expert size");
@@ -203,7 +273,7 @@ void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& 
   m.kinds.clear();
   if (layers.empty()) return;
   for (DType k : kinds) {
-    PackKindInfo info = pack_kind_layout(k, m.n_embd, m.n_ff);
+    PackKindInfo info = pack_kind_layout(k, m.n_embd, m.n_ff, layers.front().biases);
     info.checksums.assign(static_cast<size_t>(m.n_records()), 0);
     m.kinds[k] = std::move(info);
   }
@@ -331,10 +401,9 @@ std::unique_ptr<OutFile> open_expert_file(const fs::path& dir, const PackKindInf
 }
 
 void pack_record_zero_gaps(const PackKindInfo& info, uint8_t* rec) {
-  std::pair<uint64_t, uint64_t> used[] = {{info.gate.offset, info.gate.bytes}, {info.gate.scale_offset, info.gate.scale_bytes},
-                                          {info.up.offset, info.up.bytes},     {info.up.scale_offset, info.up.scale_bytes},
-                                          {info.down.offset, info.down.bytes}, {info.down.scale_offset, info.down.scale_bytes}};
-  std::sort(std::begin(used), std::end(used));
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  for (const PackRange& r : pack_kind_ranges(info)) used.push_back({r.offset, r.bytes});
+  std::sort(used.begin(), used.end());
   uint64_t at = 0;
   for (auto [off, n] : used) {
     if (!n) continue;

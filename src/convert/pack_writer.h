@@ -45,21 +45,35 @@ struct ExpertTensor {
   ExpertProj proj = ExpertProj::gate;
 };
 
+// How a layer's experts are stored in a checkpoint.
+enum class ExpertLayout {
+  per_expert,     // <prefix><e>.gate_proj.weight [n_ff, n_embd] ... (or w1 / w3 / w2)
+  fused,          // <prefix>gate_up_proj [E, 2 n_ff, n_embd] (gate rows, then up rows), down_proj [E, n_embd, n_ff]
+  gpt_oss,        // <prefix>gate_up_proj [E, n_embd, 2 n_ff] (gate and up columns interleaved: gate f is
+                  // column 2f), down_proj [E, n_ff, n_embd] (inputs first), gate_up_proj_bias [E, 2 n_ff]
+                  // (interleaved), down_proj_bias [E, n_embd]
+  gpt_oss_mxfp4,  // the same as MXFP4 (core/quant.h's mxfp4 rows): gate_up_proj_blocks [E, 2 n_ff,
+                  // n_embd / 32, 16] + _scales [E, 2 n_ff, n_embd / 32] (row 2f gate f, 2f + 1 up f),
+                  // down_proj_blocks [E, n_embd, n_ff / 32, 16] + _scales; the biases as gpt_oss
+};
+
 // One MoE layer's experts as the tensors store them.
 struct ExpertLayer {
   std::string prefix;  // "model.layers.3.mlp.experts."
   int64_t layer = -1;  // model layer number
-  bool fused = false;
-  std::string source;  // "gate_proj,up_proj,down_proj", "w1,w3,w2" or "fused"
+  ExpertLayout layout = ExpertLayout::per_expert;
+  bool biases = false;  // gate, up and down biases (the gpt-oss layouts)
+  std::string source;   // "gate_proj,up_proj,down_proj", "w1,w3,w2", "fused", "gpt_oss" or "gpt_oss_mxfp4"
   std::vector<ExpertTensor> tensors;
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   // Per expert, the tensor of each projection (per-expert layout).
   std::vector<std::array<std::string, 3>> names;
 };
 
-// The routed-expert layers among `tensors` (<prefix><e>.gate_proj.weight, ...w1.weight, or
-// the fused <prefix>gate_up_proj / down_proj), ascending by model layer, validated (complete,
-// float, one expert size); their tensor names are added to `expert_names`. `where` (the
+// The routed-expert layers among `tensors` (<prefix><e>.gate_proj.weight, ...w1.weight, the
+// fused <prefix>gate_up_proj / down_proj, or gpt-oss's layouts: ExpertLayout), ascending by
+// model layer, validated (complete, float or MXFP4 as the layout says, one expert size);
+// their tensor names are added to `expert_names`. `where` (the
 // checkpoint directory) starts every error message.
 // With allow_none, a model without routed experts gives an empty list (a pack of dense
 // weights only, format version 2); without, that is an error.

@@ -16,10 +16,20 @@ void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tens
 }
 
 void expert_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w, const Tensor& h, const Tensor& out) {
+  if (math.activation == ExpertActivation::swiglu && !w.has_biases()) return swiglu_mlp(be, w, h, out);
+  const int64_t n = h.rows(), ff = w.gate.shape[0];
+  Tensor g = be.alloc(DType::f32, {n, ff});  // [n, n_ff]
+  Tensor u = be.alloc(DType::f32, {n, ff});  // [n, n_ff]
+  be.matmul(h, w.gate, g);
+  be.matmul(h, w.up, u);
+  if (!w.gate_bias.empty()) be.add_bias(g, w.gate_bias);
+  if (!w.up_bias.empty()) be.add_bias(u, w.up_bias);
   switch (math.activation) {
-    case ExpertActivation::swiglu: return swiglu_mlp(be, w, h, out);
+    case ExpertActivation::swiglu: be.swiglu(g, u, g); break;
+    case ExpertActivation::swiglu_clamped: be.swiglu_clamped(g, u, g, math.alpha, math.limit); break;
   }
-  fail(Status::internal, "expert_forward: unknown expert activation");
+  be.matmul(g, w.down, out);
+  if (!w.down_bias.empty()) be.add_bias(out, w.down_bias);
 }
 
 void expert_pairs_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w, const Tensor& h,

@@ -1,8 +1,8 @@
-// The math of one routed expert, described by data so that the streamers (experts/streamer.h,
-// experts/cuda/) compute what the family asks for without including model code. Today every
-// family's experts are SwiGLU (down(silu(gate(x)) * up(x))); families whose experts differ
-// (gpt-oss's clamped SwiGLU with biases, Llama 4's input scaling) add their fields here and
-// their case to expert_forward, and every streamer follows.
+// The math of one routed expert, described by data (ExpertMath, core/expert_weights.h) so
+// that the streamers (experts/streamer.h, experts/cuda/) compute what the family asks for
+// without including model code: SwiGLU (most families) or gpt-oss's clamped SwiGLU, each with
+// the biases the weights carry. A family whose experts differ again (Llama 4's input scaling)
+// adds its fields to ExpertMath and its case to expert_forward, and every streamer follows.
 #pragma once
 
 #include <cstdint>
@@ -14,15 +14,6 @@
 #include "experts/routing.h"
 
 namespace sluice {
-
-enum class ExpertActivation : uint8_t {
-  swiglu,  // down(silu(gate(x)) * up(x))
-};
-
-struct ExpertMath {
-  ExpertActivation activation = ExpertActivation::swiglu;
-  bool operator==(const ExpertMath&) const = default;
-};
 
 // out[n, n_embd] = silu(h W_gate^T) * (h W_up^T) W_down^T (also the dense SwiGLU MLP).
 void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tensor& out);

@@ -24,6 +24,7 @@ struct MoeLayerCall {
   const RouterSpec* router = nullptr;   // the model's router (top-k, normalization)
   Tensor next_router;                   // [n_expert, n_embd] router of the next MoE layer, or
                                         // empty at the last one (lookahead predicts with it)
+  Tensor next_router_bias;              // [n_expert] its bias (gpt-oss), or empty
   Tensor router_logits;                 // [rows, n_expert] f32 on the backend
   ExpertMath math;                      // what one expert computes (the family's)
   StreamPhase phase = StreamPhase::decode;  // prefill: rows of one sequence's prompt chunk;

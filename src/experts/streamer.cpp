@@ -348,6 +348,7 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   const int64_t m = row1 - row0, E = st_.n_expert;
   Tensor logits_dev = be.alloc(DType::f32, {m, E});
   be.matmul(c.h.slice_rows(row0, m), c.next_router, logits_dev);
+  if (!c.next_router_bias.empty()) be.add_bias(logits_dev, c.next_router_bias);
   std::vector<float> logits(static_cast<size_t>(m * E));
   be.to_host(logits_dev, logits.data());
   const Routing pred = route_topk(*c.router, logits, m);

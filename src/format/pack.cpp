@@ -84,7 +84,7 @@ std::pair<uint64_t, uint64_t> pack_block_bytes(DType kind, int64_t rows, int64_t
           static_cast<uint64_t>(rows * quant_scale_row_bytes(kind, cols))};
 }
 
-PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff) {
+PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff, bool biases) {
   PackKindInfo info;
   info.kind = kind;
   info.file = str("experts.", expert_kind_name(kind), ".bin");
@@ -105,8 +105,30 @@ PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff) {
   place(info.down, n_embd, n_ff);
   const PackBlock& last = info.down;
   info.record_bytes = last.scale_bytes ? last.scale_offset + last.scale_bytes : last.offset + last.bytes;
+  if (biases) {
+    at = round_up(info.record_bytes, kPackBlockAlign);
+    for (auto [b, n] : {std::pair{&info.gate_bias, n_ff}, {&info.up_bias, n_ff}, {&info.down_bias, n_embd}}) {
+      b->n = n;
+      b->offset = at;
+      b->bytes = static_cast<uint64_t>(n) * sizeof(float);
+      info.record_bytes = at + b->bytes;
+      at = round_up(info.record_bytes, kPackBlockAlign);
+    }
+  }
   info.record_stride = round_up(std::max<uint64_t>(info.record_bytes, 1), kPackRecordAlign);
   return info;
+}
+
+std::vector<PackRange> pack_kind_ranges(const PackKindInfo& info) {
+  return {{info.gate.offset, info.gate.bytes, "gate"},
+          {info.gate.scale_offset, info.gate.scale_bytes, "gate scales"},
+          {info.up.offset, info.up.bytes, "up"},
+          {info.up.scale_offset, info.up.scale_bytes, "up scales"},
+          {info.down.offset, info.down.bytes, "down"},
+          {info.down.scale_offset, info.down.scale_bytes, "down scales"},
+          {info.gate_bias.offset, info.gate_bias.bytes, "gate bias"},
+          {info.up_bias.offset, info.up_bias.bytes, "up bias"},
+          {info.down_bias.offset, info.down_bias.bytes, "down bias"}};
 }
 
 // ---- manifest writing ----
@@ -157,6 +179,12 @@ std::string pack_manifest_to_json(const PackManifest& m) {
     j["gate"] = block(k.gate);
     j["up"] = block(k.up);
     j["down"] = block(k.down);
+    if (k.has_biases()) {  // version 4
+      auto bias = [](const PackBias& b) { return ojson{{"n", b.n}, {"offset", b.offset}, {"bytes", b.bytes}}; };
+      j["gate_bias"] = bias(k.gate_bias);
+      j["up_bias"] = bias(k.up_bias);
+      j["down_bias"] = bias(k.down_bias);
+    }
     j["checksums"] = ojson::array();
     for (uint64_t c : k.checksums) j["checksums"].push_back(hex16(c));
     kinds[std::string(expert_kind_name(kind))] = std::move(j);
@@ -377,7 +405,12 @@ ExpertWeights expert_view(const PackKindInfo& kind, const void* record, std::sha
     if (b.scale_bytes) t.scales = base + b.scale_offset;
     return t;
   };
-  return {view(kind.gate), view(kind.up), view(kind.down)};
+  auto bias = [&](const PackBias& b) {
+    if (!b.bytes) return Tensor{};
+    return Tensor(DType::f32, {b.n}, base + b.offset, std::shared_ptr<void>(owner, base + b.offset));
+  };
+  return {view(kind.gate), view(kind.up), view(kind.down), bias(kind.gate_bias), bias(kind.up_bias),
+          bias(kind.down_bias)};
 }
 
 }  // namespace sluice

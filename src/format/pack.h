@@ -14,7 +14,9 @@
 // Version 2 adds the n-gram tables and packs without routed experts (a dense model such as
 // qwen3_5); a pack that uses neither is written as version 1, so older readers keep reading
 // the decoder families' packs. Version 3 adds quantized dense matrices (`convert --dense
-// int8|q4`); a writer puts 3 only in a pack that holds one. This reader takes all three.
+// int8|q4`); a writer puts 3 only in a pack that holds one. Version 4 adds expert biases
+// (gpt-oss: f32 vectors in each record after its blocks); a writer puts 4 only in a pack
+// whose experts have them. This reader takes all four.
 //
 // dense.bin and each experts.<kind>.bin open with a 4096-byte header page (magic
 // "SLUICEPK", format version, the file's role and kind, payload bytes); dense tensor offsets
@@ -43,7 +45,7 @@
 
 namespace sluice {
 
-constexpr int kPackFormatVersion = 3;     // the newest version this sluice reads and writes
+constexpr int kPackFormatVersion = 4;     // the newest version this sluice reads and writes
 constexpr int kPackMinFormatVersion = 1;  // the oldest it reads
 constexpr int kPackDataVersion = 1;       // the version field of every data file's header page
 constexpr uint64_t kPackRecordAlign = 4096;  // O_DIRECT alignment of records and strides
@@ -93,19 +95,37 @@ struct PackBlock {
   uint64_t scale_offset = 0, scale_bytes = 0;  // scales (quantized kinds; 0 bytes for bf16)
 };
 
+// One expert bias inside a record (version 4): n f32 values.
+struct PackBias {
+  int64_t n = 0;                   // values: n_ff (gate, up) or n_embd (down)
+  uint64_t offset = 0, bytes = 0;  // from the record start; bytes = 4 n, 0 when the experts have none
+};
+
 struct PackKindInfo {
   DType kind = DType::bf16;
   std::string file;               // "experts.q4.bin", relative to the pack directory
   uint64_t record_bytes = 0;      // bytes actually used by a record
   uint64_t record_stride = 0;     // multiple of kPackRecordAlign, >= record_bytes
   PackBlock gate, up, down;       // gate/up [n_ff, n_embd], down [n_embd, n_ff]
+  PackBias gate_bias, up_bias, down_bias;  // version 4 (gpt-oss); all three or none
   std::vector<uint64_t> checksums;  // XXH3-64 of each record's record_bytes, by record id
+
+  bool has_biases() const { return gate_bias.bytes != 0; }
 };
 
 // The record layout of a kind for experts of this size: blocks in the order gate, gate
-// scales, up, up scales, down, down scales, each 64-byte aligned; record_bytes is where the
-// last one ends and record_stride that rounded up to 4096. Checksums are left empty.
-PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff);
+// scales, up, up scales, down, down scales, then (with biases) the gate, up and down biases
+// as f32, each 64-byte aligned; record_bytes is where the last one ends and record_stride
+// that rounded up to 4096. Checksums are left empty.
+PackKindInfo pack_kind_layout(DType kind, int64_t n_embd, int64_t n_ff, bool biases = false);
+
+// The byte ranges a record of this kind uses (values, scales, biases; empty ones included),
+// named, in layout order.
+struct PackRange {
+  uint64_t offset = 0, bytes = 0;
+  const char* name = "";
+};
+std::vector<PackRange> pack_kind_ranges(const PackKindInfo& info);
 // Packed-value and scale bytes of a [rows, cols] block of an expert kind.
 std::pair<uint64_t, uint64_t> pack_block_bytes(DType kind, int64_t rows, int64_t cols);
 
@@ -188,9 +208,11 @@ struct PackManifest {
   std::map<DType, PackKindInfo> kinds;  // empty for a pack without routed experts (version 2)
   std::optional<PackPleInfo> ple;            // version 2
 
-  // The version the writer puts in manifest.json: 3 when a dense tensor is quantized, 2 when
-  // the pack uses what version 2 added, else 1.
+  // The version the writer puts in manifest.json: 4 when the experts have biases, 3 when a
+  // dense tensor is quantized, 2 when the pack uses what version 2 added, else 1.
   int needed_version() const {
+    for (const auto& [kind, info] : kinds)
+      if (info.has_biases()) return 4;
     for (const PackDenseTensor& t : dense)
       if (dtype_is_quantized(t.dtype)) return 3;
     return ple || moe_layers.empty() ? 2 : 1;

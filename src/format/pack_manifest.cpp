@@ -145,6 +145,21 @@ PackBlock parse_block(const json& v, const Fields& f, const std::string& path, D
   return b;
 }
 
+// An expert bias (version 4): n f32 values inside the record.
+PackBias parse_bias(const json& v, const Fields& f, const std::string& path, int64_t n, uint64_t record_bytes) {
+  f.object(v, path);
+  PackBias b;
+  b.n = f.count(f.member(v, path, "n"), path + ".n", 0, kPackMaxDim);
+  if (b.n != n) f.bad(path + ".n", str(b.n, " but the experts need ", n, " values"));
+  b.offset = f.u64(f.member(v, path, "offset"), path + ".offset", kPackMaxRecordBytes);
+  b.bytes = f.u64(f.member(v, path, "bytes"), path + ".bytes", kPackMaxRecordBytes);
+  if (b.bytes != static_cast<uint64_t>(n) * sizeof(float)) f.bad(path + ".bytes", str(b.bytes, " but ", n, " f32 values are ", n * 4));
+  if (b.offset % kPackBlockAlign) f.bad(path + ".offset", str(b.offset, " is not a multiple of ", kPackBlockAlign));
+  if (b.offset + b.bytes > record_bytes)
+    f.bad(path, str("values [", b.offset, ", ", b.offset + b.bytes, ") run past the end of the ", record_bytes, "-byte record"));
+  return b;
+}
+
 PackKindInfo parse_kind(const std::string& name, const json& v, const Fields& f, const PackManifest& m) {
   const std::string path = "kinds." + name;
   f.object(v, path);
@@ -173,10 +188,16 @@ PackKindInfo parse_kind(const std::string& name, const json& v, const Fields& f,
   info.gate = parse_block(f.member(v, path, "gate"), f, path + ".gate", *kind, m.n_ff, m.n_embd, info.record_bytes);
   info.up = parse_block(f.member(v, path, "up"), f, path + ".up", *kind, m.n_ff, m.n_embd, info.record_bytes);
   info.down = parse_block(f.member(v, path, "down"), f, path + ".down", *kind, m.n_embd, m.n_ff, info.record_bytes);
-  check_disjoint({{info.gate.offset, info.gate.bytes, "gate"}, {info.gate.scale_offset, info.gate.scale_bytes, "gate scales"},
-                  {info.up.offset, info.up.bytes, "up"}, {info.up.scale_offset, info.up.scale_bytes, "up scales"},
-                  {info.down.offset, info.down.bytes, "down"}, {info.down.scale_offset, info.down.scale_bytes, "down scales"}},
-                 f, path);
+  const bool biases = v.contains("gate_bias") || v.contains("up_bias") || v.contains("down_bias");
+  if (biases) {  // version 4: all three
+    if (m.version < 4) f.bad(path, str("has expert biases, which need pack format version 4 (the manifest says ", m.version, ")"));
+    info.gate_bias = parse_bias(f.member(v, path, "gate_bias"), f, path + ".gate_bias", m.n_ff, info.record_bytes);
+    info.up_bias = parse_bias(f.member(v, path, "up_bias"), f, path + ".up_bias", m.n_ff, info.record_bytes);
+    info.down_bias = parse_bias(f.member(v, path, "down_bias"), f, path + ".down_bias", m.n_embd, info.record_bytes);
+  }
+  std::vector<Range> ranges;
+  for (const PackRange& r : pack_kind_ranges(info)) ranges.push_back({r.offset, r.bytes, r.name});
+  check_disjoint(ranges, f, path);
   const json& sums = f.array(f.member(v, path, "checksums"), path + ".checksums");
   if (static_cast<int64_t>(sums.size()) != m.n_records())
     f.bad(path + ".checksums", str("has ", sums.size(), " entries for ", m.n_records(), " records (", m.moe_layers.size(),

@@ -76,6 +76,7 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   params.n_past_at = positions;
   params.scale = spec.scale;
   params.sliding_window = spec.sliding_window;
+  params.sinks = w.sinks;
   be.attention(q3, kv.k, kv.v, att, params);
 }
 
@@ -133,7 +134,7 @@ void attention_block_segments(Backend& be, const AttentionSpec& spec, const Rope
     const Backend::RowCaches caches{kc, vc, n_past, positions};
     be.attention_inputs_rows(q3, k3, v3, p.norms_inside ? w.q_norm : Tensor{}, p.norms_inside ? w.k_norm : Tensor{},
                              spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, caches);
-    be.attention_rows(q3, att, caches, spec.scale, spec.sliding_window);
+    be.attention_rows(q3, att, caches, spec.scale, spec.sliding_window, w.sinks);
   } else {
     for (const AttentionSegment& s : segments)
       attend(be, spec, rope, w, p.norms_inside, q3.slice_rows(s.row0, s.n), k3.slice_rows(s.row0, s.n),

@@ -34,6 +34,7 @@ struct AttentionWeights {
   Tensor q, k, v, o;                  // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
   Tensor q_bias, k_bias, v_bias, o_bias;  // optional
   Tensor q_norm, k_norm;              // [hd] (per_head) or [n_head*hd] / [n_kv*hd] (whole)
+  Tensor sinks;                       // [n_head] attention sinks (gpt-oss; AttentionParams), optional
   Tensor qkv;  // [(n_head + 2 n_kv) hd, n_embd] when fused (fuse_qkv): q, k, v are its row slices
 };
 

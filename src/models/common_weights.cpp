@@ -48,7 +48,10 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
       // The views keep the mapping alive; the CPU backend uses them as they are, a device
       // backend would copy.
       ExpertWeights w = expert_view(info, rec.data(), pack->mapping_owner(kind));
-      experts[e] = {wl.backend().upload(w.gate), wl.backend().upload(w.up), wl.backend().upload(w.down)};
+      Backend& be = wl.backend();
+      auto up = [&](const Tensor& t) { return t.empty() ? Tensor{} : be.upload(t); };
+      experts[e] = {be.upload(w.gate), be.upload(w.up),    be.upload(w.down),
+                    up(w.gate_bias),   up(w.up_bias),      up(w.down_bias)};
     }
     return experts;
   }

@@ -105,7 +105,12 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
   for (DecoderLayerWeights& lw : w_.layers) fuse_qkv(be_, lw.attn);
-  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert);
+  for (const DecoderLayerSpec& layer : spec_.layers) {
+    AttentionSpec a = spec_.attn;
+    if (layer.sliding_window >= 0) a.sliding_window = layer.sliding_window;
+    layer_attn_.push_back(a);
+  }
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert, spec_.expert_math);
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
@@ -280,7 +285,7 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
                                   const Tensor& positions) {
   auto& state = static_cast<DecoderState&>(state_base);
   run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
-    attention_block(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
+    attention_block(be_, layer_attn_[l], spec_.rope, w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
                     positions, &then);
   });
 }
@@ -298,8 +303,9 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,
-                      {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router,
-                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
+                      {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router, lw.router_bias,
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{},
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_bias : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_},
                       expert_provider_.get(), routing_observer_, h, y);
     } else {
@@ -433,7 +439,7 @@ void DecoderModel::batch_layers(std::span<SequenceState* const> states, const Te
       auto& st = static_cast<DecoderState&>(*states[b]);
       segments[b] = AttentionSegment{static_cast<int64_t>(b), 1, &st.kv[l], st.n_past};
     }
-    attention_block_segments(be_, spec_.attn, spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, positions,
+    attention_block_segments(be_, layer_attn_[l], spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, positions,
                              &then);
   });
 }

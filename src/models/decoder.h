@@ -16,6 +16,7 @@ namespace sluice {
 struct DecoderLayerSpec {
   bool moe = false;    // routed experts; otherwise a dense SwiGLU MLP
   int64_t n_ff = 0;    // expert width (moe) or MLP width (dense)
+  int64_t sliding_window = -1;  // this layer's attention window (0: full causal); -1: attn's
 };
 
 struct DecoderSpec {
@@ -33,6 +34,7 @@ struct DecoderLayerWeights {
   AttentionWeights attn;
   Tensor ffn_norm;                     // [n_embd]
   Tensor router;                       // [n_expert, n_embd] (moe layers)
+  Tensor router_bias;                  // [n_expert] (gpt-oss), or empty
   std::vector<ExpertWeights> experts;  // [n_expert] (moe layers)
   ExpertWeights mlp;                   // dense layers
 };
@@ -107,6 +109,7 @@ class DecoderModel : public Model {
   Backend& be_;
   DecoderSpec spec_;
   DecoderWeights w_;
+  std::vector<AttentionSpec> layer_attn_;  // [n_layer] spec_.attn with each layer's window
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
   std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts

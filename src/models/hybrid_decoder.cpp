@@ -22,7 +22,7 @@ HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weight
   std::vector<bool> is_moe;
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
-  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert);
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert, spec_.expert_math);
 }
 
 std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
@@ -65,8 +65,8 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
   }
   const int64_t next = next_moe_[l];
   moe_routed_half(be_,
-                  {static_cast<int64_t>(l), moe_index_[l], n_past, &spec_.router, lw.router,
-                   next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, &lw.experts,
+                  {static_cast<int64_t>(l), moe_index_[l], n_past, &spec_.router, lw.router, Tensor{},
+                   next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, Tensor{}, &lw.experts,
                    expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_},
                   expert_provider_.get(), routing_observer_, h, y);
   if (spec_.n_ff_shared > 0) {

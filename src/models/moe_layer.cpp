@@ -9,11 +9,14 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   const int64_t n = h.rows(), E = spec.n_expert;
   Tensor logits = be.alloc(DType::f32, {n, E});  // [n, n_expert]
   be.matmul(h, refs.router_w, logits);
+  if (!refs.router_bias.empty()) be.add_bias(logits, refs.router_bias);
 
   const StreamPhase phase = refs.phase;
   const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
   if (device_routes && !observer) {
-    if (provider) provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, logits, refs.math, phase});
+    if (provider)
+      provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, refs.next_router_bias, logits,
+                         refs.math, phase});
     else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
     return;
   }
@@ -27,6 +30,7 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
     if (predict) {
       Tensor next_logits = be.alloc(DType::f32, {n, E});  // [n, n_expert] of the next MoE layer
       be.matmul(h, refs.next_router, next_logits);
+      if (!refs.next_router_bias.empty()) be.add_bias(next_logits, refs.next_router_bias);
       std::vector<float> host_next(n * E);
       be.to_host(next_logits, host_next.data());
       predicted = route_topk(spec, host_next, n);
@@ -35,7 +39,7 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   }
   if (provider) {
     provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
-                       refs.next_router, logits, refs.math, phase});
+                       refs.next_router, refs.next_router_bias, logits, refs.math, phase});
     return;
   }
   SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",

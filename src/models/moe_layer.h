@@ -27,7 +27,9 @@ struct MoeLayerRefs {
   int64_t first_position = 0;                        // sequence position of row 0
   const RouterSpec* router = nullptr;
   Tensor router_w;                                   // [n_expert, n_embd]
+  Tensor router_bias;                                // [n_expert] added to the logits (gpt-oss), or empty
   Tensor next_router;                                // the next MoE layer's router, or empty
+  Tensor next_router_bias;                           // its bias, or empty
   const std::vector<ExpertWeights>* experts = nullptr;  // resident experts ([n_expert]) or empty
   const ExpertTable* table = nullptr;                // the backend's table over them, or null
   ExpertMath math;                                   // what one expert computes
@@ -41,14 +43,14 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
                      const Tensor& h, const Tensor& y);
 
 // The backend's tables over every layer's resident experts ([n_layer], null where a layer has
-// none, or the backend routes on the host).
+// none, or the backend routes on the host, also because its kernels do not compute `math`).
 template <typename LayerWeights>
 std::vector<std::unique_ptr<ExpertTable>> make_expert_tables(Backend& be, const std::vector<LayerWeights>& layers,
-                                                             int64_t n_expert) {
+                                                             int64_t n_expert, const ExpertMath& math) {
   std::vector<std::unique_ptr<ExpertTable>> tables(layers.size());
   for (size_t l = 0; l < layers.size(); ++l)
     if (n_expert > 0 && static_cast<int64_t>(layers[l].experts.size()) == n_expert)
-      tables[l] = be.make_expert_table(layers[l].experts);
+      tables[l] = be.make_expert_table(layers[l].experts, math);
   return tables;
 }
 

@@ -48,6 +48,18 @@ Tensor WeightLoader::take_host(const std::string& name, std::initializer_list<in
   return check_host(full, source_.get(full), shape);
 }
 
+Tensor WeightLoader::take_host_raw(const std::string& name, DType dtype, std::initializer_list<int64_t> shape) {
+  const std::string full = prefix_ + name;
+  require(full, shape, WeightHint::none);
+  Tensor t = source_.get(full);
+  Tensor want(DType::f32, shape, nullptr);
+  bool same = t.ndim == want.ndim;
+  for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == want.shape[i];
+  SLUICE_CHECK(same && t.dtype == dtype, Status::corrupt, family_, ": tensor ", full, " is ", dtype_name(t.dtype), " ",
+               t.shape_str(), ", expected ", dtype_name(dtype), " ", want.shape_str(), " from config.json");
+  return t;
+}
+
 Tensor WeightLoader::take(const std::string& name, std::initializer_list<int64_t> shape) {
   const std::string full = prefix_ + name;
   require(full, shape, WeightHint::none);

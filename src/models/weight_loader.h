@@ -31,6 +31,9 @@ class WeightLoader {
   // family transforms at load (upload the result with backend().upload). `hint`: see
   // WeightHint (only a source that makes weights up reads it).
   Tensor take_host(const std::string& name, std::initializer_list<int64_t> shape, WeightHint hint = WeightHint::none);
+  // The host view of a tensor stored in exactly this integer dtype and shape (gpt-oss's MXFP4
+  // blocks and scales, u8), not counted as parameters (the caller counts the weights).
+  Tensor take_host_raw(const std::string& name, DType dtype, std::initializer_list<int64_t> shape);
   // Whether `prefix + name` exists.
   bool has(const std::string& name) const;
   // Marks tensors deliberately not used (for example a vision tower).

@@ -211,7 +211,7 @@ std::vector<Corruption> corruptions() {
   };
   return {
       {"manifest bad format magic", manifest([](json& j) { j["format"] = "gguf"; }), Status::corrupt, {"manifest.json", "not a sluice pack"}},
-      {"manifest newer version", manifest([](json& j) { j["version"] = 4; }), Status::unsupported, {"version 4"}},
+      {"manifest newer version", manifest([](json& j) { j["version"] = 5; }), Status::unsupported, {"version 5"}},
       {"version 1 without experts", manifest([](json& j) { j["experts"]["layers"] = json::array(); }), Status::corrupt, {"experts.layers", "version-1"}},
       {"version 1 with n-gram tables", manifest([](json& j) { j["ple"] = json::object(); }), Status::corrupt, {"ple", "version 2"}},
       {"kinds without experts", manifest([](json& j) {

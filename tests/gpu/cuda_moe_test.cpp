@@ -459,7 +459,7 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
       for (bool norm : {true, false}) {
         RouterSpec spec{s.E, s.k, norm};
         auto want = cpu_routed(layer, route_topk(spec, lv, s.n), hv, s.n_embd);
-        auto table = gpu->make_expert_table(layer.device);
+        auto table = gpu->make_expert_table(layer.device, ExpertMath{});
         ASSERT_NE(table, nullptr);
         Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
         gpu->from_host(h, hv.data());
@@ -488,7 +488,7 @@ TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
       ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
       auto hv = random_vec(s.n * s.n_embd, 27);
       auto lv = random_vec(s.n * s.E, 28, 1.5f);
-      auto table = gpu->make_expert_table(layer.device);
+      auto table = gpu->make_expert_table(layer.device, ExpertMath{});
       ASSERT_NE(table, nullptr);
       Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
       gpu->from_host(h, hv.data());

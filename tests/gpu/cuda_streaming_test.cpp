@@ -195,7 +195,7 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
 TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
   auto gpu = make_cuda_backend(0);
   int compared = 0;
-  for (const std::string& fixture : expert_fixtures()) {
+  for (const std::string& fixture : cuda_expert_fixtures()) {
     const fs::path& pack = fixture_pack(fixture);
     std::vector<int32_t> ids = fixture_ids(fixture);
     const std::vector<int32_t> once = ids;

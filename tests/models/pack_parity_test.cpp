@@ -2,9 +2,10 @@
 //  - A checkpoint saved in bf16 (qwen3_moe_yarn, olmoe) run from its pack at the bf16 kind
 //    gives bit-identical logits to the checkpoint run (dense bf16 and bf16 experts are the
 //    same bytes), and the greedy continuation of the transformers reference.
-//  - For every fixture with experts (the hybrids too) and every kind, the pack run is bit-identical to a run of the
-//    checkpoint whose expert tensors are replaced by the values the kind stores (bf16
-//    tensors for bf16, the dequantized f32 values for int8/q4/q2): the pack's dense tensors
+//  - For every fixture with experts (the hybrids and gpt-oss too) and every kind, the pack run
+//    is bit-identical to a run of the checkpoint whose expert tensors are replaced by the
+//    values the kind stores (bf16 tensors for bf16, the dequantized f32 values for
+//    int8/q4/q2/mxfp4; gpt-oss's as one f32 tensor in its float layout): the pack's dense tensors
 //    and records are loaded and used exactly, and the quantized matmul equals the f32 one
 //    over the dequantized weights. What quantization costs is measured by quality_test.cpp.
 //  - Token-by-token decoding from a pack reproduces its teacher-forced logits bit for bit.
@@ -12,6 +13,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "core/quant.h"
 #include "engine/generator.h"
@@ -28,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const DType kKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2};
+const DType kKinds[] = {DType::bf16, DType::q8, DType::q4, DType::q2, DType::mxfp4};
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -43,10 +45,52 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
   const PackKindInfo& info = pack->kind(kind);
   Checkpoint ck = Checkpoint::open(fixture_dir(fixture));
   std::map<std::string, Tensor> replaced;
+  std::set<std::string> dropped;  // MXFP4 blocks and scales, replaced by float tensors
   std::vector<std::shared_ptr<std::vector<float>>> storage;
+  // The values of one block of a record as f32 (bf16 converted, quantized kinds dequantized).
+  auto values_of = [&](const Tensor& t) {
+    auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::bf16) {
+      dtype_row_to_f32(t.data, DType::bf16, t.numel(), values->data());
+    } else {
+      for (int64_t r = 0; r < t.rows(); ++r)
+        dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + r * quant_row_bytes(t.dtype, t.cols()),
+                       static_cast<const uint8_t*>(t.scales) + r * quant_scale_row_bytes(t.dtype, t.cols()), t.cols(),
+                       values->data() + r * t.cols());
+    }
+    return values;
+  };
+  int64_t want_replaced = 0;
   for (size_t l = 0; l < m.moe_layers.size(); ++l) {
     const std::string& src = m.expert_sources[l];
-    EXPECT_NE(src, "fused");  // the fixtures store experts one tensor each
+    EXPECT_NE(src, "fused");  // the fixtures store experts one tensor each, or in gpt-oss's layouts
+    if (src == "gpt_oss" || src == "gpt_oss_mxfp4") {
+      // gpt-oss's float layout, f32: gate_up_proj [E, d, 2 ff] (gate f at column 2f, up f at
+      // 2f + 1), down_proj [E, ff, d]; the biases stay the checkpoint's.
+      const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
+      auto gu = std::make_shared<std::vector<float>>(static_cast<size_t>(E * d * 2 * ff));
+      auto dn = std::make_shared<std::vector<float>>(static_cast<size_t>(E * ff * d));
+      for (int64_t e = 0; e < E; ++e) {
+        ExpertWeights w = expert_view(info, pack->mapped_record(kind, pack->record_id(static_cast<int64_t>(l), e)).data());
+        const auto g = values_of(w.gate), u = values_of(w.up), dw = values_of(w.down);
+        for (int64_t f = 0; f < ff; ++f)
+          for (int64_t h = 0; h < d; ++h) {
+            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + 2 * f)] = (*g)[static_cast<size_t>(f * d + h)];
+            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + 2 * f + 1)] = (*u)[static_cast<size_t>(f * d + h)];
+            (*dn)[static_cast<size_t>((e * ff + f) * d + h)] = (*dw)[static_cast<size_t>(h * ff + f)];
+          }
+      }
+      storage.push_back(gu);
+      storage.push_back(dn);
+      const std::string& p = m.expert_prefixes[l];
+      replaced[p + "gate_up_proj"] = Tensor(DType::f32, {E, d, 2 * ff}, gu->data());
+      replaced[p + "down_proj"] = Tensor(DType::f32, {E, ff, d}, dn->data());
+      for (const char* n : {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"})
+        dropped.insert(p + n);
+      want_replaced += 2;
+      continue;
+    }
+    want_replaced += m.n_expert * 3;
     const bool hf = src[0] == 'g';
     const char* names[3] = {hf ? "gate_proj" : "w1", hf ? "up_proj" : "w3", hf ? "down_proj" : "w2"};
     for (int64_t e = 0; e < m.n_expert; ++e) {
@@ -72,10 +116,13 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const std::string& name : ck.names()) {
     if (name.rfind("model.visual.", 0) == 0) continue;  // the vision tower (5-D; the pack leaves it out)
+    if (dropped.count(name)) continue;
     auto it = replaced.find(name);
     tensors.emplace_back(name, it != replaced.end() ? it->second : ck.get(name));
   }
-  EXPECT_EQ(static_cast<size_t>(m.n_records() * 3), replaced.size());
+  for (const auto& [name, t] : replaced)  // the float tensors of an MXFP4 checkpoint are new names
+    if (!ck.has(name)) tensors.emplace_back(name, t);
+  EXPECT_EQ(static_cast<size_t>(want_replaced), replaced.size());
   write_safetensors(dir / "model.safetensors", tensors);
   return dir;
 }

@@ -79,6 +79,11 @@ TEST_P(Parity, KvCacheDecodeReproducesTeacherForcedLogits) {
 // number of rows, and every key and value is rounded once, when written), and both stay near
 // the reference (the cache rounding is the only change: printed, bounded by kBf16KvTolerance).
 constexpr float kBf16KvTolerance = 2e-2f;
+// The gpt-oss fixtures scale their gate/up weights by 8 so that the clamped SwiGLU binds
+// (tools/make_fixtures.py), which amplifies any perturbation of an expert's input: int8
+// experts alone move their logits by up to 1.1 (pack_parity_test's int8 run). The cache's
+// rounding moves them by 0.038 (the other decoder fixtures: 0.009 to 0.015): bounded at 5e-2.
+constexpr float kBf16KvToleranceAmplified = 5e-2f;
 
 TEST_P(Parity, Bf16KvCacheDecodeEqualsTeacherForcedBitwise) {
   auto backend = make_cpu_backend();
@@ -103,7 +108,8 @@ TEST_P(Parity, Bf16KvCacheDecodeEqualsTeacherForcedBitwise) {
               bf16_taken ? "taken" : "f32 kept", diff);
   if (bf16_taken) {
     EXPECT_EQ(0, std::memcmp(got.data(), forced.data(), got.size() * sizeof(float))) << GetParam();
-    EXPECT_LE(diff, kBf16KvTolerance) << GetParam();
+    const bool amplified = GetParam().rfind("gpt_oss", 0) == 0;
+    EXPECT_LE(diff, amplified ? kBf16KvToleranceAmplified : kBf16KvTolerance) << GetParam();
   } else {
     EXPECT_LE(max_abs_diff(got, forced), kLogitTolerance) << GetParam();
     EXPECT_LE(diff, kLogitTolerance) << GetParam();

@@ -14,6 +14,11 @@
 // qwen3_next 1 / 43 of 372, qwen3_5_moe 2 / 40 of 268 (qwen4_exp_qsa 2 / 37 of 496, within
 // bounds). Their KL measures those flips, so asserting the bounds there would test the seed.
 //
+// Why not gpt-oss: its fixtures multiply the gate/up weights by 8 so that the clamped SwiGLU's
+// limit binds (at the init's scale it never would); the experts' pre-activations then reach
+// tens, not a trained model's few units, so every quantization error is amplified through
+// (up + 1) * gate. Their KL is reported; the ordering of the kinds is asserted.
+//
 // The pack's dense tensors keep the checkpoint's precision (the default dense dtype), so
 // the numbers measure the experts' precision alone.
 #include <gtest/gtest.h>
@@ -24,6 +29,7 @@
 
 #include "fixture_util.h"
 #include "format/npy.h"
+#include "format/pack.h"
 #include "models/load.h"
 #include "pack_util.h"
 
@@ -92,8 +98,14 @@ TEST(Quality, ExpertKindsAgainstTheFp32Reference) {
     // The measurement sees precision: fewer bits, larger divergence.
     EXPECT_LT(q[DType::q8].mean_kl, q[DType::q4].mean_kl);
     EXPECT_LT(q[DType::q4].mean_kl, q[DType::q2].mean_kl);
-    EXPECT_LT(q[DType::q8].mean_kl, q[DType::mxfp4].mean_kl);
     EXPECT_LT(q[DType::mxfp4].mean_kl, q[DType::q2].mean_kl);
+    if (Pack::open(fixture_pack(fixture), false)->manifest().expert_sources[0] == "gpt_oss_mxfp4") {
+      // The experts ship as MXFP4 and the reference computes with exactly those values: the
+      // mxfp4 kind holds them bit for bit, so it is as close as bf16 (f32 rounding only).
+      EXPECT_LE(q[DType::mxfp4].mean_kl, 1e-9);
+    } else {
+      EXPECT_LT(q[DType::q8].mean_kl, q[DType::mxfp4].mean_kl);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 // one side and is still 10^5 times tighter than any indexing bug on the other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -292,8 +293,11 @@ struct AttnCase {
   int64_t n, n_past, n_head, n_kv_head, d, window, n_ctx_extra;
 };
 
+// sinks: [n_head] (gpt-oss), or empty: head h's denominator gains exp(sink - max), the max
+// taken over the scores and the sink.
 std::vector<double> ref_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                  const std::vector<float>& v, const AttnCase& c, float scale) {
+                                  const std::vector<float>& v, const AttnCase& c, float scale,
+                                  const std::vector<float>& sinks = {}) {
   std::vector<double> out(static_cast<size_t>(c.n * c.n_head * c.d));
   for (int64_t i = 0; i < c.n; ++i)
     for (int64_t h = 0; h < c.n_head; ++h) {
@@ -308,7 +312,8 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
         s.push_back(dot * scale);
         mx = std::max(mx, s.back());
       }
-      double sum = 0;
+      if (!sinks.empty()) mx = std::max(mx, static_cast<double>(sinks[h]));
+      double sum = sinks.empty() ? 0.0 : std::exp(sinks[h] - mx);
       for (double& e : s) sum += (e = std::exp(e - mx));
       for (int64_t l = 0; l < c.d; ++l) {
         double o = 0;
@@ -343,6 +348,51 @@ TEST_F(CpuOps, AttentionMatchesReference) {
                                     << c.n_kv_head << " d=" << c.d << " window=" << c.window);
     EXPECT_LT(nse(out.values(), ref_attention(q, k, v, c, params.scale)), kTolF32);
     EXPECT_TRUE(out.guards_intact());
+  }
+}
+
+// gpt-oss's attention sinks: every case above with a sink per head (small, large enough to
+// take most of the mass, and one above every score), against the double reference; sinks of
+// -inf change no bit; bf16 sinks are read as their values.
+TEST_F(CpuOps, AttentionSinksMatchReference) {
+  const AttnCase cases[] = {
+      {1, 0, 4, 4, 8, 0, 0}, {3, 5, 6, 2, 7, 0, 2}, {17, 0, 4, 1, 63, 0, 0}, {5, 11, 8, 2, 40, 4, 3}, {17, 3, 4, 2, 33, 6, 1},
+  };
+  for (const AttnCase& c : cases) {
+    const int64_t n_ctx = c.n_past + c.n + c.n_ctx_extra;
+    std::vector<float> q = random_floats(rng, c.n * c.n_head * c.d, -2.0f, 2.0f);
+    std::vector<float> k = random_floats(rng, n_ctx * c.n_kv_head * c.d, -2.0f, 2.0f);
+    std::vector<float> v = random_floats(rng, n_ctx * c.n_kv_head * c.d);
+    std::vector<float> sinks = random_floats(rng, c.n_head, -1.0f, 1.0f);
+    sinks[0] = 30.0f;  // above every score: the sink is the max
+    if (c.n_head > 1) sinks[1] = 3.0f;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    SCOPED_TRACE(testing::Message() << "n=" << c.n << " n_past=" << c.n_past << " heads=" << c.n_head << "/"
+                                    << c.n_kv_head << " d=" << c.d << " window=" << c.window);
+    AttentionParams params{c.n_past, scale, c.window, view(sinks, {c.n_head})};
+    Guarded out({c.n, c.n_head, c.d});
+    const Tensor qt = view(q, {c.n, c.n_head, c.d}), kt = view(k, {n_ctx, c.n_kv_head, c.d}),
+                 vt = view(v, {n_ctx, c.n_kv_head, c.d});
+    be.attention(qt, kt, vt, out.t, params);
+    EXPECT_LT(nse(out.values(), ref_attention(q, k, v, c, scale, sinks)), kTolF32);
+    EXPECT_TRUE(out.guards_intact());
+    // The sinks change the result (else the comparison above would not test them).
+    Guarded plain({c.n, c.n_head, c.d});
+    be.attention(qt, kt, vt, plain.t, AttentionParams{c.n_past, scale, c.window, {}});
+    EXPECT_GT(nse(out.values(), ref_attention(q, k, v, c, scale)), 1e-4);
+    // -inf sinks: the bits of attention without sinks.
+    std::vector<float> none(static_cast<size_t>(c.n_head), -INFINITY);
+    Guarded same({c.n, c.n_head, c.d});
+    be.attention(qt, kt, vt, same.t, AttentionParams{c.n_past, scale, c.window, view(none, {c.n_head})});
+    EXPECT_EQ(0, std::memcmp(same.values().data(), plain.values().data(), plain.values().size() * sizeof(float)));
+    // bf16 sinks: as the f32 sinks of their values.
+    std::vector<uint16_t> sinks16(sinks.size());
+    std::vector<float> sinks_rounded(sinks.size());
+    for (size_t i = 0; i < sinks.size(); ++i) sinks_rounded[i] = bf16_to_f32(sinks16[i] = f32_to_bf16(sinks[i]));
+    Guarded a({c.n, c.n_head, c.d}), b({c.n, c.n_head, c.d});
+    be.attention(qt, kt, vt, a.t, AttentionParams{c.n_past, scale, c.window, Tensor(DType::bf16, {c.n_head}, sinks16.data())});
+    be.attention(qt, kt, vt, b.t, AttentionParams{c.n_past, scale, c.window, view(sinks_rounded, {c.n_head})});
+    EXPECT_EQ(0, std::memcmp(a.values().data(), b.values().data(), a.values().size() * sizeof(float)));
   }
 }
 
@@ -494,6 +544,33 @@ TEST_F(CpuOps, SwigluMatchesReference) {
     be.swiglu(view(g, {numel}), view(u, {numel}), view(g, {numel}));  // out aliases gate
     EXPECT_EQ(g, out.values());
   }
+}
+
+// gpt-oss's clamped SwiGLU against a double reference: values on both sides of the limit,
+// exactly at it, huge ones, and NaN (which stays NaN).
+TEST_F(CpuOps, SwigluClampedMatchesReference) {
+  const float alpha = 1.702f, limit = 7.0f;
+  for (int64_t numel : {1, 7, 63, 387, 40000}) {
+    std::vector<float> g = random_floats(rng, numel, -12.0f, 12.0f), u = random_floats(rng, numel, -12.0f, 12.0f);
+    if (numel > 6) g[0] = 7.0f, u[0] = -7.0f, g[1] = 1e30f, u[1] = -1e30f, g[2] = -200.0f, g[3] = 6.999f, u[4] = 7.001f;
+    std::vector<double> want(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) {
+      const double gc = std::min<double>(g[i], limit), uc = std::clamp<double>(u[i], -limit, limit);
+      want[i] = (uc + 1.0) * (gc / (1.0 + std::exp(-alpha * gc)));
+    }
+    Guarded out({numel});
+    be.swiglu_clamped(view(g, {numel}), view(u, {numel}), out.t, alpha, limit);
+    SCOPED_TRACE(numel);
+    EXPECT_LT(nse(out.values(), want), kTolF32);
+    EXPECT_TRUE(out.guards_intact());
+    be.swiglu_clamped(view(g, {numel}), view(u, {numel}), view(u, {numel}), alpha, limit);  // out aliases up
+    EXPECT_EQ(u, out.values());
+  }
+  std::vector<float> g = {NAN, 1.0f, 2.0f}, u = {1.0f, NAN, 50.0f}, out(3);
+  be.swiglu_clamped(view(g, {3}), view(u, {3}), view(out, {3}), alpha, limit);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_FLOAT_EQ(out[2], 8.0f * (2.0f / (1.0f + std::exp(-alpha * 2.0f))));
 }
 
 TEST_F(CpuOps, AddAndAddBias) {

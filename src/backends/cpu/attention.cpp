@@ -6,15 +6,19 @@
 // For query row i (position p = n_past + i) and head h, with kv head g = h / (n_head /
 // n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0):
 //   s_j = cpu::dot(q, k_j) * scale                 (canonical 8-lane dot, then one multiply)
-//   e_j = exp(s_j - max_j s_j)                      (cpu::exp8)
-//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane (j - j0) % 8, blocks in j order)
+//   m = max(max_j s_j, sink_h)                      (sink_h = -inf without sinks)
+//   e_j = exp(s_j - m)                              (cpu::exp8)
+//   sum = 8-lane f32 sum of e_j over j, hsum8       (lane (j - j0) % 8, blocks in j order),
+//         + exp(sink_h - m) with sinks (gpt-oss: the sink takes mass but no value)
 //   out[c] = sum over j in order of fma(e_j * (1 / sum), v_j[c], acc)
 // Nothing depends on n or on the other rows, so decoding token by token gives the same bits
 // as a batched prefill.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
@@ -33,7 +37,7 @@ struct AttnShape {
 // s: scratch of at least j1 - j0 + 8 floats.
 template <DType KV>
 void attend_one(const float* q, const cpu::elem_t<KV>* k, const cpu::elem_t<KV>* v, float* out, int64_t j0,
-                int64_t j1, float scale, const AttnShape& sh, float* s) {
+                int64_t j1, float scale, float sink, const AttnShape& sh, float* s) {
   const int64_t len = j1 - j0, d = sh.d;
   int64_t j = 0;
   for (; j + 4 <= len; j += 4) {
@@ -46,6 +50,7 @@ void attend_one(const float* q, const cpu::elem_t<KV>* k, const cpu::elem_t<KV>*
   for (j = 0; j + 8 <= len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
   float mx = cpu::hmax8(vmax);
   for (; j < len; ++j) mx = std::max(mx, s[j]);
+  mx = std::max(mx, sink);  // -inf without sinks: no change
 
   const __m256 vmx = _mm256_set1_ps(mx);
   __m256 vsum = _mm256_setzero_ps();
@@ -64,7 +69,9 @@ void attend_one(const float* q, const cpu::elem_t<KV>* k, const cpu::elem_t<KV>*
     cpu::store8_tail(s + j, e, r);
     vsum = _mm256_add_ps(vsum, e);
   }
-  const float inv = 1.0f / cpu::hsum8(vsum);
+  float total = cpu::hsum8(vsum);
+  if (sink != -__builtin_inff()) total += std::exp(sink - mx);
+  const float inv = 1.0f / total;
   for (j = 0; j < len; ++j) s[j] *= inv;
 
   // out = sum_j s_j * v_j, 32 output dims at a time in registers, j in order.
@@ -116,6 +123,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   const AttnShape sh{q.shape[1], q.shape[2], k.shape[1] * q.shape[2]};
   if (n == 0 || sh.n_head == 0 || sh.d == 0) return;
   const int64_t group = sh.n_head / k.shape[1];  // query heads per kv head
+  std::vector<float> sinks(static_cast<size_t>(sh.n_head), -__builtin_inff());  // [n_head]
+  if (!params.sinks.empty()) {
+    SLUICE_CHECK(params.sinks.numel() == sh.n_head && dtype_is_float(params.sinks.dtype), Status::internal,
+                 "cpu attention: sinks ", dtype_name(params.sinks.dtype), " ", params.sinks.shape_str(), " for ",
+                 sh.n_head, " heads");
+    dtype_row_to_f32(params.sinks.data, params.sinks.dtype, sh.n_head, sinks.data());
+  }
   const float* qp = q.ptr<float>();
   float* op = out.ptr<float>();
   const size_t scores_len = static_cast<size_t>(params.n_past + n + 8);
@@ -130,12 +144,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
       int64_t i = u / sh.n_head, h = u % sh.n_head, g = h / group;
       int64_t p = params.n_past + i;
       int64_t j0 = params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
+      const float sink = sinks[static_cast<size_t>(h)];
       if (kv_bf16)
         attend_one<DType::bf16>(qp + u * sh.d, k.ptr<uint16_t>() + g * sh.d, v.ptr<uint16_t>() + g * sh.d,
-                                op + u * sh.d, j0, p + 1, params.scale, sh, scores.get());
+                                op + u * sh.d, j0, p + 1, params.scale, sink, sh, scores.get());
       else
         attend_one<DType::f32>(qp + u * sh.d, k.ptr<float>() + g * sh.d, v.ptr<float>() + g * sh.d, op + u * sh.d,
-                               j0, p + 1, params.scale, sh, scores.get());
+                               j0, p + 1, params.scale, sink, sh, scores.get());
     }
   });
   SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu attention: ", scores_len * 4, " bytes of scores");

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const AttentionParams& params) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_clamped(const Tensor& gate, const Tensor& up, const Tensor& out, float alpha, float limit) override;
   void add(const Tensor& x, const Tensor& y) override;
   void clamp(const Tensor& x, float lo, float hi) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;

@@ -26,6 +26,13 @@ void check_f32(const Tensor& t, const char* op, const char* what) {
                dtype_name(t.dtype));
 }
 
+// The attention kernels do not take gpt-oss's sinks yet: refuse in one line rather than
+// compute attention without them.
+void check_no_sinks(const Tensor& sinks) {
+  SLUICE_CHECK(sinks.empty(), Status::unsupported,
+               "attention sinks (gpt-oss) are not supported on the cuda backend yet; use --backend cpu");
+}
+
 // Whether the K and V caches are bf16 (else f32; both the same: Backend::kv_dtype).
 bool kv_bf16_of(const Tensor& k, const Tensor& v, const char* op) {
   SLUICE_CHECK(k.dtype == v.dtype && (k.dtype == DType::f32 || k.dtype == DType::bf16), Status::internal, "cuda ",
@@ -388,7 +395,8 @@ void CudaBackend::attention_inputs_rows(const Tensor& q, const Tensor& k, const 
 }
 
 void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
-                                 int64_t sliding_window) {
+                                 int64_t sliding_window, const Tensor& sinks) {
+  check_no_sinks(sinks);
   const int64_t n = q.shape[0];
   cuda::RowCachePtrs ptrs{};
   if (n == 1 || q.ndim != 3 || caches.k.empty() || caches.k[0].ndim != 3 ||
@@ -464,6 +472,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
+  check_no_sinks(p.sinks);
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   const bool kv_bf16 = kv_bf16_of(k, v, "attention");
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
@@ -494,6 +503,13 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   SLUICE_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel(), Status::internal, "cuda swiglu shapes");
   cuda::launch_swiglu(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), stream_);
+}
+
+void CudaBackend::swiglu_clamped(const Tensor& gate, const Tensor& up, const Tensor& out, float alpha, float limit) {
+  SLUICE_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel(), Status::internal,
+               "cuda swiglu_clamped shapes");
+  cuda::launch_swiglu_clamped(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), alpha, limit,
+                              stream_);
 }
 
 void CudaBackend::add(const Tensor& x, const Tensor& y) {

@@ -52,7 +52,7 @@ class CudaBackend final : public Backend {
                              const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
                              bool interleaved, const RowCaches& caches) override;
   void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
-                      int64_t sliding_window) override;
+                      int64_t sliding_window, const Tensor& sinks) override;
   Tensor concat_rows(std::span<const Tensor> parts) override;
   // f32 or bf16 caches: every attention kernel reads either (bf16 converted as read, f32 math).
   bool kv_dtype_supported(DType t) const override { return t == DType::f32 || t == DType::bf16; }
@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const AttentionParams& params) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_clamped(const Tensor& gate, const Tensor& up, const Tensor& out, float alpha, float limit) override;
   void add(const Tensor& x, const Tensor& y) override;
   void clamp(const Tensor& x, float lo, float hi) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
@@ -80,7 +81,8 @@ class CudaBackend final : public Backend {
   void graph_launch(const BackendGraph& graph) override;
 
   // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
-  std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts) override;
+  std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts,
+                                                 const ExpertMath& math) override;
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
 

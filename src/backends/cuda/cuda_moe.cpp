@@ -21,7 +21,13 @@ struct CudaExpertTable final : ExpertTable {
 
 }  // namespace
 
-std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts) {
+std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
+                                                          const ExpertMath& math) {
+  // The device MoE kernels compute SwiGLU without biases; other experts (gpt-oss) are routed
+  // on the host and computed by the generic ops (expert_forward).
+  if (math.activation != ExpertActivation::swiglu) return nullptr;
+  for (const ExpertWeights& w : experts)
+    if (w.has_biases()) return nullptr;
   auto table = std::make_unique<CudaExpertTable>();
   table->n_expert = static_cast<int64_t>(experts.size());
   SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");

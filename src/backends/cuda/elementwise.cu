@@ -1,4 +1,4 @@
-// Elementwise ops (swiglu, add, clamp, fill) and rope: one thread per element or pair.
+// Elementwise ops (swiglu, swiglu_clamped, add, clamp, fill) and rope: one thread per element or pair.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -10,6 +10,19 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   if (i < n) {
     const float gv = g[i];
     out[i] = gv / (1.0f + expf(-gv)) * u[i];
+  }
+}
+// As the CPU's swiglu_clamped8: the clamps written so that a NaN passes through (fminf would
+// turn it into the bound); expf differs from the CPU's exp8 by an ulp or two.
+__global__ void swiglu_clamped_kernel(const float* g, const float* u, float* out, int64_t n, float alpha,
+                                      float limit) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float gv = g[i], uv = u[i];
+    gv = gv > limit ? limit : gv;
+    uv = uv > limit ? limit : uv < -limit ? -limit : uv;
+    const float glu = gv * (1.0f / (1.0f + expf(-(gv * alpha))));
+    out[i] = (uv + 1.0f) * glu;
   }
 }
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -47,6 +60,9 @@ __global__ void rope_kernel(float* x, const float* cos, const float* sin, int64_
     CUDA_CHECK(cudaGetLastError());                                                               \
   } while (0)
 
+void launch_swiglu_clamped(const float* g, const float* u, float* out, int64_t n, float alpha, float limit, Stream s) {
+  SLUICE_LAUNCH_1D(swiglu_clamped_kernel, n, g, u, out, n, alpha, limit);
+}
 void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s) { SLUICE_LAUNCH_1D(swiglu_kernel, n, g, u, out, n); }
 void launch_add(float* x, const float* y, int64_t n, Stream s) { SLUICE_LAUNCH_1D(add_kernel, n, x, y, n); }
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s) { SLUICE_LAUNCH_1D(clamp_kernel, n, x, lo, hi, n); }

@@ -115,6 +115,8 @@ constexpr int64_t kAttentionFlashMinRows = 64;
 bool attention_flash_supported(const AttentionParams& p);
 void launch_attention_flash(const AttentionParams& p, Stream s);
 void launch_swiglu(const float* g, const float* u, float* out, int64_t n, Stream s);
+// gpt-oss's clamped SwiGLU (Backend::swiglu_clamped), one thread an element.
+void launch_swiglu_clamped(const float* g, const float* u, float* out, int64_t n, float alpha, float limit, Stream s);
 void launch_add(float* x, const float* y, int64_t n, Stream s);
 void launch_clamp(float* x, float lo, float hi, int64_t n, Stream s);
 void launch_fill(float* x, float v, int64_t n, Stream s);

@@ -162,8 +162,12 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
 // ---- CudaStreamer ----
 
 CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, CudaBackend& backend,
-                           const StreamerOptions& opt)
-    : impl_(std::make_unique<Impl>(std::move(pack), kind, top_k, backend, opt)) {}
+                           const StreamerOptions& opt) {
+  // The streamed kernels compute SwiGLU without biases: gpt-oss's experts are not streamed here yet.
+  SLUICE_CHECK(!pack->kind(kind).has_biases(), Status::unsupported, pack->dir().string(),
+               ": experts with biases (gpt-oss) cannot be streamed on the cuda backend yet; use --backend cpu");
+  impl_ = std::make_unique<Impl>(std::move(pack), kind, top_k, backend, opt);
+}
 
 CudaStreamer::~CudaStreamer() = default;
 
@@ -173,6 +177,8 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.throw_if_failed();
   SLUICE_CHECK(&be == &m.be, Status::internal, "cuda expert streamer: called with another backend (", be.name(), ")");
   SLUICE_CHECK(c.router, Status::internal, "cuda expert streamer: a MoE call without its router");
+  SLUICE_CHECK(c.math.activation == ExpertActivation::swiglu, Status::unsupported,
+               "cuda expert streamer: only SwiGLU experts are streamed on the cuda backend so far");
   const int64_t L = c.moe_layer, n = c.h.rows(), k = m.top_k, E = m.n_expert;
   SLUICE_CHECK(L >= 0 && L < m.n_layers, Status::internal, "cuda expert streamer: MoE layer ", L, " outside the pack's ",
                m.n_layers);
@@ -202,6 +208,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   if (look) {
     Tensor plog(DType::f32, {n, E}, m.d_plog.as());
     be.matmul(c.h, c.next_router, plog);
+    if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
     cuda::launch_router_topk(plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_ids, m.d_pids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_weights, m.d_pw.as(), nk * 4, cudaMemcpyDeviceToHost, s));
