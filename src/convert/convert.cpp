@@ -172,7 +172,7 @@ void check_cancel(const ConvertOptions& opt) {
 // `--dense int8|q4` may quantize.
 std::set<std::string> validate_against_family(const nlohmann::json& config, const Family& family, const fs::path& hf_dir) {
   auto backend = make_cpu_backend();
-  CheckpointSource source(Checkpoint::open(hf_dir));
+  CheckpointSource source(Checkpoint::open(hf_dir), /*dry_run=*/true);
   family.load(config, source, *backend);
   return source.matrices();
 }

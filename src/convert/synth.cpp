@@ -463,6 +463,9 @@ SynthSummary synth_pack(const nlohmann::json& config, const fs::path& out_arg, c
           PackKindInfo& info = *infos[static_cast<size_t>(it / b.count)];
           const int64_t i = it % b.count;
           uint8_t* rec = b.out[static_cast<size_t>(it / b.count)]->data() + i * info.record_stride;
+          // Expert biases (gpt-oss) start at zero, as transformers initializes them.
+          for (const PackBias* bias : {&info.gate_bias, &info.up_bias, &info.down_bias})
+            if (bias->bytes) std::memset(rec + bias->offset, 0, bias->bytes);
           pack_record_zero_gaps(info, rec);
           info.checksums[static_cast<size_t>(r0 + i)] = XXH3_64bits(rec, info.record_bytes);
         }

@@ -50,6 +50,70 @@ json qwen3_30b_a3b() {
               {"vocab_size", 151936}};
 }
 
+// gpt-oss's config.json as published (openai/gpt-oss-120b with layers and experts as given;
+// openai/gpt-oss-20b: 24 layers, 32 experts): hidden 2880, 64 query heads of 64 over 8 kv
+// heads, sliding window 128 on even layers, YaRN x32 from 4096, 4 experts a token of width
+// 2880, the clamped SwiGLU at 7. The checkpoints' quantization_config (MXFP4 experts) is left
+// out: a synthetic pack's experts are whatever --kinds says (mxfp4 for the real layout).
+json gpt_oss(int64_t n_layer, int64_t n_expert) {
+  json types = json::array();
+  for (int64_t l = 0; l < n_layer; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  return json{{"architectures", {"GptOssForCausalLM"}},
+              {"attention_bias", true},
+              {"attention_dropout", 0.0},
+              {"eos_token_id", 200002},
+              {"head_dim", 64},
+              {"hidden_act", "silu"},
+              {"hidden_size", 2880},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 2880},
+              {"layer_types", types},
+              {"max_position_embeddings", 131072},
+              {"model_type", "gpt_oss"},
+              {"num_attention_heads", 64},
+              {"num_experts_per_tok", 4},
+              {"num_hidden_layers", n_layer},
+              {"num_key_value_heads", 8},
+              {"num_local_experts", n_expert},
+              {"output_router_logits", false},
+              {"pad_token_id", 199999},
+              {"rms_norm_eps", 1e-5},
+              {"rope_scaling",
+               {{"beta_fast", 32.0},
+                {"beta_slow", 1.0},
+                {"factor", 32.0},
+                {"original_max_position_embeddings", 4096},
+                {"rope_type", "yarn"},
+                {"truncate", false}}},
+              {"rope_theta", 150000},
+              {"router_aux_loss_coef", 0.9},
+              {"sliding_window", 128},
+              {"swiglu_limit", 7.0},
+              {"tie_word_embeddings", false},
+              {"use_cache", true},
+              {"vocab_size", 201088}};
+}
+
+json gpt_oss_120b() { return gpt_oss(36, 128); }
+json gpt_oss_20b() { return gpt_oss(24, 32); }
+
+// A tiny gpt-oss for tests: 3 layers (sliding, full, sliding; window 4), 8 experts of [64, 64], top-2.
+json tiny_gpt_oss() {
+  json c = gpt_oss(3, 8);
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"intermediate_size", 64},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 16},
+                {"num_experts_per_tok", 2},
+                {"sliding_window", 4},
+                {"max_position_embeddings", 512},
+                {"eos_token_id", nullptr},
+                {"pad_token_id", nullptr}});
+  return c;
+}
+
 // Layer types of the hybrid Qwen families: every `interval`-th layer full attention, the
 // others Gated DeltaNet.
 json hybrid_layer_types(int64_t n_layer, int64_t interval) {
@@ -200,6 +264,9 @@ const std::vector<SynthPreset>& synth_presets() {
       {"qwen4-exp", "Qwen4-Exp (transformers defaults): 40 hybrid layers, 512 experts of [512, 2048], top-10", qwen4_exp},
       {"tiny-qwen3-moe", "a tiny qwen3_moe for tests: 3 layers (one dense), 8 experts of [40, 64], top-2", tiny_qwen3_moe},
       {"tiny-qwen4-exp", "a tiny qwen4_exp for tests: 4 hybrid layers, 8 experts of [32, 64], top-3", tiny_qwen4_exp},
+      {"gpt-oss-120b", "gpt-oss-120b: 36 layers, 128 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_120b},
+      {"gpt-oss-20b", "gpt-oss-20b: 24 layers, 32 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_20b},
+      {"tiny-gpt-oss", "a tiny gpt_oss for tests: 3 layers, 8 experts of [64, 64], top-2", tiny_gpt_oss},
   };
   return presets;
 }

@@ -6,6 +6,7 @@
 // SwiGLU (ExpertActivation::swiglu_clamped), gate and up interleaved in the checkpoint, as bf16
 // or as MXFP4 blocks (kept bit for bit as the mxfp4 kind); RMSNorm; untied output head.
 #include <cstring>
+#include <tuple>
 
 #include "core/quant.h"
 #include "models/common_config.h"
@@ -83,6 +84,9 @@ std::vector<ExpertWeights> load_gpt_oss_experts(WeightLoader& wl, const std::str
                                                 int64_t ff) {
   if (wl.source().pack()) return load_experts(wl, p, E, d, ff);
   Backend& be = wl.backend();
+  // A dry run (values_needed false): tensors of the right shapes over the stored bytes, not
+  // transformed (a real gpt-oss-120b would otherwise be read and copied whole).
+  const bool dry = !wl.source().values_needed();
   std::vector<ExpertWeights> experts(static_cast<size_t>(E));
   const std::vector<float> gu_bias = host_values_f32(wl.take_host(p + "gate_up_proj_bias", {E, 2 * ff}));
   const std::vector<float> dn_bias = host_values_f32(wl.take_host(p + "down_proj_bias", {E, d}));
@@ -126,6 +130,14 @@ std::vector<ExpertWeights> load_gpt_oss_experts(WeightLoader& wl, const std::str
     };
     for (int64_t e = 0; e < E; ++e) {
       ExpertWeights& w = experts[static_cast<size_t>(e)];
+      if (dry) {
+        for (auto [t, b, s, rows, cols] : {std::tuple{&w.gate, &gu, &gu_s, ff, d}, {&w.up, &gu, &gu_s, ff, d},
+                                           {&w.down, &dn, &dn_s, d, ff}}) {
+          *t = Tensor(DType::mxfp4, {rows, cols}, b->data, b->storage);
+          t->scales = s->data;
+        }
+        continue;
+      }
       w.gate = rows_of(gu, gu_s, e * 2 * ff, 2, ff, d, rb_gu, sb_gu);
       w.up = rows_of(gu, gu_s, e * 2 * ff + 1, 2, ff, d, rb_gu, sb_gu);
       w.down = rows_of(dn, dn_s, e * d, 1, d, ff, rb_dn, sb_dn);
@@ -148,6 +160,11 @@ std::vector<ExpertWeights> load_gpt_oss_experts(WeightLoader& wl, const std::str
   };
   for (int64_t e = 0; e < E; ++e) {
     ExpertWeights& w = experts[static_cast<size_t>(e)];
+    if (dry) {
+      w.gate = w.up = Tensor(gu.dtype, {ff, d}, gu.data, gu.storage);
+      w.down = Tensor(dn.dtype, {d, ff}, dn.data, dn.storage);
+      continue;
+    }
     w.gate = columns(gu, e, d, 2 * ff, 0, 2, ff);
     w.up = columns(gu, e, d, 2 * ff, 1, 2, ff);
     w.down = columns(dn, e, ff, d, 0, 1, d);

@@ -38,6 +38,7 @@ class MetaSource final : public WeightSource {
   std::vector<std::string> names() const override;
   std::vector<std::string> unconsumed() const override;
   std::string describe() const override { return "(made-up weights)"; }
+  bool values_needed() const override { return false; }
   void declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) override;
 
   const std::vector<MetaTensor>& declared() const { return tensors_; }  // in the order asked for

@@ -41,6 +41,10 @@ class WeightSource {
   // True when the routed experts are streamed (the model gets none resident: load_experts
   // returns an empty list and the streamer serves them).
   virtual bool streams_experts() const { return false; }
+  // False for a dry run of a family loader (MetaSource; convert's validation of a checkpoint),
+  // whose model is never run: a family that transforms weights at load (gpt-oss's interleaved
+  // experts) may then hand out views of the right shapes without reading or copying the values.
+  virtual bool values_needed() const { return true; }
   // Called by WeightLoader before it takes a tensor the source lacks: a source that makes
   // tensors up (MetaSource) creates it with this shape; sources of real weights do nothing,
   // and the take fails as "checkpoint lacks tensor".
@@ -61,7 +65,9 @@ class WeightSource {
 
 class CheckpointSource final : public WeightSource {
  public:
-  explicit CheckpointSource(Checkpoint checkpoint) : ck_(std::move(checkpoint)) {}
+  // dry_run: see values_needed.
+  explicit CheckpointSource(Checkpoint checkpoint, bool dry_run = false) : ck_(std::move(checkpoint)), dry_run_(dry_run) {}
+  bool values_needed() const override { return !dry_run_; }
   bool has(const std::string& name) const override { return ck_.has(name); }
   Tensor get(const std::string& name) override { return ck_.get(name); }
   void consume(const std::string& name) override { ck_.consume(name); }
@@ -72,6 +78,7 @@ class CheckpointSource final : public WeightSource {
 
  private:
   Checkpoint ck_;
+  bool dry_run_ = false;
 };
 
 // A pack: dense tensors from dense.bin by checkpoint name; the routed experts of the chosen

@@ -22,7 +22,7 @@ constexpr double kWaitTimeoutMax = 1e6;
 void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--model", opt.model, "model directory: an HF checkpoint or a pack (sluice convert)")->required();
   cmd.add_option("--expert-kind", opt.expert_kind,
-                 "expert precision of a pack: bf16, int8, q4 or q2 (default: the first of q4, int8, bf16, q2 it holds)");
+                 "expert precision of a pack: bf16, int8, q4, q2 or mxfp4 (default: the first of q4, mxfp4, int8, bf16, q2 it holds)");
   add_threads(cmd, opt.threads, "CPU threads");
   add_integer(cmd, "--ubatch", opt.ubatch, IntRange::from(1, 65536),
               "prompt tokens per forward pass: a long prompt is prefilled in chunks of N (default 512, as llama.cpp's ubatch)");
