@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <thread>
 
 #include "../unit/cli_util.h"
@@ -148,6 +149,40 @@ TEST(Synth, TinyQwen4ExpWritesVerifiesLoadsAndRuns) {
   EXPECT_NEAR(mean_of("model.language_model.layers.0.linear_attn.norm.weight"), 1.0, 0.02);
   EXPECT_NEAR(mean_of("model.language_model.layers.0.linear_attn.dt_bias"), 1.0, 1e-6);
   for (DType k : {DType::q4, DType::q2}) expect_forward_sane(out, k);
+}
+
+// gpt-oss: sinks and router biases among the dense tensors, expert records with the three
+// biases (version 4), zero as transformers initializes them, mxfp4 beside q4; it runs.
+TEST(Synth, TinyGptOssWritesVerifiesLoadsAndRuns) {
+  ScratchDir d;
+  const fs::path out = d / "pack";
+  synth_pack(synth_preset_config("tiny-gpt-oss"), out, kinds({DType::q4, DType::mxfp4}));
+  EXPECT_TRUE(verify_pack(out).ok);
+  std::shared_ptr<Pack> pack = Pack::open(out);
+  const PackManifest& m = pack->manifest();
+  EXPECT_EQ(m.family, "gpt_oss");
+  EXPECT_EQ(m.version, 4);
+  EXPECT_EQ(m.expert_sources[0], "gpt_oss");
+  EXPECT_TRUE(pack->has_dense("model.layers.2.self_attn.sinks"));
+  EXPECT_TRUE(pack->has_dense("model.layers.0.mlp.router.bias"));
+  for (DType k : {DType::q4, DType::mxfp4}) {
+    const PackKindInfo& info = pack->kind(k);
+    ASSERT_TRUE(info.has_biases());
+    EXPECT_EQ(info.record_stride, pack_kind_layout(k, 64, 64, true).record_stride);
+    for (int64_t r = 0; r < m.n_records(); ++r) {
+      const ExpertWeights w = expert_view(info, pack->mapped_record(k, r).data());
+      for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
+        for (int64_t i = 0; i < b->numel(); ++i) ASSERT_EQ(b->ptr<float>()[i], 0.0f);
+    }
+    expect_forward_sane(out, k);
+  }
+  // The real models' plans: records of the published sizes.
+  for (const auto& [like, layers, experts] : {std::tuple{"gpt-oss-120b", 36, 128}, {"gpt-oss-20b", 24, 32}}) {
+    const SynthPlan plan = synth_plan(synth_preset_config(like), {DType::mxfp4});
+    EXPECT_EQ(plan.manifest.n_records(), layers * experts) << like;
+    EXPECT_EQ(plan.manifest.n_embd, 2880) << like;
+    EXPECT_EQ(plan.manifest.n_ff, 2880) << like;
+  }
 }
 
 // --dense int8 / q4 / f32: the matrices quantized (rows of the expert records' random
