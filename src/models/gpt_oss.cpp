@@ -183,7 +183,7 @@ DecoderWeights declare_weights(const GptOssConfig& cfg, WeightLoader& wl) {
     DecoderLayerWeights lw;
     lw.attn_norm = wl.take(p + "input_layernorm.weight", {d});
     lw.attn = load_attention(wl, p + "self_attn.", cfg.attn, cfg.attention_bias);
-    lw.attn.sinks = wl.take(p + "self_attn.sinks", {cfg.attn.n_head});
+    lw.attn.sinks = take_f32(wl, p + "self_attn.sinks", {cfg.attn.n_head});  // f32: what the CUDA kernels read
     lw.ffn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
     lw.router = wl.take_matrix(p + "mlp.router.weight", {E, d});
     lw.router_bias = wl.take(p + "mlp.router.bias", {E});

@@ -461,6 +461,87 @@ void attention_rows_cases(DType kv_dtype) {
         }
 }
 
+// gpt-oss's attention sinks through every CUDA attention kernel the backend picks, against the
+// CPU's attention with the same sinks: the per-row kernels (d = 40: a warp a query; 64, 128:
+// a lane a key), the tensor-core prefill (65 and 200 rows), the split decode kernels (per head,
+// hq == hkv; grouped-query) with one split and with several (the merge launch), sliding
+// windows, f32 and bf16 caches, and a batch decode step (attention_rows, one launch). Sinks
+// from -3 to 3 with one head's above every score (the sink is the row's max) and one head's
+// -inf (no sink: the bits of a run without). Cache positions past the last query hold NaN.
+TEST(CudaOps, AttentionSinksEveryKernel) {
+  Pair p;
+  struct Case {
+    int64_t n, n_past, ctx, hq, hkv, d, window;
+  };
+  for (DType kvt : {DType::f32, DType::bf16})
+    for (const Case c : {Case{7, 0, 10, 6, 2, 40, 0}, Case{9, 13, 25, 6, 2, 64, 5}, Case{33, 70, 106, 6, 2, 128, 0},
+                         Case{65, 0, 70, 4, 4, 64, 0}, Case{200, 77, 280, 8, 2, 128, 50}, Case{1, 37, 40, 4, 4, 128, 0},
+                         Case{1, 3000, 4096, 4, 4, 64, 0}, Case{1, 37, 40, 8, 2, 64, 0}, Case{1, 3000, 4096, 32, 4, 128, 0},
+                         Case{1, 999, 1024, 32, 4, 128, 64}}) {
+      auto qv = random_vec(c.n * c.hq * c.d, 81), kv = random_vec(c.ctx * c.hkv * c.d, 82),
+           vv = random_vec(c.ctx * c.hkv * c.d, 83), sv = random_vec(c.hq, 84, 1.5f);
+      for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
+      sv[0] = 40.0f;       // above every score
+      sv[1] = -INFINITY;  // no sink for this head
+      AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, cpu_f32(*p.cpu, {c.hq}, sv)};
+      Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
+      p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, kv),
+                       tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, vv), oc, ap);
+      ap.sinks = gpu_f32(*p.gpu, {c.hq}, sv);
+      Tensor og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+      p.gpu->attention(gpu_f32(*p.gpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.gpu, kvt, {c.ctx, c.hkv, c.d}, kv),
+                       tensor_of(*p.gpu, kvt, {c.ctx, c.hkv, c.d}, vv), og, ap);
+      const std::vector<float> want = read(*p.cpu, oc), got = read_with_guard(*p.gpu, og);
+      const std::string what = str("sinks attention n=", c.n, " n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq,
+                                   " hkv=", c.hkv, " d=", c.d, " window=", c.window, " ", dtype_name(kvt));
+      expect_close(got, want, what.c_str());
+      // Head 0's sink takes nearly all the mass: its outputs are ~0, and the CUDA ones too.
+      float head0 = 0.0f;
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t e = 0; e < c.d; ++e) head0 = std::max(head0, std::fabs(got[static_cast<size_t>((i * c.hq) * c.d + e)]));
+      EXPECT_LT(head0, 1e-6f) << what;
+    }
+  // A batch decode step with sinks: one launch on CUDA, a row at a time on the CPU.
+  const int64_t hq = 8, hkv = 2, d = 128, n = 3;
+  const std::vector<int64_t> n_past = {5, 300, 41}, ctx = {6, 400, 41 + 1};
+  auto sv = random_vec(hq, 85, 1.5f);
+  auto run = [&](Backend& be, bool gpu) {
+    auto t = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+      return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
+    };
+    std::vector<Tensor> kc, vc;
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t c = ctx[static_cast<size_t>(b)];
+      kc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, 90 + static_cast<uint32_t>(b))));
+      vc.push_back(t({c, hkv, d}, random_vec(c * hkv * d, 95 + static_cast<uint32_t>(b))));
+    }
+    const Backend::RowCaches caches{kc, vc, n_past, {}};
+    Tensor out = t({n, hq, d}, {});
+    be.attention_rows(t({n, hq, d}, random_vec(n * hq * d, 99)), out, caches, 0.088f, 0, t({hq}, sv));
+    return out;
+  };
+  Tensor oc = run(*p.cpu, false), og = run(*p.gpu, true);
+  expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "sinks attention_rows");
+}
+
+// gpt-oss's clamped SwiGLU against the CPU's (values both sides of the limit, NaN kept).
+TEST(CudaOps, SwigluClamped) {
+  Pair p;
+  for (int64_t n : {1, 37, 5000}) {
+    auto gv = random_vec(n, 86, 6.0f), uv = random_vec(n, 87, 6.0f);
+    Tensor gc = cpu_f32(*p.cpu, {n}, gv), uc = cpu_f32(*p.cpu, {n}, uv);
+    Tensor gg = gpu_f32(*p.gpu, {n}, gv), ug = gpu_f32(*p.gpu, {n}, uv);
+    p.cpu->swiglu_clamped(gc, uc, gc, 1.702f, 7.0f);
+    p.gpu->swiglu_clamped(gg, ug, gg, 1.702f, 7.0f);
+    expect_close(read_with_guard(*p.gpu, gg), read(*p.cpu, gc), ("swiglu_clamped n=" + std::to_string(n)).c_str());
+  }
+  Tensor g = gpu_f32(*p.gpu, {2}, {NAN, 1.0f}), u = gpu_f32(*p.gpu, {2}, {1.0f, NAN});
+  p.gpu->swiglu_clamped(g, u, g, 1.702f, 7.0f);
+  const std::vector<float> out = read(*p.gpu, g);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+}
+
 TEST(CudaOps, AttentionRowsEachRowItsOwnCache) { attention_rows_cases(DType::f32); }
 TEST(CudaOps, AttentionRowsEachRowItsOwnBf16Cache) { attention_rows_cases(DType::bf16); }
 

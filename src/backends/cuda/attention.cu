@@ -21,7 +21,7 @@ template <typename KV>
 __global__ void attention_kernel(const float* __restrict__ q, const KV* __restrict__ k,
                                  const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                  int64_t hkv, int64_t d, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                 float scale, int64_t window) {
+                                 float scale, int64_t window, const float* __restrict__ sinks) {
   extern __shared__ float smem[];
   const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -85,7 +85,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const KV* __restri
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) s += smem[w * (d + 2) + c] * f[w];
-    o[c] = s / den;
+    o[c] = softmax_finish(s, den, m_all, sinks, h);
   }
 }
 
@@ -99,7 +99,7 @@ template <int DPL, typename KV>
 __global__ void attention_keys_kernel(const float* __restrict__ q, const KV* __restrict__ k,
                                       const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                       int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                      float scale, int64_t window) {
+                                      float scale, int64_t window, const float* __restrict__ sinks) {
   constexpr int64_t d = 32 * DPL;
   extern __shared__ float smem[];
   float* qs = smem + kWarps * (d + 2);
@@ -188,7 +188,7 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const KV* __r
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += smem[w * (d + 2) + c] * f[w];
-    o[c] = sum / den;
+    o[c] = softmax_finish(sum, den, m_all, sinks, h);
   }
 }
 
@@ -210,7 +210,7 @@ void launch_rows(const AttentionParams& p, cudaStream_t st) {
 #define SLUICE_ATT_CASE(DPL)                                                                                \
   case DPL:                                                                                              \
     attention_keys_kernel<DPL, KV><<<blocks, kWarps * 32, smem_keys, st>>>(q, k, v, out, n, hq, hkv, n_past, \
-                                                                           n_past_dev, scale, window);    \
+                                                                           n_past_dev, scale, window, p.sinks); \
     break;
       SLUICE_ATT_CASE(1)
       SLUICE_ATT_CASE(2)
@@ -226,7 +226,7 @@ void launch_rows(const AttentionParams& p, cudaStream_t st) {
   }
   const size_t smem = static_cast<size_t>(kWarps) * (d + 2) * sizeof(float);
   attention_kernel<KV><<<blocks, kWarps * 32, smem, st>>>(q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale,
-                                                          window);
+                                                          window, p.sinks);
 }
 
 }  // namespace

@@ -60,7 +60,8 @@ template <int DPL, typename KV>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                             float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv,
-                            int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale, int64_t window) {
+                            int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
+                            const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
   extern __shared__ float smem[];
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       o_b += mw[c] * f;
     }
     if (S == 1) {
-      out[h * d + c] = o_b / l_b;
+      out[h * d + c] = softmax_finish(o_b, l_b, m_b, sinks, h);
     } else {
       row[c] = o_b;
       if (c == 0) {
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
-                                const RowCachePtrs row_caches) {
+                                const RowCachePtrs row_caches, const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
   constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(256)
     }
     const int64_t h = static_cast<int64_t>(kvh) * G + gi;
     if (S == 1) {
-      out[h * d + c] = o_b / l_b;
+      out[h * d + c] = softmax_finish(o_b, l_b, m_b, sinks, h);
     } else {
       float* row = part + (h * S + s) * dp;  // partial rows [hq][S][d + 4]: o, max, denominator
       row[c] = o_b;
@@ -376,11 +377,12 @@ __global__ void __launch_bounds__(256)
 // [rows][hq][d].
 template <int D>
 __global__ void __launch_bounds__(256)
-    attention_decode_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int hq, int S) {
+    attention_decode_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int hq, int S,
+                                  const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int ds = D + 4;
   __shared__ float fs[kMaxSplits];  // factors e^(m_t - m)
-  __shared__ float den;
+  __shared__ float den, mref;
   const int64_t h = static_cast<int64_t>(blockIdx.y) * hq + blockIdx.x;
   const float* hr = part + h * S * ds;
   const int c = threadIdx.x;
@@ -407,21 +409,24 @@ __global__ void __launch_bounds__(256)
       l += l_t[u] * f;
     }
     l = warp_sum(l);
-    if (c == 0) den = l;
+    if (c == 0) {
+      den = l;
+      mref = m;
+    }
   }
   __syncthreads();
   float o = 0.0f;
 #pragma unroll
   for (int t = 0; t < kMaxSplits; ++t)
     if (t < S) o = fmaf(o_t[t], fs[t], o);
-  out[h * D + c] = o / den;
+  out[h * D + c] = softmax_finish(o, den, mref, sinks, blockIdx.x);
 }
 
 // The merge of S > 1 partial rows a head, after either kernel.
 template <int D>
 void launch_merge(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   launch_chained(attention_decode_merge_kernel<D>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(a.n_rows)),
-                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S);
+                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks);
 }
 
 // The GQA kernel's launch shape for (hq, hkv, d, n_ctx): heads a warp HPW, chunks a stage C,
@@ -502,7 +507,7 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.window, kPerRow ? *a.rows : none);
+                 a.scale, a.window, kPerRow ? *a.rows : none, a.sinks);
 }
 
 template <int DPL, int HPW, typename KV>
@@ -540,7 +545,7 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   const size_t smem = (static_cast<size_t>(d) + kWarps * 32 + kWarps * (d + 2)) * sizeof(float);
   launch_chained(attention_decode_kernel<DPL, KV>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
                  dim3(kWarps * 32), smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
-                 a.partials, a.hq, a.hkv, a.n_past, a.n_past_dev, a.scale, a.window);
+                 a.partials, a.hq, a.hkv, a.n_past, a.n_past_dev, a.scale, a.window, a.sinks);
   if (S > 1) launch_merge<d>(a, S, st);
 }
 

@@ -24,6 +24,7 @@ struct AttentionDecodeArgs {
   const int32_t* n_past_dev = nullptr;
   float scale = 1.0f;
   int64_t window = 0;        // 0: full causal
+  const float* sinks = nullptr;  // [hq] f32 attention sinks (gpt-oss), or null
   // A batch decode step: n_rows rows of q and out, row b a sequence of its own with the
   // caches rows->k[b] / rows->v[b] (k, v unused) at position n_past_dev[b]; n_ctx the largest
   // capacity; partials n_rows times as many.

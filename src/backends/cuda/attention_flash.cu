@@ -117,7 +117,8 @@ template <int D, typename KV>
 __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
     attention_flash_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                            float* __restrict__ out, int64_t n, int64_t hq, int64_t hkv, int64_t n_past_arg,
-                           const int32_t* __restrict__ n_past_dev, float scale, int64_t window) {
+                           const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
+                           const float* __restrict__ sinks) {
   constexpr int P = row_words<D>(), BN = key_tile<D>();
   constexpr int NT = BN / 8;  // S tiles of 8 keys a warp holds
   constexpr int DT = D / 8;   // O tiles of 8 dims a warp holds
@@ -263,20 +264,30 @@ __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
     }
   }
 
-  // Denominators over the quad's lanes, then out = O / l for the valid rows.
+  // Denominators over the quad's lanes, then out = O / l for the valid rows. An attention
+  // sink (gpt-oss; softmax_finish) adds 2^(sink log2(e) - m) to l, taken against max(m, sink):
+  // o and l scale by 2^(m - max), the sink's term by 2^(sink - max).
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float f0 = 1.0f, f1 = 1.0f;  // the factors on o (with sinks), folded into inv
+  if (sinks != nullptr) {
+    const float sk = sinks[h] * kLog2e, mm0 = fmaxf(m0, sk), mm1 = fmaxf(m1, sk);
+    f0 = exp2f(m0 - mm0);
+    f1 = exp2f(m1 - mm1);
+    l0 = l0 * f0 + exp2f(sk - mm0);
+    l1 = l1 * f1 + exp2f(sk - mm1);
+  }
   if (r0 < rows) {
-    const float inv = 1.0f / l0;
+    const float inv = sinks != nullptr ? f0 / l0 : 1.0f / l0;
     float* dst = out + ((i0 + r0) * hq + h) * D + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
       *reinterpret_cast<float2*>(dst + 8 * dt) = make_float2(o[dt][0] * inv, o[dt][1] * inv);
   }
   if (r0 + 8 < rows) {
-    const float inv = 1.0f / l1;
+    const float inv = sinks != nullptr ? f1 / l1 : 1.0f / l1;
     float* dst = out + ((i0 + r0 + 8) * hq + h) * D + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
@@ -293,7 +304,7 @@ void launch_dkv(const AttentionParams& p, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(p.hq));
   attention_flash_kernel<D, KV><<<grid, kWarps * 32, smem, st>>>(p.q, static_cast<const KV*>(p.k),
                                                                  static_cast<const KV*>(p.v), p.out, p.n, p.hq, p.hkv,
-                                                                 p.n_past, p.n_past_dev, p.scale, p.window);
+                                                                 p.n_past, p.n_past_dev, p.scale, p.window, p.sinks);
 }
 
 template <int D>

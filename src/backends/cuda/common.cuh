@@ -99,6 +99,18 @@ __device__ __forceinline__ KV kv_from_f32(float x) {
   else return __float2bfloat16_rn(x);
 }
 
+// The end of a softmax row: o / l, where the output o and the denominator l are relative to
+// the row's max m (o = sum e^(s - m) v, l = sum e^(s - m)), with gpt-oss's attention sink (a
+// logit of its own in the denominator, no value) when `sinks` is set: o / (l + e^(sink - m)),
+// computed against max(m, sink) as the CPU reference takes its max over both. Without sinks
+// exactly o / l. m = -inf (no key seen) with a sink gives 0.
+__device__ __forceinline__ float softmax_finish(float o, float l, float m, const float* __restrict__ sinks,
+                                                int64_t head) {
+  if (sinks == nullptr) return o / l;
+  const float sink = sinks[head], mm = fmaxf(m, sink), f = expf(m - mm);
+  return (o * f) / (l * f + expf(sink - mm));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

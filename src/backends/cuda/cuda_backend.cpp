@@ -26,11 +26,12 @@ void check_f32(const Tensor& t, const char* op, const char* what) {
                dtype_name(t.dtype));
 }
 
-// The attention kernels do not take gpt-oss's sinks yet: refuse in one line rather than
-// compute attention without them.
-void check_no_sinks(const Tensor& sinks) {
-  SLUICE_CHECK(sinks.empty(), Status::unsupported,
-               "attention sinks (gpt-oss) are not supported on the cuda backend yet; use --backend cpu");
+// gpt-oss's attention sinks as the kernels take them: [n_head] f32 on the device, or null.
+const float* sinks_of(const Tensor& sinks, int64_t n_head) {
+  if (sinks.empty()) return nullptr;
+  SLUICE_CHECK(sinks.dtype == DType::f32 && sinks.numel() == n_head, Status::internal, "cuda attention: sinks ",
+               dtype_name(sinks.dtype), " ", sinks.shape_str(), " for ", n_head, " heads (want f32 [n_head])");
+  return sinks.ptr<float>();
 }
 
 // Whether the K and V caches are bf16 (else f32; both the same: Backend::kv_dtype).
@@ -396,14 +397,13 @@ void CudaBackend::attention_inputs_rows(const Tensor& q, const Tensor& k, const 
 
 void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
                                  int64_t sliding_window, const Tensor& sinks) {
-  check_no_sinks(sinks);
   const int64_t n = q.shape[0];
   cuda::RowCachePtrs ptrs{};
   if (n == 1 || q.ndim != 3 || caches.k.empty() || caches.k[0].ndim != 3 ||
       !cuda::attention_decode_rows_supported(q.shape[1], caches.k[0].shape[1], q.shape[2], n) ||
       !row_cache_ptrs(caches, n, caches.k[0].shape[1], q.shape[2], ptrs) ||
       ((reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(out.data)) & 15) != 0) {
-    Backend::attention_rows(q, out, caches, scale, sliding_window);
+    Backend::attention_rows(q, out, caches, scale, sliding_window, sinks);
     return;
   }
   SLUICE_CHECK(out.numel() == q.numel(), Status::internal, "cuda attention_rows: q ", q.shape_str(), ", out ",
@@ -416,7 +416,7 @@ void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCa
   decode_attention({.q = q.ptr<float>(), .kv_bf16 = kv_bf16_of(caches.k[0], caches.v[0], "attention_rows"),
                     .out = out.ptr<float>(),
                     .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past_dev = pos, .scale = scale,
-                    .window = sliding_window, .n_rows = n, .rows = &ptrs});
+                    .window = sliding_window, .sinks = sinks_of(sinks, hq), .n_rows = n, .rows = &ptrs});
 }
 
 void CudaBackend::decode_attention(cuda::AttentionDecodeArgs a) {
@@ -472,7 +472,6 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
-  check_no_sinks(p.sinks);
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   const bool kv_bf16 = kv_bf16_of(k, v, "attention");
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
@@ -480,7 +479,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     decode_attention({.q = q.ptr<float>(), .k = k.data, .v = v.data, .kv_bf16 = kv_bf16, .out = out.ptr<float>(),
                       .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past = p.n_past,
                       .n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(), .scale = p.scale,
-                      .window = p.sliding_window});
+                      .window = p.sliding_window, .sinks = sinks_of(p.sinks, hq)});
     return;
   }
   cuda::AttentionParams ap;
@@ -497,6 +496,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   ap.n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>();
   ap.scale = p.scale;
   ap.window = p.sliding_window;
+  ap.sinks = sinks_of(p.sinks, hq);
   cuda::launch_attention_at(ap, stream_);
 }
 

@@ -103,6 +103,7 @@ struct AttentionParams {
                                         // the kernel runs (captured graphs)
   float scale = 1.0f;                   // on q.k
   int64_t window = 0;                   // 0: full causal; w: keys in (p - w, p]
+  const float* sinks = nullptr;         // [hq] f32 attention sinks (gpt-oss; softmax_finish), or null
 };
 // Any n: launch_attention_flash when attention_flash_supported(p) and n >= kAttentionFlashMinRows,
 // else launch_attention_rows.
