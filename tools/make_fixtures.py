@@ -157,6 +157,49 @@ FIXTURES.update({
                       torch.bfloat16, "<|im_start|>", {"plain": True, "scale": GPT_OSS_SCALE, "mxfp4": True}),
 })
 
+# llama4_text (Llama4ForCausalLM): MoE on every interleave_moe_layer_step-th layer with a dense
+# MLP (intermediate_size_mlp) between, top-1 sigmoid routing that scales the expert's input,
+# a shared expert, NoPE layers (no_rope_layers 0) with attention temperature tuning (floor_scale
+# small so the scale moves within the prompt), chunked attention on the rope layers (chunk 8
+# under a 33-token prompt), L2 q/k norm, llama3 rope scaling; the second config: top-2, MoE in
+# every layer, no q/k norm, no tuning, no chunking, default rope.
+LLAMA4 = dict(COMMON, head_dim=16, intermediate_size=32, intermediate_size_mlp=48, num_local_experts=8,
+              rms_norm_eps=1e-5, attention_bias=False)
+FIXTURES.update({
+    "llama4": ("llama4_text", dict(LLAMA4, num_hidden_layers=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+               no_rope_layers=[1, 1, 1, 0], attention_chunk_size=8, use_qk_norm=True, attn_temperature_tuning=True,
+               floor_scale=4, attn_scale=0.1, rope_theta=500000.0,
+               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 64}),
+               torch.bfloat16, "<|im_start|>", {"plain": True}),
+    "llama4_top2": ("llama4_text", dict(LLAMA4, num_hidden_layers=3, num_experts_per_tok=2,
+                    interleave_moe_layer_step=1, no_rope_layers=[1, 0, 1], attention_chunk_size=8192,
+                    use_qk_norm=False, attn_temperature_tuning=False, rope_theta=10000.0),
+                    torch.float32, None, {"plain": True}),
+})
+
+# gemma4_text (Gemma4ForCausalLM): sliding and full layers with their own rope (default theta
+# 1e4; proportional with partial_rotary_factor on full layers) and a wider head on full layers
+# (global_head_dim), the MoE block beside the dense MLP, per-layer input embeddings, the final
+# logit softcap, tied embeddings; the second config: attention_k_eq_v with its own kv heads on
+# full layers, KV shared by the last layers, the double-wide MLP there, no PLE, top-1.
+GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+               "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}
+GEMMA4 = dict(COMMON, head_dim=16, global_head_dim=32, intermediate_size=48, sliding_window=6,
+              tie_word_embeddings=True, rope_parameters=GEMMA4_ROPE, hidden_activation="gelu_pytorch_tanh",
+              num_experts=8, moe_intermediate_size=32, enable_moe_block=True, vocab_size_per_layer_input=VOCAB,
+              pad_token_id=0, bos_token_id=2, eos_token_id=1)
+FIXTURES.update({
+    "gemma4": ("gemma4_text", dict(GEMMA4, num_hidden_layers=4, top_k_experts=2, hidden_size_per_layer_input=8,
+               layer_types=["sliding_attention", "sliding_attention", "full_attention", "full_attention"],
+               final_logit_softcapping=30.0),
+               torch.bfloat16, "<|im_start|>", {"cls": "Gemma4ForCausalLM", "search": SEARCH_SEEDS}),
+    "gemma4_kv": ("gemma4_text", dict(GEMMA4, num_hidden_layers=6, top_k_experts=1, hidden_size_per_layer_input=0,
+                  layer_types=["sliding_attention", "full_attention"] * 3, attention_k_eq_v=True,
+                  num_global_key_value_heads=1, num_kv_shared_layers=2, use_double_wide_mlp=True),
+                  torch.bfloat16, "<|im_start|>", {"cls": "Gemma4ForCausalLM", "search": SEARCH_SEEDS}),
+})
+
 EOS_ID = 500  # "<|endoftext|>" in the fixture tokenizer
 # A vision tower as small as its config allows: the checkpoint must carry one (with the real
 # model.visual.* names) for the loader's skip to be tested, but it is never run.
@@ -274,6 +317,12 @@ def router_margins(model, k: int):
     hooks = []
     hidden = text_config(model).hidden_size
     for name, mod in model.named_modules():
+        if name.endswith(".router") and hasattr(mod, "per_expert_scale"):  # gemma4: probabilities are output 0
+            def phook(m, args, out):
+                s = torch.sort(out[0].double(), dim=-1, descending=True).values
+                margins.append(float((s[:, k - 1] - s[:, k]).min()))
+            hooks.append(mod.register_forward_hook(phook))
+            continue
         w = getattr(mod, "weight", None)
         if (name.endswith(".gate") or name.endswith(".router")) and w is not None and w.dim() == 2 \
                 and w.shape[0] <= 64 and w.shape[1] == hidden:
@@ -434,7 +483,7 @@ def seeded_model(name: str, seed: int):
 
 def measure_seed(name: str, seed: int, prompt_ids, tok):
     """The full measurement: every router (and QSA indexer) call of the reference run."""
-    k = FIXTURES[name][1].get("num_experts_per_tok", 0)
+    k = FIXTURES[name][1].get("num_experts_per_tok", FIXTURES[name][1].get("top_k_experts", 0))
     model = seeded_model(name, seed)
     margins, hooks = router_margins(model, k) if k else ([], [])
     qmargins, qhooks = qsa_margins(model)
@@ -460,7 +509,7 @@ def screen_seed(job):
     upper bound of the whole reference run's minimum (the run's calls include these)."""
     name, seed = job
     torch.set_num_threads(1)
-    k = FIXTURES[name][1]["num_experts_per_tok"]
+    k = FIXTURES[name][1].get("num_experts_per_tok", FIXTURES[name][1].get("top_k_experts", 0))
     model = seeded_model(name, seed)
     margins, hooks = router_margins(model, k)
     with torch.no_grad():
