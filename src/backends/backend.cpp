@@ -103,8 +103,10 @@ void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t n = q.shape[0], nh = q.shape[1], nkv = k.shape[1], d = q.shape[2];
   if (!q_norm.empty()) rms_norm(q.reshape({n * nh, d}), q_norm, eps, q.reshape({n * nh, d}));
   if (!k_norm.empty()) rms_norm(k.reshape({n * nkv, d}), k_norm, eps, k.reshape({n * nkv, d}));
-  rope(q, cos, sin, rot_dim, interleaved);
-  rope(k, cos, sin, rot_dim, interleaved);
+  if (rot_dim > 0) {  // 0: a layer without rotary (Llama 4's NoPE layers); the tables go unread
+    rope(q, cos, sin, rot_dim, interleaved);
+    rope(k, cos, sin, rot_dim, interleaved);
+  }
   if (positions.empty()) {
     copy(k, k_cache.slice_rows(n_past, n));  // a bf16 cache: rounded by the copy
     copy(v, v_cache.slice_rows(n_past, n));

@@ -60,6 +60,13 @@ struct AttentionParams {
   // denominator gains exp(sinks[h] - max), the max taken over the scores and the sink, and
   // the sink takes no value (its share of the probability mass is dropped).
   Tensor sinks;
+  // Chunked attention (Llama 4's rope layers): a query at p sees only keys of its own chunk,
+  // [p - p % chunk, p] (and the window's bound, where both are set); 0: no chunks.
+  int64_t chunk = 0;
+  // Attention temperature tuning (Llama 4's NoPE layers): the query at p is scaled by
+  // log1p(floor((p + 1) / floor_scale)) * attn_scale + 1; floor_scale 0: off.
+  int64_t temperature_floor_scale = 0;
+  float temperature_attn_scale = 0.0f;
   // Optional i32 tensor on the backend whose element 0 is n_past, read when the op runs (a
   // captured decode graph replays at every position). It holds n_past whenever the op is
   // enqueued eagerly; a backend that does not capture graphs may use n_past instead.

@@ -61,6 +61,7 @@ uint64_t expert_source_elem_bytes(const Checkpoint& ck, const ExpertLayer& l) {
   switch (l.layout) {
     case ExpertLayout::per_expert: return dtype_size(ck.entry(l.names[0][0]).dtype);
     case ExpertLayout::fused:
+    case ExpertLayout::fused_inputs_first:
     case ExpertLayout::gpt_oss: return dtype_size(ck.entry(l.prefix + "gate_up_proj").dtype);
     case ExpertLayout::gpt_oss_mxfp4: return 1;
   }
@@ -93,6 +94,7 @@ class ExpertRowReader {
         pread_all(s.fd, in_.data(), in_.size(), s.offset + static_cast<uint64_t>(r0) * rb, where);
         return in_.size();
       }
+      case ExpertLayout::fused_inputs_first:
       case ExpertLayout::gpt_oss: {  // [in, out]: the rows are columns
         const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows;
         in_.resize(static_cast<size_t>(s.cols * out_cols) * esz);
@@ -127,8 +129,9 @@ class ExpertRowReader {
         if (s.dtype == DType::bf16) out.bf16 = src;
         break;
       }
+      case ExpertLayout::fused_inputs_first:
       case ExpertLayout::gpt_oss: {
-        const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows, col = proj == 2 ? r : 2 * r + proj;
+        const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows, col = source_row(s, proj, r);
         for (int64_t i = 0; i < s.cols; ++i)
           dtype_row_to_f32(in_.data() + static_cast<size_t>(i * out_cols + col) * esz, s.dtype, 1, &f32_[static_cast<size_t>(i)]);
         break;
@@ -145,10 +148,11 @@ class ExpertRowReader {
     return out;
   }
 
-  // The checkpoint's row (or column, for gpt_oss) of block row r, for messages.
+  // The checkpoint's row (or column, for the inputs-first layouts) of block row r.
   static int64_t source_row(const SourceBlock& s, int proj, int64_t r) {
     switch (s.layout) {
-      case ExpertLayout::gpt_oss: return proj == 2 ? r : 2 * r + proj;
+      case ExpertLayout::gpt_oss: return proj == 2 ? r : 2 * r + proj;         // a column: interleaved
+      case ExpertLayout::fused_inputs_first: return proj == 2 ? r : proj * s.rows + r;  // a column: halves
       case ExpertLayout::gpt_oss_mxfp4: return s.row0 + (proj == 2 ? r : 2 * r + proj);
       default: return s.row0 + r;
     }
@@ -346,7 +350,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     LOG_INFO("convert: ", family.model_type, ": leaving out the vision tower (", left_out.size(), " tensors under ",
              family.vision_prefix, "); the pack holds the text model");
   std::set<std::string> expert_names;
-  std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names, true);
+  std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names, family.fused_experts, true);
   if (layers.empty()) LOG_INFO("convert: ", family.model_type, ": no routed experts; the pack holds dense weights only");
 
   // 2. The output location.
@@ -501,6 +505,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
         s.row0 = p == 2 ? e * d : e * 2 * ff + (p == 1 ? ff : 0);
         s.offset = file_offset(s.name) + static_cast<uint64_t>(s.row0 * s.cols) * dtype_size(ck.entry(s.name).dtype);
         break;
+      case ExpertLayout::fused_inputs_first:
       case ExpertLayout::gpt_oss:  // the whole [in, out] matrix of expert e
         s.name = l.prefix + (p == 2 ? "down_proj" : "gate_up_proj");
         s.offset = file_offset(s.name) + static_cast<uint64_t>(e * (p == 2 ? d * ff : 2 * ff * d)) *
@@ -577,7 +582,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
           const int64_t row_bytes = s.layout == ExpertLayout::gpt_oss_mxfp4
                                         ? 2 * quant_row_bytes(DType::mxfp4, s.cols)
                                         : s.cols * static_cast<int64_t>(dtype_size(s.dtype));
-          const int64_t rows_per_item = s.layout == ExpertLayout::gpt_oss
+          const int64_t rows_per_item = s.layout == ExpertLayout::gpt_oss || s.layout == ExpertLayout::fused_inputs_first
                                             ? s.rows
                                             : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
           for (int64_t r = 0; r < s.rows; r += rows_per_item) items.push_back({s, r0 + i, r, std::min(s.rows, r + rows_per_item), p});

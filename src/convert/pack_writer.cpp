@@ -92,7 +92,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // ---- finding the experts ----
 
 std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, const std::string& where_dir,
-                                            std::set<std::string>& expert_names, bool allow_none) {
+                                            std::set<std::string>& expert_names, FusedExperts fused, bool allow_none) {
   std::map<std::string, const TensorDecl*> by_name;
   for (const TensorDecl& t : all) by_name[t.name] = &t;
   auto entry = [&](const std::string& name) -> const TensorDecl& { return *by_name.at(name); };
@@ -182,7 +182,8 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
       expect_tensor(prefix + "gate_up_proj_scales", DType::u8, {E, 2 * ff, d / 32});
       expect_tensor(prefix + "down_proj_blocks", DType::u8, {E, d, ff / 32, 16});
       expect_tensor(prefix + "down_proj_scales", DType::u8, {E, d, ff / 32});
-    } else if (n_fused && has(prefix + "gate_up_proj_bias")) {  // gpt-oss, float
+    } else if (n_fused && (has(prefix + "gate_up_proj_bias") || fused == FusedExperts::inputs_first_interleaved)) {
+      // gpt-oss, float
       l.layout = ExpertLayout::gpt_oss;
       l.source = "gpt_oss";
       l.biases = true;
@@ -190,6 +191,22 @@ std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& all, 
       const int64_t E = l.n_expert, d = l.n_embd, ff = l.n_ff;
       expect_tensor(prefix + "gate_up_proj", std::nullopt, {E, d, 2 * ff});
       expect_tensor(prefix + "down_proj", std::nullopt, {E, ff, d});
+    } else if (n_fused && fused == FusedExperts::inputs_first_halves) {  // Llama 4
+      l.layout = ExpertLayout::fused_inputs_first;
+      l.source = "fused_inputs_first";
+      const std::string gu = prefix + "gate_up_proj", dn = prefix + "down_proj";
+      SLUICE_CHECK(has(gu) && has(dn), Status::corrupt, where, ": needs both ", gu, " and ", dn);
+      for (const ExpertTensor& t : l.tensors)
+        SLUICE_CHECK(t.name == gu || t.name == dn, Status::corrupt, where, ": tensor ", t.name,
+                     " does not belong to the fused expert layout (gate_up_proj, down_proj)");
+      const auto& s_gu = entry(gu).shape;
+      SLUICE_CHECK(s_gu.size() == 3 && s_gu[2] % 2 == 0 && s_gu[0] > 0 && s_gu[1] > 0 && s_gu[2] > 0, Status::corrupt,
+                   where_dir, ": tensor ", gu, " has shape ", shape_text(s_gu), ", expected [n_expert, n_embd, 2 * n_ff]");
+      l.n_expert = s_gu[0];
+      l.n_embd = s_gu[1];
+      l.n_ff = s_gu[2] / 2;
+      expect_tensor(dn, std::nullopt, {l.n_expert, l.n_ff, l.n_embd});
+      check_float(gu);
     } else if (n_fused) {
       l.layout = ExpertLayout::fused;
       l.source = "fused";

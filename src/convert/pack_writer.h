@@ -24,6 +24,7 @@
 
 #include "core/aligned_buffer.h"
 #include "format/pack.h"
+#include "models/registry.h"
 
 namespace sluice {
 
@@ -49,6 +50,8 @@ struct ExpertTensor {
 enum class ExpertLayout {
   per_expert,     // <prefix><e>.gate_proj.weight [n_ff, n_embd] ... (or w1 / w3 / w2)
   fused,          // <prefix>gate_up_proj [E, 2 n_ff, n_embd] (gate rows, then up rows), down_proj [E, n_embd, n_ff]
+  fused_inputs_first,  // gate_up_proj [E, n_embd, 2 n_ff] (gate columns, then up columns), down_proj
+                       // [E, n_ff, n_embd] (Llama 4)
   gpt_oss,        // <prefix>gate_up_proj [E, n_embd, 2 n_ff] (gate and up columns interleaved: gate f is
                   // column 2f), down_proj [E, n_ff, n_embd] (inputs first), gate_up_proj_bias [E, 2 n_ff]
                   // (interleaved), down_proj_bias [E, n_embd]
@@ -63,7 +66,8 @@ struct ExpertLayer {
   int64_t layer = -1;  // model layer number
   ExpertLayout layout = ExpertLayout::per_expert;
   bool biases = false;  // gate, up and down biases (the gpt-oss layouts)
-  std::string source;   // "gate_proj,up_proj,down_proj", "w1,w3,w2", "fused", "gpt_oss" or "gpt_oss_mxfp4"
+  std::string source;   // "gate_proj,up_proj,down_proj", "w1,w3,w2", "fused", "fused_inputs_first", "gpt_oss"
+                        // or "gpt_oss_mxfp4"
   std::vector<ExpertTensor> tensors;
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   // Per expert, the tensor of each projection (per-expert layout).
@@ -77,8 +81,10 @@ struct ExpertLayer {
 // checkpoint directory) starts every error message.
 // With allow_none, a model without routed experts gives an empty list (a pack of dense
 // weights only, format version 2); without, that is an error.
+// `fused`: how the family stores fused expert tensors (Family::fused_experts).
 std::vector<ExpertLayer> find_expert_layers(const std::vector<TensorDecl>& tensors, const std::string& where,
-                                            std::set<std::string>& expert_names, bool allow_none = false);
+                                            std::set<std::string>& expert_names, FusedExperts fused,
+                                            bool allow_none = false);
 
 // The pack manifest's expert fields (n_expert, sizes, moe_layers, prefixes, sources) from the
 // layers, and an empty record layout (checksums zeroed) for each kind. No layers: no experts

@@ -259,7 +259,8 @@ SynthPlan synth_plan(const nlohmann::json& config, std::vector<DType> kinds, DTy
   std::vector<TensorDecl> decls;
   for (const MetaTensor& t : tensors) decls.push_back({t.name, DType::bf16, t.shape});
   std::set<std::string> expert_names;
-  const std::vector<ExpertLayer> layers = find_expert_layers(decls, str("synth (", family, ")"), expert_names);
+  const std::vector<ExpertLayer> layers =
+      find_expert_layers(decls, str("synth (", family, ")"), expert_names, find_family(config).fused_experts);
 
   SynthPlan plan;
   PackManifest& m = plan.manifest;

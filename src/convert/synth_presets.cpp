@@ -114,6 +114,77 @@ json tiny_gpt_oss() {
   return c;
 }
 
+// Llama 4 Scout's text model as published (meta-llama/Llama-4-Scout-17B-16E, text_config):
+// 48 layers, all MoE, 16 experts of [8192, 5120] top-1 plus a shared expert, every 4th layer
+// NoPE, chunked attention of 8192 on the others, llama3 rope x16 from 8192.
+json llama4_scout() {
+  json no_rope = json::array();
+  for (int l = 0; l < 48; ++l) no_rope.push_back((l + 1) % 4 != 0 ? 1 : 0);
+  json moe = json::array();
+  for (int l = 0; l < 48; ++l) moe.push_back(l);
+  return json{{"architectures", {"Llama4ForCausalLM"}},
+              {"model_type", "llama4_text"},
+              {"attention_bias", false},
+              {"attention_chunk_size", 8192},
+              {"attention_dropout", 0.0},
+              {"attn_scale", 0.1},
+              {"attn_temperature_tuning", 4},
+              {"bos_token_id", 200000},
+              {"eos_token_id", {200001, 200007, 200008}},
+              {"floor_scale", 8192},
+              {"head_dim", 128},
+              {"hidden_act", "silu"},
+              {"hidden_size", 5120},
+              {"initializer_range", 0.02},
+              {"interleave_moe_layer_step", 1},
+              {"intermediate_size", 8192},
+              {"intermediate_size_mlp", 16384},
+              {"max_position_embeddings", 10485760},
+              {"moe_layers", moe},
+              {"no_rope_layers", no_rope},
+              {"num_attention_heads", 40},
+              {"num_experts_per_tok", 1},
+              {"num_hidden_layers", 48},
+              {"num_key_value_heads", 8},
+              {"num_local_experts", 16},
+              {"pad_token_id", 200018},
+              {"rms_norm_eps", 1e-5},
+              {"rope_scaling",
+               {{"factor", 16.0},
+                {"high_freq_factor", 1.0},
+                {"low_freq_factor", 1.0},
+                {"original_max_position_embeddings", 8192},
+                {"rope_type", "llama3"}}},
+              {"rope_theta", 500000.0},
+              {"tie_word_embeddings", false},
+              {"use_qk_norm", true},
+              {"vocab_size", 202048}};
+}
+
+// A tiny Llama 4 for tests: 4 layers (MoE on 1 and 3, NoPE layer 3), 8 experts of [32, 64], top-1.
+json tiny_llama4() {
+  json c = llama4_scout();
+  c.erase("moe_layers");
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"num_hidden_layers", 4},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 16},
+                {"intermediate_size", 32},
+                {"intermediate_size_mlp", 48},
+                {"num_local_experts", 8},
+                {"interleave_moe_layer_step", 2},
+                {"no_rope_layers", {1, 1, 1, 0}},
+                {"attention_chunk_size", 8},
+                {"floor_scale", 4},
+                {"max_position_embeddings", 512},
+                {"bos_token_id", nullptr},
+                {"eos_token_id", nullptr},
+                {"pad_token_id", nullptr}});
+  return c;
+}
+
 // Layer types of the hybrid Qwen families: every `interval`-th layer full attention, the
 // others Gated DeltaNet.
 json hybrid_layer_types(int64_t n_layer, int64_t interval) {
@@ -267,6 +338,8 @@ const std::vector<SynthPreset>& synth_presets() {
       {"gpt-oss-120b", "gpt-oss-120b: 36 layers, 128 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_120b},
       {"gpt-oss-20b", "gpt-oss-20b: 24 layers, 32 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_20b},
       {"tiny-gpt-oss", "a tiny gpt_oss for tests: 3 layers, 8 experts of [64, 64], top-2", tiny_gpt_oss},
+      {"llama4-scout", "Llama 4 Scout (text): 48 layers, 16 experts of [8192, 5120], top-1, a shared expert", llama4_scout},
+      {"tiny-llama4", "a tiny llama4_text for tests: 4 layers (2 MoE), 8 experts of [32, 64], top-1", tiny_llama4},
   };
   return presets;
 }
@@ -294,8 +367,9 @@ void synth_scale_config(json& config, std::optional<int64_t> n_layer, std::optio
       for (int64_t l = 0; l < *n_layer; ++l) cut.push_back(t["layer_types"][static_cast<size_t>(l)]);
       t["layer_types"] = cut;
     }
-    // Layer lists: 0-indexed mlp_only_layers, 1-indexed ple_layer_ids.
-    for (const auto& [list, base] : {std::pair<const char*, int64_t>{"mlp_only_layers", 0}, {"ple_layer_ids", 1}}) {
+    // Layer lists: 0-indexed mlp_only_layers and moe_layers, 1-indexed ple_layer_ids.
+    for (const auto& [list, base] :
+         {std::pair<const char*, int64_t>{"mlp_only_layers", 0}, {"moe_layers", 0}, {"ple_layer_ids", 1}}) {
       if (!t.contains(list) || !t[list].is_array()) continue;
       json kept = json::array();
       for (const auto& v : t[list])

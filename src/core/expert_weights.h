@@ -31,6 +31,9 @@ struct ExpertMath {
   ExpertActivation activation = ExpertActivation::swiglu;
   float alpha = 1.702f;  // swiglu_clamped: the sigmoid's gain (gpt-oss's value)
   float limit = 7.0f;    // swiglu_clamped: the clamp (gpt-oss's value)
+  // Llama 4: the routing weight scales the expert's input (expert(w x)), and the outputs of a
+  // row's experts are summed unweighted; otherwise the output is scaled (w expert(x)).
+  bool scale_input = false;
   bool operator==(const ExpertMath&) const = default;
 };
 

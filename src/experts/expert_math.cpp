@@ -33,15 +33,29 @@ void expert_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w,
 }
 
 void expert_pairs_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w, const Tensor& h,
-                          std::span<const int32_t> pairs, int64_t k, const Tensor& expert_out) {
+                          std::span<const int32_t> pairs, int64_t k, std::span<const float> weights,
+                          const Tensor& expert_out) {
   const int64_t m = static_cast<int64_t>(pairs.size()), d = h.cols();
   std::vector<int32_t> rows(pairs.size());
   for (size_t j = 0; j < pairs.size(); ++j) rows[j] = static_cast<int32_t>(pairs[j] / k);
   Tensor xin = be.alloc(DType::f32, {m, d});
   be.gather_rows(h, rows, xin);
+  if (math.scale_input) {  // Llama 4: expert(w x), one rounding per element as transformers' h * score
+    std::vector<float> scale(pairs.size());
+    for (size_t j = 0; j < pairs.size(); ++j) scale[j] = weights[static_cast<size_t>(pairs[j])];
+    Tensor s = be.alloc(DType::f32, {m, 1});  // [m, 1]: a weight a row
+    be.from_host(s, scale.data());
+    be.mul(xin, s);
+  }
   Tensor y = be.alloc(DType::f32, {m, d});
   expert_forward(be, math, w, xin, y);
   be.scatter_rows(y, pairs, expert_out);
+}
+
+std::span<const float> combine_weights(const ExpertMath& math, std::span<const float> weights, std::vector<float>& ones) {
+  if (!math.scale_input) return weights;
+  ones.assign(weights.size(), 1.0f);
+  return ones;
 }
 
 void group_pairs_by_expert(const Routing& routing, std::vector<int32_t>& order,

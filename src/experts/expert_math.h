@@ -22,9 +22,15 @@ void swiglu_mlp(Backend& be, const ExpertWeights& w, const Tensor& h, const Tens
 void expert_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w, const Tensor& h, const Tensor& out);
 
 // One expert over the pairs routed to it: expert_out[p, :] = expert(h[p / k, :]) for each pair
-// index p (row * k + rank) of `pairs`. expert_out [n_rows * k, n_embd] f32.
+// index p (row * k + rank) of `pairs` (with math.scale_input: expert(weights[p] h[p / k, :]);
+// weights [n_rows * k], the routing's). expert_out [n_rows * k, n_embd] f32.
 void expert_pairs_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w, const Tensor& h,
-                          std::span<const int32_t> pairs, int64_t k, const Tensor& expert_out);
+                          std::span<const int32_t> pairs, int64_t k, std::span<const float> weights,
+                          const Tensor& expert_out);
+
+// The weights moe_combine applies to the pairs' outputs: the routing's, or all 1 when the
+// weights scaled the experts' inputs (math.scale_input). `ones` holds them when it must.
+std::span<const float> combine_weights(const ExpertMath& math, std::span<const float> weights, std::vector<float>& ones);
 
 // Groups (row, rank) pairs by expert in first-seen order: order[i] is an expert id, and
 // pairs_of[i] its pair indices (row * k + rank).
@@ -43,8 +49,10 @@ void routed_experts(Backend& be, const ExpertMath& math, const Routing& routing,
   std::vector<std::vector<int32_t>> pairs_of;
   group_pairs_by_expert(routing, order, pairs_of);
   Tensor expert_out = be.alloc(DType::f32, {n * k, d});  // [n*k, n_embd], row = pair
-  for (size_t i = 0; i < order.size(); ++i) expert_pairs_forward(be, math, expert(order[i]), h, pairs_of[i], k, expert_out);
-  be.moe_combine(expert_out, routing.weights, k, out);
+  for (size_t i = 0; i < order.size(); ++i)
+    expert_pairs_forward(be, math, expert(order[i]), h, pairs_of[i], k, routing.weights, expert_out);
+  std::vector<float> ones;
+  be.moe_combine(expert_out, combine_weights(math, routing.weights, ones), k, out);
 }
 
 }  // namespace sluice

@@ -21,6 +21,16 @@ Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_
   std::vector<int32_t> idx(E);
   for (int64_t row = 0; row < n_rows; ++row) {
     const float* l = logits.data() + row * E;
+    if (spec.scoring == RouterScoring::sigmoid) {  // torch.topk of the logits, then sigmoid(top value)
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      for (int64_t j = 0; j < k; ++j) {
+        r.ids[row * k + j] = idx[j];
+        r.weights[row * k + j] = 1.0f / (1.0f + std::exp(-l[idx[j]]));
+      }
+      continue;
+    }
     float mx = *std::max_element(l, l + E);
     float sum = 0;
     for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(l[e] - mx);

@@ -10,10 +10,14 @@
 
 namespace sluice {
 
-enum class RouterScoring { softmax };  // probabilities from a softmax over all experts
+enum class RouterScoring {
+  softmax,  // the top-k of a softmax over all experts, their probabilities as weights
+  sigmoid,  // the top-k of the logits, each weight the sigmoid of its logit (Llama 4)
+};
 struct RouterSpec {
   int64_t n_expert = 0, n_expert_used = 0;
-  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1
+  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1 (softmax)
+  RouterScoring scoring = RouterScoring::softmax;
 };
 
 // Chosen experts of n rows, strongest first: ids/weights[row * k + rank].
@@ -36,7 +40,7 @@ struct RoutingEvent {
 using RoutingObserver = std::function<void(const RoutingEvent&)>;
 
 // Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
-// lower expert id first).
+// lower expert id first), or over the logits with sigmoid weights (RouterScoring::sigmoid).
 Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
 
 }  // namespace sluice

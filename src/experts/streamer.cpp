@@ -242,7 +242,8 @@ void ExpertStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // A cut expert contributes nothing; the remaining weights stay as routed.
   for (size_t p = 0; p < dropped.size(); ++p)
     if (dropped[p]) be.fill(expert_out.slice_rows(static_cast<int64_t>(p), 1), 0.0f);
-  be.moe_combine(expert_out, r.weights, k, c.out);
+  std::vector<float> ones;
+  be.moe_combine(expert_out, combine_weights(c.math, r.weights, ones), k, c.out);
 }
 
 std::chrono::milliseconds ExpertStreamer::stall_limit() const {
@@ -280,7 +281,7 @@ void ExpertStreamer::run_step(Backend& be, const MoeLayerCall& c, Step& step, co
   auto compute = [&](PlannedExpert& w, ReadyCopy copy) {
     plan.take(w, copy, ls);
     const ExpertWeights ew = expert_view(st_.pack->kind(plan.kind_of(copy)), slot_ptr(plan.slot_of(w, copy)));
-    clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
+    clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, c.routing->weights, expert_out); });
   };
   // Waits for reads; throws when none landed for the stall limit.
   auto since = Clock::now();
@@ -314,7 +315,7 @@ void ExpertStreamer::run_step(Backend& be, const MoeLayerCall& c, Step& step, co
         for (int32_t p : w.pairs) dropped[static_cast<size_t>(p)] = 1;
       } else if (w.low) {
         const ExpertWeights ew = expert_view(st_.pack->kind(*st_.opt.miss_kind), slot_ptr(w.low_slot));
-        clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, expert_out); });
+        clock.compute([&] { expert_pairs_forward(be, c.math, ew, c.h, w.pairs, k, c.routing->weights, expert_out); });
       }
     }
   }

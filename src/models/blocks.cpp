@@ -77,6 +77,9 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   params.scale = spec.scale;
   params.sliding_window = spec.sliding_window;
   params.sinks = w.sinks;
+  params.chunk = spec.chunk;
+  params.temperature_floor_scale = spec.temperature_floor_scale;
+  params.temperature_attn_scale = spec.temperature_attn_scale;
   be.attention(q3, kv.k, kv.v, att, params);
 }
 
@@ -114,7 +117,8 @@ void attention_block_segments(Backend& be, const AttentionSpec& spec, const Rope
   const Qkv p = project_qkv(be, spec, w, h);
   const Tensor q3 = p.q.reshape({n, nh, hd}), k3 = p.k.reshape({n, nkv, hd}), v3 = p.v.reshape({n, nkv, hd});
   Tensor att = be.alloc(DType::f32, {n, nh, hd});
-  bool one_row_each = static_cast<int64_t>(segments.size()) == n;
+  // attention_rows takes the window and sinks; chunks and temperature (Llama 4) go per segment.
+  bool one_row_each = static_cast<int64_t>(segments.size()) == n && spec.chunk == 0 && spec.temperature_floor_scale == 0;
   for (size_t i = 0; i < segments.size(); ++i) {
     const AttentionSegment& s = segments[i];
     SLUICE_CHECK(s.kv && s.row0 >= 0 && s.n > 0 && s.row0 + s.n <= n, Status::internal, "attention segment [", s.row0,

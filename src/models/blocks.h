@@ -28,6 +28,9 @@ struct AttentionSpec {
   float scale = 0;              // q.k scale, 1/sqrt(head_dim) unless a family says otherwise
   int64_t sliding_window = 0;   // 0: full causal
   std::optional<float> clip_qkv;
+  int64_t chunk = 0;            // chunked attention (AttentionParams::chunk); 0: none
+  int64_t temperature_floor_scale = 0;  // attention temperature tuning (AttentionParams); 0: off
+  float temperature_attn_scale = 0.0f;
 };
 
 struct AttentionWeights {

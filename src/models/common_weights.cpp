@@ -1,6 +1,10 @@
 // Shared weight declarations for attention, experts and dense MLPs.
 #include "models/common_weights.h"
 
+#include <cstring>
+
+#include "models/hybrid_weights.h"
+
 namespace sluice {
 
 AttentionWeights load_attention(WeightLoader& wl, const std::string& p, const AttentionSpec& s, bool bias,
@@ -71,6 +75,39 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& p, 
     experts[e].gate = wl.take(ep + names.gate + ".weight", {n_ff, n_embd});
     experts[e].up = wl.take(ep + names.up + ".weight", {n_ff, n_embd});
     experts[e].down = wl.take(ep + names.down + ".weight", {n_embd, n_ff});
+  }
+  return experts;
+}
+
+std::vector<ExpertWeights> load_experts_inputs_first(WeightLoader& wl, const std::string& p, int64_t E, int64_t d,
+                                                     int64_t ff, bool interleaved) {
+  Backend& be = wl.backend();
+  const Tensor gu = wl.take_host(p + "gate_up_proj", {E, d, 2 * ff});
+  const Tensor dn = wl.take_host(p + "down_proj", {E, ff, d});
+  const size_t esz = dtype_size(gu.dtype);
+  // Columns col0, col0 + step, ... (rows of them) of expert e's [in, out_cols] matrix, as a
+  // new [rows, in] tensor.
+  auto columns = [&](const Tensor& src, int64_t e, int64_t in, int64_t out_cols, int64_t col0, int64_t step,
+                     int64_t rows) {
+    Tensor t = host_tensor(src.dtype, {rows, in});
+    const auto* base = static_cast<const uint8_t*>(src.data) + static_cast<size_t>(e * in * out_cols) * esz;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < in; ++i)
+        std::memcpy(static_cast<uint8_t*>(t.data) + static_cast<size_t>(r * in + i) * esz,
+                    base + static_cast<size_t>(i * out_cols + col0 + step * r) * esz, esz);
+    return be.upload(t);
+  };
+  std::vector<ExpertWeights> experts(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    ExpertWeights& w = experts[static_cast<size_t>(e)];
+    if (!wl.source().values_needed()) {
+      w.gate = w.up = Tensor(gu.dtype, {ff, d}, gu.data, gu.storage);
+      w.down = Tensor(dn.dtype, {d, ff}, dn.data, dn.storage);
+      continue;
+    }
+    w.gate = columns(gu, e, d, 2 * ff, 0, interleaved ? 2 : 1, ff);
+    w.up = columns(gu, e, d, 2 * ff, interleaved ? 1 : ff, interleaved ? 2 : 1, ff);
+    w.down = columns(dn, e, ff, d, 0, 1, d);
   }
   return experts;
 }

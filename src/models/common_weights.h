@@ -24,6 +24,15 @@ AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, con
 std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& prefix, int64_t n_expert,
                                         int64_t n_embd, int64_t n_ff, const ExpertNames& names = {});
 
+// Routed experts stored inputs first (Llama 4, gpt-oss): prefix + "gate_up_proj" [E, n_embd,
+// 2 n_ff] whose gate and up columns come in halves (gate f at column f, up f at n_ff + f) or
+// interleaved (gate f at 2f, up f at 2f + 1), and prefix + "down_proj" [E, n_ff, n_embd]. Each
+// expert's gate / up [n_ff, n_embd] and down [n_embd, n_ff] in the stored dtype, transposed at
+// load; in a dry run (WeightSource::values_needed false) views of the stored bytes instead.
+// A pack's experts go through load_experts.
+std::vector<ExpertWeights> load_experts_inputs_first(WeightLoader& wl, const std::string& prefix, int64_t n_expert,
+                                                     int64_t n_embd, int64_t n_ff, bool interleaved);
+
 // A dense SwiGLU MLP: prefix + gate/up/down + ".weight".
 ExpertWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff,
                        const ExpertNames& names = {});

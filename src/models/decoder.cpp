@@ -106,9 +106,10 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   index_moe_layers(is_moe, moe_index_, next_moe_);
   for (DecoderLayerWeights& lw : w_.layers) fuse_qkv(be_, lw.attn);
   for (const DecoderLayerSpec& layer : spec_.layers) {
-    AttentionSpec a = spec_.attn;
-    if (layer.sliding_window >= 0) a.sliding_window = layer.sliding_window;
-    layer_attn_.push_back(a);
+    layer_attn_.push_back(layer.attn.value_or(spec_.attn));
+    RopeConfig rope = spec_.rope;
+    if (!layer.rope) rope.rot_dim = 0;  // attention_inputs rotates no dims; the tables are not read
+    layer_rope_.push_back(rope);
   }
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert, spec_.expert_math);
 }
@@ -285,7 +286,7 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
                                   const Tensor& positions) {
   auto& state = static_cast<DecoderState&>(state_base);
   run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
-    attention_block(be_, layer_attn_[l], spec_.rope, w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
+    attention_block(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
                     positions, &then);
   });
 }
@@ -308,6 +309,11 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router_bias : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_},
                       expert_provider_.get(), routing_observer_, h, y);
+      if (!lw.shared.gate.empty()) {  // y += shared(h) (Llama 4: the same sum as shared + routed)
+        Tensor s = be_.alloc(DType::f32, {n, d});
+        swiglu_mlp(be_, lw.shared, h, s);
+        be_.add(y, s);
+      }
     } else {
       swiglu_mlp(be_, lw.mlp, h, y);
     }
@@ -439,7 +445,7 @@ void DecoderModel::batch_layers(std::span<SequenceState* const> states, const Te
       auto& st = static_cast<DecoderState&>(*states[b]);
       segments[b] = AttentionSegment{static_cast<int64_t>(b), 1, &st.kv[l], st.n_past};
     }
-    attention_block_segments(be_, layer_attn_[l], spec_.rope, w_.layers[l].attn, h, segments, cos, sin, y, positions,
+    attention_block_segments(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, segments, cos, sin, y, positions,
                              &then);
   });
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "models/blocks.h"
@@ -16,7 +17,8 @@ namespace sluice {
 struct DecoderLayerSpec {
   bool moe = false;    // routed experts; otherwise a dense SwiGLU MLP
   int64_t n_ff = 0;    // expert width (moe) or MLP width (dense)
-  int64_t sliding_window = -1;  // this layer's attention window (0: full causal); -1: attn's
+  std::optional<AttentionSpec> attn;  // this layer's attention (window, chunks, q/k norm, ...); unset: the model's
+  bool rope = true;    // false: no rotary embedding in this layer (Llama 4's NoPE layers)
 };
 
 struct DecoderSpec {
@@ -35,6 +37,7 @@ struct DecoderLayerWeights {
   Tensor ffn_norm;                     // [n_embd]
   Tensor router;                       // [n_expert, n_embd] (moe layers)
   Tensor router_bias;                  // [n_expert] (gpt-oss), or empty
+  ExpertWeights shared;                // a shared expert added to the routed sum (Llama 4), or empty
   std::vector<ExpertWeights> experts;  // [n_expert] (moe layers)
   ExpertWeights mlp;                   // dense layers
 };
@@ -109,7 +112,8 @@ class DecoderModel : public Model {
   Backend& be_;
   DecoderSpec spec_;
   DecoderWeights w_;
-  std::vector<AttentionSpec> layer_attn_;  // [n_layer] spec_.attn with each layer's window
+  std::vector<AttentionSpec> layer_attn_;  // [n_layer] each layer's attention (spec_.attn unless the layer's own)
+  std::vector<RopeConfig> layer_rope_;     // [n_layer] spec_.rope, or no rotation (rot_dim 0) in a NoPE layer
   std::vector<int64_t> moe_index_;  // [n_layer] index among the MoE layers, -1 for dense layers
   std::vector<int64_t> next_moe_;   // [n_layer] the next MoE layer after a MoE layer, or -1
   std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer] device tables of resident experts

@@ -144,30 +144,14 @@ std::vector<ExpertWeights> load_gpt_oss_experts(WeightLoader& wl, const std::str
     }
     return experts;
   }
-  // Float: the stored matrices are [in, out]; each row of ours is a column there.
-  const Tensor gu = wl.take_host(p + "gate_up_proj", {E, d, 2 * ff});
-  const Tensor dn = wl.take_host(p + "down_proj", {E, ff, d});
-  const size_t esz = dtype_size(gu.dtype);
-  auto columns = [&](const Tensor& src, int64_t e, int64_t in, int64_t out_cols, int64_t col0, int64_t step,
-                     int64_t rows) {
-    Tensor t = host_tensor(src.dtype, {rows, in});
-    const auto* base = static_cast<const uint8_t*>(src.data) + static_cast<size_t>(e * in * out_cols) * esz;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < in; ++i)
-        std::memcpy(static_cast<uint8_t*>(t.data) + static_cast<size_t>(r * in + i) * esz,
-                    base + static_cast<size_t>(i * out_cols + col0 + step * r) * esz, esz);
-    return be.upload(t);
-  };
+  // Float: gate_up [E, n_embd, 2 n_ff] (interleaved columns), down [E, n_ff, n_embd].
+  std::vector<ExpertWeights> mats = load_experts_inputs_first(wl, p, E, d, ff, /*interleaved=*/true);
   for (int64_t e = 0; e < E; ++e) {
     ExpertWeights& w = experts[static_cast<size_t>(e)];
-    if (dry) {
-      w.gate = w.up = Tensor(gu.dtype, {ff, d}, gu.data, gu.storage);
-      w.down = Tensor(dn.dtype, {d, ff}, dn.data, dn.storage);
-      continue;
-    }
-    w.gate = columns(gu, e, d, 2 * ff, 0, 2, ff);
-    w.up = columns(gu, e, d, 2 * ff, 1, 2, ff);
-    w.down = columns(dn, e, ff, d, 0, 1, d);
+    const ExpertWeights& m = mats[static_cast<size_t>(e)];
+    w.gate = m.gate;
+    w.up = m.up;
+    w.down = m.down;
   }
   return experts;
 }
@@ -202,8 +186,11 @@ std::unique_ptr<Model> load_gpt_oss(const nlohmann::json& j, WeightSource& sourc
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}, cfg.math};
-  for (int64_t l = 0; l < cfg.info.n_layer; ++l)
-    spec.layers.push_back({true, cfg.intermediate_size, cfg.layer_window[static_cast<size_t>(l)]});
+  for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
+    AttentionSpec attn = cfg.attn;
+    attn.sliding_window = cfg.layer_window[static_cast<size_t>(l)];
+    spec.layers.push_back({true, cfg.intermediate_size, attn});
+  }
   spec.info.n_params = wl.n_params();
   return std::make_unique<DecoderModel>(backend, std::move(spec), std::move(weights));
 }

@@ -18,6 +18,17 @@ namespace sluice {
 using FamilyLoader = std::unique_ptr<Model> (*)(const nlohmann::json& config, WeightSource& source,
                                                 Backend& backend);
 
+// How a family's checkpoints store routed experts as one tensor over all experts
+// (`<prefix>gate_up_proj` and `<prefix>down_proj`), which the shapes alone cannot tell when
+// n_embd == 2 n_ff: convert and synth read it from the family.
+enum class FusedExperts : uint8_t {
+  gate_rows_first,             // gate_up [E, 2 n_ff, n_embd]: gate rows, then up rows; down [E, n_embd, n_ff]
+  inputs_first_halves,         // gate_up [E, n_embd, 2 n_ff]: gate columns, then up columns; down
+                               // [E, n_ff, n_embd] (Llama 4)
+  inputs_first_interleaved,    // the same with gate and up columns interleaved (gate f at 2f), and
+                               // biases (gpt-oss; also as MXFP4 *_blocks / *_scales)
+};
+
 struct Family {
   std::string_view model_type;                 // config.json "model_type"
   std::vector<std::string_view> architectures;  // config.json "architectures" entries
@@ -25,6 +36,7 @@ struct Family {
   // Multimodal checkpoints: the prefix of the vision tower's tensors, which the text model
   // never reads and a pack leaves out (empty: none).
   std::string_view vision_prefix = {};
+  FusedExperts fused_experts = FusedExperts::gate_rows_first;
 };
 
 const std::vector<Family>& families();

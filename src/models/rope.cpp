@@ -101,15 +101,17 @@ RopeConfig rope_config_from_json(const nlohmann::json& cfg, const std::string& f
     double factor = get_number(params, "factor", 0), low_ff = get_number(params, "low_freq_factor", 0),
            high_ff = get_number(params, "high_freq_factor", 0),
            old_ctx = get_number(params, "original_max_position_embeddings", 0);
-    SLUICE_CHECK(factor > 0 && low_ff > 0 && high_ff > low_ff && old_ctx > 0, Status::corrupt, family,
-                 ": llama3 rope needs factor, low_freq_factor < high_freq_factor and "
+    // low == high (Llama 4 Scout: both 1): no band between the kept and the scaled frequencies
+    // (transformers' smoothing would divide by zero there, at a wavelength no frequency has).
+    SLUICE_CHECK(factor > 0 && low_ff > 0 && high_ff >= low_ff && old_ctx > 0, Status::corrupt, family,
+                 ": llama3 rope needs factor, low_freq_factor <= high_freq_factor and "
                  "original_max_position_embeddings");
     rope.inv_freq = default_inv_freq(rope.theta, dim);
     float low_wavelen = static_cast<float>(old_ctx / low_ff), high_wavelen = static_cast<float>(old_ctx / high_ff);
     for (float& f : rope.inv_freq) {
       float wavelen = 2.0f * static_cast<float>(std::numbers::pi) / f;
       float scaled = wavelen > low_wavelen ? f / static_cast<float>(factor) : f;
-      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+      if (high_ff > low_ff && !(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
         float smooth = (static_cast<float>(old_ctx) / wavelen - static_cast<float>(low_ff)) /
                        static_cast<float>(high_ff - low_ff);
         scaled = (1.0f - smooth) * scaled / static_cast<float>(factor) + smooth * scaled;

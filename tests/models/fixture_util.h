@@ -44,11 +44,17 @@ inline std::vector<std::string> hybrid_expert_fixtures() { return {"qwen3_next",
 // them out (cuda_expert_fixtures).
 inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss_mxfp4"}; }
 
+// Llama 4 (NoPE layers with temperature tuning, chunked attention, L2 q/k norm, sigmoid routing
+// that scales the experts' inputs, a shared expert, dense layers between MoE layers). CPU
+// only so far: the CUDA backend refuses chunked attention and temperature tuning in one line.
+inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_top2"}; }
+
 // Every fixture with routed experts.
 inline std::vector<std::string> expert_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
   for (auto& f : hybrid_expert_fixtures()) all.push_back(f);
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
+  for (auto& f : llama4_fixtures()) all.push_back(f);
   return all;
 }
 
@@ -72,6 +78,7 @@ inline std::vector<std::string> model_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
   for (auto& f : hybrid_fixtures()) all.push_back(f);
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
+  for (auto& f : llama4_fixtures()) all.push_back(f);
   return all;
 }
 

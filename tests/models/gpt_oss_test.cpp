@@ -78,17 +78,6 @@ TEST(GptOss, Mxfp4KindIsTheCheckpointsBlocksBitForBit) {
   EXPECT_EQ(rows_checked, static_cast<int64_t>(m.moe_layers.size()) * E * (2 * ff + d));
 }
 
-// A copy of a fixture with its config.json edited.
-fs::path with_config(const std::string& fixture, const std::string& name, const std::function<void(json&)>& edit) {
-  const fs::path dir = pack_test_dir(name);
-  for (const auto& e : fs::directory_iterator(fixture_dir(fixture))) fs::copy_file(e.path(), dir / e.path().filename());
-  json cfg = read_json_file(dir / "config.json");
-  edit(cfg);
-  fs::remove(dir / "config.json");
-  std::ofstream(dir / "config.json") << cfg.dump(1);
-  return dir;
-}
-
 // The fixtures bind every switch: lifting the clamp, widening the window past the prompt, or
 // making every layer full attention moves the logits far beyond the parity bound (1e-4).
 TEST(GptOss, EachSwitchMovesTheLogits) {
@@ -107,7 +96,7 @@ TEST(GptOss, EachSwitchMovesTheLogits) {
         {"alpha 1", [](json& c) { c["swiglu_alpha"] = 1.0; }},
     };
     for (const auto& [what, edit] : edits) {
-      const float moved = max_abs_diff(teacher_forced(with_config(fixture, "gpt-oss-" + fixture, edit), ids), base);
+      const float moved = max_abs_diff(teacher_forced(fixture_with_config(fixture, "gpt-oss-" + fixture, edit), ids), base);
       std::printf("%s %s: logits move by %.3g\n", fixture.c_str(), what.c_str(), moved);
       EXPECT_GT(moved, 1e-2f) << what;
     }

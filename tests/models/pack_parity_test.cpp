@@ -64,9 +64,11 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
   for (size_t l = 0; l < m.moe_layers.size(); ++l) {
     const std::string& src = m.expert_sources[l];
     EXPECT_NE(src, "fused");  // the fixtures store experts one tensor each, or in gpt-oss's layouts
-    if (src == "gpt_oss" || src == "gpt_oss_mxfp4") {
-      // gpt-oss's float layout, f32: gate_up_proj [E, d, 2 ff] (gate f at column 2f, up f at
-      // 2f + 1), down_proj [E, ff, d]; the biases stay the checkpoint's.
+    if (src == "gpt_oss" || src == "gpt_oss_mxfp4" || src == "fused_inputs_first") {
+      // The inputs-first float layout, f32: gate_up_proj [E, d, 2 ff] (gpt-oss: gate f at
+      // column 2f, up f at 2f + 1; Llama 4: gate f at f, up f at ff + f), down_proj [E, ff, d];
+      // gpt-oss's biases stay the checkpoint's.
+      const bool halves = src == "fused_inputs_first";
       const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
       auto gu = std::make_shared<std::vector<float>>(static_cast<size_t>(E * d * 2 * ff));
       auto dn = std::make_shared<std::vector<float>>(static_cast<size_t>(E * ff * d));
@@ -75,8 +77,9 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
         const auto g = values_of(w.gate), u = values_of(w.up), dw = values_of(w.down);
         for (int64_t f = 0; f < ff; ++f)
           for (int64_t h = 0; h < d; ++h) {
-            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + 2 * f)] = (*g)[static_cast<size_t>(f * d + h)];
-            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + 2 * f + 1)] = (*u)[static_cast<size_t>(f * d + h)];
+            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + (halves ? f : 2 * f))] = (*g)[static_cast<size_t>(f * d + h)];
+            (*gu)[static_cast<size_t>((e * d + h) * 2 * ff + (halves ? ff + f : 2 * f + 1))] =
+                (*u)[static_cast<size_t>(f * d + h)];
             (*dn)[static_cast<size_t>((e * ff + f) * d + h)] = (*dw)[static_cast<size_t>(h * ff + f)];
           }
       }

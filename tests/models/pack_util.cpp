@@ -3,12 +3,14 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <mutex>
 
 #include "convert/convert.h"
 #include "engine/generator.h"
 #include "fixture_util.h"
+#include "format/json_file.h"
 
 namespace sluice::test {
 
@@ -46,6 +48,17 @@ const fs::path& fixture_pack(const std::string& name) {
   opt.kinds = {DType::bf16, DType::q8, DType::q4, DType::q2, DType::mxfp4};
   convert_checkpoint(fixture_dir(name), out, opt);
   return packs[name] = out;
+}
+
+fs::path fixture_with_config(const std::string& fixture, const std::string& name,
+                             const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path dir = pack_test_dir(name);
+  for (const auto& e : fs::directory_iterator(fixture_dir(fixture))) fs::copy_file(e.path(), dir / e.path().filename());
+  nlohmann::json cfg = read_json_file(dir / "config.json");
+  edit(cfg);
+  fs::remove(dir / "config.json");
+  std::ofstream(dir / "config.json") << cfg.dump(1);
+  return dir;
 }
 
 fs::path pack_test_dir(const std::string& name) {

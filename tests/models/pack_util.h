@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ struct DensePackCase {
 };
 void PrintTo(const DensePackCase& c, std::ostream* os);
 std::filesystem::path dense_pack(const DensePackCase& c, DType kind, ConvertSummary* summary = nullptr);
+
+// A copy of the fixture's files (in a fresh directory named after `name`) whose config.json
+// `edit` changed.
+std::filesystem::path fixture_with_config(const std::string& fixture, const std::string& name,
+                                          const std::function<void(nlohmann::json&)>& edit);
 
 // The fixture's prompt ids followed by its continuation ids (reference.json).
 std::vector<int32_t> full_ids(const std::string& fixture);

@@ -4,7 +4,8 @@
 // holding the same rounded values gives.
 //
 // For query row i (position p = n_past + i) and head h, with kv head g = h / (n_head /
-// n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0):
+// n_kv_head) and visible keys j in [j0, p] (j0 = 0, or p - sliding_window + 1 clamped at 0, or
+// with chunks at least p - p % chunk), scale times the temperature of p where that is tuned:
 //   s_j = cpu::dot(q, k_j) * scale                 (canonical 8-lane dot, then one multiply)
 //   m = max(max_j s_j, sink_h)                      (sink_h = -inf without sinks)
 //   e_j = exp(s_j - m)                              (cpu::exp8)
@@ -112,7 +113,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   SLUICE_CHECK(q.dtype == DType::f32 && (k.dtype == DType::f32 || kv_bf16) && v.dtype == k.dtype &&
                    out.dtype == DType::f32 && q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.ndim == 3 &&
                    k.shape == v.shape && out.shape == q.shape && k.shape[2] == q.shape[2] && k.shape[1] > 0 &&
-                   q.shape[1] % k.shape[1] == 0 && params.n_past >= 0 && params.sliding_window >= 0 &&
+                   q.shape[1] % k.shape[1] == 0 && params.n_past >= 0 && params.sliding_window >= 0 && params.chunk >= 0 &&
                    k.shape[0] >= params.n_past + q.shape[0],
                Status::internal, "cpu attention: q ", q.shape_str(), ", k ", k.shape_str(), ", v ",
                v.shape_str(), ", out ", out.shape_str(), ", n_past ", params.n_past, ", sliding_window ",
@@ -144,13 +145,19 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
       int64_t i = u / sh.n_head, h = u % sh.n_head, g = h / group;
       int64_t p = params.n_past + i;
       int64_t j0 = params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
+      if (params.chunk > 0) j0 = std::max(j0, p - p % params.chunk);
+      float scale = params.scale;
+      if (params.temperature_floor_scale > 0)  // as transformers' f32 attn_scales (on q: the same on q.k)
+        scale *= std::log1p(std::floor((static_cast<float>(p) + 1.0f) / static_cast<float>(params.temperature_floor_scale))) *
+                     params.temperature_attn_scale +
+                 1.0f;
       const float sink = sinks[static_cast<size_t>(h)];
       if (kv_bf16)
         attend_one<DType::bf16>(qp + u * sh.d, k.ptr<uint16_t>() + g * sh.d, v.ptr<uint16_t>() + g * sh.d,
-                                op + u * sh.d, j0, p + 1, params.scale, sink, sh, scores.get());
+                                op + u * sh.d, j0, p + 1, scale, sink, sh, scores.get());
       else
         attend_one<DType::f32>(qp + u * sh.d, k.ptr<float>() + g * sh.d, v.ptr<float>() + g * sh.d, op + u * sh.d,
-                               j0, p + 1, params.scale, sink, sh, scores.get());
+                               j0, p + 1, scale, sink, sh, scores.get());
     }
   });
   SLUICE_CHECK(!out_of_memory, Status::out_of_memory, "cpu attention: ", scores_len * 4, " bytes of scores");

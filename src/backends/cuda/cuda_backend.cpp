@@ -310,7 +310,7 @@ void CudaBackend::attention_inputs_launch(const Tensor& q, const Tensor& k, cons
   SLUICE_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && k.shape[0] == n && v.shape[0] == n && k.shape[2] == d &&
                    v.shape[1] == nkv && v.shape[2] == d && k_cache.ndim == 3 && k_cache.shape[1] == nkv &&
                    k_cache.shape[2] == d && v_cache.numel() == k_cache.numel() && cos.rows() == n &&
-                   cos.cols() == rot_dim / 2 && (q_norm.empty() || q_norm.numel() == d) &&
+                   (rot_dim == 0 || cos.cols() == rot_dim / 2) && (q_norm.empty() || q_norm.numel() == d) &&
                    (k_norm.empty() || k_norm.numel() == d) && (positions.empty() || positions.numel() == n) &&
                    (!positions.empty() || n_past + n <= k_cache.shape[0]),
                Status::internal, "cuda attention_inputs: q ", q.shape_str(), ", k ", k.shape_str(), ", cache ",
@@ -472,6 +472,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
+  SLUICE_CHECK(p.chunk == 0 && p.temperature_floor_scale == 0, Status::unsupported,
+               "chunked attention and attention temperature tuning (Llama 4) are not supported on the cuda backend yet; "
+               "use --backend cpu");
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   const bool kv_bf16 = kv_bf16_of(k, v, "attention");
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {

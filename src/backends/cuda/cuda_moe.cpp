@@ -25,7 +25,7 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
                                                           const ExpertMath& math) {
   // The device MoE kernels compute SwiGLU without biases; other experts (gpt-oss) are routed
   // on the host and computed by the generic ops (expert_forward).
-  if (math.activation != ExpertActivation::swiglu) return nullptr;
+  if (math.activation != ExpertActivation::swiglu || math.scale_input) return nullptr;
   for (const ExpertWeights& w : experts)
     if (w.has_biases()) return nullptr;
   auto table = std::make_unique<CudaExpertTable>();

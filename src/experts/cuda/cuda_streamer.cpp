@@ -177,8 +177,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.throw_if_failed();
   SLUICE_CHECK(&be == &m.be, Status::internal, "cuda expert streamer: called with another backend (", be.name(), ")");
   SLUICE_CHECK(c.router, Status::internal, "cuda expert streamer: a MoE call without its router");
-  SLUICE_CHECK(c.math.activation == ExpertActivation::swiglu, Status::unsupported,
-               "cuda expert streamer: only SwiGLU experts are streamed on the cuda backend so far");
+  SLUICE_CHECK(c.math.activation == ExpertActivation::swiglu && !c.math.scale_input &&
+                   c.router->scoring == RouterScoring::softmax,
+               Status::unsupported,
+               "cuda expert streamer: only softmax-routed SwiGLU experts are streamed on the cuda backend so far "
+               "(gpt-oss, Llama 4: use --backend cpu)");
   const int64_t L = c.moe_layer, n = c.h.rows(), k = m.top_k, E = m.n_expert;
   SLUICE_CHECK(L >= 0 && L < m.n_layers, Status::internal, "cuda expert streamer: MoE layer ", L, " outside the pack's ",
                m.n_layers);
