@@ -524,6 +524,45 @@ TEST(CudaOps, AttentionSinksEveryKernel) {
   expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc), "sinks attention_rows");
 }
 
+// Llama 4's chunked attention and attention temperature through every CUDA attention kernel
+// the backend picks, against the CPU's: the per-row kernels (d = 40, 64), the tensor-core
+// prefill with chunks (65 and 200 rows; with a temperature the rows go to the per-row kernel),
+// the split decode kernels per head and grouped-query with one and several splits, chunks
+// inside and across splits, with a window too, f32 and bf16 caches. Cache positions past the
+// last query hold NaN.
+TEST(CudaOps, AttentionChunksAndTemperatureEveryKernel) {
+  Pair p;
+  struct Case {
+    int64_t n, n_past, ctx, hq, hkv, d, window, chunk, floor_scale;
+  };
+  for (DType kvt : {DType::f32, DType::bf16})
+    for (const Case c : {Case{7, 0, 10, 6, 2, 40, 0, 4, 0}, Case{9, 13, 25, 6, 2, 64, 0, 8, 3},
+                         Case{65, 0, 70, 4, 4, 64, 0, 16, 0}, Case{200, 77, 280, 8, 2, 128, 0, 64, 0},
+                         Case{200, 77, 280, 8, 2, 128, 50, 64, 0}, Case{130, 5, 140, 4, 1, 64, 0, 32, 8},
+                         Case{1, 37, 40, 4, 4, 128, 0, 8, 4}, Case{1, 3000, 4096, 4, 4, 64, 0, 1024, 1000},
+                         Case{1, 3000, 4096, 32, 4, 128, 0, 2048, 0}, Case{1, 2999, 4096, 32, 4, 128, 100, 1000, 7},
+                         Case{1, 37, 40, 8, 2, 64, 0, 0, 5}}) {
+      auto qv = random_vec(c.n * c.hq * c.d, 91), kv = random_vec(c.ctx * c.hkv * c.d, 92),
+           vv = random_vec(c.ctx * c.hkv * c.d, 93);
+      for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
+      AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+      ap.chunk = c.chunk;
+      ap.temperature_floor_scale = c.floor_scale;
+      ap.temperature_attn_scale = 0.1f;
+      Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
+      p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, kv),
+                       tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, vv), oc, ap);
+      Tensor og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
+      p.gpu->attention(gpu_f32(*p.gpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.gpu, kvt, {c.ctx, c.hkv, c.d}, kv),
+                       tensor_of(*p.gpu, kvt, {c.ctx, c.hkv, c.d}, vv), og, ap);
+      expect_close(read_with_guard(*p.gpu, og), read(*p.cpu, oc),
+                   str("chunks/temperature attention n=", c.n, " n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq,
+                       " hkv=", c.hkv, " d=", c.d, " window=", c.window, " chunk=", c.chunk, " floor_scale=",
+                       c.floor_scale, " ", dtype_name(kvt))
+                       .c_str());
+    }
+}
+
 // gpt-oss's clamped SwiGLU against the CPU's (values both sides of the limit, NaN kept).
 TEST(CudaOps, SwigluClamped) {
   Pair p;

@@ -45,8 +45,8 @@ inline std::vector<std::string> hybrid_expert_fixtures() { return {"qwen3_next",
 inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss_mxfp4"}; }
 
 // Llama 4 (NoPE layers with temperature tuning, chunked attention, L2 q/k norm, sigmoid routing
-// that scales the experts' inputs, a shared expert, dense layers between MoE layers). CPU
-// only so far: the CUDA backend refuses chunked attention and temperature tuning in one line.
+// that scales the experts' inputs, a shared expert, dense layers between MoE layers). The
+// CUDA backend runs them resident (tests/gpu/cuda_llama4_test.cpp) and refuses them streamed.
 inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_top2"}; }
 
 // Every fixture with routed experts.

@@ -21,14 +21,15 @@ template <typename KV>
 __global__ void attention_kernel(const float* __restrict__ q, const KV* __restrict__ k,
                                  const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                  int64_t hkv, int64_t d, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                 float scale, int64_t window, const float* __restrict__ sinks) {
+                                 float scale_arg, const AttentionSpan span, const float* __restrict__ sinks) {
   extern __shared__ float smem[];
   const int64_t n_past = n_past_dev ? *n_past_dev : n_past_arg;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t task = blockIdx.x;  // (row i, head h)
   const int64_t i = task / hq, h = task % hq, kvh = h / (hq / hkv);
   const int64_t pos = n_past + i;
-  const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t lo = attention_lo(pos, span);
+  const float scale = attention_scale_at(scale_arg, pos, span);
   const float* qr = q + (i * hq + h) * d;
   float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
 #pragma unroll
@@ -99,7 +100,7 @@ template <int DPL, typename KV>
 __global__ void attention_keys_kernel(const float* __restrict__ q, const KV* __restrict__ k,
                                       const KV* __restrict__ v, float* __restrict__ out, int64_t n, int64_t hq,
                                       int64_t hkv, int64_t n_past_arg, const int32_t* __restrict__ n_past_dev,
-                                      float scale, int64_t window, const float* __restrict__ sinks) {
+                                      float scale_arg, const AttentionSpan span, const float* __restrict__ sinks) {
   constexpr int64_t d = 32 * DPL;
   extern __shared__ float smem[];
   float* qs = smem + kWarps * (d + 2);
@@ -108,7 +109,8 @@ __global__ void attention_keys_kernel(const float* __restrict__ q, const KV* __r
   const int64_t task = blockIdx.x;
   const int64_t i = task / hq, h = task % hq, kvh = h / (hq / hkv);
   const int64_t pos = n_past + i;
-  const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t lo = attention_lo(pos, span);
+  const float scale = attention_scale_at(scale_arg, pos, span);
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) qs[c] = q[(i * hq + h) * d + c];
   __syncthreads();
   float acc[DPL];
@@ -197,7 +199,8 @@ void launch_rows(const AttentionParams& p, cudaStream_t st) {
   const float* q = p.q;
   const KV *k = static_cast<const KV*>(p.k), *v = static_cast<const KV*>(p.v);
   float* out = p.out;
-  const int64_t n = p.n, hq = p.hq, hkv = p.hkv, d = p.d, n_past = p.n_past, window = p.window;
+  const int64_t n = p.n, hq = p.hq, hkv = p.hkv, d = p.d, n_past = p.n_past;
+  const AttentionSpan span = p.span();
   const int32_t* n_past_dev = p.n_past_dev;
   const float scale = p.scale;
   const unsigned blocks = static_cast<unsigned>(n * hq);
@@ -210,7 +213,7 @@ void launch_rows(const AttentionParams& p, cudaStream_t st) {
 #define SLUICE_ATT_CASE(DPL)                                                                                \
   case DPL:                                                                                              \
     attention_keys_kernel<DPL, KV><<<blocks, kWarps * 32, smem_keys, st>>>(q, k, v, out, n, hq, hkv, n_past, \
-                                                                           n_past_dev, scale, window, p.sinks); \
+                                                                           n_past_dev, scale, span, p.sinks); \
     break;
       SLUICE_ATT_CASE(1)
       SLUICE_ATT_CASE(2)
@@ -226,7 +229,7 @@ void launch_rows(const AttentionParams& p, cudaStream_t st) {
   }
   const size_t smem = static_cast<size_t>(kWarps) * (d + 2) * sizeof(float);
   attention_kernel<KV><<<blocks, kWarps * 32, smem, st>>>(q, k, v, out, n, hq, hkv, d, n_past, n_past_dev, scale,
-                                                          window, p.sinks);
+                                                          span, p.sinks);
 }
 
 }  // namespace
@@ -242,7 +245,10 @@ void launch_attention_rows(const AttentionParams& p, Stream s) {
 }
 
 void launch_attention_at(const AttentionParams& p, Stream s) {
-  if (p.n >= kAttentionFlashMinRows && attention_flash_supported(p)) launch_attention_flash(p, s);
+  // The flash kernel scales every row of a Q tile alike: rows with temperatures of their own go
+  // to the per-row kernels.
+  if (p.n >= kAttentionFlashMinRows && attention_flash_supported(p) && p.temperature_floor_scale == 0)
+    launch_attention_flash(p, s);
   else launch_attention_rows(p, s);
 }
 

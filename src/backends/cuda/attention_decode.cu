@@ -60,8 +60,8 @@ template <int DPL, typename KV>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                             float* __restrict__ out, float* __restrict__ part, int64_t hq, int64_t hkv,
-                            int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
-                            const float* __restrict__ sinks) {
+                            int64_t n_past_arg, const int32_t* __restrict__ n_past_dev, float scale_arg,
+                            const AttentionSpan span, const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
   extern __shared__ float smem[];
@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t h = blockIdx.x, kvh = h / (hq / hkv);
   const int S = gridDim.y, s = blockIdx.y;
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
-  const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t lo = attention_lo(pos, span);
+  const float scale = attention_scale_at(scale_arg, pos, span);
   for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[h * d + i];
   __syncthreads();
 
@@ -187,7 +188,7 @@ template <int DPL, int HPW, bool kPerRow, typename KV>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
-                                const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
+                                const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
                                 const RowCachePtrs row_caches, const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int d = 32 * DPL;
@@ -212,7 +213,8 @@ __global__ void __launch_bounds__(256)
     n_past_dev += b;
   }
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
-  const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+  const int64_t lo = attention_lo(pos, span);
+  const float scale = attention_scale_at(scale_arg, pos, span);
   const int64_t n_chunks = (pos - lo + 1 + 31) / 32;
   const int64_t n_stages = (n_chunks + C - 1) / C;  // stages of C chunks over the context
   // This block's stages: s, s + S, s + 2 S, ...
@@ -507,7 +509,7 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.window, kPerRow ? *a.rows : none, a.sinks);
+                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks);
 }
 
 template <int DPL, int HPW, typename KV>
@@ -545,7 +547,7 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   const size_t smem = (static_cast<size_t>(d) + kWarps * 32 + kWarps * (d + 2)) * sizeof(float);
   launch_chained(attention_decode_kernel<DPL, KV>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
                  dim3(kWarps * 32), smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
-                 a.partials, a.hq, a.hkv, a.n_past, a.n_past_dev, a.scale, a.window, a.sinks);
+                 a.partials, a.hq, a.hkv, a.n_past, a.n_past_dev, a.scale, a.span(), a.sinks);
   if (S > 1) launch_merge<d>(a, S, st);
 }
 

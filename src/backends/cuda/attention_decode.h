@@ -25,6 +25,10 @@ struct AttentionDecodeArgs {
   float scale = 1.0f;
   int64_t window = 0;        // 0: full causal
   const float* sinks = nullptr;  // [hq] f32 attention sinks (gpt-oss), or null
+  int64_t chunk = 0;             // attention chunks (AttentionSpan); 0: none
+  int64_t temperature_floor_scale = 0;  // temperature tuning (AttentionSpan); 0: off
+  float temperature_attn_scale = 0.0f;
+  AttentionSpan span() const { return {window, chunk, temperature_floor_scale, temperature_attn_scale}; }
   // A batch decode step: n_rows rows of q and out, row b a sequence of its own with the
   // caches rows->k[b] / rows->v[b] (k, v unused) at position n_past_dev[b]; n_ctx the largest
   // capacity; partials n_rows times as many.

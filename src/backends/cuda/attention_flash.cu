@@ -109,15 +109,15 @@ __device__ __forceinline__ void stage_split(const T* __restrict__ src, int64_t s
   }
 }
 
-__device__ __forceinline__ int64_t window_lo(int64_t pos, int64_t window) {
-  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-}
+// The first key the row at pos sees (a window's bound, a chunk's start: attention_lo), which
+// never decreases with pos: the tile skipping and masking below rely on that.
+__device__ __forceinline__ int64_t window_lo(int64_t pos, const AttentionSpan& span) { return attention_lo(pos, span); }
 
 template <int D, typename KV>
 __global__ void __launch_bounds__(kWarps * 32, D <= 64 ? 4 : D <= 128 ? 2 : 1)
     attention_flash_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                            float* __restrict__ out, int64_t n, int64_t hq, int64_t hkv, int64_t n_past_arg,
-                           const int32_t* __restrict__ n_past_dev, float scale, int64_t window,
+                           const int32_t* __restrict__ n_past_dev, float scale, const AttentionSpan window,
                            const float* __restrict__ sinks) {
   constexpr int P = row_words<D>(), BN = key_tile<D>();
   constexpr int NT = BN / 8;  // S tiles of 8 keys a warp holds
@@ -304,7 +304,7 @@ void launch_dkv(const AttentionParams& p, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(p.hq));
   attention_flash_kernel<D, KV><<<grid, kWarps * 32, smem, st>>>(p.q, static_cast<const KV*>(p.k),
                                                                  static_cast<const KV*>(p.v), p.out, p.n, p.hq, p.hkv,
-                                                                 p.n_past, p.n_past_dev, p.scale, p.window, p.sinks);
+                                                                 p.n_past, p.n_past_dev, p.scale, p.span(), p.sinks);
 }
 
 template <int D>
@@ -318,7 +318,8 @@ void launch_d(const AttentionParams& p, cudaStream_t st) {
 bool attention_flash_supported(const AttentionParams& p) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
                          reinterpret_cast<uintptr_t>(p.v) | reinterpret_cast<uintptr_t>(p.out)) & 15) == 0;
-  return aligned && p.hkv > 0 && p.hq % p.hkv == 0 && p.hq <= 65535 && p.window >= 0 &&
+  return aligned && p.hkv > 0 && p.hq % p.hkv == 0 && p.hq <= 65535 && p.window >= 0 && p.chunk >= 0 &&
+         p.temperature_floor_scale == 0 &&
          (p.d == 64 || p.d == 128 || p.d == 256);
 }
 

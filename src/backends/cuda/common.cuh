@@ -15,6 +15,7 @@
 #include "core/error.h"
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
 #include "backends/cuda/wtype.h"
 
 namespace sluice::cuda {
@@ -109,6 +110,20 @@ __device__ __forceinline__ float softmax_finish(float o, float l, float m, const
   if (sinks == nullptr) return o / l;
   const float sink = sinks[head], mm = fmaxf(m, sink), f = expf(m - mm);
   return (o * f) / (l * f + expf(sink - mm));
+}
+
+// The first key a query at `pos` sees (AttentionSpan: a window's bound, a chunk's start).
+__device__ __forceinline__ int64_t attention_lo(int64_t pos, const AttentionSpan& sp) {
+  int64_t lo = sp.window > 0 && pos - sp.window + 1 > 0 ? pos - sp.window + 1 : 0;
+  if (sp.chunk > 0 && pos - pos % sp.chunk > lo) lo = pos - pos % sp.chunk;
+  return lo;
+}
+// The score scale of a query at `pos`: scale, times its temperature where that is tuned (as the
+// CPU's attention computes it in f32).
+__device__ __forceinline__ float attention_scale_at(float scale, int64_t pos, const AttentionSpan& sp) {
+  if (sp.floor_scale <= 0) return scale;
+  return scale * (log1pf(floorf((static_cast<float>(pos) + 1.0f) / static_cast<float>(sp.floor_scale))) * sp.attn_scale +
+                  1.0f);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

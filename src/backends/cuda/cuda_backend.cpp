@@ -472,9 +472,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                Status::internal, "cuda attention: q ", q.shape_str(), ", k ", k.shape_str(), ", n_past ", p.n_past);
   SLUICE_CHECK(p.n_past_at.empty() || p.n_past_at.dtype == DType::i32, Status::internal,
                "cuda attention: n_past_at must be i32");
-  SLUICE_CHECK(p.chunk == 0 && p.temperature_floor_scale == 0, Status::unsupported,
-               "chunked attention and attention temperature tuning (Llama 4) are not supported on the cuda backend yet; "
-               "use --backend cpu");
+
   const int64_t n_ctx = k.shape[0], hq = q.shape[1], hkv = k.shape[1], d = q.shape[2];
   const bool kv_bf16 = kv_bf16_of(k, v, "attention");
   if (q.shape[0] == 1 && cuda::attention_decode_supported(hq, hkv, d, q.data, k.data, v.data)) {
@@ -482,7 +480,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     decode_attention({.q = q.ptr<float>(), .k = k.data, .v = v.data, .kv_bf16 = kv_bf16, .out = out.ptr<float>(),
                       .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past = p.n_past,
                       .n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(), .scale = p.scale,
-                      .window = p.sliding_window, .sinks = sinks_of(p.sinks, hq)});
+                      .window = p.sliding_window, .sinks = sinks_of(p.sinks, hq), .chunk = p.chunk,
+                      .temperature_floor_scale = p.temperature_floor_scale,
+                      .temperature_attn_scale = p.temperature_attn_scale});
     return;
   }
   cuda::AttentionParams ap;
@@ -500,6 +500,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   ap.scale = p.scale;
   ap.window = p.sliding_window;
   ap.sinks = sinks_of(p.sinks, hq);
+  ap.chunk = p.chunk;
+  ap.temperature_floor_scale = p.temperature_floor_scale;
+  ap.temperature_attn_scale = p.temperature_attn_scale;
   cuda::launch_attention_at(ap, stream_);
 }
 

@@ -90,6 +90,18 @@ void launch_add_bias(float* y, const void* b, WType wtype, int64_t rows, int64_t
 // x[n, heads, d] in place; cos/sin [n, rot/2].
 void launch_rope(float* x, const float* cos, const float* sin, int64_t n, int64_t heads, int64_t d, int64_t rot,
                  bool interleaved, Stream s);
+// Which keys a query at position p sees, and what scales its scores beyond `scale`: keys
+// [lo(p), p] with lo the larger of a sliding window's bound and its attention chunk's start
+// (Llama 4's rope layers); the scale times log1p(floor((p + 1) / floor_scale)) * attn_scale + 1
+// where the temperature is tuned (Llama 4's NoPE layers). common.cuh's attention_lo and
+// attention_scale_at compute them.
+struct AttentionSpan {
+  int64_t window = 0;       // 0: full causal; w: keys in (p - w, p]
+  int64_t chunk = 0;        // 0: no chunks; c: keys in [p - p % c, p]
+  int64_t floor_scale = 0;  // temperature tuning: 0 off
+  float attn_scale = 0.0f;
+};
+
 // Causal grouped-query attention (attention.cu) for n query rows at positions n_past + i.
 struct AttentionParams {
   const float* q = nullptr;             // [n, hq, d]
@@ -104,6 +116,10 @@ struct AttentionParams {
   float scale = 1.0f;                   // on q.k
   int64_t window = 0;                   // 0: full causal; w: keys in (p - w, p]
   const float* sinks = nullptr;         // [hq] f32 attention sinks (gpt-oss; softmax_finish), or null
+  int64_t chunk = 0;                    // attention chunks (AttentionSpan); 0: none
+  int64_t temperature_floor_scale = 0;  // temperature tuning (AttentionSpan); 0: off
+  float temperature_attn_scale = 0.0f;
+  AttentionSpan span() const { return {window, chunk, temperature_floor_scale, temperature_attn_scale}; }
 };
 // Any n: launch_attention_flash when attention_flash_supported(p) and n >= kAttentionFlashMinRows,
 // else launch_attention_rows.
