@@ -38,8 +38,10 @@ class HostReadback {
 };
 
 enum class Activation : uint8_t {
-  sigmoid,  // 1 / (1 + e^-x)
-  silu,     // x / (1 + e^-x)
+  sigmoid,    // 1 / (1 + e^-x)
+  silu,       // x / (1 + e^-x)
+  gelu_tanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (PyTorch's gelu, approximate "tanh")
+  tanh,       // tanh(x) (with in_div and out_mul: a logit softcap, cap tanh(x / cap))
 };
 
 struct DeltaRuleParams {

@@ -88,7 +88,7 @@ void fill_normal_bf16(uint16_t* out, uint64_t key, uint64_t e0, uint64_t e1, flo
 // initializer_range of the Qwen and Mixtral configs.
 constexpr float kWeightStd = 0.02f;
 
-enum class DenseInit { normal, norm_one, norm_zero, a_log, dt_bias, conv };
+enum class DenseInit { normal, norm_one, norm_zero, ones, a_log, dt_bias, conv };
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -98,7 +98,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 // shared by the families (transformers' _init_weights of the Qwen families).
 DenseInit dense_init(const std::string& name, WeightHint hint) {
   if (hint == WeightHint::zero_centered_norm) return DenseInit::norm_zero;  // stored as w, used as 1 + w
-  if (ends_with(name, "norm.weight")) return DenseInit::norm_one;          // input_layernorm, q_norm, ...
+  // input_layernorm, q_norm, Gemma 4's post_feedforward_layernorm_1, ...: a ".weight" whose
+  // module's name holds "norm".
+  if (ends_with(name, ".weight")) {
+    const std::string module = name.substr(0, name.size() - 7);
+    if (module.find("norm", module.rfind('.') + 1) != std::string::npos) return DenseInit::norm_one;
+  }
+  // Gemma 4's router scales and layer scalar: transformers initializes them to ones.
+  if (ends_with(name, ".router.scale") || ends_with(name, ".router.per_expert_scale") || ends_with(name, ".layer_scalar"))
+    return DenseInit::ones;
   if (ends_with(name, ".A_log")) return DenseInit::a_log;
   if (ends_with(name, ".dt_bias")) return DenseInit::dt_bias;
   if (ends_with(name, "conv1d.weight")) return DenseInit::conv;
@@ -114,6 +122,7 @@ void fill_dense(DenseInit init, uint16_t* out, uint64_t key, uint64_t e0, uint64
     case DenseInit::a_log:  // A ~ U(0.01, 16), as transformers initializes it
       for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(std::log(0.01f + 15.99f * uniform_from(rand_at(key, e))));
       return;
+    case DenseInit::ones:
     case DenseInit::dt_bias:  // transformers: ones
       for (uint64_t e = e0; e < e1; ++e) out[e - e0] = f32_to_bf16(1.0f);
       return;

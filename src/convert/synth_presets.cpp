@@ -185,6 +185,47 @@ json tiny_llama4() {
   return c;
 }
 
+// A tiny Gemma 4 for tests (gemma4_text; the shape of transformers' Gemma4TextConfig with the
+// MoE block on): 6 layers alternating sliding (window 8, head 16, 2 kv heads) and full (head
+// 32, one kv head, keys as values, proportional rope on a quarter), the last 2 layers reading
+// earlier layers' KV caches with a double-wide MLP, 8 experts of [32, 64] top-2 beside an MLP
+// of 48, per-layer inputs of 8, softcap 30, tied embeddings.
+json tiny_gemma4() {
+  json types = json::array();
+  for (int l = 0; l < 6; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  return json{{"architectures", {"Gemma4ForCausalLM"}},
+              {"attention_bias", false},
+              {"attention_k_eq_v", true},
+              {"enable_moe_block", true},
+              {"final_logit_softcapping", 30.0},
+              {"global_head_dim", 32},
+              {"head_dim", 16},
+              {"hidden_activation", "gelu_pytorch_tanh"},
+              {"hidden_size", 64},
+              {"hidden_size_per_layer_input", 8},
+              {"intermediate_size", 48},
+              {"layer_types", types},
+              {"max_position_embeddings", 512},
+              {"model_type", "gemma4_text"},
+              {"moe_intermediate_size", 32},
+              {"num_attention_heads", 4},
+              {"num_experts", 8},
+              {"num_global_key_value_heads", 1},
+              {"num_hidden_layers", 6},
+              {"num_key_value_heads", 2},
+              {"num_kv_shared_layers", 2},
+              {"rms_norm_eps", 1e-6},
+              {"rope_parameters",
+               {{"full_attention", {{"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}, {"rope_type", "proportional"}}},
+                {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}}},
+              {"sliding_window", 8},
+              {"tie_word_embeddings", true},
+              {"top_k_experts", 2},
+              {"use_double_wide_mlp", true},
+              {"vocab_size", 512},
+              {"vocab_size_per_layer_input", 512}};
+}
+
 // Layer types of the hybrid Qwen families: every `interval`-th layer full attention, the
 // others Gated DeltaNet.
 json hybrid_layer_types(int64_t n_layer, int64_t interval) {
@@ -340,6 +381,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {"tiny-gpt-oss", "a tiny gpt_oss for tests: 3 layers, 8 experts of [64, 64], top-2", tiny_gpt_oss},
       {"llama4-scout", "Llama 4 Scout (text): 48 layers, 16 experts of [8192, 5120], top-1, a shared expert", llama4_scout},
       {"tiny-llama4", "a tiny llama4_text for tests: 4 layers (2 MoE), 8 experts of [32, 64], top-1", tiny_llama4},
+      {"tiny-gemma4", "a tiny gemma4_text for tests: 6 layers (2 KV-shared), 8 experts of [32, 64], top-2, PLE", tiny_gemma4},
   };
   return presets;
 }
@@ -362,11 +404,16 @@ void synth_scale_config(json& config, std::optional<int64_t> n_layer, std::optio
     SLUICE_CHECK(*n_layer >= 1 && *n_layer <= have, Status::invalid_argument, "synth: --layers ", *n_layer,
                  " is outside [1, ", have, "] (the model's num_hidden_layers)");
     t[key] = *n_layer;
-    if (t.contains("layer_types") && t["layer_types"].is_array() && static_cast<int64_t>(t["layer_types"].size()) > *n_layer) {
+    // Per-layer lists (layer_types, Llama 4's no_rope_layers): the first n_layer entries.
+    for (const char* list : {"layer_types", "no_rope_layers"}) {
+      if (!t.contains(list) || !t[list].is_array() || static_cast<int64_t>(t[list].size()) <= *n_layer) continue;
       json cut = json::array();
-      for (int64_t l = 0; l < *n_layer; ++l) cut.push_back(t["layer_types"][static_cast<size_t>(l)]);
-      t["layer_types"] = cut;
+      for (int64_t l = 0; l < *n_layer; ++l) cut.push_back(t[list][static_cast<size_t>(l)]);
+      t[list] = cut;
     }
+    // Gemma 4's KV-shared layers (the last ones): the same share of the fewer layers.
+    if (t.contains("num_kv_shared_layers") && t["num_kv_shared_layers"].is_number_integer())
+      t["num_kv_shared_layers"] = t["num_kv_shared_layers"].get<int64_t>() * *n_layer / have;
     // Layer lists: 0-indexed mlp_only_layers and moe_layers, 1-indexed ple_layer_ids.
     for (const auto& [list, base] :
          {std::pair<const char*, int64_t>{"mlp_only_layers", 0}, {"moe_layers", 0}, {"ple_layer_ids", 1}}) {
@@ -386,7 +433,7 @@ void synth_scale_config(json& config, std::optional<int64_t> n_layer, std::optio
     SLUICE_CHECK(*n_expert >= 1 && *n_expert <= have, Status::invalid_argument, "synth: --experts ", *n_expert,
                  " is outside [1, ", have, "] (the model's ", key, ")");
     t[key] = *n_expert;
-    if (const char* k = first_key(t, {"num_experts_per_tok", "top_k", "moe_topk"}); k && t[k].is_number_integer())
+    if (const char* k = first_key(t, {"num_experts_per_tok", "top_k", "moe_topk", "top_k_experts"}); k && t[k].is_number_integer())
       t[k] = std::min(t[k].get<int64_t>(), *n_expert);
   }
 }

@@ -23,6 +23,7 @@ enum class ExpertActivation : uint8_t {
   swiglu,          // down(silu(gate(x)) * up(x))
   swiglu_clamped,  // gpt-oss: g = min(gate(x), limit), u = clamp(up(x), -limit, limit),
                    // down((u + 1) * g * sigmoid(alpha * g))
+  geglu_tanh,      // Gemma 4: down(gelu_tanh(gate(x)) * up(x))
 };
 
 // What one expert computes; biases (where the weights have them) are added to each

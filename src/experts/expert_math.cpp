@@ -27,6 +27,10 @@ void expert_forward(Backend& be, const ExpertMath& math, const ExpertWeights& w,
   switch (math.activation) {
     case ExpertActivation::swiglu: be.swiglu(g, u, g); break;
     case ExpertActivation::swiglu_clamped: be.swiglu_clamped(g, u, g, math.alpha, math.limit); break;
+    case ExpertActivation::geglu_tanh:
+      be.activate(g, Activation::gelu_tanh);
+      be.mul(g, u);
+      break;
   }
   be.matmul(g, w.down, out);
   if (!w.down_bias.empty()) be.add_bias(out, w.down_bias);

@@ -95,6 +95,26 @@ std::vector<int64_t> ConfigReader::integer_list(std::initializer_list<const char
   return out;
 }
 
+std::vector<std::string> ConfigReader::layer_types(int64_t n_layer,
+                                                  std::initializer_list<const char*> allowed) const {
+  const auto it = cfg_.find("layer_types");
+  if (it == cfg_.end() || it->is_null()) return {};
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != n_layer)
+    invalid(str("layer_types must list num_hidden_layers (", n_layer, ") entries"));
+  std::string names;
+  for (const char* a : allowed) names += (names.empty() ? "" : " or ") + std::string(a);
+  std::vector<std::string> out;
+  for (size_t l = 0; l < it->size(); ++l) {
+    const auto& t = (*it)[l];
+    bool ok = false;
+    if (t.is_string())
+      for (const char* a : allowed) ok = ok || t == a;
+    if (!ok) invalid(str("layer_types[", l, "] is ", t.dump(), " (", names, ")"));
+    out.push_back(t.get<std::string>());
+  }
+  return out;
+}
+
 std::optional<int64_t> ConfigReader::optional_id(const char* name) const {
   auto it = cfg_.find(name);
   if (it == cfg_.end() || it->is_null()) return std::nullopt;

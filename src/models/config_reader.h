@@ -29,6 +29,9 @@ class ConfigReader {
   std::string string(std::initializer_list<const char*> names, std::optional<std::string> fallback = {}) const;
   std::vector<int64_t> integer_list(std::initializer_list<const char*> names,
                                     std::vector<int64_t> fallback = {}) const;
+  // layer_types: one name per layer, each one of `allowed`; empty when absent or null (the
+  // family applies its default pattern).
+  std::vector<std::string> layer_types(int64_t n_layer, std::initializer_list<const char*> allowed) const;
   // An optional id (bos/eos); a list takes its first entry.
   std::optional<int64_t> optional_id(const char* name) const;
 

@@ -47,18 +47,10 @@ GptOssConfig parse_config(const nlohmann::json& j) {
   if (!(cfg.math.limit > 0)) c.invalid("swiglu_limit must be positive");
   const int64_t window = c.has({"sliding_window"}) ? c.integer({"sliding_window"}, 0, 0) : 128;
   // layer_types, by default sliding on even layers (0, 2, ...) and full on odd ones.
-  const auto it = j.find("layer_types");
+  const std::vector<std::string> types = c.layer_types(cfg.info.n_layer, {"sliding_attention", "full_attention"});
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
-    std::string type = l % 2 == 0 ? "sliding_attention" : "full_attention";
-    if (it != j.end() && !it->is_null()) {
-      if (!it->is_array() || static_cast<int64_t>(it->size()) != cfg.info.n_layer)
-        c.invalid(str("layer_types must list num_hidden_layers (", cfg.info.n_layer, ") entries"));
-      const auto& t = (*it)[static_cast<size_t>(l)];
-      if (!t.is_string()) c.invalid(str("layer_types[", l, "] is not a string"));
-      type = t.get<std::string>();
-    }
-    if (type != "sliding_attention" && type != "full_attention")
-      c.invalid(str("layer_types[", l, "] is '", type, "' (sliding_attention or full_attention)"));
+    const std::string type = types.empty() ? (l % 2 == 0 ? "sliding_attention" : "full_attention")
+                                           : types[static_cast<size_t>(l)];
     cfg.layer_window.push_back(type == "sliding_attention" ? window : 0);
   }
   // Without rope settings transformers gives gpt-oss its YaRN defaults (GptOssConfig).

@@ -87,17 +87,9 @@ Llama4Config parse_config(const nlohmann::json& j) {
   if (c.boolean({"use_qk_norm"}, true)) cfg.rope_attn.qk_norm = QkNorm::per_head;
   const auto chunk_it = j.find("attention_chunk_size");
   cfg.chunk = chunk_it == j.end() ? 8192 : chunk_it->is_null() ? 0 : c.integer({"attention_chunk_size"}, {}, 1);
-  const auto types = j.find("layer_types");
+  const std::vector<std::string> types = c.layer_types(L, {"chunked_attention", "full_attention"});
   for (int64_t l = 0; l < L; ++l) {
-    bool chunked = cfg.use_rope[static_cast<size_t>(l)];
-    if (types != j.end() && !types->is_null()) {
-      if (!types->is_array() || static_cast<int64_t>(types->size()) != L)
-        c.invalid(str("layer_types must list num_hidden_layers (", L, ") entries"));
-      const auto& t = (*types)[static_cast<size_t>(l)];
-      if (!t.is_string() || (t != "chunked_attention" && t != "full_attention"))
-        c.invalid(str("layer_types[", l, "] is ", t.dump(), " (chunked_attention or full_attention)"));
-      chunked = t == "chunked_attention";
-    }
+    const bool chunked = types.empty() ? cfg.use_rope[static_cast<size_t>(l)] : types[static_cast<size_t>(l)] == "chunked_attention";
     cfg.chunked.push_back(chunked);
   }
   cfg.rope = rope_config_from_json(j, "llama4_text", cfg.attn.head_dim, cfg.info.n_ctx_train, 500000.0);

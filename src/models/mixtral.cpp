@@ -64,7 +64,7 @@ std::unique_ptr<Model> load_mixtral(const nlohmann::json& j, WeightSource& sourc
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}, ExpertMath{ExpertActivation::swiglu}};
-  spec.layers.assign(cfg.info.n_layer, DecoderLayerSpec{true, cfg.intermediate_size});
+  spec.layers.assign(cfg.info.n_layer, DecoderLayerSpec{true, cfg.intermediate_size, {}});
   spec.info.n_params = wl.n_params();
   return std::make_unique<DecoderModel>(backend, std::move(spec), std::move(weights));
 }

@@ -7,12 +7,18 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
                      const Tensor& h, const Tensor& y) {
   const RouterSpec& spec = *refs.router;
   const int64_t n = h.rows(), E = spec.n_expert;
-  Tensor logits = be.alloc(DType::f32, {n, E});  // [n, n_expert]
-  be.matmul(h, refs.router_w, logits);
-  if (!refs.router_bias.empty()) be.add_bias(logits, refs.router_bias);
+  Tensor logits = refs.logits;  // [n, n_expert]
+  if (logits.empty()) {
+    logits = be.alloc(DType::f32, {n, E});
+    be.matmul(h, refs.router_w, logits);
+    if (!refs.router_bias.empty()) be.add_bias(logits, refs.router_bias);
+  }
 
   const StreamPhase phase = refs.phase;
   const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
+  SLUICE_CHECK(refs.expert_scale.empty() || !device_routes, Status::unsupported, "layer ", refs.layer,
+               ": per-expert routing scales (Gemma 4) need the routing on the host; this backend's expert path "
+               "routes on the device (use --backend cpu)");
   if (device_routes && !observer) {
     if (provider)
       provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, refs.next_router_bias, logits,
@@ -24,6 +30,9 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   std::vector<float> host_logits(n * E);
   be.to_host(logits, host_logits.data());
   Routing routing = route_topk(spec, host_logits, n);
+  if (!refs.expert_scale.empty())  // Gemma 4: after the renormalization, w *= per_expert_scale[id]
+    for (size_t p = 0; p < routing.ids.size(); ++p)
+      routing.weights[p] *= refs.expert_scale[static_cast<size_t>(routing.ids[p])];
   if (observer) {
     Routing predicted;
     const bool predict = refs.observe_prediction && !refs.next_router.empty();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+
 #include "backends/backend.h"
 #include "experts/expert_math.h"
 #include "experts/expert_provider.h"
@@ -36,6 +37,10 @@ struct MoeLayerRefs {
   StreamPhase phase = StreamPhase::prefill;          // of the forward pass (statistics)
   int64_t next_layer = -1;                           // model layer index of next_router's layer
   bool observe_prediction = false;                   // the observer also gets the lookahead prediction
+  Tensor logits;                                     // [n, n_expert] router logits the family computed
+                                                     // itself (Gemma 4), or empty: h . router_w^T (+ bias)
+  std::vector<float> expert_scale;                   // [n_expert] multiplies each chosen expert's
+                                                     // routing weight (Gemma 4), or empty
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].

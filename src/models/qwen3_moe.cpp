@@ -83,7 +83,7 @@ std::unique_ptr<Model> load_qwen3_moe(const nlohmann::json& j, WeightSource& sou
   DecoderSpec spec{cfg.info, cfg.attn, cfg.rope, cfg.router, cfg.attn.norm_eps, {}, ExpertMath{ExpertActivation::swiglu}};
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
     bool moe = layer_is_moe(cfg, l);
-    spec.layers.push_back({moe, moe ? cfg.moe_intermediate_size : cfg.intermediate_size});
+    spec.layers.push_back({moe, moe ? cfg.moe_intermediate_size : cfg.intermediate_size, {}});
   }
   spec.info.n_params = wl.n_params();
   return std::make_unique<DecoderModel>(backend, std::move(spec), std::move(weights));

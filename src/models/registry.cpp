@@ -15,6 +15,7 @@ std::unique_ptr<Model> load_qwen3_5_moe(const nlohmann::json&, WeightSource&, Ba
 std::unique_ptr<Model> load_qwen4_exp(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_gpt_oss(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_llama4(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_gemma4(const nlohmann::json&, WeightSource&, Backend&);
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
@@ -28,6 +29,7 @@ const std::vector<Family>& families() {
       {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp, kVisionTowerPrefix},
       {"gpt_oss", {"GptOssForCausalLM"}, load_gpt_oss, {}, FusedExperts::inputs_first_interleaved},
       {"llama4_text", {"Llama4ForCausalLM"}, load_llama4, {}, FusedExperts::inputs_first_halves},
+      {"gemma4_text", {"Gemma4ForCausalLM"}, load_gemma4},
   };
   return table;
 }

@@ -53,6 +53,20 @@ RopeConfig rope_config_from_json(const nlohmann::json& cfg, const std::string& f
 
   if (rope.type == "default") {
     rope.inv_freq = default_inv_freq(rope.theta, dim);
+  } else if (rope.type == "proportional") {
+    // Gemma 4's full-attention layers: all head_dim dims take part (rot_dim = head_dim, neox
+    // pairs i, i + head_dim / 2), the first int(partial head_dim / 2) pairs at 1 /
+    // base^(2i / head_dim) / factor, the rest at frequency 0 (cos 1, sin 0: unrotated).
+    const double factor = get_number(params, "factor", 1.0);
+    SLUICE_CHECK(factor > 0, Status::corrupt, family, ": proportional rope needs factor > 0");
+    rope.rot_dim = head_dim;
+    rope.inv_freq.assign(static_cast<size_t>(head_dim / 2), 0.0f);
+    const int64_t angles = static_cast<int64_t>(partial * static_cast<double>(head_dim) / 2);
+    for (int64_t i = 0; i < angles; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      rope.inv_freq[static_cast<size_t>(i)] =
+          1.0f / std::pow(static_cast<float>(rope.theta), exponent) / static_cast<float>(factor);
+    }
   } else if (rope.type == "linear") {
     double factor = get_number(params, "factor", 0);
     SLUICE_CHECK(factor > 0, Status::corrupt, family, ": linear rope needs factor > 0");
@@ -120,7 +134,7 @@ RopeConfig rope_config_from_json(const nlohmann::json& cfg, const std::string& f
     }
   } else {
     fail(Status::unsupported, family, ": rope type '", rope.type,
-         "' is not supported (supported: default, linear, yarn, llama3)");
+         "' is not supported (supported: default, linear, yarn, llama3, proportional)");
   }
   return rope;
 }

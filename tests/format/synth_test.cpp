@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 #include <thread>
@@ -183,6 +184,37 @@ TEST(Synth, TinyGptOssWritesVerifiesLoadsAndRuns) {
     EXPECT_EQ(plan.manifest.n_embd, 2880) << like;
     EXPECT_EQ(plan.manifest.n_ff, 2880) << like;
   }
+}
+
+// Gemma 4: norms near one (the _1 / _2 norms too), the router scales and layer scalars
+// exactly one, no k/v projections on the KV-shared layers, no v projection on full layers
+// (keys as values); it runs.
+TEST(Synth, TinyGemma4WritesVerifiesLoadsAndRuns) {
+  ScratchDir d;
+  const fs::path out = d / "pack";
+  synth_pack(synth_preset_config("tiny-gemma4"), out, kinds({DType::q4}));
+  EXPECT_TRUE(verify_pack(out).ok);
+  std::shared_ptr<Pack> pack = Pack::open(out);
+  const PackManifest& m = pack->manifest();
+  EXPECT_EQ(m.family, "gemma4_text");
+  EXPECT_EQ(m.moe_layers.size(), 6u);
+  auto values = [&](const std::string& name) {
+    Tensor t = pack->dense(name);
+    std::vector<float> v;
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(bf16_to_f32(t.ptr<uint16_t>()[i]));
+    return v;
+  };
+  auto mean = [](const std::vector<float>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); };
+  EXPECT_NEAR(mean(values("model.layers.0.post_feedforward_layernorm_1.weight")), 1.0, 0.01);
+  EXPECT_NEAR(mean(values("model.layers.1.self_attn.k_norm.weight")), 1.0, 0.02);
+  for (const char* ones : {"model.layers.0.router.scale", "model.layers.0.router.per_expert_scale", "model.layers.5.layer_scalar"})
+    for (float v : values(ones)) ASSERT_EQ(v, 1.0f) << ones;
+  EXPECT_TRUE(pack->has_dense("model.layers.0.self_attn.v_proj.weight"));   // sliding: its own values
+  EXPECT_FALSE(pack->has_dense("model.layers.1.self_attn.v_proj.weight"));  // full: keys as values
+  EXPECT_FALSE(pack->has_dense("model.layers.4.self_attn.k_proj.weight"));  // KV-shared
+  EXPECT_EQ(pack->dense("model.layers.1.self_attn.k_proj.weight").rows(), 32);  // one head of 32
+  EXPECT_EQ(pack->dense("model.layers.5.mlp.gate_proj.weight").rows(), 96);    // double-wide
+  expect_forward_sane(out, DType::q4);
 }
 
 // --dense int8 / q4 / f32: the matrices quantized (rows of the expert records' random
@@ -361,6 +393,16 @@ TEST(Synth, ScaleConfigShrinksLayersAndExperts) {
   EXPECT_EQ(q["mlp_only_layers"], json::array());
   expect_error([&] { synth_scale_config(q, 2, std::nullopt); }, Status::invalid_argument, {"--layers 2", "[1, 1]"});
   expect_error([&] { synth_scale_config(q, std::nullopt, 9); }, Status::invalid_argument, {"--experts 9"});
+  // Per-layer lists and Gemma 4's KV-shared layers follow the cut; the cut configs plan.
+  json l4 = synth_preset_config("llama4-scout");
+  synth_scale_config(l4, 8, 4);
+  EXPECT_EQ(l4["no_rope_layers"].size(), 8u);
+  EXPECT_EQ(synth_plan(l4, {DType::q4}).manifest.n_records(), 8 * 4);
+  json g4 = synth_preset_config("tiny-gemma4");
+  synth_scale_config(g4, 3, 1);
+  EXPECT_EQ(g4["num_kv_shared_layers"], 1);
+  EXPECT_EQ(g4["top_k_experts"], 1);
+  EXPECT_EQ(synth_plan(g4, {DType::q4}).manifest.n_records(), 3 * 1);
 }
 
 TEST(Synth, RefusesToOverwriteWithoutForce) {

@@ -49,12 +49,18 @@ inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss
 // CUDA backend runs them resident (tests/gpu/cuda_llama4_test.cpp) and refuses them streamed.
 inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_top2"}; }
 
+// Gemma 4 (sliding and full layers with their own head sizes and rope, q/k/v norms, KV shared
+// across layers, attention_k_eq_v, the MoE block beside a gelu MLP, PLE, the logit softcap).
+// CPU only so far: the CUDA backend refuses its gelu and tanh in one line.
+inline std::vector<std::string> gemma4_fixtures() { return {"gemma4", "gemma4_kv"}; }
+
 // Every fixture with routed experts.
 inline std::vector<std::string> expert_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
   for (auto& f : hybrid_expert_fixtures()) all.push_back(f);
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
   for (auto& f : llama4_fixtures()) all.push_back(f);
+  for (auto& f : gemma4_fixtures()) all.push_back(f);
   return all;
 }
 
@@ -79,6 +85,7 @@ inline std::vector<std::string> model_fixtures() {
   for (auto& f : hybrid_fixtures()) all.push_back(f);
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
   for (auto& f : llama4_fixtures()) all.push_back(f);
+  for (auto& f : gemma4_fixtures()) all.push_back(f);
   return all;
 }
 

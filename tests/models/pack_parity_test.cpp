@@ -63,7 +63,26 @@ fs::path checkpoint_of_pack_experts(const std::string& fixture, DType kind) {
   int64_t want_replaced = 0;
   for (size_t l = 0; l < m.moe_layers.size(); ++l) {
     const std::string& src = m.expert_sources[l];
-    EXPECT_NE(src, "fused");  // the fixtures store experts one tensor each, or in gpt-oss's layouts
+    if (src == "fused") {
+      // transformers 5's fused layout (Gemma 4), f32: gate_up_proj [E, 2 ff, d] (gate rows,
+      // then up rows), down_proj [E, d, ff].
+      const int64_t E = m.n_expert, d = m.n_embd, ff = m.n_ff;
+      auto gu = std::make_shared<std::vector<float>>(static_cast<size_t>(E * 2 * ff * d));
+      auto dn = std::make_shared<std::vector<float>>(static_cast<size_t>(E * d * ff));
+      for (int64_t e = 0; e < E; ++e) {
+        ExpertWeights w = expert_view(info, pack->mapped_record(kind, pack->record_id(static_cast<int64_t>(l), e)).data());
+        const auto g = values_of(w.gate), u = values_of(w.up), dw = values_of(w.down);
+        std::copy(g->begin(), g->end(), gu->begin() + e * 2 * ff * d);
+        std::copy(u->begin(), u->end(), gu->begin() + e * 2 * ff * d + ff * d);
+        std::copy(dw->begin(), dw->end(), dn->begin() + e * d * ff);
+      }
+      storage.push_back(gu);
+      storage.push_back(dn);
+      replaced[m.expert_prefixes[l] + "gate_up_proj"] = Tensor(DType::f32, {E, 2 * ff, d}, gu->data());
+      replaced[m.expert_prefixes[l] + "down_proj"] = Tensor(DType::f32, {E, d, ff}, dn->data());
+      want_replaced += 2;
+      continue;
+    }
     if (src == "gpt_oss" || src == "gpt_oss_mxfp4" || src == "fused_inputs_first") {
       // The inputs-first float layout, f32: gate_up_proj [E, d, 2 ff] (gpt-oss: gate f at
       // column 2f, up f at 2f + 1; Llama 4: gate f at f, up f at ff + f), down_proj [E, ff, d];

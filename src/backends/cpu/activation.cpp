@@ -3,6 +3,7 @@
 // 8-lane code (the tail of a tensor is zero-padded, never a scalar fallback), so a value's
 // result does not depend on where it sits.
 #include <algorithm>
+#include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/ops_common.h"
@@ -29,6 +30,25 @@ void CpuBackend::activate(const Tensor& x, Activation act, float in_div, float o
                " ", x.shape_str(), ", in_div ", in_div, " (want f32, in_div != 0)");
   float* p = x.ptr<float>();
   const int64_t total = x.numel(), blocks = (total + 7) / 8;
+  if (act == Activation::gelu_tanh || act == Activation::tanh) {
+    // Scalar std::tanh (as PyTorch's f32 kernels evaluate these, to an ulp or two): Gemma 4's
+    // MLP and expert gates and its logit softcap, not a hot path of the other families.
+    pool().parallel_for(total, kMinChunkElems, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float v = p[i];
+        if (in_div != 1.0f) v /= in_div;
+        float y;
+        if (act == Activation::tanh) {
+          y = std::tanh(v);
+        } else {
+          constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2 / pi)
+          y = 0.5f * v * (1.0f + std::tanh(kBeta * (v + kKappa * v * v * v)));
+        }
+        p[i] = out_mul != 1.0f ? y * out_mul : y;
+      }
+    });
+    return;
+  }
   pool().parallel_for(blocks, kMinChunkElems / 8, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i = b * 8, r = std::min<int64_t>(8, total - i);
