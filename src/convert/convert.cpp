@@ -336,7 +336,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
   std::map<std::string, std::vector<std::pair<int64_t, std::string>>> tables;  // table -> (shard, tensor)
   std::vector<TensorDecl> decls;
   for (const std::string& name : ck.names()) {
-    if (!family.vision_prefix.empty() && name.rfind(family.vision_prefix, 0) == 0) {
+    if (family.in_tower(name)) {
       left_out.insert(name);
       continue;
     }
@@ -347,8 +347,8 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     decls.push_back({name, ck.entry(name).dtype, ck.entry(name).shape});
   }
   if (!left_out.empty())
-    LOG_INFO("convert: ", family.model_type, ": leaving out the vision tower (", left_out.size(), " tensors under ",
-             family.vision_prefix, "); the pack holds the text model");
+    LOG_INFO("convert: ", family.model_type, ": leaving out what the text model never reads (", left_out.size(),
+             " tensors under ", family.towers_text(), "); the pack holds the text model");
   std::set<std::string> expert_names;
   std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names, family.fused_experts, true);
   if (layers.empty()) LOG_INFO("convert: ", family.model_type, ": no routed experts; the pack holds dense weights only");

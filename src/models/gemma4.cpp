@@ -10,6 +10,9 @@
 // and the layer scalar. The last num_kv_shared_layers layers attend over the KV cache of the
 // last earlier layer of their type and hold no k/v projections; use_double_wide_mlp doubles
 // their MLP. Embeddings scaled by sqrt(hidden_size), tied output head, final logit softcap.
+// The published checkpoints are multimodal (model_type gemma4): the text config in
+// text_config, the weights under "model.language_model.", the vision and audio towers beside
+// them (skipped; the family's towers).
 //
 // A model of its own (not the shared decoder): its layer differs from the decoder's at every
 // step. forward_batch runs a decode step of several sequences as one pass over the batch's
@@ -22,6 +25,8 @@
 #include "models/common_weights.h"
 #include "models/hybrid_weights.h"
 #include "models/moe_layer.h"
+#include "models/multimodal.h"
+#include "models/ple.h"
 #include "models/rope.h"
 
 namespace sluice {
@@ -50,11 +55,15 @@ struct Gemma4Config {
   int64_t ple_dim = 0, ple_vocab = 0;  // per-layer inputs (0: none)
   std::optional<float> softcap;        // final_logit_softcapping
   bool tie_word_embeddings = true;
+  std::string prefix = "model.";       // of the text model's weights ("model.language_model." multimodal)
 };
 
-Gemma4Config parse_config(const json& j) {
+Gemma4Config parse_config(const json& config) {
+  const TextModelConfig tm = text_model_config(config, "gemma4_text");
+  const json& j = tm.text;
   ConfigReader c(j, "gemma4_text");
   Gemma4Config cfg;
+  if (tm.multimodal) cfg.prefix = "model.language_model.";
   if (auto it = j.find("hidden_activation"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) c.invalid(str("hidden_activation ", it->dump(), " is not supported (gelu_pytorch_tanh)"));
     if (*it != "gelu_pytorch_tanh")
@@ -72,8 +81,9 @@ Gemma4Config parse_config(const json& j) {
   cfg.eps = static_cast<float>(c.number({"rms_norm_eps"}, 1e-6));
   cfg.sliding_window = c.integer({"sliding_window"}, 512, 1);
   if (c.boolean({"attention_bias"}, false)) c.invalid("attention_bias is true (not supported)");
-  if (auto it = j.find("use_bidirectional_attention"); it != j.end() && !it->is_null())
-    c.invalid("use_bidirectional_attention is set (the text model runs causal only)");
+  // "vision": image tokens attend both ways among themselves; text tokens stay causal.
+  if (auto it = j.find("use_bidirectional_attention"); it != j.end() && !it->is_null() && *it != "vision")
+    c.invalid(str("use_bidirectional_attention is ", it->dump(), " (the text model runs causal: null or \"vision\")"));
   if (auto it = j.find("final_logit_softcapping"); it != j.end() && !it->is_null()) {
     cfg.softcap = static_cast<float>(c.number({"final_logit_softcapping"}));
     if (!(*cfg.softcap > 0)) c.invalid("final_logit_softcapping must be positive");
@@ -87,10 +97,11 @@ Gemma4Config parse_config(const json& j) {
   const int64_t n_shared = c.integer({"num_kv_shared_layers"}, 0, 0, L - 1);
   const bool double_wide = c.boolean({"use_double_wide_mlp"}, false);
   const int64_t n_ff = c.integer({"intermediate_size"}, {}, 1, 1 << 24);
-  // Full layers' heads: global_head_dim / num_global_key_value_heads as the published configs
-  // spell them (transformers saves them as per_layer_config entries, which take precedence).
+  // Full layers' heads as the published configs spell them (transformers saves them as
+  // per_layer_config entries, which take precedence): global_head_dim, and
+  // num_global_key_value_heads where the keys are the values (attention_k_eq_v).
   const int64_t global_head_dim = c.integer({"global_head_dim"}, head_dim, 1, 4096);
-  const int64_t global_n_kv = c.integer({"num_global_key_value_heads"}, n_kv, 1, 4096);
+  const int64_t global_n_kv = k_eq_v ? c.integer({"num_global_key_value_heads"}, n_kv, 1, 4096) : n_kv;
   for (int64_t l = 0; l < L; ++l) {
     Gemma4Layer ly;
     std::string type = types.empty() ? ((l + 1) % 6 ? "sliding_attention" : "full_attention") : types[static_cast<size_t>(l)];
@@ -148,7 +159,7 @@ Gemma4Config parse_config(const json& j) {
     cfg.router.n_expert = c.integer({"num_experts"}, {}, 1, 1 << 16);
     cfg.router.n_expert_used = c.integer({"top_k_experts"}, {}, 1, cfg.router.n_expert);
     cfg.router.norm_topk_prob = true;  // top-k of the softmax, renormalized
-    cfg.moe_ff = c.integer({"moe_intermediate_size"}, {}, 1, 1 << 24);
+    cfg.moe_ff = c.integer({"moe_intermediate_size", "expert_intermediate_size"}, {}, 1, 1 << 24);
   }
   cfg.ple_dim = c.integer({"hidden_size_per_layer_input"}, 0, 0, 1 << 20);
   if (cfg.ple_dim > 0) cfg.ple_vocab = c.integer({"vocab_size_per_layer_input"}, cfg.info.n_vocab, 1, 1 << 24);
@@ -174,7 +185,9 @@ struct Gemma4LayerWeights {
 
 struct Gemma4Weights {
   Tensor tok_embd, output, output_norm;      // [V, n_embd] (output: the embedding when tied), [n_embd]
-  Tensor ple_embd, ple_model_proj, ple_proj_norm;  // [V_ple, L ple], [L ple, n_embd], [ple]
+  std::shared_ptr<NgramTable> ple_embd;            // [V_ple, L ple] rows (models/ple.h: a pack's read row by
+                                                   // row, a checkpoint's from its host mapping; never uploaded)
+  Tensor ple_model_proj, ple_proj_norm;            // [L ple, n_embd], [ple]
   std::vector<Gemma4LayerWeights> layers;
 };
 
@@ -183,17 +196,32 @@ float scalar_of(const Tensor& host) { return host_values_f32(host)[0]; }
 Gemma4Weights declare_weights(const Gemma4Config& cfg, WeightLoader& wl) {
   const int64_t d = cfg.info.n_embd, V = cfg.info.n_vocab, L = cfg.info.n_layer, E = cfg.router.n_expert;
   Gemma4Weights w;
-  w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
-  w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
+  const std::string& m = cfg.prefix;
+  w.tok_embd = wl.take_matrix(m + "embed_tokens.weight", {V, d});
+  w.output_norm = wl.take(m + "norm.weight", {d});
+  if (cfg.tie_word_embeddings) {
+    w.output = w.tok_embd;
+    wl.skip_matching("lm_head.weight");  // a tied checkpoint may still carry the copy
+  } else {
+    w.output = wl.take_matrix("lm_head.weight", {V, d});
+  }
   if (cfg.ple_dim > 0) {
-    w.ple_embd = wl.take_matrix("model.embed_tokens_per_layer.weight", {cfg.ple_vocab, L * cfg.ple_dim});
-    w.ple_model_proj = wl.take_matrix("model.per_layer_model_projection.weight", {L * cfg.ple_dim, d});
-    w.ple_proj_norm = wl.take("model.per_layer_projection_norm.weight", {cfg.ple_dim});
+    const std::string table = m + "embed_tokens_per_layer.";
+    if ((w.ple_embd = wl.source().ngram_table(table))) {
+      SLUICE_CHECK(w.ple_embd->n_rows() == cfg.ple_vocab && w.ple_embd->dim() == L * cfg.ple_dim, Status::corrupt,
+                   wl.family(), ": the per-layer embedding table ", table, " is [", w.ple_embd->n_rows(), ", ",
+                   w.ple_embd->dim(), "], expected [", cfg.ple_vocab, ", ", L * cfg.ple_dim, "]");
+      wl.count_params(cfg.ple_vocab * L * cfg.ple_dim);
+    } else {
+      w.ple_embd = std::make_shared<ResidentNgramTable>(
+          std::vector<Tensor>{wl.take_host(table + "weight", {cfg.ple_vocab, L * cfg.ple_dim})});
+    }
+    w.ple_model_proj = wl.take_matrix(m + "per_layer_model_projection.weight", {L * cfg.ple_dim, d});
+    w.ple_proj_norm = wl.take(m + "per_layer_projection_norm.weight", {cfg.ple_dim});
   }
   for (int64_t l = 0; l < L; ++l) {
     const Gemma4Layer& ly = cfg.layers[static_cast<size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = m + "layers." + std::to_string(l) + ".";
     Gemma4LayerWeights lw;
     lw.input_norm = wl.take(p + "input_layernorm.weight", {d});
     lw.post_attn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
@@ -385,7 +413,7 @@ class Gemma4Model final : public Model {
       SLUICE_CHECK(t < cfg_.ple_vocab, Status::invalid_argument, "token ", t, " is outside the per-layer embeddings' ",
                    cfg_.ple_vocab, " rows");
     Tensor tok = be_.alloc(DType::f32, {n, L * pd}), proj = be_.alloc(DType::f32, {n, L * pd});
-    be_.get_rows(w_.ple_embd, tokens, tok);
+    w_.ple_embd->gather(be_, std::vector<int64_t>(tokens.begin(), tokens.end()), tok);
     scale(tok, std::sqrt(static_cast<float>(pd)));
     be_.matmul(x, w_.ple_model_proj, proj);
     scale(proj, 1.0f / std::sqrt(static_cast<float>(cfg_.info.n_embd)));
@@ -472,6 +500,7 @@ class Gemma4Model final : public Model {
 std::unique_ptr<Model> load_gemma4(const json& j, WeightSource& source, Backend& backend) {
   Gemma4Config cfg = parse_config(j);
   WeightLoader wl(source, backend, "gemma4_text");
+  if (cfg.prefix != "model.") skip_towers(wl, j);
   Gemma4Weights weights = declare_weights(cfg, wl);
   wl.finish();
   cfg.info.n_params = wl.n_params();

@@ -3,29 +3,18 @@
 
 #include <cmath>
 
-#include "core/log.h"
 #include "models/common_weights.h"
+#include "models/multimodal.h"
 
 namespace sluice {
 
 HybridCheckpoint hybrid_checkpoint(const nlohmann::json& config, const std::string& family) {
-  SLUICE_CHECK(config.is_object(), Status::corrupt, family, ": config is not a JSON object");
+  TextModelConfig tm = text_model_config(config, family);
   HybridCheckpoint ck;
-  auto tc = config.find("text_config");
-  ck.multimodal = tc != config.end() && !tc->is_null();
-  if (ck.multimodal) {
-    SLUICE_CHECK(tc->is_object(), Status::corrupt, family, ": text_config is not a JSON object");
-    ck.text = *tc;
-    // Ids and tying may sit at the top level of a multimodal config.
-    for (const char* key : {"bos_token_id", "eos_token_id"})
-      if ((!ck.text.contains(key) || ck.text[key].is_null()) && config.contains(key)) ck.text[key] = config[key];
-    ck.prefix = "model.language_model.";
-  } else {
-    ck.text = config;
-    ck.prefix = "model.";
-  }
-  const nlohmann::json& tie_src = ck.multimodal && config.contains("tie_word_embeddings") ? config : ck.text;
-  if (auto it = tie_src.find("tie_word_embeddings"); it != tie_src.end() && !it->is_null()) {
+  ck.text = std::move(tm.text);
+  ck.multimodal = tm.multimodal;
+  ck.prefix = ck.multimodal ? "model.language_model." : "model.";
+  if (auto it = ck.text.find("tie_word_embeddings"); it != ck.text.end() && !it->is_null()) {
     SLUICE_CHECK(it->is_boolean(), Status::corrupt, family, ": tie_word_embeddings is not true or false");
     ck.tie_word_embeddings = it->get<bool>();
   }
@@ -87,21 +76,8 @@ HybridCommon read_hybrid_common(const ConfigReader& c, const HybridCheckpoint& c
   return h;
 }
 
-void skip_unused_parts(WeightLoader& wl, const HybridCheckpoint& ck) {
-  if (ck.multimodal) {
-    int64_t n = 0;
-    for (const auto& name : wl.source().names())
-      if (name.rfind(kVisionTowerPrefix, 0) == 0) {
-        wl.source().consume(name);
-        ++n;
-      }
-    if (wl.source().pack())  // convert left the tower out
-      LOG_INFO(wl.family(), ": multimodal model: loading the text model under ", ck.prefix,
-               " (the pack holds no vision tower)");
-    else
-      LOG_INFO(wl.family(), ": multimodal checkpoint: loading the text model under ", ck.prefix,
-               ", skipping the vision tower (", n, " tensors under ", kVisionTowerPrefix, ")");
-  }
+void skip_unused_parts(WeightLoader& wl, const nlohmann::json& config, const HybridCheckpoint& ck) {
+  if (ck.multimodal) skip_towers(wl, config);
   wl.skip_matching("mtp.");  // multi-token prediction: not used for decoding here
 }
 

@@ -46,8 +46,8 @@ HybridCommon read_hybrid_common(const ConfigReader& c, const HybridCheckpoint& c
                                 const std::vector<std::string>& attention_types);
 
 // Marks as used, and says once, the tensors a text-only run never reads: the vision tower of
-// a multimodal checkpoint and the multi-token-prediction head (mtp.*).
-void skip_unused_parts(WeightLoader& wl, const HybridCheckpoint& ck);
+// a multimodal checkpoint (skip_towers) and the multi-token-prediction head (mtp.*).
+void skip_unused_parts(WeightLoader& wl, const nlohmann::json& config, const HybridCheckpoint& ck);
 
 // The embedding and output head (lm_head, or the embedding when tied).
 void load_embeddings(WeightLoader& wl, const HybridCheckpoint& ck, const ModelInfo& info, HybridWeights& w);

@@ -6,13 +6,16 @@
 // elsewhere; the router takes the top-k logits and scales each chosen expert's *input* by the
 // sigmoid of its logit, the outputs summed unweighted, plus a shared expert that always runs.
 // Experts are stored inputs first: gate_up_proj [E, n_embd, 2 n_ff] (gate columns, then up),
-// down_proj [E, n_ff, n_embd].
+// down_proj [E, n_ff, n_embd]. The published checkpoints are multimodal (model_type llama4):
+// the text config in text_config, the weights under "language_model.", the vision model and
+// projector beside them (skipped; the family's towers).
 #include <algorithm>
 
 #include "models/common_config.h"
 #include "models/common_weights.h"
 #include "models/decoder.h"
 #include "models/hybrid_weights.h"
+#include "models/multimodal.h"
 
 namespace sluice {
 namespace {
@@ -31,11 +34,15 @@ struct Llama4Config {
   std::vector<bool> chunked;          // [n_layer] layer_types "chunked_attention" (default: the rope layers)
   int64_t chunk = 0;                  // attention_chunk_size (0: null, no chunks)
   bool tie_word_embeddings = false;
+  std::string prefix;                 // of every weight: "" text-only, "language_model." multimodal
 };
 
-Llama4Config parse_config(const nlohmann::json& j) {
+Llama4Config parse_config(const nlohmann::json& config) {
+  const TextModelConfig tm = text_model_config(config, "llama4_text");
+  const nlohmann::json& j = tm.text;
   ConfigReader c(j, "llama4_text");
   Llama4Config cfg;
+  if (tm.multimodal) cfg.prefix = "language_model.";
   cfg.info = read_model_info(c);
   const int64_t L = cfg.info.n_layer;
   cfg.attn = read_attention_spec(c, QkNorm::none);
@@ -101,15 +108,16 @@ Llama4Config parse_config(const nlohmann::json& j) {
 DecoderWeights declare_weights(const Llama4Config& cfg, WeightLoader& wl) {
   const int64_t d = cfg.info.n_embd, V = cfg.info.n_vocab, E = cfg.router.n_expert, hd = cfg.attn.head_dim;
   DecoderWeights w;
-  w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
-  w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
+  const std::string m = cfg.prefix + "model.";
+  w.tok_embd = wl.take_matrix(m + "embed_tokens.weight", {V, d});
+  w.output_norm = wl.take(m + "norm.weight", {d});
+  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix(cfg.prefix + "lm_head.weight", {V, d});
   // The L2 norm is a weightless RMS norm: a weight of ones gives the same bits (x * 1 = x).
   Tensor ones = host_tensor(DType::f32, {hd});
   std::fill(ones.ptr<float>(), ones.ptr<float>() + hd, 1.0f);
   const Tensor unit_norm = wl.backend().upload(ones);
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = m + "layers." + std::to_string(l) + ".";
     const bool rope = cfg.use_rope[static_cast<size_t>(l)];
     DecoderLayerWeights lw;
     lw.attn_norm = wl.take(p + "input_layernorm.weight", {d});
@@ -137,6 +145,7 @@ DecoderWeights declare_weights(const Llama4Config& cfg, WeightLoader& wl) {
 std::unique_ptr<Model> load_llama4(const nlohmann::json& j, WeightSource& source, Backend& backend) {
   Llama4Config cfg = parse_config(j);
   WeightLoader wl(source, backend, "llama4_text");
+  if (!cfg.prefix.empty()) skip_towers(wl, j);
   DecoderWeights weights = declare_weights(cfg, wl);
   wl.finish();
   ExpertMath math{ExpertActivation::swiglu};

@@ -11,6 +11,10 @@ namespace sluice {
 // ---- table ----
 
 std::optional<NgramTableTensor> ngram_table_tensor(const std::string& name) {
+  static const std::string kPerLayer = "embed_tokens_per_layer.weight";  // Gemma 4
+  if (name.size() >= kPerLayer.size() && name.compare(name.size() - kPerLayer.size(), kPerLayer.size(), kPerLayer) == 0 &&
+      (name.size() == kPerLayer.size() || name[name.size() - kPerLayer.size() - 1] == '.'))
+    return NgramTableTensor{name.substr(0, name.size() - std::string("weight").size())};
   static const std::string kTable = "ple_embedding.ngram_embedding.";
   const size_t at = name.find(kTable);
   if (at == std::string::npos) return std::nullopt;

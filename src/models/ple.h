@@ -41,7 +41,10 @@ class NgramTable {
 
 // A checkpoint tensor that is (a shard of) an n-gram table: "<p>ple_embedding.ngram_embedding.weight"
 // (the whole table) or "<p>ple_embedding.ngram_embedding.shard_<i>.weight". `table` is the name
-// up to and including "ngram_embedding." (what NgramTable sources are keyed by).
+// up to and including "ngram_embedding." (what NgramTable sources are keyed by). Gemma 4's
+// per-layer input embeddings, "<p>embed_tokens_per_layer.weight" ([V_ple, n_layer ple], a
+// token reads one row), are such a table too (`table`: "<p>embed_tokens_per_layer."): packs
+// hold both kinds in ple.<dtype>.bin, read row by row.
 struct NgramTableTensor {
   std::string table;
   int64_t shard = 0;     // i; 0 for the whole table

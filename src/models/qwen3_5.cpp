@@ -54,7 +54,7 @@ std::unique_ptr<Model> load_qwen3_5(const nlohmann::json& j, WeightSource& sourc
   HybridCheckpoint ck = hybrid_checkpoint(j, "qwen3_5");
   HybridSpec spec = parse_config(ck);
   WeightLoader wl(source, backend, "qwen3_5");
-  skip_unused_parts(wl, ck);
+  skip_unused_parts(wl, j, ck);
   HybridWeights weights = declare_weights(spec, ck, wl);
   wl.finish();
   spec.info.n_params = wl.n_params();

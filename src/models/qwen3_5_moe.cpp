@@ -55,7 +55,7 @@ std::unique_ptr<Model> load_qwen3_5_moe(const nlohmann::json& j, WeightSource& s
   HybridCheckpoint ck = hybrid_checkpoint(j, "qwen3_5_moe");
   HybridSpec spec = parse_config(ck);
   WeightLoader wl(source, backend, "qwen3_5_moe");
-  skip_unused_parts(wl, ck);
+  skip_unused_parts(wl, j, ck);
   HybridWeights weights = declare_weights(spec, ck, wl);
   wl.finish();
   spec.info.n_params = wl.n_params();

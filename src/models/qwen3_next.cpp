@@ -90,7 +90,7 @@ std::unique_ptr<Model> load_qwen3_next(const nlohmann::json& j, WeightSource& so
   HybridCheckpoint ck = hybrid_checkpoint(j, "qwen3_next");
   HybridSpec spec = make_spec(parse_config(ck));
   WeightLoader wl(source, backend, "qwen3_next");
-  skip_unused_parts(wl, ck);
+  skip_unused_parts(wl, j, ck);
   HybridWeights weights = declare_weights(spec, ck, wl);
   wl.finish();
   spec.info.n_params = wl.n_params();

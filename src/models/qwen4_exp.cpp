@@ -141,7 +141,7 @@ std::unique_ptr<Model> load_qwen4_exp(const nlohmann::json& j, WeightSource& sou
   HybridCheckpoint ck = hybrid_checkpoint(j, "qwen4_exp");
   Qwen4ExpConfig cfg = parse_config(ck);
   WeightLoader wl(source, backend, "qwen4_exp");
-  skip_unused_parts(wl, ck);
+  skip_unused_parts(wl, j, ck);
   HybridWeights weights = declare_weights(cfg, ck, wl);
   wl.finish();
   cfg.spec.info.n_params = wl.n_params();

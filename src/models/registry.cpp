@@ -23,15 +23,33 @@ const std::vector<Family>& families() {
       {"mixtral", {"MixtralForCausalLM"}, load_mixtral},
       {"olmoe", {"OlmoeForCausalLM"}, load_olmoe},
       {"qwen3_next", {"Qwen3NextForCausalLM"}, load_qwen3_next},
-      {"qwen3_5", {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"}, load_qwen3_5, kVisionTowerPrefix},
+      {"qwen3_5", {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"}, load_qwen3_5, {kVisionTowerPrefix}},
       {"qwen3_5_moe", {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"}, load_qwen3_5_moe,
-       kVisionTowerPrefix},
-      {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp, kVisionTowerPrefix},
+       {kVisionTowerPrefix}},
+      {"qwen4_exp", {"Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLM"}, load_qwen4_exp, {kVisionTowerPrefix}},
       {"gpt_oss", {"GptOssForCausalLM"}, load_gpt_oss, {}, FusedExperts::inputs_first_interleaved},
       {"llama4_text", {"Llama4ForCausalLM"}, load_llama4, {}, FusedExperts::inputs_first_halves},
+      // Llama 4 as published (Scout, Maverick): the text model under language_model.
+      {"llama4", {"Llama4ForConditionalGeneration"}, load_llama4, {"vision_model.", "multi_modal_projector."},
+       FusedExperts::inputs_first_halves},
       {"gemma4_text", {"Gemma4ForCausalLM"}, load_gemma4},
+      // Gemma 4 as published: the text model under model.language_model.
+      {"gemma4", {"Gemma4ForConditionalGeneration"}, load_gemma4,
+       {"model.vision_tower.", "model.embed_vision.", "model.vision_embedder.", "model.audio_tower.", "model.embed_audio."}},
   };
   return table;
+}
+
+bool Family::in_tower(std::string_view name) const {
+  for (std::string_view tower : towers)
+    if (name.substr(0, tower.size()) == tower) return true;
+  return false;
+}
+
+std::string Family::towers_text() const {
+  std::string out;
+  for (std::string_view tower : towers) out += (out.empty() ? "" : ", ") + std::string(tower);
+  return out;
 }
 
 const Family& find_family(const nlohmann::json& config) {

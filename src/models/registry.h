@@ -33,10 +33,15 @@ struct Family {
   std::string_view model_type;                 // config.json "model_type"
   std::vector<std::string_view> architectures;  // config.json "architectures" entries
   FamilyLoader load;
-  // Multimodal checkpoints: the prefix of the vision tower's tensors, which the text model
-  // never reads and a pack leaves out (empty: none).
-  std::string_view vision_prefix = {};
+  // Multimodal checkpoints: the prefixes of the parts the text model never reads (vision and
+  // audio towers, their projectors), which the loader skips and a pack leaves out.
+  std::vector<std::string_view> towers = {};
   FusedExperts fused_experts = FusedExperts::gate_rows_first;
+
+  // Whether a tensor belongs to one of the towers.
+  bool in_tower(std::string_view name) const;
+  // The towers' prefixes, comma-separated (messages).
+  std::string towers_text() const;
 };
 
 const std::vector<Family>& families();

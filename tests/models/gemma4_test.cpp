@@ -5,6 +5,7 @@
 //    tests do test them;
 //  - the published spelling of the full layers' heads (global_head_dim,
 //    num_global_key_value_heads) reads the same as transformers' per_layer_config;
+//  - the per-layer input embeddings are a row table of the pack (read row by row);
 //  - damaged configs are refused in one line.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "backends/backend.h"
 #include "fixture_util.h"
 #include "format/npy.h"
+#include "format/pack.h"
 #include "models/load.h"
 #include "pack_util.h"
 
@@ -58,10 +60,25 @@ TEST(Gemma4, GlobalHeadFieldsReadAsPerLayerConfig) {
   EXPECT_EQ(max_abs_diff(teacher_forced(dir, ids), base), 0.0f);
 }
 
+// The per-layer input embeddings go to the pack's row-addressable file (ple.<dtype>.bin), not
+// dense.bin, and are read from it row by row; the pack's logits are the checkpoint's.
+TEST(Gemma4, PerLayerEmbeddingsAreARowTableOfThePack) {
+  const std::string fixture = "gemma4";
+  std::shared_ptr<Pack> pack = Pack::open(fixture_pack(fixture));
+  const std::string table = "model.embed_tokens_per_layer.";
+  ASSERT_NE(pack->row_table(table), nullptr);
+  EXPECT_EQ(pack->row_table(table)->rows, 512);
+  EXPECT_EQ(pack->row_table(table)->cols, 4 * 8);  // n_layer x hidden_size_per_layer_input
+  EXPECT_FALSE(pack->has_dense(table + "weight"));
+  const std::vector<int32_t> ids = full_ids(fixture);
+  EXPECT_EQ(max_abs_diff(teacher_forced(fixture_pack(fixture), ids, {DType::bf16}), teacher_forced(fixture_dir(fixture), ids)),
+            0.0f);
+}
+
 TEST(Gemma4, BadConfigsAreRefusedInOneLine) {
   const std::vector<std::tuple<std::string, std::function<void(json&)>, std::vector<std::string>>> cases = {
       {"gemma4", [](json& c) { c["hidden_activation"] = "silu"; }, {"gemma4_text", "hidden_activation", "silu"}},
-      {"gemma4", [](json& c) { c["use_bidirectional_attention"] = "vision"; }, {"gemma4_text", "use_bidirectional_attention"}},
+      {"gemma4", [](json& c) { c["use_bidirectional_attention"] = "all"; }, {"gemma4_text", "use_bidirectional_attention", "all"}},
       {"gemma4", [](json& c) { c["final_logit_softcapping"] = -1.0; }, {"gemma4_text", "final_logit_softcapping"}},
       {"gemma4", [](json& c) { c["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"}; },
        {"gemma4_text", "layer_types[1]", "chunked_attention"}},

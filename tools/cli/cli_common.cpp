@@ -55,7 +55,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_flag("--fake-experts", opt.fake_experts,
                "developer: skip expert reads and compute with whatever the slots hold (output is meaningless)");
   cmd.add_option("--ple-cache", opt.ple_cache,
-                 "row cache of each PLE n-gram table of a pack (default 64M; 0: none)");
+                 "row cache of each PLE n-gram or per-layer embedding table of a pack (default 64M; 0: none)");
   cmd.add_option("--profile", opt.profile,
                  str("streaming profile: exact (default; bit-identical to the resident run) or fast (--cut ",
                      kProfileFastCut, "; an explicit --cut overrides it)"));
