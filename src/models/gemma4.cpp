@@ -90,8 +90,10 @@ Gemma4Config parse_config(const json& config) {
   }
   cfg.tie_word_embeddings = c.boolean({"tie_word_embeddings"}, true);
 
-  // Layer types (default: 5 sliding to 1 full; the last layer full), per-layer overrides.
+  // Layer types (default: every sliding_window_pattern-th layer full, the others sliding; the
+  // last layer full), per-layer overrides.
   const std::vector<std::string> types = c.layer_types(L, {"sliding_attention", "full_attention"});
+  const int64_t pattern = c.integer({"sliding_window_pattern"}, 6, 1, 1 << 20);
   const json* per_layer = j.contains("per_layer_config") && j["per_layer_config"].is_object() ? &j["per_layer_config"] : nullptr;
   const bool k_eq_v = c.boolean({"attention_k_eq_v"}, false);
   const int64_t n_shared = c.integer({"num_kv_shared_layers"}, 0, 0, L - 1);
@@ -104,7 +106,7 @@ Gemma4Config parse_config(const json& config) {
   const int64_t global_n_kv = k_eq_v ? c.integer({"num_global_key_value_heads"}, n_kv, 1, 4096) : n_kv;
   for (int64_t l = 0; l < L; ++l) {
     Gemma4Layer ly;
-    std::string type = types.empty() ? ((l + 1) % 6 ? "sliding_attention" : "full_attention") : types[static_cast<size_t>(l)];
+    std::string type = types.empty() ? ((l + 1) % pattern ? "sliding_attention" : "full_attention") : types[static_cast<size_t>(l)];
     if (l == L - 1) type = "full_attention";  // as transformers forces it
     ly.sliding = type == "sliding_attention";
     ly.head_dim = ly.sliding ? head_dim : global_head_dim;

@@ -62,6 +62,19 @@ TEST(Gemma4, GlobalHeadFieldsReadAsPerLayerConfig) {
 
 // The per-layer input embeddings go to the pack's row-addressable file (ple.<dtype>.bin), not
 // dense.bin, and are read from it row by row; the pack's logits are the checkpoint's.
+// Without layer_types, every sliding_window_pattern-th layer is full (and the last): the
+// fixture's types spelled as a pattern give its logits.
+TEST(Gemma4, SlidingWindowPatternSpellsTheLayerTypes) {
+  const std::string fixture = "gemma4_kv";  // sliding, full, sliding, full, sliding, full
+  const std::vector<int32_t> ids = full_ids(fixture);
+  const std::vector<float> base = teacher_forced(fixture_dir(fixture), ids);
+  const fs::path dir = fixture_with_config(fixture, "gemma4-pattern", [](json& c) {
+    c.erase("layer_types");
+    c["sliding_window_pattern"] = 2;
+  });
+  EXPECT_EQ(max_abs_diff(teacher_forced(dir, ids), base), 0.0f);
+}
+
 TEST(Gemma4, PerLayerEmbeddingsAreARowTableOfThePack) {
   const std::string fixture = "gemma4";
   std::shared_ptr<Pack> pack = Pack::open(fixture_pack(fixture));
