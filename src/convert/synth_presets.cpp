@@ -114,16 +114,15 @@ json tiny_gpt_oss() {
   return c;
 }
 
-// Llama 4 Scout's text model as published (meta-llama/Llama-4-Scout-17B-16E, text_config):
-// 48 layers, all MoE, 16 experts of [8192, 5120] top-1 plus a shared expert, every 4th layer
-// NoPE, chunked attention of 8192 on the others, llama3 rope x16 from 8192.
-json llama4_scout() {
+// Llama 4 Scout's text model as published (meta-llama/Llama-4-Scout-17B-16E-Instruct,
+// text_config): 48 layers, all MoE, 16 experts of [8192, 5120] top-1 plus a shared expert,
+// every 4th layer NoPE, chunked attention of 8192 on the others, llama3 rope x16 from 8192.
+json llama4_scout_text() {
   json no_rope = json::array();
   for (int l = 0; l < 48; ++l) no_rope.push_back((l + 1) % 4 != 0 ? 1 : 0);
   json moe = json::array();
   for (int l = 0; l < 48; ++l) moe.push_back(l);
-  return json{{"architectures", {"Llama4ForCausalLM"}},
-              {"model_type", "llama4_text"},
+  return json{{"model_type", "llama4_text"},
               {"attention_bias", false},
               {"attention_chunk_size", 8192},
               {"attention_dropout", 0.0},
@@ -161,9 +160,23 @@ json llama4_scout() {
               {"vocab_size", 202048}};
 }
 
+// Scout's config.json as published: the multimodal Llama4ForConditionalGeneration, the text
+// model in text_config (its weights under language_model.); a synthetic pack holds no vision
+// model, so there is no vision_config either.
+json llama4_scout() {
+  return json{{"architectures", {"Llama4ForConditionalGeneration"}},
+              {"boi_token_index", 200080},
+              {"eoi_token_index", 200081},
+              {"image_token_index", 200092},
+              {"model_type", "llama4"},
+              {"text_config", llama4_scout_text()},
+              {"tie_word_embeddings", false}};
+}
+
 // A tiny Llama 4 for tests: 4 layers (MoE on 1 and 3, NoPE layer 3), 8 experts of [32, 64], top-1.
 json tiny_llama4() {
-  json c = llama4_scout();
+  json c = llama4_scout_text();
+  c["architectures"] = {"Llama4ForCausalLM"};
   c.erase("moe_layers");
   c.update(json{{"vocab_size", 512},
                 {"hidden_size", 64},
@@ -379,7 +392,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {"gpt-oss-120b", "gpt-oss-120b: 36 layers, 128 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_120b},
       {"gpt-oss-20b", "gpt-oss-20b: 24 layers, 32 experts of [2880, 2880], top-4, attention sinks, biases", gpt_oss_20b},
       {"tiny-gpt-oss", "a tiny gpt_oss for tests: 3 layers, 8 experts of [64, 64], top-2", tiny_gpt_oss},
-      {"llama4-scout", "Llama 4 Scout (text): 48 layers, 16 experts of [8192, 5120], top-1, a shared expert", llama4_scout},
+      {"llama4-scout", "Llama 4 Scout (multimodal config, text model only): 48 layers, 16 experts of [8192, 5120], top-1, a shared expert", llama4_scout},
       {"tiny-llama4", "a tiny llama4_text for tests: 4 layers (2 MoE), 8 experts of [32, 64], top-1", tiny_llama4},
       {"tiny-gemma4", "a tiny gemma4_text for tests: 6 layers (2 KV-shared), 8 experts of [32, 64], top-2, PLE", tiny_gemma4},
   };

@@ -396,8 +396,11 @@ TEST(Synth, ScaleConfigShrinksLayersAndExperts) {
   // Per-layer lists and Gemma 4's KV-shared layers follow the cut; the cut configs plan.
   json l4 = synth_preset_config("llama4-scout");
   synth_scale_config(l4, 8, 4);
-  EXPECT_EQ(l4["no_rope_layers"].size(), 8u);
-  EXPECT_EQ(synth_plan(l4, {DType::q4}).manifest.n_records(), 8 * 4);
+  EXPECT_EQ(l4["text_config"]["no_rope_layers"].size(), 8u);
+  const SynthPlan scout = synth_plan(l4, {DType::q4});
+  EXPECT_EQ(scout.manifest.n_records(), 8 * 4);
+  EXPECT_EQ(scout.manifest.family, "llama4");
+  EXPECT_EQ(scout.manifest.expert_prefixes[0], "language_model.model.layers.0.feed_forward.experts.");
   json g4 = synth_preset_config("tiny-gemma4");
   synth_scale_config(g4, 3, 1);
   EXPECT_EQ(g4["num_kv_shared_layers"], 1);
