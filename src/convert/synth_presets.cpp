@@ -198,6 +198,48 @@ json tiny_llama4() {
   return c;
 }
 
+// Gemma 4 26B-A4B's config.json as published (google/gemma-4-26B-A4B-it): multimodal, the text
+// model in text_config (its weights under model.language_model.): 30 layers, 5 sliding (window
+// 1024, 8 kv heads of 256) to 1 full (2 kv heads of 512, keys as values, proportional rope on a
+// quarter), every layer a gelu MLP of 2112 beside 128 experts of [704, 2816] top-8, tied
+// embeddings, softcap 30. A synthetic pack holds no vision tower, so there is no
+// vision_config either.
+json gemma4_26b_a4b() {
+  json types = json::array();
+  for (int l = 0; l < 30; ++l) types.push_back((l + 1) % 6 ? "sliding_attention" : "full_attention");
+  json text = {{"model_type", "gemma4_text"},
+               {"num_hidden_layers", 30},
+               {"hidden_size", 2816},
+               {"num_attention_heads", 16},
+               {"num_key_value_heads", 8},
+               {"num_global_key_value_heads", 2},
+               {"head_dim", 256},
+               {"global_head_dim", 512},
+               {"intermediate_size", 2112},
+               {"moe_intermediate_size", 704},
+               {"num_experts", 128},
+               {"top_k_experts", 8},
+               {"enable_moe_block", true},
+               {"sliding_window", 1024},
+               {"max_position_embeddings", 262144},
+               {"hidden_activation", "gelu_pytorch_tanh"},
+               {"final_logit_softcapping", 30.0},
+               {"attention_k_eq_v", true},
+               {"vocab_size", 262144},
+               {"tie_word_embeddings", true},
+               {"layer_types", types},
+               {"rope_parameters",
+                {{"full_attention", {{"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}, {"rope_type", "proportional"}}},
+                 {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}}}};
+  return json{{"architectures", {"Gemma4ForConditionalGeneration"}},
+              {"model_type", "gemma4"},
+              {"dtype", "bfloat16"},
+              {"text_config", text},
+              {"image_token_id", 258880},
+              {"video_token_id", 258884},
+              {"eos_token_id", {1, 106}}};
+}
+
 // A tiny Gemma 4 for tests (gemma4_text; the shape of transformers' Gemma4TextConfig with the
 // MoE block on): 6 layers alternating sliding (window 8, head 16, 2 kv heads) and full (head
 // 32, one kv head, keys as values, proportional rope on a quarter), the last 2 layers reading
@@ -394,6 +436,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {"tiny-gpt-oss", "a tiny gpt_oss for tests: 3 layers, 8 experts of [64, 64], top-2", tiny_gpt_oss},
       {"llama4-scout", "Llama 4 Scout (multimodal config, text model only): 48 layers, 16 experts of [8192, 5120], top-1, a shared expert", llama4_scout},
       {"tiny-llama4", "a tiny llama4_text for tests: 4 layers (2 MoE), 8 experts of [32, 64], top-1", tiny_llama4},
+      {"gemma4-26b-a4b", "Gemma 4 26B-A4B (multimodal config, text model only): 30 layers, 128 experts of [704, 2816], top-8", gemma4_26b_a4b},
       {"tiny-gemma4", "a tiny gemma4_text for tests: 6 layers (2 KV-shared), 8 experts of [32, 64], top-2, PLE", tiny_gemma4},
   };
   return presets;

@@ -189,6 +189,29 @@ TEST(Synth, TinyGptOssWritesVerifiesLoadsAndRuns) {
 // Gemma 4: norms near one (the _1 / _2 norms too), the router scales and layer scalars
 // exactly one, no k/v projections on the KV-shared layers, no v projection on full layers
 // (keys as values); it runs.
+TEST(Synth, Gemma4PublishedPlan) {
+  const SynthPlan p = synth_plan(synth_preset_config("gemma4-26b-a4b"), {DType::q4});
+  const PackManifest& m = p.manifest;
+  EXPECT_EQ(m.family, "gemma4");
+  EXPECT_EQ(m.n_records(), 30 * 128);
+  EXPECT_EQ(m.n_embd, 2816);
+  EXPECT_EQ(m.n_ff, 704);
+  EXPECT_EQ(m.expert_prefixes[0], "model.language_model.layers.0.experts.");
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const PackDenseTensor& t : m.dense) shapes[t.name] = t.shape;
+  const std::string l0 = "model.language_model.layers.0.", l5 = "model.language_model.layers.5.";
+  EXPECT_EQ(shapes[l0 + "self_attn.k_proj.weight"], (std::vector<int64_t>{8 * 256, 2816}));
+  EXPECT_EQ(shapes[l0 + "self_attn.v_proj.weight"], (std::vector<int64_t>{8 * 256, 2816}));
+  EXPECT_EQ(shapes[l5 + "self_attn.q_proj.weight"], (std::vector<int64_t>{16 * 512, 2816}));
+  EXPECT_EQ(shapes[l5 + "self_attn.k_proj.weight"], (std::vector<int64_t>{2 * 512, 2816}));
+  EXPECT_FALSE(shapes.count(l5 + "self_attn.v_proj.weight"));  // keys as values
+  EXPECT_EQ(shapes[l0 + "mlp.gate_proj.weight"], (std::vector<int64_t>{2112, 2816}));
+  EXPECT_EQ(shapes[l0 + "router.proj.weight"], (std::vector<int64_t>{128, 2816}));
+  EXPECT_EQ(shapes["model.language_model.embed_tokens.weight"], (std::vector<int64_t>{262144, 2816}));
+  std::printf("gemma4-26b-a4b q4: dense.bin %.3f GB, experts.q4.bin %.3f GB, total %.3f GB\n", p.dense_bytes / 1e9,
+              p.expert_bytes / 1e9, p.total_bytes() / 1e9);
+}
+
 TEST(Synth, TinyGemma4WritesVerifiesLoadsAndRuns) {
   ScratchDir d;
   const fs::path out = d / "pack";
