@@ -120,4 +120,11 @@ ExpertWeights load_mlp(WeightLoader& wl, const std::string& p, int64_t n_embd, i
   return w;
 }
 
+Tensor load_output_head(WeightLoader& wl, const std::string& name, const Tensor& tok_embd, bool tied, int64_t n_vocab,
+                        int64_t n_embd) {
+  if (!tied) return wl.take_matrix(name, {n_vocab, n_embd});
+  if (wl.has(name)) wl.skip_matching(name);
+  return tok_embd;
+}
+
 }  // namespace sluice

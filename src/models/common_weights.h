@@ -33,6 +33,11 @@ std::vector<ExpertWeights> load_experts(WeightLoader& wl, const std::string& pre
 std::vector<ExpertWeights> load_experts_inputs_first(WeightLoader& wl, const std::string& prefix, int64_t n_expert,
                                                      int64_t n_embd, int64_t n_ff, bool interleaved);
 
+// The output head [n_vocab, n_embd]: the matrix `name` ("lm_head.weight"), or with tied
+// embeddings `tok_embd` itself (a tied checkpoint may still carry the copy: skipped).
+Tensor load_output_head(WeightLoader& wl, const std::string& name, const Tensor& tok_embd, bool tied, int64_t n_vocab,
+                        int64_t n_embd);
+
 // A dense SwiGLU MLP: prefix + gate/up/down + ".weight".
 ExpertWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff,
                        const ExpertNames& names = {});

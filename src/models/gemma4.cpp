@@ -201,12 +201,7 @@ Gemma4Weights declare_weights(const Gemma4Config& cfg, WeightLoader& wl) {
   const std::string& m = cfg.prefix;
   w.tok_embd = wl.take_matrix(m + "embed_tokens.weight", {V, d});
   w.output_norm = wl.take(m + "norm.weight", {d});
-  if (cfg.tie_word_embeddings) {
-    w.output = w.tok_embd;
-    wl.skip_matching("lm_head.weight");  // a tied checkpoint may still carry the copy
-  } else {
-    w.output = wl.take_matrix("lm_head.weight", {V, d});
-  }
+  w.output = load_output_head(wl, "lm_head.weight", w.tok_embd, cfg.tie_word_embeddings, V, d);
   if (cfg.ple_dim > 0) {
     const std::string table = m + "embed_tokens_per_layer.";
     if ((w.ple_embd = wl.source().ngram_table(table))) {

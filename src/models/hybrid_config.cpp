@@ -84,12 +84,7 @@ void skip_unused_parts(WeightLoader& wl, const nlohmann::json& config, const Hyb
 void load_embeddings(WeightLoader& wl, const HybridCheckpoint& ck, const ModelInfo& info, HybridWeights& w) {
   const int64_t d = info.n_embd, V = info.n_vocab;
   w.tok_embd = wl.take_matrix(ck.prefix + "embed_tokens.weight", {V, d});
-  if (ck.tie_word_embeddings) {
-    w.output = w.tok_embd;
-    wl.skip_matching("lm_head.weight");  // a tied checkpoint may still carry the copy
-  } else {
-    w.output = wl.take_matrix("lm_head.weight", {V, d});
-  }
+  w.output = load_output_head(wl, "lm_head.weight", w.tok_embd, ck.tie_word_embeddings, V, d);
 }
 
 void load_moe_with_shared(WeightLoader& wl, const std::string& p, const HybridSpec& spec, int64_t n_ff,

@@ -111,7 +111,7 @@ DecoderWeights declare_weights(const Llama4Config& cfg, WeightLoader& wl) {
   const std::string m = cfg.prefix + "model.";
   w.tok_embd = wl.take_matrix(m + "embed_tokens.weight", {V, d});
   w.output_norm = wl.take(m + "norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix(cfg.prefix + "lm_head.weight", {V, d});
+  w.output = load_output_head(wl, cfg.prefix + "lm_head.weight", w.tok_embd, cfg.tie_word_embeddings, V, d);
   // The L2 norm is a weightless RMS norm: a weight of ones gives the same bits (x * 1 = x).
   Tensor ones = host_tensor(DType::f32, {hd});
   std::fill(ones.ptr<float>(), ones.ptr<float>() + hd, 1.0f);

@@ -38,7 +38,7 @@ DecoderWeights declare_weights(const MixtralConfig& cfg, WeightLoader& wl) {
   DecoderWeights w;
   w.tok_embd = wl.take_matrix("model.embed_tokens.weight", {V, d});
   w.output_norm = wl.take("model.norm.weight", {d});
-  w.output = cfg.tie_word_embeddings ? w.tok_embd : wl.take_matrix("lm_head.weight", {V, d});
+  w.output = load_output_head(wl, "lm_head.weight", w.tok_embd, cfg.tie_word_embeddings, V, d);
   for (int64_t l = 0; l < cfg.info.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     DecoderLayerWeights lw;

@@ -1,9 +1,13 @@
-// Llama 4 and Gemma 4 as published: multimodal checkpoints (Llama4ForConditionalGeneration,
-// Gemma4ForConditionalGeneration) whose text model sits under a prefix, its config in
-// text_config, beside vision and audio towers. Built here from the text fixtures (the weights
-// renamed as the published checkpoints name them, tower tensors added), they must give the
-// text model's logits bit for bit, from the checkpoint and from a pack, which leaves the
-// towers out; a tensor that is neither text model nor tower is refused in one line.
+// Checkpoint layouts beyond the fixtures' own:
+//  - Llama 4 and Gemma 4 as published: multimodal checkpoints (Llama4ForConditionalGeneration,
+//    Gemma4ForConditionalGeneration) whose text model sits under a prefix, its config in
+//    text_config, beside vision and audio towers. Built here from the text fixtures (the
+//    weights renamed as the published checkpoints name them, tower tensors added), they must
+//    give the text model's logits bit for bit, from the checkpoint and from a pack, which
+//    leaves the towers out; a tensor that is neither text model nor tower is refused in one
+//    line.
+//  - A tied checkpoint that still carries lm_head.weight (some writers save the copy) loads,
+//    the copy skipped.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -129,6 +133,30 @@ TEST(Multimodal, ATensorOutsideTheTextModelAndTheTowersIsRefused) {
     const std::string msg =
         expect_error([&] { load_model(dir, *backend); }, Status::corrupt, {"unknown_part.proj.weight"});
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(TiedHead, ACopyOfTheEmbeddingAsLmHeadIsSkipped) {
+  for (const std::string fixture : {"gemma4", "gemma4_kv"}) {
+    SCOPED_TRACE(fixture);
+    const std::vector<int32_t> ids = full_ids(fixture);
+    const fs::path dir = pack_test_dir("tied-head-" + fixture);
+    Checkpoint ck = Checkpoint::open(fixture_dir(fixture));
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& name : ck.names()) tensors.push_back({name, ck.get(name)});
+    tensors.push_back({"lm_head.weight", ck.get("model.embed_tokens.weight")});
+    write_safetensors(dir / "model.safetensors", tensors);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      fs::copy_file(fixture_dir(fixture) / f, dir / f);
+    EXPECT_EQ(max_abs_diff(teacher_forced(dir, ids), teacher_forced(fixture_dir(fixture), ids)), 0.0f);
+  }
+  // An untied family's checkpoint with its config switched to tied: the head is the embedding
+  // (other logits), the checkpoint's lm_head skipped, not an error.
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "olmoe", "llama4"}) {
+    SCOPED_TRACE(fixture);
+    const std::vector<int32_t> ids = full_ids(fixture);
+    const fs::path dir = fixture_with_config(fixture, "tied-" + fixture, [](json& c) { c["tie_word_embeddings"] = true; });
+    EXPECT_GT(max_abs_diff(teacher_forced(dir, ids), teacher_forced(fixture_dir(fixture), ids)), 1e-3f);
   }
 }
 
