@@ -1,8 +1,6 @@
 // Shared weight declarations for attention, experts and dense MLPs.
 #include "models/common_weights.h"
 
-#include <cstring>
-
 #include "models/hybrid_weights.h"
 
 namespace sluice {
@@ -84,17 +82,18 @@ std::vector<ExpertWeights> load_experts_inputs_first(WeightLoader& wl, const std
   Backend& be = wl.backend();
   const Tensor gu = wl.take_host(p + "gate_up_proj", {E, d, 2 * ff});
   const Tensor dn = wl.take_host(p + "down_proj", {E, ff, d});
-  const size_t esz = dtype_size(gu.dtype);
   // Columns col0, col0 + step, ... (rows of them) of expert e's [in, out_cols] matrix, as a
-  // new [rows, in] tensor.
+  // new [rows, in] tensor: a transpose, element by element in the stored type.
   auto columns = [&](const Tensor& src, int64_t e, int64_t in, int64_t out_cols, int64_t col0, int64_t step,
                      int64_t rows) {
     Tensor t = host_tensor(src.dtype, {rows, in});
-    const auto* base = static_cast<const uint8_t*>(src.data) + static_cast<size_t>(e * in * out_cols) * esz;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < in; ++i)
-        std::memcpy(static_cast<uint8_t*>(t.data) + static_cast<size_t>(r * in + i) * esz,
-                    base + static_cast<size_t>(i * out_cols + col0 + step * r) * esz, esz);
+    auto transpose = [&](auto* dst, const auto* base) {
+      base += e * in * out_cols + col0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < in; ++i) dst[r * in + i] = base[i * out_cols + step * r];
+    };
+    if (dtype_size(src.dtype) == 4) transpose(t.ptr<uint32_t>(), src.ptr<uint32_t>());
+    else transpose(t.ptr<uint16_t>(), src.ptr<uint16_t>());
     return be.upload(t);
   };
   std::vector<ExpertWeights> experts(static_cast<size_t>(E));
@@ -123,7 +122,7 @@ ExpertWeights load_mlp(WeightLoader& wl, const std::string& p, int64_t n_embd, i
 Tensor load_output_head(WeightLoader& wl, const std::string& name, const Tensor& tok_embd, bool tied, int64_t n_vocab,
                         int64_t n_embd) {
   if (!tied) return wl.take_matrix(name, {n_vocab, n_embd});
-  if (wl.has(name)) wl.skip_matching(name);
+  wl.skip_matching(name);
   return tok_embd;
 }
 

@@ -12,7 +12,6 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
-#include "engine/generator.h"
 #include "format/npy.h"
 #include "models/load.h"
 
@@ -23,35 +22,15 @@ namespace {
 
 constexpr float kCudaLogitTolerance = 1e-3f;  // the CUDA decoder fixtures' bound (cuda_parity_test.cpp)
 
-std::vector<int32_t> greedy_of(Model& model, const FixtureReference& ref) {
-  GenerateOptions opt;
-  opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
-  opt.sampling.temperature = 0;
-  std::vector<int32_t> cont;
-  Generator(model).generate(ref.prompt_ids, opt, [&](int32_t id) {
-    cont.push_back(id);
-    return true;
-  });
-  return cont;
-}
-
 TEST(CudaGptOss, MatchesTransformersTeacherForcedDecodedAndGreedy) {
   auto gpu = make_cuda_backend(0);
   gpu->set_kv_dtype(DType::f32);
   LoadedModel m = load_model(fixture_dir("gpt_oss"), *gpu);
-  FixtureReference ref = read_reference("gpt_oss");
-  std::vector<int32_t> ids = ref.prompt_ids;
-  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
-  const int64_t V = m.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
-  NpyArray want = read_npy(fixture_dir("gpt_oss") / "logits_full.npy");
-  std::vector<float> forced(n * V), decoded(n * V);
-  m.model->forward(ids, *m.model->new_state(n), forced, true);
-  decode_in_chunks(*m.model, ids, ref.prompt_ids.size(), decoded);
-  const float d_forced = max_abs_diff(forced, want.data), d_decoded = max_abs_diff(decoded, want.data);
-  std::printf("cuda gpt_oss: max |logit - reference| %.3g teacher-forced, %.3g decoded\n", d_forced, d_decoded);
-  EXPECT_LE(d_forced, kCudaLogitTolerance);
-  EXPECT_LE(d_decoded, kCudaLogitTolerance);
-  EXPECT_EQ(greedy_of(*m.model, ref), ref.continuation_ids);
+  const ReferenceRun r = run_against_reference(*m.model, "gpt_oss");
+  std::printf("cuda gpt_oss: max |logit - reference| %.3g teacher-forced, %.3g decoded\n", r.forced, r.decoded);
+  EXPECT_LE(r.forced, kCudaLogitTolerance);
+  EXPECT_LE(r.decoded, kCudaLogitTolerance);
+  EXPECT_EQ(r.continuation, read_reference("gpt_oss").continuation_ids);
 }
 
 TEST(CudaGptOss, Bf16KvCacheMatchesTheCpuBf16Cache) {
@@ -59,17 +38,17 @@ TEST(CudaGptOss, Bf16KvCacheMatchesTheCpuBf16Cache) {
   cpu->set_kv_dtype(DType::bf16);
   gpu->set_kv_dtype(DType::bf16);
   LoadedModel mc = load_model(fixture_dir("gpt_oss"), *cpu), mg = load_model(fixture_dir("gpt_oss"), *gpu);
-  FixtureReference ref = read_reference("gpt_oss");
-  std::vector<int32_t> ids = ref.prompt_ids;
-  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
-  const int64_t V = mc.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
+  const FixtureReference ref = read_reference("gpt_oss");
+  const std::vector<int32_t> ids = full_ids("gpt_oss");
+  const int64_t V = mc.model->info().n_vocab, n = static_cast<int64_t>(ids.size()),
+                n_cont = static_cast<int64_t>(ref.continuation_ids.size());
   std::vector<float> want(n * V), got(n * V);
   mc.model->forward(ids, *mc.model->new_state(n), want, true);
   decode_in_chunks(*mg.model, ids, ref.prompt_ids.size(), got);
   const float diff = max_abs_diff(got, want);
   std::printf("cuda gpt_oss bf16 KV cache: max |logit - cpu bf16| %.3g decoded\n", diff);
   EXPECT_LE(diff, kCudaLogitTolerance);
-  EXPECT_EQ(greedy_of(*mg.model, ref), greedy_of(*mc.model, ref));
+  EXPECT_EQ(greedy(*mg.model, ref.prompt_ids, n_cont), greedy(*mc.model, ref.prompt_ids, n_cont));
 }
 
 // Packs: the CPU's run of the same pack is the reference (the kinds' quantization is the

@@ -12,8 +12,6 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
-#include "engine/generator.h"
-#include "format/npy.h"
 #include "models/load.h"
 
 using namespace sluice;
@@ -29,28 +27,12 @@ TEST_P(CudaLlama4, MatchesTransformersTeacherForcedDecodedAndGreedy) {
   auto gpu = make_cuda_backend(0);
   gpu->set_kv_dtype(DType::f32);
   LoadedModel m = load_model(fixture_dir(GetParam()), *gpu);
-  FixtureReference ref = read_reference(GetParam());
-  std::vector<int32_t> ids = ref.prompt_ids;
-  ids.insert(ids.end(), ref.continuation_ids.begin(), ref.continuation_ids.end());
-  const int64_t V = m.model->info().n_vocab, n = static_cast<int64_t>(ids.size());
-  NpyArray want = read_npy(fixture_dir(GetParam()) / "logits_full.npy");
-  std::vector<float> forced(n * V), decoded(n * V);
-  m.model->forward(ids, *m.model->new_state(n), forced, true);
-  decode_in_chunks(*m.model, ids, ref.prompt_ids.size(), decoded);
-  const float d_forced = max_abs_diff(forced, want.data), d_decoded = max_abs_diff(decoded, want.data);
-  std::printf("cuda %s: max |logit - reference| %.3g teacher-forced, %.3g decoded\n", GetParam().c_str(), d_forced,
-              d_decoded);
-  EXPECT_LE(d_forced, kCudaLogitTolerance);
-  EXPECT_LE(d_decoded, kCudaLogitTolerance);
-  GenerateOptions opt;
-  opt.n_predict = static_cast<int64_t>(ref.continuation_ids.size());
-  opt.sampling.temperature = 0;
-  std::vector<int32_t> cont;
-  Generator(*m.model).generate(ref.prompt_ids, opt, [&](int32_t id) {
-    cont.push_back(id);
-    return true;
-  });
-  EXPECT_EQ(cont, ref.continuation_ids);
+  const ReferenceRun r = run_against_reference(*m.model, GetParam());
+  std::printf("cuda %s: max |logit - reference| %.3g teacher-forced, %.3g decoded\n", GetParam().c_str(), r.forced,
+              r.decoded);
+  EXPECT_LE(r.forced, kCudaLogitTolerance);
+  EXPECT_LE(r.decoded, kCudaLogitTolerance);
+  EXPECT_EQ(r.continuation, read_reference(GetParam()).continuation_ids);
 }
 
 TEST_P(CudaLlama4, Q4PackMatchesTheCpu) {

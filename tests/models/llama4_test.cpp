@@ -96,7 +96,9 @@ TEST(Llama4, ChunkedAttentionAndTemperatureMatchReference) {
     for (size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11f * static_cast<float>(i));
     for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.23f * static_cast<float>(i) + 1.0f);
     const float scale = 0.25f, attn_scale = 0.1f;
-    AttentionParams ap{n_past, scale, 0, {}};
+    AttentionParams ap;
+    ap.n_past = n_past;
+    ap.scale = scale;
     ap.chunk = chunk;
     ap.temperature_floor_scale = floor_scale;
     ap.temperature_attn_scale = attn_scale;

@@ -11,6 +11,7 @@
 #include "engine/generator.h"
 #include "fixture_util.h"
 #include "format/json_file.h"
+#include "format/npy.h"
 
 namespace sluice::test {
 
@@ -96,6 +97,18 @@ std::vector<float> teacher_forced(const fs::path& dir, std::span<const int32_t> 
   std::vector<float> logits(ids.size() * V);
   m.model->forward(ids, *state, logits, true);
   return logits;
+}
+
+ReferenceRun run_against_reference(Model& m, const std::string& fixture) {
+  const FixtureReference ref = read_reference(fixture);
+  const std::vector<int32_t> ids = full_ids(fixture);
+  const int64_t V = m.info().n_vocab, n = static_cast<int64_t>(ids.size());
+  const NpyArray want = read_npy(fixture_dir(fixture) / "logits_full.npy");
+  std::vector<float> forced(n * V), decoded(n * V);
+  m.forward(ids, *m.new_state(n), forced, true);
+  decode_in_chunks(m, ids, ref.prompt_ids.size(), decoded);
+  return {max_abs_diff(forced, want.data), max_abs_diff(decoded, want.data),
+          greedy(m, ref.prompt_ids, static_cast<int64_t>(ref.continuation_ids.size()))};
 }
 
 std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n) {

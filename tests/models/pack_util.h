@@ -47,4 +47,13 @@ std::vector<float> teacher_forced(const std::filesystem::path& dir, std::span<co
 // The first n tokens greedy decoding (temperature 0) generates after the prompt.
 std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n);
 
+// A fixture's model against its transformers reference: max |logit - logits_full.npy|
+// teacher-forced in one pass and decoded through the cache (decode_in_chunks), and the greedy
+// continuation of the prompt (as long as the reference's).
+struct ReferenceRun {
+  float forced = 0, decoded = 0;
+  std::vector<int32_t> continuation;
+};
+ReferenceRun run_against_reference(Model& m, const std::string& fixture);
+
 }  // namespace sluice::test
