@@ -173,8 +173,11 @@ struct ExpertLayer {
       down.emplace_back(dt, n_embd, n_ff, 102 + 3 * static_cast<uint32_t>(e));
     }
     for (int64_t e = 0; e < E; ++e) {
-      host.push_back({gate[e].t, up[e].t, down[e].t});
-      ExpertWeights dw{gpu.upload(gate[e].t), gpu.upload(up[e].t), gpu.upload(down[e].t)};
+      ExpertWeights hw;
+      hw.gate = gate[e].t, hw.up = up[e].t, hw.down = down[e].t;
+      host.push_back(hw);
+      ExpertWeights dw;
+      dw.gate = gpu.upload(gate[e].t), dw.up = gpu.upload(up[e].t), dw.down = gpu.upload(down[e].t);
       cuda::ExpertRef ref;
       ref.data[0] = dw.gate.data, ref.data[1] = dw.up.data, ref.data[2] = dw.down.data;
       ref.scales[0] = dw.gate.scales, ref.scales[1] = dw.up.scales, ref.scales[2] = dw.down.scales;

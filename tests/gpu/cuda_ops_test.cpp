@@ -14,12 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "../unit/attention_test_util.h"
 #include "backends/backend.h"
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/kernels.h"
 #include "core/quant.h"
 
 using namespace sluice;
+using sluice::test::attention_params;
 
 namespace {
 
@@ -317,7 +319,7 @@ TEST(CudaOps, Attention) {
                                    {9, 13, 5}, {1, 700, 0}, {3, 700, 300}, {33, 70, 0}}) {
     const int64_t hq = 6, hkv = 2, ctx = n_past + n + 3;
     auto qv = random_vec(n * hq * d, 8), kv = random_vec(ctx * hkv * d, 9), vv = random_vec(ctx * hkv * d, 10);
-    AttentionParams ap{n_past, 0.15f, window, {}};
+    AttentionParams ap = attention_params(n_past, 0.15f, window);
     Tensor oc = p.cpu->alloc(DType::f32, {n, hq, d});
     p.cpu->attention(cpu_f32(*p.cpu, {n, hq, d}, qv), cpu_f32(*p.cpu, {ctx, hkv, d}, kv),
                      cpu_f32(*p.cpu, {ctx, hkv, d}, vv), oc, ap);
@@ -474,7 +476,7 @@ TEST(CudaOps, AttentionSinksEveryKernel) {
     int64_t n, n_past, ctx, hq, hkv, d, window;
   };
   for (DType kvt : {DType::f32, DType::bf16})
-    for (const Case c : {Case{7, 0, 10, 6, 2, 40, 0}, Case{9, 13, 25, 6, 2, 64, 5}, Case{33, 70, 106, 6, 2, 128, 0},
+    for (const Case& c : {Case{7, 0, 10, 6, 2, 40, 0}, Case{9, 13, 25, 6, 2, 64, 5}, Case{33, 70, 106, 6, 2, 128, 0},
                          Case{65, 0, 70, 4, 4, 64, 0}, Case{200, 77, 280, 8, 2, 128, 50}, Case{1, 37, 40, 4, 4, 128, 0},
                          Case{1, 3000, 4096, 4, 4, 64, 0}, Case{1, 37, 40, 8, 2, 64, 0}, Case{1, 3000, 4096, 32, 4, 128, 0},
                          Case{1, 999, 1024, 32, 4, 128, 64}}) {
@@ -483,7 +485,7 @@ TEST(CudaOps, AttentionSinksEveryKernel) {
       for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
       sv[0] = 40.0f;       // above every score
       sv[1] = -INFINITY;  // no sink for this head
-      AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, cpu_f32(*p.cpu, {c.hq}, sv)};
+      AttentionParams ap = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, cpu_f32(*p.cpu, {c.hq}, sv));
       Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
       p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, kv),
                        tensor_of(*p.cpu, kvt, {c.ctx, c.hkv, c.d}, vv), oc, ap);
@@ -536,7 +538,7 @@ TEST(CudaOps, AttentionChunksAndTemperatureEveryKernel) {
     int64_t n, n_past, ctx, hq, hkv, d, window, chunk, floor_scale;
   };
   for (DType kvt : {DType::f32, DType::bf16})
-    for (const Case c : {Case{7, 0, 10, 6, 2, 40, 0, 4, 0}, Case{9, 13, 25, 6, 2, 64, 0, 8, 3},
+    for (const Case& c : {Case{7, 0, 10, 6, 2, 40, 0, 4, 0}, Case{9, 13, 25, 6, 2, 64, 0, 8, 3},
                          Case{65, 0, 70, 4, 4, 64, 0, 16, 0}, Case{200, 77, 280, 8, 2, 128, 0, 64, 0},
                          Case{200, 77, 280, 8, 2, 128, 50, 64, 0}, Case{130, 5, 140, 4, 1, 64, 0, 32, 8},
                          Case{1, 37, 40, 4, 4, 128, 0, 8, 4}, Case{1, 3000, 4096, 4, 4, 64, 0, 1024, 1000},
@@ -545,7 +547,7 @@ TEST(CudaOps, AttentionChunksAndTemperatureEveryKernel) {
       auto qv = random_vec(c.n * c.hq * c.d, 91), kv = random_vec(c.ctx * c.hkv * c.d, 92),
            vv = random_vec(c.ctx * c.hkv * c.d, 93);
       for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
-      AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+      AttentionParams ap = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window);
       ap.chunk = c.chunk;
       ap.temperature_floor_scale = c.floor_scale;
       ap.temperature_attn_scale = 0.1f;
@@ -611,7 +613,7 @@ TEST(CudaOps, AttentionReadsBf16Caches) {
     auto qv = random_vec(c.n * c.hq * c.d, 61), kv = random_vec(c.ctx * c.hkv * c.d, 62),
          vv = random_vec(c.ctx * c.hkv * c.d, 63);
     for (int64_t i = (c.n_past + c.n) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
-    const AttentionParams ap{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+    const AttentionParams ap = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window);
     Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
     p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, qv), tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
                      tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), oc, ap);
@@ -738,7 +740,7 @@ TEST(CudaOps, DecodeAttentionSplitOverTheContext) {
                        Case{16, 2, 128, 0, 64, 0}, Case{32, 4, 128, 31, 32, 0}, Case{32, 4, 128, 999, 1024, 64}}) {
     auto qv = random_vec(c.hq * c.d, 21), kv = random_vec(c.ctx * c.hkv * c.d, 22), vv = random_vec(c.ctx * c.hkv * c.d, 23);
     for (int64_t i = (c.n_past + 1) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
-    AttentionParams ap{c.n_past, 0.09f, c.window, {}};
+    AttentionParams ap = attention_params(c.n_past, 0.09f, c.window);
     Tensor oc = p.cpu->alloc(DType::f32, {1, c.hq, c.d});
     p.cpu->attention(cpu_f32(*p.cpu, {1, c.hq, c.d}, qv), cpu_f32(*p.cpu, {c.ctx, c.hkv, c.d}, kv),
                      cpu_f32(*p.cpu, {c.ctx, c.hkv, c.d}, vv), oc, ap);
@@ -820,7 +822,7 @@ TEST(CudaOps, FlashAttentionMatchesCpu) {
     const FlashInputs in(c, seed += 3);
     Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
     p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, in.q), cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.k),
-                     cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.v), oc, AttentionParams{c.n_past, c.scale, c.window, {}});
+                     cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.v), oc, attention_params(c.n_past, c.scale, c.window));
     Tensor gq = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, in.q), gk = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.k),
            gv = gpu_f32(*p.gpu, {in.ctx, c.hkv, c.d}, in.v), og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});
     const cuda::AttentionParams ap = flash_params(c, gq, gk, gv, og);
@@ -865,7 +867,7 @@ TEST(CudaOps, AttentionEitherSideOfTheFlashThreshold) {
     const FlashCase c{n, 40, 8, 2, d, 0, 0.1f};
     const FlashInputs in(c, 77);
     Tensor oc = p.cpu->alloc(DType::f32, {c.n, c.hq, c.d});
-    const AttentionParams ap{c.n_past, c.scale, c.window, {}};
+    const AttentionParams ap = attention_params(c.n_past, c.scale, c.window);
     p.cpu->attention(cpu_f32(*p.cpu, {c.n, c.hq, c.d}, in.q), cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.k),
                      cpu_f32(*p.cpu, {in.ctx, c.hkv, c.d}, in.v), oc, ap);
     Tensor og = gpu_f32(*p.gpu, {c.n, c.hq, c.d}, {});

@@ -17,11 +17,13 @@
 #include <random>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd.h"
 #include "core/thread_pool.h"
 
 using namespace sluice;
+using sluice::test::attention_params;
 
 namespace {
 
@@ -340,7 +342,7 @@ TEST_F(CpuOps, AttentionMatchesReference) {
     std::vector<float> v = random_floats(rng, n_ctx * c.n_kv_head * c.d);
     // Positions past n_past + n must be invisible: poison them.
     for (size_t i = static_cast<size_t>((c.n_past + c.n) * c.n_kv_head * c.d); i < k.size(); ++i) k[i] = v[i] = 1e30f;
-    AttentionParams params{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+    AttentionParams params = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window);
     Guarded out({c.n, c.n_head, c.d});
     be.attention(view(q, {c.n, c.n_head, c.d}), view(k, {n_ctx, c.n_kv_head, c.d}), view(v, {n_ctx, c.n_kv_head, c.d}),
                  out.t, params);
@@ -369,7 +371,7 @@ TEST_F(CpuOps, AttentionSinksMatchReference) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
     SCOPED_TRACE(testing::Message() << "n=" << c.n << " n_past=" << c.n_past << " heads=" << c.n_head << "/"
                                     << c.n_kv_head << " d=" << c.d << " window=" << c.window);
-    AttentionParams params{c.n_past, scale, c.window, view(sinks, {c.n_head})};
+    AttentionParams params = attention_params(c.n_past, scale, c.window, view(sinks, {c.n_head}));
     Guarded out({c.n, c.n_head, c.d});
     const Tensor qt = view(q, {c.n, c.n_head, c.d}), kt = view(k, {n_ctx, c.n_kv_head, c.d}),
                  vt = view(v, {n_ctx, c.n_kv_head, c.d});
@@ -378,20 +380,20 @@ TEST_F(CpuOps, AttentionSinksMatchReference) {
     EXPECT_TRUE(out.guards_intact());
     // The sinks change the result (else the comparison above would not test them).
     Guarded plain({c.n, c.n_head, c.d});
-    be.attention(qt, kt, vt, plain.t, AttentionParams{c.n_past, scale, c.window, {}});
+    be.attention(qt, kt, vt, plain.t, attention_params(c.n_past, scale, c.window));
     EXPECT_GT(nse(out.values(), ref_attention(q, k, v, c, scale)), 1e-4);
     // -inf sinks: the bits of attention without sinks.
     std::vector<float> none(static_cast<size_t>(c.n_head), -INFINITY);
     Guarded same({c.n, c.n_head, c.d});
-    be.attention(qt, kt, vt, same.t, AttentionParams{c.n_past, scale, c.window, view(none, {c.n_head})});
+    be.attention(qt, kt, vt, same.t, attention_params(c.n_past, scale, c.window, view(none, {c.n_head})));
     EXPECT_EQ(0, std::memcmp(same.values().data(), plain.values().data(), plain.values().size() * sizeof(float)));
     // bf16 sinks: as the f32 sinks of their values.
     std::vector<uint16_t> sinks16(sinks.size());
     std::vector<float> sinks_rounded(sinks.size());
     for (size_t i = 0; i < sinks.size(); ++i) sinks_rounded[i] = bf16_to_f32(sinks16[i] = f32_to_bf16(sinks[i]));
     Guarded a({c.n, c.n_head, c.d}), b({c.n, c.n_head, c.d});
-    be.attention(qt, kt, vt, a.t, AttentionParams{c.n_past, scale, c.window, Tensor(DType::bf16, {c.n_head}, sinks16.data())});
-    be.attention(qt, kt, vt, b.t, AttentionParams{c.n_past, scale, c.window, view(sinks_rounded, {c.n_head})});
+    be.attention(qt, kt, vt, a.t, attention_params(c.n_past, scale, c.window, Tensor(DType::bf16, {c.n_head}, sinks16.data())));
+    be.attention(qt, kt, vt, b.t, attention_params(c.n_past, scale, c.window, view(sinks_rounded, {c.n_head})));
     EXPECT_EQ(0, std::memcmp(a.values().data(), b.values().data(), a.values().size() * sizeof(float)));
   }
 }
@@ -414,7 +416,7 @@ TEST_F(CpuOps, AttentionBf16CacheEqualsRoundedF32Bitwise) {
       k[i] = bf16_to_f32(kb[i]);
       v[i] = bf16_to_f32(vb[i]);
     }
-    AttentionParams params{c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window, {}};
+    AttentionParams params = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window);
     std::vector<float> want(q.size()), got(q.size());
     be.attention(view(q, {c.n, c.n_head, c.d}), view(k, {n_ctx, c.n_kv_head, c.d}), view(v, {n_ctx, c.n_kv_head, c.d}),
                  view(want, {c.n, c.n_head, c.d}), params);
@@ -487,7 +489,7 @@ TEST_F(CpuOps, AttentionPrefillEqualsDecodeBitwise) {
     std::vector<float> q = random_floats(rng, n * n_head * d), k = random_floats(rng, n_ctx * n_kv * d),
                        v = random_floats(rng, n_ctx * n_kv * d);
     std::vector<float> batched(q.size()), stepped(q.size());
-    AttentionParams params{n_past, 0.125f, window, {}};
+    AttentionParams params = attention_params(n_past, 0.125f, window);
     be.attention(view(q, {n, n_head, d}), view(k, {n_ctx, n_kv, d}), view(v, {n_ctx, n_kv, d}),
                  view(batched, {n, n_head, d}), params);
     for (int64_t i = 0; i < n; ++i) {
