@@ -20,6 +20,7 @@ void register_verify(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_tokenize(CLI::App& app);
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   sluice::cli::register_synth(app);
   sluice::cli::register_serve(app);
   sluice::cli::register_bench(app);
+  sluice::cli::register_tokenize(app);
   // llama-bench spells one option "-gp"; CLI11 takes single-letter short names only, so the
   // word is given its long form before parsing (`sluice bench -gp 512,128`).
   std::vector<std::string> args;
