@@ -23,6 +23,8 @@ void check_streaming_options(const Pack& pack, DType kind, int64_t top_k, const 
   }
   SLUICE_CHECK(opt.cut >= 0 && opt.cut <= 1, Status::invalid_argument, "--cut ", opt.cut,
                " is outside [0, 1] (a routing weight; 0 turns the deadline off)");
+  SLUICE_CHECK(opt.cut_share >= 0 && opt.cut_share <= 1, Status::invalid_argument, "the relative cut ", opt.cut_share,
+               " is outside [0, 1] (a share of the uniform routing weight)");
 }
 
 uint64_t streaming_slot_bytes(const Pack& pack, DType kind, std::optional<DType> miss_kind) {
@@ -69,9 +71,15 @@ std::vector<StepExpert> step_union(std::span<const int32_t> ids, std::span<const
                                    int64_t row0, int64_t row1, int64_t moe_layer, int64_t n_expert) {
   std::vector<StepExpert> out;
   std::vector<int32_t> index(static_cast<size_t>(n_expert), -1);
+  float row_sum = 0;  // the top-k weight of the row of pair p
   for (int64_t p = row0 * k; p < row1 * k; ++p) {
     const int32_t e = ids[static_cast<size_t>(p)];
     const float w = weights[static_cast<size_t>(p)];
+    if (p % k == 0) {
+      row_sum = 0;
+      for (int64_t q = p; q < p + k; ++q) row_sum += weights[static_cast<size_t>(q)];
+    }
+    const float share = row_sum > 0 ? w * static_cast<float>(k) / row_sum : 1.0f;
     SLUICE_CHECK(e >= 0 && e < n_expert, Status::internal, "expert streaming: routed expert ", e, " outside [0, ",
                  n_expert, ")");
     int32_t& i = index[static_cast<size_t>(e)];
@@ -81,11 +89,13 @@ std::vector<StepExpert> step_union(std::span<const int32_t> ids, std::span<const
       s.expert = e;
       s.record = moe_layer * n_expert + e;
       s.best = w;
+      s.best_share = share;
       out.push_back(std::move(s));
     }
     StepExpert& se = out[static_cast<size_t>(i)];
     se.pairs.push_back(static_cast<int32_t>(p));
     se.best = std::max(se.best, w);
+    se.best_share = std::max(se.best_share, share);
   }
   std::stable_sort(out.begin(), out.end(), [](const StepExpert& a, const StepExpert& b) { return a.best > b.best; });
   return out;
@@ -149,7 +159,7 @@ bool slot_holds(const Residency& res, int32_t slot, int64_t record, DType kind) 
 StepPlan::StepPlan(Residency& residency, const Pack& pack, const StreamerOptions& opt, DType kind,
                    int64_t moe_layer, bool deadline, std::chrono::milliseconds stall_limit)
     : res_(residency), pack_(pack), opt_(opt), kind_(kind), moe_layer_(moe_layer),
-      deadline_(deadline && (opt.cut > 0 || opt.miss_kind.has_value())), stall_limit_(stall_limit) {}
+      deadline_(deadline && (opt.cuts() || opt.miss_kind.has_value())), stall_limit_(stall_limit) {}
 
 void StepPlan::set_union(std::span<const int32_t> ids, std::span<const float> weights, int64_t k, int64_t row0,
                          int64_t row1, int64_t n_expert) {
@@ -196,8 +206,11 @@ void StepPlan::acquire_and_read(StepFills& fills, LayerStats& ls, std::vector<in
     w.status = a.status;
     w.slot = a.slot;
     count_demand_acquire(ls, a, stride);
-    // --miss-kind alone: any late miss may take its low-bit copy; with --cut, the weak ones.
-    if (deadline_ && a.status != AcquireStatus::hit) w.cut_if_late = opt_.cut > 0 ? w.best < opt_.cut : true;
+    // --miss-kind alone: any late miss may take its low-bit copy; with a cut, the weak ones.
+    if (deadline_ && a.status != AcquireStatus::hit)
+      w.cut_if_late = opt_.cut > 0         ? w.best < opt_.cut
+                      : opt_.cut_share > 0 ? w.best_share < opt_.cut_share
+                                           : true;
     if (a.status != AcquireStatus::miss) continue;
     if (w.cut_if_late) {
       read_later.push_back(i);
@@ -238,7 +251,7 @@ void StepPlan::decide_deadline(LayerStats& ls, const std::function<void(const Pl
     if (w.low_slot >= 0 && opt_.deadline_worst_case) wait_low(w);
     if (w.low_slot >= 0 && slot_holds(res_, w.low_slot, w.record, *opt_.miss_kind)) {
       take(w, ReadyCopy::low, ls);
-    } else if (opt_.cut > 0) {
+    } else if (opt_.cuts()) {
       w.dropped = w.done = true;
       ++ls.cut;
     }

@@ -48,6 +48,7 @@ struct StepExpert {
   int32_t expert = 0;
   int64_t record = 0;           // moe_layer * n_expert + expert
   float best = 0;               // its largest routing weight in the group
+  float best_share = 0;         // its largest weight x k / its row's top-k weight (1: uniform)
   std::vector<int32_t> pairs;   // pair indices (row * k + rank), ascending
 };
 // The union of the experts of rows [row0, row1), strongest routing weight first (ties: first

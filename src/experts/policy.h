@@ -46,7 +46,7 @@ std::span<const PolicyKind> online_policies();
 std::string_view policy_names_text();
 
 // Default eviction policy of the engine: chosen by measurement (docs/policy.md).
-constexpr PolicyKind kDefaultPolicy = PolicyKind::lrfu;
+constexpr PolicyKind kDefaultPolicy = PolicyKind::markov;
 
 // The eviction order of a slot: the lowest (primary, secondary) pair is evicted first.
 struct EvictionRank {
@@ -91,7 +91,7 @@ struct PolicyOptions {
   int64_t n_expert = 0;            // records per layer (record = layer * n_expert + expert); 0: one layer
   // markov: the half-life of the frequency, in steps of the key's layer, and the weight of
   // the transition table against the frequency (docs/policy.md has the measured choice).
-  double markov_half_life_steps = 16;
+  double markov_half_life_steps = 8;
   double markov_weight = 0.5;
   NextUseOracle next_use;          // belady only
 };

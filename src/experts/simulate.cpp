@@ -55,6 +55,7 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
   ro.n_expert = n_expert;
   ro.policy = opt.policy;
   ro.policy_options.lrfu_half_life_slots = opt.lrfu_half_life_slots;
+  ro.policy_options.markov_half_life_steps = opt.markov_half_life_steps;
   if (opt.policy == PolicyKind::belady) {
     // Keys of the current step report the current step: the optimum may not evict an
     // expert the current token uses.
@@ -68,9 +69,13 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
   Residency res(ro);
   SimulateResult out;
   std::vector<AcquireResult> results;
+  auto note_prediction = [&] {
+    if (step < seq.predicted.size() && !seq.predicted[step].empty()) res.note_prediction(seq.predicted[step]);
+  };
   for (step = 0; step < seq.steps.size(); ++step) {
     const std::vector<int64_t>& records = seq.steps[step];
     results.assign(records.size(), AcquireResult{});
+    if (opt.predictions == PredictionTime::before_step) note_prediction();
     if (opt.pin == PinScope::step) {
       res.acquire_step(records, DType::bf16, results);
     } else {
@@ -94,7 +99,7 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
       }
       if (opt.pin == PinScope::step) res.release(r.slot);
     }
-    if (step < seq.predicted.size() && !seq.predicted[step].empty()) res.note_prediction(seq.predicted[step]);
+    if (opt.predictions == PredictionTime::after_step) note_prediction();
   }
   return out;
 }

@@ -52,12 +52,23 @@ Trace read_trace(const std::filesystem::path& path);
 //           as in the engine, so a token never evicts its own experts
 enum class PinScope { access, step };
 
+// When a shared-pool replay hands a row's predicted_next to the policy:
+//   after_step   after the row's own step acquired its experts: where the streamers' lookahead
+//                runs now (StepPlan::acquire_and_read, then plan_prefetch)
+//   before_step  before it: the lookahead router reads the same hidden state as the layer's
+//                own router, so an engine can know the next layer's prediction before this
+//                layer's misses choose their victims
+//   never        the policy never sees them (a trace with predictions replayed as one without)
+enum class PredictionTime { after_step, before_step, never };
+
 struct SimulateOptions {
   int32_t slots_per_layer = 0;  // > 0: one cache of this many slots per layer
   int32_t slots = 0;            // > 0: one shared pool over all layers
   PolicyKind policy = kDefaultPolicy;
   PinScope pin = PinScope::access;
   double lrfu_half_life_slots = PolicyOptions{}.lrfu_half_life_slots;
+  double markov_half_life_steps = PolicyOptions{}.markov_half_life_steps;
+  PredictionTime predictions = PredictionTime::after_step;
 };
 
 struct SimulateResult {

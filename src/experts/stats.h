@@ -88,6 +88,7 @@ struct RunStats {
   std::string policy, kind, miss_kind;  // miss_kind empty: misses use `kind`
   bool lookahead = false;
   double cut = 0;                       // 0: off
+  double cut_share = 0;                 // the relative cut (--profile fast); 0: off
 
   // The IO engine (its counters: io_engine.h).
   std::string io_mode;                  // "direct" or "buffered" (what the files got)

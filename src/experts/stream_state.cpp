@@ -100,6 +100,7 @@ RunStats StreamState::run_stats() const {
   if (opt.miss_kind) s.miss_kind = std::string(expert_kind_name(*opt.miss_kind));
   s.lookahead = opt.lookahead;
   s.cut = opt.cut;
+  s.cut_share = opt.cut_share;
   const IoCounters c = io->counters();
   s.io_mode = io->file_is_direct(files.at(kind)) ? "direct" : "buffered";
   s.io_uring = io->uses_io_uring();

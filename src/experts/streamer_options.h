@@ -26,6 +26,11 @@ struct StreamerOptions {
   uint64_t host_cache_bytes = 0; // --host-cache: a RAM tier of evicted records (0: none)
   bool lookahead = false;
   double cut = 0;                // deadline cut below this routing weight, in (0, 1]; 0: off
+  // Deadline cut relative to the token's routing (--profile fast): a late miss goes when its
+  // weight is below cut_share x the uniform share of its row (the row's top-k weight over k),
+  // in (0, 1]; 0: off. Unlike `cut`, it means the same at any top-k (top-1 is never cut) and
+  // for routers whose top-k weights are not renormalized. `cut` wins when both are set.
+  double cut_share = 0;
   std::optional<DType> miss_kind;  // the low-bit copy a late miss may use instead
   bool verify_reads = false;     // check every record read against its manifest checksum
   std::chrono::milliseconds io_timeout{30000};  // one read; a step waits at most 2x + 5 s
@@ -59,7 +64,8 @@ struct StreamerOptions {
   // Whether a step may differ from the exact (resident) one: a deadline cut or a low-bit copy
   // standing in for a miss. Lookahead, the policy, the host tier and the cache size never change
   // a result (the layer is combined in routing-rank order).
-  bool lossy() const { return cut > 0 || miss_kind.has_value(); }
+  bool lossy() const { return cut > 0 || cut_share > 0 || miss_kind.has_value(); }
+  bool cuts() const { return cut > 0 || cut_share > 0; }
 };
 
 }  // namespace sluice

@@ -24,6 +24,17 @@ TEST(Plan, StepUnionStrongestFirstWithPairs) {
   EXPECT_FLOAT_EQ(u[1].best, 0.6f);
   EXPECT_EQ(u[1].pairs, (std::vector<int32_t>{0, 3}));
   EXPECT_EQ(u[3].pairs, (std::vector<int32_t>{1, 5}));
+  // best_share: the weight x k over the row's top-k weight, the largest over the rows:
+  // rows sum 0.9, 0.9, 0.5; expert 5 is 0.6 of 0.9 (1.333) and 0.2 of 0.9; 2 is 0.3 of 0.9
+  // and 0.1 of 0.5 (0.667, 0.4).
+  EXPECT_FLOAT_EQ(u[0].best_share, 0.7f * 2 / 0.9f);
+  EXPECT_FLOAT_EQ(u[1].best_share, 0.6f * 2 / 0.9f);
+  EXPECT_FLOAT_EQ(u[2].best_share, 0.4f * 2 / 0.5f);
+  EXPECT_FLOAT_EQ(u[3].best_share, 0.3f * 2 / 0.9f);
+  // Top-1: the token's only expert is always the uniform share, whatever its weight.
+  const auto one = step_union(std::vector<int32_t>{6, 3}, std::vector<float>{0.05f, 0.9f}, 1, 0, 2, 0, 8);
+  EXPECT_FLOAT_EQ(one[0].best_share, 1.0f);
+  EXPECT_FLOAT_EQ(one[1].best_share, 1.0f);
   // A sub-range of rows only sees its own pairs.
   const auto r1 = step_union(ids, w, 2, 1, 2, 0, 8);
   ASSERT_EQ(r1.size(), 2u);

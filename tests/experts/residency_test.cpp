@@ -366,6 +366,10 @@ struct MarkovPool {
   explicit MarkovPool(int32_t slots) : r([&] {
       ResidencyOptions o = options(slots, PolicyKind::markov, 0, 8);
       o.n_expert = 4;
+      // The scenarios below are worked out for a frequency half-life of 16 layer steps
+      // (the default was 16 when they were written; at 8, record 4's one recent use already
+      // outweighs record 0 without a prediction).
+      o.policy_options.markov_half_life_steps = 16;
       return o;
     }()) {}
   AcquireStatus step(int64_t rec) {

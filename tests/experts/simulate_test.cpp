@@ -176,7 +176,7 @@ TEST(Simulate, CommandOutput) {
   int lines = 0;
   for (char c : ss.str()) lines += c == '\n';
   EXPECT_EQ(lines, 6);  // lru, lfu, lrfu, fifo, markov, belady
-  EXPECT_NE(ss.str().find("\nmarkov 0.634\n"), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find("\nmarkov 0.637\n"), std::string::npos) << ss.str();
 
   cmd = std::string(SLUICE_BINARY) + " simulate --trace " + reference_trace().string() +
         " --slots-per-layer 4 --policy arc >/dev/null 2>" + out.string();
@@ -199,8 +199,8 @@ TEST(Simulate, SnippetExactCounts) {
     int32_t slots;
     uint64_t hits;
   };
-  for (const Want& w : {Want{PolicyKind::lru, 3, 297}, Want{PolicyKind::lru, 4, 372}, Want{PolicyKind::markov, 3, 324},
-                        Want{PolicyKind::markov, 4, 386}, Want{PolicyKind::belady, 3, 380}, Want{PolicyKind::belady, 4, 464}}) {
+  for (const Want& w : {Want{PolicyKind::lru, 3, 297}, Want{PolicyKind::lru, 4, 372}, Want{PolicyKind::markov, 3, 318},
+                        Want{PolicyKind::markov, 4, 392}, Want{PolicyKind::belady, 3, 380}, Want{PolicyKind::belady, 4, 464}}) {
     const SimulateResult r = run(t, w.policy, w.slots, 0, PinScope::step);
     EXPECT_EQ(r.hits, w.hits) << policy_name(w.policy) << " " << w.slots;
     EXPECT_EQ(r.hits + r.misses, 664u);
@@ -220,4 +220,42 @@ TEST(Simulate, ReadsPredictions) {
   EXPECT_THROW(read_trace(write_trace("pred-bad.jsonl", "{\"layer\": 1, \"experts\": [1], \"next_layer\": 1, \"predicted_next\": [3]}\n")),
                Error);
   EXPECT_THROW(read_trace(write_trace("pred-bad2.jsonl", "{\"layer\": 1, \"experts\": [1], \"predicted_next\": [-3]}\n")), Error);
+}
+
+// A committed snippet of the routing model's trace (traces/README.md: problem 0, tokens
+// 0..127, 6 layers of 64 experts, top-8, lookahead predictions): 768 rows, 6144 routed
+// experts. In a shared pool with step pins markov is never below lru or lrfu and stays below
+// Belady; exact counts pin every policy's decisions and when predictions reach markov.
+TEST(Simulate, RoutingModelSnippet) {
+  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / "routing-model-p0-t0-127.jsonl");
+  ASSERT_EQ(t.rows.size(), 768u);
+  EXPECT_TRUE(t.has_predictions);
+  EXPECT_EQ(t.top_k, 8);
+  EXPECT_EQ(t.n_expert, 64);
+  EXPECT_EQ(t.n_layer, 6);
+  auto hits = [&](PolicyKind p, int32_t slots, PredictionTime when = PredictionTime::after_step) {
+    SimulateOptions o;
+    o.slots = slots;
+    o.policy = p;
+    o.pin = PinScope::step;
+    o.predictions = when;
+    const SimulateResult r = simulate_trace(t, o);
+    EXPECT_EQ(r.hits + r.misses, 6144u);
+    return r.hits;
+  };
+  for (int32_t slots : {64, 96, 128}) {
+    SCOPED_TRACE(slots);
+    const uint64_t markov = hits(PolicyKind::markov, slots);
+    EXPECT_GE(markov, hits(PolicyKind::lru, slots));
+    EXPECT_GE(markov, hits(PolicyKind::lrfu, slots));
+    EXPECT_LE(markov, hits(PolicyKind::belady, slots));
+  }
+  EXPECT_EQ(hits(PolicyKind::lru, 128), 3400u);
+  EXPECT_EQ(hits(PolicyKind::markov, 128), 3717u);
+  EXPECT_EQ(hits(PolicyKind::belady, 128), 4688u);
+  // Handed over before the row's step, a prediction protects the next layer's experts from
+  // this step's evictions: 4 hits more here; handed after it (where the engine's lookahead
+  // runs) it changed nothing on this snippet.
+  EXPECT_EQ(hits(PolicyKind::markov, 128, PredictionTime::before_step), 3721u);
+  EXPECT_EQ(hits(PolicyKind::markov, 128, PredictionTime::never), 3717u);
 }

@@ -301,18 +301,22 @@ TEST(StreamerCli, ProfileFastSetsTheDocumentedOptions) {
     return nlohmann::json::parse(slurp(stats))["run"]["options"];
   };
   nlohmann::json o = options("--profile fast");
-  EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.2);
+  EXPECT_TRUE(o["cut"].is_null());
+  EXPECT_DOUBLE_EQ(o["cut_share"].get<double>(), 0.4);  // of the uniform weight: 0.2 at this fixture's top-2
   EXPECT_TRUE(o["miss_kind"].is_null());
   EXPECT_EQ(o["lookahead"], false);
   o = options("--profile fast --cut 0.05 --miss-kind q2 --lookahead on");
   EXPECT_DOUBLE_EQ(o["cut"].get<double>(), 0.05);
+  EXPECT_TRUE(o["cut_share"].is_null());
   EXPECT_EQ(o["miss_kind"], "q2");
   EXPECT_EQ(o["lookahead"], true);
   o = options("--profile fast --cut 0");
   EXPECT_TRUE(o["cut"].is_null());
+  EXPECT_TRUE(o["cut_share"].is_null());
   for (const char* exact : {"--profile exact", ""}) {
     o = options(exact);
     EXPECT_TRUE(o["cut"].is_null()) << exact;
+    EXPECT_TRUE(o["cut_share"].is_null()) << exact;
     EXPECT_TRUE(o["miss_kind"].is_null()) << exact;
   }
 }

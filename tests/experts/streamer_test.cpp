@@ -192,7 +192,7 @@ TEST(StreamerStats, CountsOfADecodeRun) {
   }
   EXPECT_EQ(r.slots, 2);
   EXPECT_EQ(r.kind, "q4");
-  EXPECT_EQ(r.policy, "lrfu");
+  EXPECT_EQ(r.policy, "markov");
   EXPECT_EQ(r.io_mode, "direct");
   EXPECT_TRUE(r.consistency_errors(r.slot_bytes).empty());
   // reset_stats starts a new window.
@@ -277,6 +277,38 @@ TEST(StreamerStats, EverythingAtOnceStaysConsistent) {
     m.streamer->residency().check_invariants();
     for (int32_t s = 0; s < m.streamer->n_slots(); ++s) EXPECT_EQ(m.streamer->residency().pins(s), 0);
   }
+}
+
+// The relative cut (--profile fast) is the absolute cut at weight share / k where the router
+// renormalizes its top-k (the same cuts, the same bits), and never cuts a top-1 token's only
+// expert, whatever the share asked for.
+TEST(StreamerDeadline, RelativeCutIsTheAbsoluteCutOverTopK) {
+  auto be = make_cpu_backend();
+  auto run = [&](const char* fixture, double cut, double share) {
+    StreamerOptions so;
+    so.slots = fixture == std::string("llama4") ? 1 : 2;
+    so.cut = cut;
+    so.cut_share = share;
+    so.deadline_worst_case = true;
+    LoadedModel m = load(fixture_pack(fixture), *be, DType::q4, so);
+    auto logits = decode_logits(*m.model, fixture_ids(fixture));
+    return std::make_pair(std::move(logits), m.streamer->stats().totals().cut);
+  };
+  const auto [abs_logits, abs_cut] = run("qwen3_moe", 0.2, 0);  // top-2, renormalized
+  const auto [rel_logits, rel_cut] = run("qwen3_moe", 0, 0.4);
+  EXPECT_GT(abs_cut, 0u);
+  EXPECT_EQ(rel_cut, abs_cut);
+  ASSERT_EQ(rel_logits.size(), abs_logits.size());
+  for (size_t t = 0; t < abs_logits.size(); ++t)
+    ASSERT_EQ(std::memcmp(rel_logits[t].data(), abs_logits[t].data(), abs_logits[t].size() * sizeof(float)), 0)
+        << "step " << t;
+
+  LoadedModel resident = load(fixture_pack("llama4"), *be, DType::q4);
+  const auto want = decode_logits(*resident.model, fixture_ids("llama4"));
+  const auto [one_logits, one_cut] = run("llama4", 0, 1.0);  // top-1
+  EXPECT_EQ(one_cut, 0u);
+  for (size_t t = 0; t < want.size(); ++t)
+    ASSERT_EQ(std::memcmp(one_logits[t].data(), want[t].data(), want[t].size() * sizeof(float)), 0) << "step " << t;
 }
 
 // ---- errors ----

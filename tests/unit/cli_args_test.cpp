@@ -86,7 +86,7 @@ void expect_error_lines(const std::vector<BadLine>& cases) {
 }
 
 const std::string kQwen = fixture_dir("qwen3_moe").string();
-const std::string kSubcommands = "run, logits, perplexity, simulate, convert, verify, synth, serve, bench";
+const std::string kSubcommands = "run, logits, perplexity, simulate, convert, verify, synth, serve, bench, tokenize";
 
 }  // namespace
 

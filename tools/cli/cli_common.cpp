@@ -57,8 +57,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--ple-cache", opt.ple_cache,
                  "row cache of each PLE n-gram or per-layer embedding table of a pack (default 64M; 0: none)");
   cmd.add_option("--profile", opt.profile,
-                 str("streaming profile: exact (default; bit-identical to the resident run) or fast (--cut ",
-                     kProfileFastCut, "; an explicit --cut overrides it)"));
+                 str("streaming profile: exact (default; bit-identical to the resident run) or fast (a late miss "
+                     "below ", kProfileFastCutShare, " of its token's uniform routing weight is cut: --cut ",
+                     kProfileFastCutShare / 2, " at top-2, ", kProfileFastCutShare / 8,
+                     " at top-8; an explicit --cut overrides it)"));
   cmd.add_flag("--deadline-worst-case", opt.deadline_worst_case,
                "measurement: every miss counts as late at the deadline, so --cut/--miss-kind cost their worst case "
                "whatever the disk's speed");
@@ -92,7 +94,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
   if (!opt.policy.empty()) {
     std::optional<PolicyKind> p = policy_from_name(opt.policy);
     SLUICE_CHECK(p && *p != PolicyKind::belady, Status::invalid_argument, "--policy: unknown policy '", opt.policy,
-                 "' (lru, lfu, lrfu, fifo; belady is for sluice simulate only)");
+                 "' (lru, lfu, lrfu, fifo, markov; belady is for sluice simulate only)");
     so.policy = *p;
   }
   if (!opt.io.empty()) {
@@ -113,7 +115,7 @@ std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
     SLUICE_CHECK(so.miss_kind, Status::invalid_argument, "--miss-kind: unknown kind '", opt.miss_kind,
                  "' (kinds: bf16, int8, q4, q2, mxfp4)");
   }
-  if (opt.profile == "fast" && !given(opt.cut_option)) so.cut = kProfileFastCut;  // an explicit --cut stays
+  if (opt.profile == "fast" && !given(opt.cut_option)) so.cut_share = kProfileFastCutShare;  // an explicit --cut stays
   so.deadline_worst_case = opt.deadline_worst_case;
   so.verify_reads = opt.verify_reads;
   if (!opt.wait.empty()) {
@@ -177,6 +179,7 @@ std::shared_ptr<StreamingProvider> make_exact_streamer(const Session& s) {
   so.cache_bytes = 0;
   so.slots = main.n_slots();
   so.cut = 0;
+  so.cut_share = 0;
   so.miss_kind.reset();
   so.lookahead = false;
   so.host_cache_bytes = 0;

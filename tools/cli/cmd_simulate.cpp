@@ -14,9 +14,10 @@ namespace sluice::cli {
 
 void register_simulate(CLI::App& app) {
   struct Options {
-    std::string trace, policy = "all", pin = "access";
+    std::string trace, policy = "all", pin = "access", predictions = "after";
     int32_t slots_per_layer = 0, slots = 0;
     double lrfu_half_life = PolicyOptions{}.lrfu_half_life_slots;
+    double markov_half_life = PolicyOptions{}.markov_half_life_steps;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("simulate", "replay a routing trace through the expert cache");
@@ -30,8 +31,13 @@ void register_simulate(CLI::App& app) {
   cmd->add_option("--pin", opt->pin,
                   "how long an access pins its slot: access (each expert is its own request; the "
                   "convention of shared/traces) or step (a token's experts stay pinned together, as in the engine)");
+  cmd->add_option("--predictions", opt->predictions,
+                  "a shared pool with a trace's lookahead predictions: hand each row's prediction to the policy "
+                  "after its step (default, as the engine's lookahead runs now), before it, or never");
   add_real(*cmd, "--lrfu-half-life", opt->lrfu_half_life, RealRange::above(0),
            "lrfu: half-life of an access, in accesses per slot (default 8)");
+  add_real(*cmd, "--markov-half-life", opt->markov_half_life, RealRange::above(0),
+           "markov: half-life of the expert frequencies, in steps of the expert's layer (default 8)");
   cmd->callback([opt] {
     expect_input_file(opt->trace, "--trace", "a routing trace (JSON lines)");
     SLUICE_CHECK(opt->slots_per_layer > 0 || opt->slots > 0, Status::invalid_argument,
@@ -40,12 +46,21 @@ void register_simulate(CLI::App& app) {
     so.slots_per_layer = opt->slots_per_layer;
     so.slots = opt->slots;
     so.lrfu_half_life_slots = opt->lrfu_half_life;
+    so.markov_half_life_steps = opt->markov_half_life;
     if (opt->pin == "access")
       so.pin = PinScope::access;
     else if (opt->pin == "step")
       so.pin = PinScope::step;
     else
       fail(Status::invalid_argument, "--pin: '", opt->pin, "' is not access or step");
+    if (opt->predictions == "after")
+      so.predictions = PredictionTime::after_step;
+    else if (opt->predictions == "before")
+      so.predictions = PredictionTime::before_step;
+    else if (opt->predictions == "never")
+      so.predictions = PredictionTime::never;
+    else
+      fail(Status::invalid_argument, "--predictions: '", opt->predictions, "' is not after, before or never");
     std::vector<PolicyKind> policies;
     if (opt->policy == "all") {
       policies.assign(online_policies().begin(), online_policies().end());
