@@ -25,11 +25,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SLUICE_HOST_DEVICE __host__ __device__
-#else
-#define SLUICE_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace sluice::torch_topk {
 

@@ -149,6 +149,8 @@ void launch_matmul_tiled(const MatmulParams& p, Stream s) {
     case WType::q8: matmul_tiled_kernel<WType::q8><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
     case WType::q4: matmul_tiled_kernel<WType::q4><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
     case WType::q2: matmul_tiled_kernel<WType::q2><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    case WType::mxfp4: matmul_tiled_kernel<WType::mxfp4><<<grid, 256, 0, st>>>(x, wb, sc, y, n, m, k, rb, sb); break;
+    default: fail(Status::internal, "cuda matmul: weight type ", static_cast<int>(t));
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -161,6 +161,8 @@ void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stre
     case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
     case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
     case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::mxfp4: launch_t<WType::mxfp4>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    default: fail(Status::internal, "cuda matvec: weight type ", static_cast<int>(t));
   }
   CUDA_CHECK(cudaGetLastError());
 }

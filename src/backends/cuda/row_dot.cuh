@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
+#include "core/mxfp4_bits.h"
 
 namespace sluice::cuda {
 
@@ -23,7 +24,7 @@ template <WType T> __host__ __device__ constexpr int dot_vec_elems() {
   if constexpr (T == WType::f32) return 4;
   else if constexpr (T == WType::f16 || T == WType::bf16) return 8;
   else if constexpr (T == WType::q8) return 16;
-  else if constexpr (T == WType::q4) return 32;
+  else if constexpr (T == WType::q4 || T == WType::mxfp4) return 32;
   else return 64;
 }
 
@@ -36,14 +37,16 @@ __host__ __device__ inline int64_t dot_row_bytes(WType t, int64_t k) {
     case WType::q8: return k;
     case WType::q4: return (k + 31) / 32 * 16;
     case WType::q2: return (k + 15) / 16 * 4;
+    case WType::mxfp4: return (k + 31) / 32 * 16;
+    default: return 0;
   }
-  return 0;
 }
 __host__ __device__ inline int64_t dot_scale_row_bytes(WType t, int64_t k) {
   switch (t) {
     case WType::q8: return 4;
     case WType::q4: return (k + 31) / 32 * 2;
     case WType::q2: return (k + 15) / 16 * 4;
+    case WType::mxfp4: return (k + 31) / 32;
     default: return 0;
   }
 }
@@ -54,10 +57,11 @@ __host__ __device__ inline int dot_vec_width(WType t) {
     case WType::f16:
     case WType::bf16: return 8;
     case WType::q8: return 16;
-    case WType::q4: return 32;
+    case WType::q4:
+    case WType::mxfp4: return 32;
     case WType::q2: return 64;
+    default: return 1;
   }
-  return 1;
 }
 
 // Whether the vectorized path applies: k a multiple of the load width, row starts (base and
@@ -106,7 +110,7 @@ __device__ __forceinline__ void load_x_chunk(const float* __restrict__ x, int64_
 // q4 the group's scale, q2 four (scale, min) pairs; nothing for the float kinds.
 template <WType T>
 struct ChunkScale {
-  float v[T == WType::q8 || T == WType::q4 ? 1 : T == WType::q2 ? 8 : 1] = {};
+  float v[T == WType::q2 ? 8 : 1] = {};
 };
 template <WType T>
 __device__ __forceinline__ ChunkScale<T> load_chunk_scale(const uint8_t* __restrict__ srow, int64_t c) {
@@ -115,6 +119,8 @@ __device__ __forceinline__ ChunkScale<T> load_chunk_scale(const uint8_t* __restr
     cs.v[0] = __ldg(reinterpret_cast<const float*>(srow));
   } else if constexpr (T == WType::q4) {
     cs.v[0] = __half2float(reinterpret_cast<const __half*>(srow)[c]);
+  } else if constexpr (T == WType::mxfp4) {
+    cs.v[0] = e8m0_value(__ldg(srow + c));
   } else if constexpr (T == WType::q2) {
     const __half2* sm = reinterpret_cast<const __half2*>(srow) + 4 * c;
 #pragma unroll
@@ -173,6 +179,18 @@ __device__ __forceinline__ float chunk_dot(const uint4 wv, const ChunkScale<T>& 
       acc = fmaf(byte_f<3>(hi) - (kTwo23 + 8.0f), xr[8 * i + 7], acc);
     }
     acc *= sc.v[0];
+  } else if constexpr (T == WType::mxfp4) {
+    // One group of 32, codes laid out as q4's (byte j: element 2j low nibble, 2j+1 high).
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t byte = (w32[i] >> (8 * b)) & 0xFFu;
+        acc = fmaf(e2m1_value(byte & 15u), xr[8 * i + 2 * b], acc);
+        acc = fmaf(e2m1_value(byte >> 4), xr[8 * i + 2 * b + 1], acc);
+      }
+    }
+    acc *= sc.v[0];
   } else {
     // Four groups of 16: byte j holds elements 4j..4j+3 in bits 0-1, 2-3, 4-5, 6-7;
     // w = q scale + min, so the group's dot is scale * sum(q x) + min * sum(x).
@@ -209,6 +227,8 @@ __device__ __forceinline__ float load_elem(const uint8_t* __restrict__ w, const 
     const float d = __half2float(reinterpret_cast<const __half*>(s)[c / 32]);
     const int q = (w[c / 2] >> (4 * (c & 1))) & 15;
     return static_cast<float>(q - 8) * d;
+  } else if constexpr (T == WType::mxfp4) {
+    return e2m1_value((w[c / 2] >> (4 * (c & 1))) & 15) * e8m0_value(s[c / 32]);
   } else {
     const __half* sc = reinterpret_cast<const __half*>(s) + 2 * (c / 16);
     const int q = (w[c / 4] >> (2 * (c & 3))) & 3;
@@ -277,6 +297,8 @@ __device__ __forceinline__ void rows_dot_any(WType wtype, const uint8_t* const (
     case WType::q8: rows_dot_partial<WType::q8, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
     case WType::q4: rows_dot_partial<WType::q4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
     case WType::q2: rows_dot_partial<WType::q2, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    case WType::mxfp4: rows_dot_partial<WType::mxfp4, 1, NW>(w, s, x, 0, k, vec, lane, acc); break;
+    default: break;
   }
 #pragma unroll
   for (int r = 0; r < NW; ++r) out[r] = warp_sum(acc[0][r]);
