@@ -34,7 +34,9 @@ def main():
         # Every record fits the cache: the trace does not depend on the cache, only the
         # streaming path (which is what runs the lookahead router) must be on.
         slots = str(cfg["num_hidden_layers"] * n_expert)
-        run = subprocess.run([a.sluice, "perplexity", "--model", str(pack), "--file", a.text, "--ctx", str(a.ctx),
+        # The CPU backend: its streamer reports each row's position (token_idx); the routing is
+        # the model's, whichever backend computes it.
+        run = subprocess.run([a.sluice, "perplexity", "--model", str(pack), "--backend", "cpu", "--file", a.text, "--ctx", str(a.ctx),
                               "--expert-slots", slots, "--lookahead", "on", "--trace-routing", str(raw)],
                              check=True, capture_output=True, text=True)
         print(run.stdout.strip())

@@ -107,7 +107,7 @@ class Layer(torch.nn.Module):
         e_s = e_p[order]
         counts = torch.bincount(e_p, minlength=c.experts)
         starts = torch.cumsum(counts, 0) - counts
-        pos = torch.arange(len(e_s)) - starts[e_s]
+        pos = torch.arange(len(e_s), device=e_s.device) - starts[e_s]
         rows = order // c.top_k
         X = flat.new_zeros(c.experts, int(counts.max()), c.hidden).index_put((e_s, pos), flat[rows])
         H = F.silu(torch.bmm(X, self.gate_proj.transpose(1, 2))) * torch.bmm(X, self.up_proj.transpose(1, 2))
@@ -171,7 +171,7 @@ def save_safetensors(path: pathlib.Path, tensors: dict):
     for name in sorted(tensors):
         bits = tensors[name].detach().float().contiguous().view(torch.int32)
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(torch.int16)  # round to nearest even
-        raw = bits.numpy().astype("<i2").tobytes()
+        raw = bits.cpu().numpy().astype("<i2").tobytes()
         header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
@@ -196,7 +196,7 @@ def load_safetensors(model: Model, path: pathlib.Path):
                 continue
             a, b = meta["data_offsets"]
             bits = torch.from_numpy(np.frombuffer(data[a:b], dtype="<i2").astype(np.int32)) << 16
-            params[name].copy_(bits.view(torch.float32).view(meta["shape"]))
+            params[name].copy_(bits.view(torch.float32).view(meta["shape"]).to(params[name].device))
 
 
 def bf16_round(model: Model):
@@ -208,10 +208,11 @@ def bf16_round(model: Model):
 
 
 def perplexity(model: Model, ids: np.ndarray, ctx: int):
+    dev = model.embed.device
     nll, count = 0.0, 0
     with torch.no_grad():
         for s in range(0, len(ids), ctx):
-            w = torch.from_numpy(ids[s:s + ctx].astype(np.int64))
+            w = torch.from_numpy(ids[s:s + ctx].astype(np.int64)).to(dev)
             if len(w) < 2:
                 continue
             logits, _ = model(w[None])
@@ -240,6 +241,7 @@ def main():
     ap.add_argument("--eval-only", action="store_true", help="load OUT_DIR/model and compute the reference only")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast for training; the reference in f32)")
     a = ap.parse_args()
     torch.manual_seed(0)
     if a.threads:
@@ -255,7 +257,11 @@ def main():
     n_val = len(train) // 100
     train, val = train[:-n_val], train[-n_val:]
     c = Config(a, vocab)
-    model = Model(c)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # f32 products stay f32 (the reference below must be exact)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = Model(c).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     if a.eval_only:
         load_safetensors(model, model_dir / "model.safetensors")
@@ -277,9 +283,11 @@ def main():
         for g in opt.param_groups:
             g["lr"] = a.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         starts = rng.integers(0, len(train) - c.ctx - 1, a.batch)
-        x = torch.from_numpy(np.stack([train[s:s + c.ctx] for s in starts]))
-        y = torch.from_numpy(np.stack([train[s + 1:s + c.ctx + 1] for s in starts]))
-        logits, aux = model(x)
+        x = torch.from_numpy(np.stack([train[s:s + c.ctx] for s in starts])).to(dev)
+        y = torch.from_numpy(np.stack([train[s + 1:s + c.ctx + 1] for s in starts])).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):  # training only
+            logits, aux = model(x)
+        logits = logits.float()
         loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         (loss + a.aux * aux).backward()
@@ -288,7 +296,8 @@ def main():
         step += 1
         if step % a.eval_every == 0:
             with torch.no_grad():
-                vl = [float(F.cross_entropy(model(torch.from_numpy(val[s:s + c.ctx])[None])[0][0, :-1], torch.from_numpy(val[s + 1:s + c.ctx])))
+                vl = [float(F.cross_entropy(model(torch.from_numpy(val[s:s + c.ctx]).to(dev)[None])[0][0, :-1],
+                                            torch.from_numpy(val[s + 1:s + c.ctx]).to(dev)))
                       for s in range(0, min(len(val), 32 * c.ctx) - c.ctx, c.ctx)]
             v = sum(vl) / len(vl)
             curve.append({"step": step, "seconds": round(time.time() - t0, 1), "train_loss": round(loss.item(), 4),

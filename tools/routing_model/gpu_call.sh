@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# gpu_call.sh BIN_DIR OUT_DIR: issue 20's larger routing model in one GPU-machine call (the
+# machine is wiped after it; only OUT_DIR comes back, files of up to 16 MiB): the Python
+# sources installed there as text, `sluice tokenize`, train.py on the GPU for TRAIN_SECONDS,
+# the held-out perplexity from torch and from `sluice perplexity` (CPU backend, the exact
+# reference), and the routing trace with the lookahead's predictions (xz).
+#   BIN_DIR: holds sluice (LD_LIBRARY_PATH set for its libraries).
+# Environment (defaults): TRAIN_SECONDS (300), HIDDEN (512), LAYERS (12), EXPERTS (64), TOP_K (8),
+#   EXPERT_WIDTH (256): about 310M parameters; CTX (512), BATCH (32), LR (1e-3), WINDOWS (24
+#   held-out windows in the trace), WORK (/tmp/routing_model), DEVICE (cuda; cpu to try the
+#   script on a small model elsewhere), PYTHON (python3).
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: gpu_call.sh BIN_DIR OUT_DIR" >&2; exit 2; }
+BIN=$(realpath "$1"); OUTD=$2; mkdir -p "$OUTD"
+HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
+W=${WORK:-/tmp/routing_model}; mkdir -p "$W"
+T0=$(date +%s); say() { echo "gpu_call.sh: [$(( $(date +%s) - T0 )) s] $*" >&2; }
+
+LIBS=$("${PYTHON:-python3}" -c "import site, sys; print(' '.join(p for p in site.getsitepackages() + [sys.prefix + '/lib/python%d.%d' % sys.version_info[:2]]))")
+say "corpus from: $LIBS"
+"${PYTHON:-python3}" "$HERE/prepare_code_corpus.py" $LIBS "$W/corpus" | tee "$OUTD/corpus.txt"
+"${PYTHON:-python3}" - "$W/corpus" <<'PY'
+import sys
+d = sys.argv[1]
+s = open(d + "/heldout.txt", "rb").read()[:240000]
+i = max(j for j in range(len(s) - 1) if s[j] == 10 and 33 <= s[j + 1] < 127)
+open(d + "/heldout_eval.txt", "wb").write(s[:i + 1])
+PY
+for f in train heldout heldout_eval; do
+  "$BIN/sluice" tokenize --model "$ROOT/models/demo" --file "$W/corpus/$f.txt" --format u32 --out "$W/corpus/$f.u32" || exit 1
+done
+say "training for ${TRAIN_SECONDS:-300} s"
+"${PYTHON:-python3}" "$HERE/train.py" "$W/corpus" "$ROOT/models/demo" "$W/m" --device "${DEVICE:-cuda}" --seconds "${TRAIN_SECONDS:-300}" \
+  --hidden "${HIDDEN:-512}" --layers "${LAYERS:-12}" --experts "${EXPERTS:-64}" --top-k "${TOP_K:-8}" \
+  --expert-width "${EXPERT_WIDTH:-256}" --ctx "${CTX:-512}" --batch "${BATCH:-32}" --lr "${LR:-1e-3}" --eval-every 100 \
+  2>&1 | tee "$OUTD/train.log" | tail -5
+cp "$W/m/reference.json" "$OUTD/" 2>/dev/null || { say "no model"; exit 1; }
+say "sluice perplexity (CPU backend)"
+"$BIN/sluice" perplexity --model "$W/m/model" --backend cpu --file "$W/corpus/heldout_eval.txt" --ctx "${CTX:-512}" \
+  2>&1 | tee "$OUTD/sluice_perplexity.txt"
+say "trace"
+"${PYTHON:-python3}" "$HERE/make_trace.py" "$BIN/sluice" "$W/m/model" "$W/corpus/heldout_eval.txt" "$W/trace.jsonl" \
+  --windows "${WINDOWS:-24}" --ctx "${CTX:-512}" | tee "$OUTD/trace.txt"
+xz -9 -T0 -c "$W/trace.jsonl" > "$OUTD/routing-model-gpu.jsonl.xz"
+ls -la "$OUTD"
+say "done"
