@@ -41,9 +41,8 @@ VOCAB=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['config']; p
 IDS=$(python3 -c "import random,sys; r=random.Random(7); print(','.join(str(r.randrange(1, int(sys.argv[1]))) for _ in range(int(sys.argv[2]))))" "$VOCAB" "$TOKENS")
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
-DROPS=yes; drop_caches || DROPS=no; [ -w /proc/sys/vm/drop_caches ] || DROPS=no
 # The disk's O_DIRECT read bandwidth over (up to) 4 GiB of the expert file, from a cold cache.
-drop_caches
+DROPS=yes; drop_caches || DROPS=no
 DISK_GBPS=$( { dd if="$EXPERTS" of=/dev/null bs=6M count=$(( 4096 / 6 )) iflag=direct 2>&1 >/dev/null; } |
   python3 -c "import re,sys; t=sys.stdin.read(); m=re.search(r'(\d+) bytes.*copied, ([0-9.]+) s', t); print(round(int(m.group(1))/float(m.group(2))/1e9, 3) if m else 0)")
 say "experts $((EXPERT_BYTES / 1000000)) MB, disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"

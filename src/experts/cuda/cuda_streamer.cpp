@@ -205,8 +205,8 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // phases below, which overlap resident compute with the misses' loads but compute a prompt
   // several times slower (RESULTS: the host-tier prefill at 5.7x its compute bound).
   const int64_t slots = m.residency->n_slots();
-  const bool many_pairs = shape.wtype != cuda::WType::unavailable && n * k >= cuda::kMoeGroupedPairsPerExpert * E;
-  if ((n * k > slots && E > slots) || (c.phase == StreamPhase::prefill && many_pairs && !m.opt.lossy())) {
+  if ((n * k > slots && E > slots) ||
+      (c.phase == StreamPhase::prefill && Impl::grouped_kernels_apply(shape) && !m.opt.lossy())) {
     m.grouped(c, shape);
     return;
   }

@@ -27,8 +27,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   const std::span<const float> weights(lv.weights, nk);
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
-  const bool grouped_kernels =
-      shape.wtype != cuda::WType::unavailable && n * k >= cuda::kMoeGroupedPairsPerExpert * n_expert;
+  const bool grouped_kernels = grouped_kernels_apply(shape);
   // Landed records are copied on the stream; their staging buffers come back once it passed
   // the copies. A fill that waits for a staging buffer (a background fill landed, was copied
   // and its slot evicted by this group, so its record is staged twice) gets one by a

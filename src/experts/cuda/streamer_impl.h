@@ -141,6 +141,12 @@ struct CudaStreamer::Impl : StreamState {
   void ensure_capacity(int64_t n);
   LayerView layer_view(int64_t L) const;
   void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
+  // Whether a call of this shape computes on the grouped (tensor-core) kernels: one expert
+  // kind in the cache and enough pairs an expert (moe_kernels.h).
+  static bool grouped_kernels_apply(const cuda::MoeShape& shape) {
+    return shape.wtype != cuda::WType::unavailable &&
+           shape.n_rows * shape.k >= cuda::kMoeGroupedPairsPerExpert * shape.n_expert;
+  }
 
   // The pack, the kinds, the layout, the residencies, the IO engine and the statistics are
   // the StreamState's.
