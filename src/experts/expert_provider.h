@@ -38,10 +38,11 @@ class ExpertProvider {
   // row in rank order (Backend::moe_combine), so the result never depends on which experts
   // were resident or in which order they were computed.
   virtual void moe(Backend& be, const MoeLayerCall& call) = 0;
-  // True: moe() takes call.router_logits and routes on the device itself (call.routing is
-  // null), so the model enqueues the layer without a host round trip. False: the model copies
-  // the logits to the host and routes there (route_topk) before calling moe().
-  virtual bool routes_on_device() const { return false; }
+  // True: for a layer of this expert math and router, moe() takes call.router_logits and
+  // routes on the device itself (call.routing is null), so the model enqueues the layer
+  // without a host round trip. False: the model copies the logits to the host and routes
+  // there (route_topk, then any per-expert scale of the family) before calling moe().
+  virtual bool routes_on_device(const ExpertMath& /*math*/, const RouterSpec& /*router*/) const { return false; }
   // Called by the model after a forward's logits reached the host. A provider that works
   // asynchronously (the CUDA streamer's service thread) reports a failure of that forward
   // here, as an exception on the model's thread.

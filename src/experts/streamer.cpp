@@ -346,14 +346,7 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   const int64_t L = c.moe_layer;
   if (!st_.opt.lookahead || c.next_router.empty() || L + 1 >= st_.n_layers || st_.residency->speculative_capacity() == 0)
     return;
-  const int64_t m = row1 - row0, E = st_.n_expert;
-  Tensor logits_dev = be.alloc(DType::f32, {m, E});
-  be.matmul(c.h.slice_rows(row0, m), c.next_router, logits_dev);
-  if (!c.next_router_bias.empty()) be.add_bias(logits_dev, c.next_router_bias);
-  std::vector<float> logits(static_cast<size_t>(m * E));
-  be.to_host(logits_dev, logits.data());
-  const Routing pred = route_topk(*c.router, logits, m);
-  const std::vector<std::pair<float, int32_t>> order = predicted_union(pred.ids, pred.weights, E);
+  const auto order = predict_next_union(be, c, row0, row1, st_.n_expert);
   plan_prefetch(*st_.residency, *st_.pack, st_.kind, L + 1, st_.n_expert, order, fills, st_.layer_stats(L + 1, c.phase));
 }
 

@@ -1,5 +1,7 @@
-// make_streamer: the streamer for a backend.
+// make_streamer: the streamer for a backend; the host-side lookahead prediction.
 #include "experts/streaming_provider.h"
+
+#include "experts/plan.h"
 
 #include "experts/streamer.h"
 #ifdef SLUICE_HAVE_CUDA
@@ -14,6 +16,18 @@ std::shared_ptr<StreamingProvider> make_streamer(std::shared_ptr<const Pack> pac
   if (auto cuda = make_cuda_streamer(pack, kind, top_k, backend, opt)) return cuda;  // slots in device memory
 #endif
   return std::make_shared<ExpertStreamer>(std::move(pack), kind, top_k, opt);  // slots in host memory
+}
+
+std::vector<std::pair<float, int32_t>> predict_next_union(Backend& be, const MoeLayerCall& call, int64_t row0,
+                                                          int64_t row1, int64_t n_expert) {
+  const int64_t m = row1 - row0;
+  Tensor logits_dev = be.alloc(DType::f32, {m, n_expert});  // [m, n_expert]
+  be.matmul(call.h.slice_rows(row0, m), call.next_router, logits_dev);
+  if (!call.next_router_bias.empty()) be.add_bias(logits_dev, call.next_router_bias);
+  std::vector<float> logits(static_cast<size_t>(m * n_expert));
+  be.to_host(logits_dev, logits.data());
+  const Routing pred = route_topk(*call.router, logits, m);
+  return predicted_union(pred.ids, pred.weights, n_expert);
 }
 
 }  // namespace sluice

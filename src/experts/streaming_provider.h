@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "experts/residency.h"
 #include "experts/stats.h"
@@ -38,6 +40,12 @@ class StreamingProvider : public ExpertProvider {
   // The device (or CPU) cache's residency; read it only between forward calls.
   virtual const Residency& residency() const = 0;
 };
+
+// Lookahead's prediction made on the host: the next MoE layer's router (call.next_router and
+// its bias) over rows [row0, row1) of call.h, routed as call.router routes (route_topk), as
+// the predicted union (predicted_union order). For the host-routed steps of both streamers.
+std::vector<std::pair<float, int32_t>> predict_next_union(Backend& be, const MoeLayerCall& call, int64_t row0,
+                                                          int64_t row1, int64_t n_expert);
 
 // The streamer for `backend`: CudaStreamer on a CUDA backend, ExpertStreamer otherwise.
 // top_k: experts per token (the fewest slots a cache may have). Throws invalid_argument for a

@@ -15,10 +15,9 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   }
 
   const StreamPhase phase = refs.phase;
-  const bool device_routes = provider ? provider->routes_on_device() : refs.table != nullptr;
-  SLUICE_CHECK(refs.expert_scale.empty() || !device_routes, Status::unsupported, "layer ", refs.layer,
-               ": per-expert routing scales (Gemma 4) need the routing on the host; this backend's expert path "
-               "routes on the device (use --backend cpu)");
+  // Per-expert routing scales (Gemma 4) are applied on the host after route_topk.
+  const bool device_routes = refs.expert_scale.empty() &&
+                             (provider ? provider->routes_on_device(refs.math, spec) : refs.table != nullptr);
   if (device_routes && !observer) {
     if (provider)
       provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, refs.next_router_bias, logits,
@@ -47,7 +46,7 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
     observer({refs.layer, refs.first_position, &routing, predict ? &predicted : nullptr, refs.next_layer});
   }
   if (provider) {
-    provider->moe(be, {refs.moe_layer, provider->routes_on_device() ? nullptr : &routing, h, y, &spec,
+    provider->moe(be, {refs.moe_layer, device_routes ? nullptr : &routing, h, y, &spec,
                        refs.next_router, refs.next_router_bias, logits, refs.math, phase});
     return;
   }

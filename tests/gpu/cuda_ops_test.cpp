@@ -924,7 +924,7 @@ struct QuantizedMatrix {
   }
 };
 
-// MXFP4 weights through the generic products (SLUICE_CUDA_MXFP4=1: cuda/wtype.h): decode
+// MXFP4 weights through the generic products (SLUICE_CUDA_UNVERIFIED=1: cuda/unverified.h): decode
 // matvec (n <= 8), its batch passes, and the tiled prefill kernel (n = 300); k a multiple of
 // the group (the vectorized path; 2880 is gpt-oss's width) and not (100: the scalar path).
 // Refused in one line with the switch off.
@@ -932,8 +932,8 @@ TEST(CudaOps, MatmulMxfp4BehindItsSwitch) {
   Pair p;
   const DType q = DType::mxfp4;
   for (bool on : {false, true}) {
-    if (on) setenv("SLUICE_CUDA_MXFP4", "1", 1);
-    else unsetenv("SLUICE_CUDA_MXFP4");
+    if (on) setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+    else unsetenv("SLUICE_CUDA_UNVERIFIED");
     for (int64_t n : {1, 2, 5, 19, 300})
       for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 64}, {64, 2880}, {5, 100}, {1100, 256}}) {
         auto wv = random_vec(m * k, 31), xv = random_vec(n * k, 32);
@@ -957,7 +957,7 @@ TEST(CudaOps, MatmulMxfp4BehindItsSwitch) {
                      ("matmul mxfp4 n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k)).c_str());
       }
   }
-  unsetenv("SLUICE_CUDA_MXFP4");
+  unsetenv("SLUICE_CUDA_UNVERIFIED");
 }
 
 // Quantized weights: the GPU dequantizes exactly as core/quant.cpp; only sums reorder.

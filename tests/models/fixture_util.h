@@ -39,19 +39,20 @@ inline std::vector<std::string> hybrid_expert_fixtures() { return {"qwen3_next",
 
 // gpt-oss (attention sinks, sliding and full layers, experts with biases and the clamped
 // SwiGLU): bf16, and MXFP4 experts in the real checkpoint layout. The CUDA backend runs them
-// resident from bf16 / int8 / q4 weights (tests/gpu/cuda_gpt_oss_test.cpp); it refuses mxfp4
-// weights and streamed experts with biases in one line, so the CUDA streaming tests leave
-// them out (cuda_expert_fixtures).
+// resident from bf16 / int8 / q4 weights (tests/gpu/cuda_gpt_oss_test.cpp); mxfp4 weights and
+// streamed experts (host-routed: host_routed_fixtures) only where SLUICE_CUDA_UNVERIFIED=1
+// (backends/cuda/unverified.h).
 inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss_mxfp4"}; }
 
 // Llama 4 (NoPE layers with temperature tuning, chunked attention, L2 q/k norm, sigmoid routing
 // that scales the experts' inputs, a shared expert, dense layers between MoE layers). The
-// CUDA backend runs them resident (tests/gpu/cuda_llama4_test.cpp) and refuses them streamed.
+// CUDA backend runs them resident (tests/gpu/cuda_llama4_test.cpp), streamed host-routed.
 inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_top2"}; }
 
 // Gemma 4 (sliding and full layers with their own head sizes and rope, q/k/v norms, KV shared
 // across layers, attention_k_eq_v, the MoE block beside a gelu MLP, PLE, the logit softcap).
-// CPU only so far: the CUDA backend refuses its gelu and tanh in one line.
+// On CUDA its gelu_tanh and tanh, and so the family, need SLUICE_CUDA_UNVERIFIED=1 so far
+// (tests/gpu/cuda_gemma4_test.cpp).
 inline std::vector<std::string> gemma4_fixtures() { return {"gemma4", "gemma4_kv"}; }
 
 // Every fixture with routed experts.
@@ -64,10 +65,19 @@ inline std::vector<std::string> expert_fixtures() {
   return all;
 }
 
-// The fixtures with routed experts that the CUDA backend runs.
+// The fixtures with routed experts that the CUDA backend routes on the device.
 inline std::vector<std::string> cuda_expert_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
   for (auto& f : hybrid_expert_fixtures()) all.push_back(f);
+  return all;
+}
+
+// The fixtures whose experts the CUDA streamer computes host-routed (experts/cuda/host_routed.cpp:
+// biases and the clamped SwiGLU, input scaling and sigmoid routing, GeGLU and per-expert scales).
+inline std::vector<std::string> host_routed_fixtures() {
+  std::vector<std::string> all = gpt_oss_fixtures();
+  for (auto& f : llama4_fixtures()) all.push_back(f);
+  for (auto& f : gemma4_fixtures()) all.push_back(f);
   return all;
 }
 

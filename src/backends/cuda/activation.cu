@@ -1,21 +1,31 @@
 // activate and mul: the gates of the hybrid families (attention output gate, gated RMSNorm,
-// shared-expert gate, hyper-connection weights). One thread per element, evaluated as the CPU
-// reference (cpu/activation.cpp) does: x / div only when div != 1, den = 1 + e^-x, sigmoid =
-// 1 / den, silu = x / den, times mul only when mul != 1. expf differs from the CPU's exp8 by
-// an ulp or two; mul is one rounding per element and exact.
+// shared-expert gate, hyper-connection weights) and Gemma 4's gelu_tanh gates and tanh logit
+// softcap. One thread per element, evaluated as the CPU reference (cpu/activation.cpp) does:
+// x / div only when div != 1, den = 1 + e^-x, sigmoid = 1 / den, silu = x / den (gelu_tanh
+// and tanh through tanhf, as the CPU's std::tanh), times mul only when mul != 1. expf and
+// tanhf differ from the CPU's by an ulp or two; mul is one rounding per element and exact.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hybrid_kernels.h"
 
 namespace sluice::cuda {
 namespace {
 
+// act: kActSigmoid, kActSilu, kActGeluTanh, kActTanh (hybrid_kernels.h).
 __global__ void activate_kernel(float* x, int64_t n, int act, float in_div, float out_mul) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float v = x[i];
   if (in_div != 1.0f) v = __fdiv_rn(v, in_div);
-  const float den = __fadd_rn(1.0f, expf(-v));
-  float y = act == 0 ? __fdiv_rn(1.0f, den) : __fdiv_rn(v, den);
+  float y;
+  if (act == kActTanh) {
+    y = tanhf(v);
+  } else if (act == kActGeluTanh) {  // PyTorch's gelu(approximate="tanh"), as the CPU's scalar code
+    constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2 / pi)
+    y = 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
+  } else {
+    const float den = __fadd_rn(1.0f, expf(-v));
+    y = act == kActSigmoid ? __fdiv_rn(1.0f, den) : __fdiv_rn(v, den);
+  }
   if (out_mul != 1.0f) y = __fmul_rn(y, out_mul);
   x[i] = y;
 }

@@ -11,6 +11,7 @@
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/unverified.h"
 #include "core/log.h"
 #include "core/quant.h"
 
@@ -638,10 +639,7 @@ WType wtype_of(DType t, const char* op) {
 
 WType matmul_wtype_of(DType t, const char* op) {
   if (t == DType::mxfp4) {
-    const char* e = std::getenv("SLUICE_CUDA_MXFP4");  // read each time: the GPU tests turn it on and off
-    const bool on = e != nullptr && std::string(e) == "1";
-    SLUICE_CHECK(on, Status::unsupported, "cuda ", op, ": weight dtype mxfp4 is not supported yet (its kernels ",
-                 "are unverified; SLUICE_CUDA_MXFP4=1 runs them for testing; use --backend cpu)");
+    require_opt_in("mxfp4 weights");  // unverified.h
     return WType::mxfp4;
   }
   return wtype_of(t, op);

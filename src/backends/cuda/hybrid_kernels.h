@@ -17,6 +17,7 @@ void launch_copy_cols(const float* src, int64_t src_stride, float* dst, int64_t 
                       int64_t n_cols, Stream s);
 
 // x[i] = out_mul * act(x[i] / in_div); act 0 sigmoid, 1 silu (Activation's order).
+constexpr int kActSigmoid = 0, kActSilu = 1, kActGeluTanh = 2, kActTanh = 3;  // launch_activate's act
 void launch_activate(float* x, int64_t n, int act, float in_div, float out_mul, Stream s);
 // x[i] *= y[i] (cols == 0), or x[r, :] *= y[r] (per row, cols = x.cols()).
 void launch_mul(float* x, const float* y, int64_t n, int64_t per_row_cols, Stream s);

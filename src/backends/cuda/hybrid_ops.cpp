@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/hybrid_kernels.h"
+#include "backends/cuda/unverified.h"
 
 namespace sluice {
 namespace {
@@ -46,9 +47,17 @@ void CudaBackend::copy_cols(const Tensor& src, int64_t src_col, const Tensor& ds
 void CudaBackend::activate(const Tensor& x, Activation act, float in_div, float out_mul) {
   SLUICE_CHECK(x.dtype == DType::f32 && in_div != 0.0f, Status::internal, "cuda activate: x ", dtype_name(x.dtype),
                " ", x.shape_str(), ", in_div ", in_div, " (want f32, in_div != 0)");
-  SLUICE_CHECK(act == Activation::sigmoid || act == Activation::silu, Status::unsupported,
-               "the gelu and tanh activations (Gemma 4) are not supported on the cuda backend yet; use --backend cpu");
-  cuda::launch_activate(x.ptr<float>(), x.numel(), act == Activation::sigmoid ? 0 : 1, in_div, out_mul, stream_);
+  int code = cuda::kActSigmoid;
+  switch (act) {
+    case Activation::sigmoid: code = cuda::kActSigmoid; break;
+    case Activation::silu: code = cuda::kActSilu; break;
+    case Activation::gelu_tanh:
+    case Activation::tanh:
+      cuda::require_opt_in("the gelu_tanh and tanh activations (Gemma 4)");  // unverified.h
+      code = act == Activation::tanh ? cuda::kActTanh : cuda::kActGeluTanh;
+      break;
+  }
+  cuda::launch_activate(x.ptr<float>(), x.numel(), code, in_div, out_mul, stream_);
 }
 
 void CudaBackend::mul(const Tensor& x, const Tensor& y) {

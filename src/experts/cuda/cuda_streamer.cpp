@@ -9,6 +9,7 @@
 #include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "backends/cuda/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -163,13 +164,15 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
 
 CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, CudaBackend& backend,
                            const StreamerOptions& opt) {
-  // The streamed kernels compute SwiGLU without biases: gpt-oss's experts are not streamed here yet.
-  SLUICE_CHECK(!pack->kind(kind).has_biases(), Status::unsupported, pack->dir().string(),
-               ": experts with biases (gpt-oss) cannot be streamed on the cuda backend yet; use --backend cpu");
   impl_ = std::make_unique<Impl>(std::move(pack), kind, top_k, backend, opt);
 }
 
 CudaStreamer::~CudaStreamer() = default;
+
+bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& router) const {
+  return math.activation == ExpertActivation::swiglu && !math.scale_input &&
+         router.scoring == RouterScoring::softmax && !impl_->pack->kind(impl_->kind).has_biases();
+}
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   Impl& m = *impl_;
@@ -177,14 +180,20 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.throw_if_failed();
   SLUICE_CHECK(&be == &m.be, Status::internal, "cuda expert streamer: called with another backend (", be.name(), ")");
   SLUICE_CHECK(c.router, Status::internal, "cuda expert streamer: a MoE call without its router");
-  SLUICE_CHECK(c.math.activation == ExpertActivation::swiglu && !c.math.scale_input &&
-                   c.router->scoring == RouterScoring::softmax,
-               Status::unsupported,
-               "cuda expert streamer: only softmax-routed SwiGLU experts are streamed on the cuda backend so far "
-               "(gpt-oss, Llama 4: use --backend cpu)");
   const int64_t L = c.moe_layer, n = c.h.rows(), k = m.top_k, E = m.n_expert;
   SLUICE_CHECK(L >= 0 && L < m.n_layers, Status::internal, "cuda expert streamer: MoE layer ", L, " outside the pack's ",
                m.n_layers);
+  if (c.routing) {
+    SLUICE_CHECK(c.routing->n_rows == n && c.routing->k == k && c.h.cols() == m.n_embd && c.out.rows() == n,
+                 Status::internal, "cuda expert streamer: a host routing of ", c.routing->n_rows, " rows of top-",
+                 c.routing->k, " for ", n, " rows of width ", c.h.cols(), " (the pack: top-", k, ", width ", m.n_embd,
+                 ")");
+    cuda::require_opt_in("host-routed expert streaming (gpt-oss, Llama 4, Gemma 4 experts)");  // unverified.h
+    if (n > 0) m.host_routed(be, c);
+    return;
+  }
+  SLUICE_CHECK(routes_on_device(c.math, *c.router), Status::internal,
+               "cuda expert streamer: a call without a host routing for experts the device kernels do not compute");
   SLUICE_CHECK(c.router_logits.rows() == n && c.router_logits.cols() == E && c.router_logits.dtype == DType::f32,
                Status::internal, "cuda expert streamer: router logits ", c.router_logits.shape_str(), " for ", n,
                " rows of ", E, " experts");

@@ -11,7 +11,10 @@
 //   host tier   pinned memory holding every record read from the pack (inclusive), so a miss
 //               it holds is one host-to-device copy
 //   routing     on the device (launch_router_topk); the ids come to the host through the
-//               handshake (cuda/handshake.h)
+//               handshake (cuda/handshake.h); for experts the device kernels do not compute
+//               (biases, the clamped SwiGLU, GeGLU, input scaling, sigmoid routing, per-expert
+//               scales: gpt-oss, Llama 4, Gemma 4) the model routes on the host and the call
+//               takes the host-routed path (host_routed.cpp)
 //
 // Files: streamer_impl.h lists them, one concern each.
 //
@@ -24,7 +27,9 @@
 // plan cuts late weak ones with --cut), publishes table 2 and answers misses_ready. A whole token is thus enqueued
 // without the model thread waiting on the host. A batch whose experts may not fit the cache
 // (a prefill with rows x k > slots) takes a synchronous path instead: rows grouped so each
-// group's union fits, one plan-load-compute round per group.
+// group's union fits, one plan-load-compute round per group. A host-routed call takes the
+// same rounds, each group's experts computed with the backend's ops (expert_pairs_forward) on
+// views of their slots, as the CPU streamer computes them.
 //
 // Errors: every host wait is bounded (StreamerOptions::wait_timeout) and names the layer and
 // the signal. A failure on the service thread is kept and thrown on the model thread by the
@@ -50,7 +55,8 @@ class CudaStreamer final : public StreamingProvider {
   ~CudaStreamer() override;
 
   void moe(Backend& be, const MoeLayerCall& call) override;
-  bool routes_on_device() const override { return true; }
+  // SwiGLU experts without biases under softmax routing: the device kernels' math.
+  bool routes_on_device(const ExpertMath& math, const RouterSpec& router) const override;
   void forward_done() override;
 
   RunStats stats() const override;

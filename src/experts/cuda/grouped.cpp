@@ -11,6 +11,40 @@
 
 namespace sluice {
 
+// Landed records are copied on the stream; their staging buffers come back once it passed the
+// copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
+// slot evicted by this group, so its record is staged twice) gets one by a synchronisation
+// here: nothing else would return it before the group ends.
+size_t CudaStreamer::Impl::land_synchronously() {
+  const size_t n_landed = landed.size();
+  copy_landed_on_stream();
+  if (!waiting.empty() && staging_free.empty() && !retiring.empty()) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    retire();
+    return n_landed + 1;
+  }
+  return n_landed;
+}
+
+void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
+  const auto t0 = StreamerClock::now();
+  auto since = t0;
+  for (;;) {
+    size_t progress = land_synchronously();
+    bool all = true;
+    for (const PlannedExpert& w : plan.experts) all &= resident(w.slot, w.record, kind);
+    if (all) break;
+    progress += pump();
+    if (progress) since = StreamerClock::now();
+    else cuda::host_idle(wait_mode);
+    SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
+                 model_layer(L), "): expert reads did not land within ",
+                 std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
+                 waiting.size(), " waiting for a staging buffer)");
+  }
+  ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
+}
+
 void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& shape) {
   const int64_t L = c.moe_layer, n = shape.n_rows, k = shape.k;
   barrier();
@@ -28,20 +62,6 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
   const bool grouped_kernels = grouped_kernels_apply(shape);
-  // Landed records are copied on the stream; their staging buffers come back once it passed
-  // the copies. A fill that waits for a staging buffer (a background fill landed, was copied
-  // and its slot evicted by this group, so its record is staged twice) gets one by a
-  // synchronisation here: nothing else would return it before the group ends.
-  auto land = [&] {
-    const size_t n_landed = landed.size();
-    copy_landed_on_stream();
-    if (!waiting.empty() && staging_free.empty() && !retiring.empty()) {
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      retire();
-      return n_landed + 1;
-    }
-    return n_landed;
-  };
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     ++ls.steps;
@@ -50,24 +70,9 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
     plan.set_union(ids, weights, k, row0, row1, n_expert);
     ls.unique += plan.experts.size();
-    Fills fills(*this, land);
+    Fills fills(*this, [this] { return land_synchronously(); });
     plan.acquire_and_read(fills, ls, pins);
-    const auto t0 = StreamerClock::now();
-    auto since = t0;
-    for (;;) {
-      size_t progress = land();
-      bool all = true;
-      for (const PlannedExpert& w : plan.experts) all &= resident(w.slot, w.record, kind);
-      if (all) break;
-      progress += pump();
-      if (progress) since = StreamerClock::now();
-      else cuda::host_idle(wait_mode);
-      SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
-                   model_layer(L), "): expert reads did not land within ",
-                   std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
-                   waiting.size(), " waiting for a staging buffer)");
-    }
-    ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
+    wait_group_resident(plan, L, ls);
     std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
     for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
     CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),

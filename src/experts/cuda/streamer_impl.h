@@ -4,6 +4,7 @@
 //                      host-RAM tier and its preload
 //   service.cpp        the service thread: the handshake's host side and each layer's plan
 //   grouped.cpp        the synchronous path for batches whose union may exceed the cache
+//   host_routed.cpp    the synchronous path for experts the device kernels do not compute
 // Every decision of a step is the planner's (experts/plan.h); this code moves bytes and
 // publishes what the plan decided.
 #pragma once
@@ -141,6 +142,14 @@ struct CudaStreamer::Impl : StreamState {
   void ensure_capacity(int64_t n);
   LayerView layer_view(int64_t L) const;
   void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
+  // A call the model routed on the host (host_routed.cpp): grouped()'s rounds, each group's
+  // experts computed by expert_pairs_forward on views of their slots, then one combine.
+  void host_routed(Backend& be, const MoeLayerCall& c);
+  // The synchronous paths' helpers (grouped.cpp; mu held): land_synchronously copies landed
+  // records on the stream (a StepFills' progress); wait_group_resident returns once every
+  // expert of the plan is resident, or throws a timeout naming the layer.
+  size_t land_synchronously();
+  void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
   // Whether a call of this shape computes on the grouped (tensor-core) kernels: one expert
   // kind in the cache and enough pairs an expert (moe_kernels.h).
   static bool grouped_kernels_apply(const cuda::MoeShape& shape) {

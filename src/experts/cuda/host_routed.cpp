@@ -1,0 +1,56 @@
+// CudaStreamer's path for experts its device kernels do not compute: gpt-oss's biased,
+// clamped SwiGLU, Llama 4's input-scaled experts under sigmoid routing, Gemma 4's GeGLU with
+// per-expert scales. The model routed the call on the host (route_topk and the family's
+// scales, as for the CPU streamer), so the device decides nothing here. Rows are grouped as
+// in grouped.cpp, each group's union fitting the cache; a group is planned, its misses read
+// and copied into their slots on the stream, and its experts computed, in the plan's order,
+// by expert_pairs_forward: the family's ExpertMath on the backend's ops over views of the
+// slots (expert_view: the kind's record layout at a device address), the CPU streamer's
+// computation. Then one combine in rank order. Synchronous and without a deadline (--cut and
+// --miss-kind do not apply); lookahead prefetches the next layer's predicted experts after
+// each group's demand reads, as the CPU streamer does.
+#include "backends/cuda/cuda_check.h"
+#include "experts/cuda/streamer_impl.h"
+#include "experts/expert_math.h"
+
+namespace sluice {
+
+void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
+  const Routing& r = *c.routing;
+  const int64_t L = c.moe_layer, n = r.n_rows, k = r.k;
+  barrier();
+  throw_if_failed();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::lock_guard<std::mutex> g(mu);
+  retire();  // the device is idle
+  if (observer) observer({model_layer(L), -1, &r});
+  LayerStats& ls = layer_stats(L, c.phase);
+  const PackKindInfo& info = pack->kind(kind);
+  const bool look = opt.lookahead && !c.next_router.empty() && L + 1 < n_layers;
+  Tensor expert_out = be.alloc(DType::f32, {n * k, n_embd});  // [n * k, n_embd], row = pair
+  for (int64_t row0 = 0; row0 < n;) {
+    const int64_t row1 = row_group_end(r.ids, k, row0, n, residency->n_slots(), n_expert);
+    ++ls.steps;
+    ls.rows += static_cast<uint64_t>(row1 - row0);
+    ls.routed += static_cast<uint64_t>((row1 - row0) * k);
+    StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
+    plan.set_union(r.ids, r.weights, k, row0, row1, n_expert);
+    ls.unique += plan.experts.size();
+    Fills fills(*this, [this] { return land_synchronously(); });
+    plan.acquire_and_read(fills, ls, pins);
+    if (look && residency->speculative_capacity() > 0)
+      plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
+                    layer_stats(L + 1, c.phase));
+    wait_group_resident(plan, L, ls);
+    for (const PlannedExpert& w : plan.experts)
+      expert_pairs_forward(be, c.math, expert_view(info, slot_ptr(w.slot)), c.h, w.pairs, k, r.weights, expert_out);
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
+    retire();
+    release_pins();
+    row0 = row1;
+  }
+  std::vector<float> ones;
+  be.moe_combine(expert_out, combine_weights(c.math, r.weights, ones), k, c.out);
+}
+
+}  // namespace sluice
