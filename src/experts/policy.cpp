@@ -94,7 +94,10 @@ class MarkovPolicy : public EvictionPolicy {
       : n_kinds_(opt.n_kinds),
         n_expert_(opt.n_expert > 0 ? opt.n_expert : opt.n_keys / opt.n_kinds),
         n_layers_((opt.n_keys / opt.n_kinds + n_expert_ - 1) / n_expert_),
-        decay_(std::exp2(-1.0 / opt.markov_half_life_steps)),
+        decay_(std::exp2(-1.0 / (opt.markov_half_life_steps > 0
+                                     ? opt.markov_half_life_steps
+                                     : markov_half_life_for(static_cast<double>(opt.n_slots) / static_cast<double>(n_layers_),
+                                                            opt.step_experts, n_expert_)))),
         weight_(opt.markov_weight),
         layers_(static_cast<size_t>(n_layers_)),
         freq_(static_cast<size_t>(n_layers_ * n_expert_), 0.0),
@@ -269,6 +272,13 @@ std::span<const PolicyKind> online_policies() { return kOnline; }
 
 std::string_view policy_names_text() { return "lru, lfu, lrfu, fifo, markov, belady"; }
 
+double markov_half_life_for(double slots_per_layer, int64_t step_experts, int64_t n_expert) {
+  if (step_experts <= 0 || n_expert <= 0) return 8;
+  const double steps_held = slots_per_layer / static_cast<double>(step_experts);
+  if (steps_held >= 3) return 24;
+  return slots_per_layer <= 0.25 * static_cast<double>(n_expert) ? 4 : 8;
+}
+
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions& opt) {
   SLUICE_CHECK(opt.n_slots > 0, Status::invalid_argument, "expert cache: the policy needs at least one slot");
   SLUICE_CHECK(opt.n_keys > 0, Status::invalid_argument, "expert cache: the policy needs at least one key");
@@ -281,7 +291,8 @@ std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions
       return std::make_unique<LrfuPolicy>(opt.n_slots, opt.n_keys, opt.lrfu_half_life_slots * opt.n_slots);
     }
     case PolicyKind::markov: {
-      SLUICE_CHECK(opt.markov_half_life_steps > 0, Status::invalid_argument, "markov: half-life must be positive");
+      SLUICE_CHECK(opt.markov_half_life_steps >= 0, Status::invalid_argument,
+                   "markov: the half-life must be positive (or 0: by the cache's shape)");
       SLUICE_CHECK(opt.markov_weight >= 0 && opt.markov_weight <= 1, Status::invalid_argument,
                    "markov: the transition weight must be in [0, 1]");
       SLUICE_CHECK(opt.n_kinds > 0 && opt.n_keys % opt.n_kinds == 0, Status::internal,

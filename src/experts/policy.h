@@ -89,13 +89,24 @@ struct PolicyOptions {
   double lrfu_half_life_slots = 8; // lrfu: half-life of an access, in accesses per slot
   int32_t n_kinds = 1;             // key = record * n_kinds + kind (the residency fills it in)
   int64_t n_expert = 0;            // records per layer (record = layer * n_expert + expert); 0: one layer
-  // markov: the half-life of the frequency, in steps of the key's layer, and the weight of
-  // the transition table against the frequency (docs/policy.md has the measured choice).
-  double markov_half_life_steps = 8;
+  // markov: the half-life of the frequency, in steps of the key's layer (0: by the cache's
+  // shape, markov_half_life_for), and the weight of the transition table against the
+  // frequency (docs/policy.md has the measured choices).
+  double markov_half_life_steps = 0;
   double markov_weight = 0.5;
+  int64_t step_experts = 0;        // markov: experts a layer's step uses (top-k; 0: unknown)
   NextUseOracle next_use;          // belady only
 };
 
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions& opt);
+
+// markov's frequency half-life, in layer steps, for a cache of slots_per_layer slots a layer
+// (a shared pool: its slots over the layers) whose steps use step_experts of n_expert experts
+// (docs/policy.md, "The half-life and the cache size"): 24 when the cache holds 3 or more
+// steps of a layer (a large cache keeps experts whose reuses lie far apart, so their counts
+// must be remembered long), 4 below that when it holds a quarter of the layer's experts or
+// less (a small cache of a wide layer must follow the current text), 8 otherwise; 8 when
+// step_experts is unknown (0).
+double markov_half_life_for(double slots_per_layer, int64_t step_experts, int64_t n_expert);
 
 }  // namespace sluice

@@ -41,7 +41,7 @@ struct Sequence {
   std::vector<std::vector<int64_t>> predicted;  // [steps] or empty
 };
 
-SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, int32_t n_slots,
+SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, int64_t top_k, int32_t n_slots,
                       const SimulateOptions& opt) {
   // Belady's oracle: per key, the steps that use it, ascending.
   std::map<int64_t, std::vector<uint64_t>> uses;
@@ -56,6 +56,7 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
   ro.policy = opt.policy;
   ro.policy_options.lrfu_half_life_slots = opt.lrfu_half_life_slots;
   ro.policy_options.markov_half_life_steps = opt.markov_half_life_steps;
+  ro.policy_options.step_experts = top_k;
   if (opt.policy == PolicyKind::belady) {
     // Keys of the current step report the current step: the optimum may not evict an
     // expert the current token uses.
@@ -212,7 +213,7 @@ SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
   const int64_t n_expert = trace.n_expert;
   SimulateResult total;
   auto add = [&](const Sequence& seq, int64_t n_records) {
-    SimulateResult r = replay(seq, n_records, n_expert, n_slots, opt);
+    SimulateResult r = replay(seq, n_records, n_expert, trace.top_k, n_slots, opt);
     total.hits += r.hits;
     total.misses += r.misses;
   };

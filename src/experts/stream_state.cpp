@@ -36,6 +36,7 @@ StreamState::StreamState(std::shared_ptr<const Pack> p, DType k, int64_t topk, c
   // token's experts would not fit beside it.
   ro.speculative_slots = layout.speculative_slots;
   ro.policy = opt.policy;
+  ro.policy_options.step_experts = top_k;  // markov's half-life follows the cache's shape
   ro.on_evict = std::move(on_evict);
   residency = std::make_unique<Residency>(ro);
   if (layout.host_slots > 0) {

@@ -3,6 +3,7 @@
 //   lru 0.601
 //   belady 0.747
 // A description of the run (trace size, cache shape) goes to stderr.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -37,7 +38,8 @@ void register_simulate(CLI::App& app) {
   add_real(*cmd, "--lrfu-half-life", opt->lrfu_half_life, RealRange::above(0),
            "lrfu: half-life of an access, in accesses per slot (default 8)");
   add_real(*cmd, "--markov-half-life", opt->markov_half_life, RealRange::above(0),
-           "markov: half-life of the expert frequencies, in steps of the expert's layer (default 8)");
+           "markov: half-life of the expert frequencies, in steps of the expert's layer (default: by the "
+           "cache's shape, 4, 8 or 24; docs/policy.md)");
   cmd->callback([opt] {
     expect_input_file(opt->trace, "--trace", "a routing trace (JSON lines)");
     SLUICE_CHECK(opt->slots_per_layer > 0 || opt->slots > 0, Status::invalid_argument,
@@ -83,6 +85,14 @@ void register_simulate(CLI::App& app) {
     if (asked > cap)
       std::fprintf(stderr, "sluice: %lld slots replayed as %lld: every expert the trace routes to fits (no eviction)\n",
                    static_cast<long long>(asked), static_cast<long long>(cap));
+    if (so.markov_half_life_steps == 0 &&
+        std::find(policies.begin(), policies.end(), PolicyKind::markov) != policies.end()) {
+      const double replayed = static_cast<double>(std::min(asked, cap));
+      const double per_layer = so.slots_per_layer > 0 ? replayed : replayed / static_cast<double>(trace.n_layer);
+      std::fprintf(stderr, "sluice: markov's frequency half-life: %g layer steps (by the cache's shape; "
+                   "--markov-half-life sets it)\n",
+                   markov_half_life_for(per_layer, trace.top_k, trace.n_expert));
+    }
     for (PolicyKind p : policies) {
       so.policy = p;
       SimulateResult r = simulate_trace(trace, so);
