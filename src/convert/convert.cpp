@@ -81,9 +81,11 @@ class ExpertRowReader {
 
   // Reads what rows [r0, r1) of projection proj (0 gate, 1 up, 2 down) need; returns the
   // checkpoint bytes they stand for (gate and up each read both of their interleaved rows or
-  // columns and count half: the progress adds up to the checkpoint's size).
+  // columns and count half: the progress adds up to the checkpoint's size). For the
+  // inputs-first layouts the read of gate's whole [in, out] matrix serves up's rows too.
   uint64_t read(const SourceBlock& s, int proj, int64_t r0, int64_t r1, const Checkpoint& ck) {
     r0_ = r0;
+    tile_n_ = 0;
     const std::string where = str(ck.file_of(s.name).path().string(), ": tensor ", s.name);
     const size_t esz = dtype_size(s.dtype);
     switch (s.layout) {
@@ -131,10 +133,9 @@ class ExpertRowReader {
       }
       case ExpertLayout::fused_inputs_first:
       case ExpertLayout::gpt_oss: {
-        const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows, col = source_row(s, proj, r);
-        for (int64_t i = 0; i < s.cols; ++i)
-          dtype_row_to_f32(in_.data() + static_cast<size_t>(i * out_cols + col) * esz, s.dtype, 1, &f32_[static_cast<size_t>(i)]);
-        break;
+        if (proj != tile_proj_ || r < tile_r0_ || r >= tile_r0_ + tile_n_) fill_tile(s, proj, r);
+        out.f32 = tile_.data() + static_cast<size_t>((r - tile_r0_) * s.cols);
+        return out;
       }
       case ExpertLayout::gpt_oss_mxfp4: {
         const int64_t i = proj == 2 ? r - r0_ : 2 * (r - r0_) + proj;
@@ -159,9 +160,45 @@ class ExpertRowReader {
   }
 
  private:
+  static constexpr int64_t kTileRows = 64;  // block rows transposed at once (a tile of 64 x cols f32)
+  static constexpr int64_t kSpanRows = 16;  // input rows converted before they are scattered (a cache line of f32)
+
+  // The inputs-first layouts: block rows [r, r + kTileRows) of proj, as f32 rows of tile_,
+  // transposed out of the [in, out] matrix in_ an input row at a time: each input row's
+  // columns of these block rows are one short contiguous span (every other column where gate
+  // and up interleave), converted at once, so the matrix is read sequentially instead of a
+  // column (a cache line an element) at a time.
+  void fill_tile(const SourceBlock& s, int proj, int64_t r) {
+    const int64_t out_cols = proj == 2 ? s.rows : 2 * s.rows;
+    const int64_t n = std::min(kTileRows, s.rows - r);
+    const int64_t first = source_row(s, proj, r), stride = n > 1 ? source_row(s, proj, r + 1) - first : 1;
+    const int64_t span = (n - 1) * stride + 1;
+    const size_t esz = dtype_size(s.dtype);
+    tile_.resize(static_cast<size_t>(kTileRows * s.cols));
+    span_.resize(static_cast<size_t>(kSpanRows * span));
+    // kSpanRows input rows at a time, so that each block row receives a whole cache line of
+    // them: writing one float a row at a power-of-two stride would evict its own lines.
+    for (int64_t i0 = 0; i0 < s.cols; i0 += kSpanRows) {
+      const int64_t m = std::min(kSpanRows, s.cols - i0);
+      for (int64_t ii = 0; ii < m; ++ii)
+        dtype_row_to_f32(in_.data() + static_cast<size_t>((i0 + ii) * out_cols + first) * esz, s.dtype, span,
+                         span_.data() + ii * span);
+      for (int64_t j = 0; j < n; ++j) {
+        float* dst = tile_.data() + j * s.cols + i0;
+        for (int64_t ii = 0; ii < m; ++ii) dst[ii] = span_[static_cast<size_t>(ii * span + j * stride)];
+      }
+    }
+    tile_proj_ = proj;
+    tile_r0_ = r;
+    tile_n_ = n;
+  }
+
   int64_t r0_ = 0;
   std::vector<uint8_t> in_, scales_;
   std::vector<float> f32_;
+  std::vector<float> tile_, span_;  // fill_tile's block rows [tile_n_, cols], kSpanRows input rows' spans
+  int tile_proj_ = -1;
+  int64_t tile_r0_ = 0, tile_n_ = 0;
 };
 
 
@@ -574,18 +611,21 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
         SourceBlock src;
         int64_t rec, row_begin, row_end;
         int proj;
+        bool with_up = false;  // proj 0 of an inputs-first float matrix: up's rows from the same read
       };
       std::vector<Item> items;
       for (int64_t i = 0; i < b.count; ++i) {
         for (int p = 0; p < 3; ++p) {
           SourceBlock s = source_of(r0 + i, p);
+          const bool inputs_first = s.layout == ExpertLayout::gpt_oss || s.layout == ExpertLayout::fused_inputs_first;
+          if (inputs_first && p == 1) continue;  // read with gate (with_up)
           const int64_t row_bytes = s.layout == ExpertLayout::gpt_oss_mxfp4
                                         ? 2 * quant_row_bytes(DType::mxfp4, s.cols)
                                         : s.cols * static_cast<int64_t>(dtype_size(s.dtype));
-          const int64_t rows_per_item = s.layout == ExpertLayout::gpt_oss || s.layout == ExpertLayout::fused_inputs_first
-                                            ? s.rows
-                                            : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
-          for (int64_t r = 0; r < s.rows; r += rows_per_item) items.push_back({s, r0 + i, r, std::min(s.rows, r + rows_per_item), p});
+          const int64_t rows_per_item =
+              inputs_first ? s.rows : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
+          for (int64_t r = 0; r < s.rows; r += rows_per_item)
+            items.push_back({s, r0 + i, r, std::min(s.rows, r + rows_per_item), p, inputs_first && p == 0});
         }
         if (const ExpertLayer& l = layers[static_cast<size_t>((r0 + i) / E)]; l.biases) {
           // The biases (gpt-oss): gate_up_proj_bias [E, 2 n_ff] at fd/offset, down_proj_bias
@@ -611,12 +651,15 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
             continue;
           }
           const SourceBlock& s = item.src;
-          bytes_in += reader.read(s, item.proj, item.row_begin, item.row_end, ck);
+          const uint64_t got = reader.read(s, item.proj, item.row_begin, item.row_end, ck);
+          bytes_in += item.with_up ? 2 * got : got;  // gate's read counts half its matrix, up's the other
+          const int last_proj = item.with_up ? 1 : item.proj;
+          for (int proj = item.proj; proj <= last_proj; ++proj)
           for (int64_t r = item.row_begin; r < item.row_end; ++r) {
-            const ExpertRowReader::Row row = reader.row(s, item.proj, r);
+            const ExpertRowReader::Row row = reader.row(s, proj, r);
             for (size_t k = 0; k < kinds.size(); ++k) {
               const PackKindInfo& info = *infos[k];
-              const PackBlock& blk = item.proj == 0 ? info.gate : item.proj == 1 ? info.up : info.down;
+              const PackBlock& blk = proj == 0 ? info.gate : proj == 1 ? info.up : info.down;
               uint8_t* rec = recs[k];
               if (info.kind == DType::bf16) {
                 auto* o = reinterpret_cast<uint16_t*>(rec + blk.offset) + r * s.cols;
@@ -633,7 +676,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
                 continue;
               }
               if (!quantize_row(qt, row.f32, s.cols, vals, scales))
-                fail(Status::corrupt, ck.dir().string(), ": tensor ", s.name, " row ", reader.source_row(s, item.proj, r),
+                fail(Status::corrupt, ck.dir().string(), ": tensor ", s.name, " row ", reader.source_row(s, proj, r),
                      " holds a NaN or an infinity, or values beyond the f16 scale range (cannot quantize to ",
                      expert_kind_name(info.kind), ")");
             }

@@ -220,3 +220,90 @@ TEST(Convert, BadCheckpointsAreRefusedBeforeWriting) {
 }
 
 }  // namespace
+
+// Llama 4's experts are stored inputs first ([E, d, 2 ff] gate columns then up columns, and
+// [E, ff, d]); convert transposes them in tiles of 64 block rows. A checkpoint whose
+// projections span several tiles with a partial last one (ff 72, d 80) gives records whose
+// bf16 rows are the checkpoint's columns, bit for bit, and it loads.
+TEST(Convert, InputsFirstExpertsTransposeAcrossTiles) {
+  const int64_t d = 80, ff = 72, E = 4, V = 512, H = 4, KV = 2, HD = 16, ff_mlp = 48;
+  nlohmann::json cfg = read_json_file(fixture_dir("llama4") / "config.json");
+  cfg["hidden_size"] = d;
+  cfg["intermediate_size"] = ff;
+  cfg["intermediate_size_mlp"] = ff_mlp;
+  cfg["num_local_experts"] = E;
+  cfg["num_hidden_layers"] = 2;
+  cfg["moe_layers"] = {1};
+  cfg["layer_types"] = {"chunked_attention", "full_attention"};
+  cfg["no_rope_layers"] = {1, 0};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"lm_head.weight", {V, d}}, {"model.embed_tokens.weight", {V, d}}, {"model.norm.weight", {d}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (auto [n, s] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"input_layernorm.weight", {d}}, {"post_attention_layernorm.weight", {d}},
+             {"self_attn.q_proj.weight", {H * HD, d}}, {"self_attn.k_proj.weight", {KV * HD, d}},
+             {"self_attn.v_proj.weight", {KV * HD, d}}, {"self_attn.o_proj.weight", {d, H * HD}}})
+      shapes.emplace_back(p + n, s);
+    const std::string f = p + "feed_forward.";
+    if (l == 0) {
+      shapes.push_back({f + "gate_proj.weight", {ff_mlp, d}});
+      shapes.push_back({f + "up_proj.weight", {ff_mlp, d}});
+      shapes.push_back({f + "down_proj.weight", {d, ff_mlp}});
+    } else {
+      shapes.push_back({f + "experts.gate_up_proj", {E, d, 2 * ff}});
+      shapes.push_back({f + "experts.down_proj", {E, ff, d}});
+      shapes.push_back({f + "router.weight", {E, d}});
+      shapes.push_back({f + "shared_expert.gate_proj.weight", {ff, d}});
+      shapes.push_back({f + "shared_expert.up_proj.weight", {ff, d}});
+      shapes.push_back({f + "shared_expert.down_proj.weight", {d, ff}});
+    }
+  }
+  std::vector<std::vector<uint16_t>> storage;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  uint32_t seed = 12345;
+  for (const auto& [name, s] : shapes) {
+    int64_t n = 1;
+    for (int64_t x : s) n *= x;
+    std::vector<uint16_t>& v = storage.emplace_back(static_cast<size_t>(n));
+    for (uint16_t& x : v) {  // finite bf16 values of magnitude 2^-8 .. 2^-2, distinct enough to tell rows apart
+      seed = seed * 1664525u + 1013904223u;
+      x = static_cast<uint16_t>(((seed >> 31) << 15) | ((0x77 + (seed >> 8) % 6) << 7) | ((seed >> 16) & 0x7f));
+    }
+    Tensor t(DType::bf16, {1}, v.data());
+    t.ndim = static_cast<int>(s.size());
+    for (size_t i = 0; i < s.size(); ++i) t.shape[i] = s[i];
+    tensors.emplace_back(name, t);
+  }
+  const fs::path dir = pack_test_dir("inputs-first-tiles");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fixture_dir("llama4") / f, dir / f);
+  std::ofstream(dir / "config.json") << cfg.dump(1);
+  write_safetensors(dir / "model.safetensors", tensors);
+  const fs::path out = pack_test_dir("inputs-first-tiles-out") / "pack";
+  convert_checkpoint(dir, out, kinds({DType::bf16, DType::q4}));
+  std::shared_ptr<Pack> pack = Pack::open(out);
+  EXPECT_EQ(pack->manifest().expert_sources, (std::vector<std::string>{"fused_inputs_first"}));
+  const std::string f = "model.layers.1.feed_forward.experts.";
+  const uint16_t *gu = nullptr, *dn = nullptr;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (shapes[i].first == f + "gate_up_proj") gu = storage[i].data();
+    if (shapes[i].first == f + "down_proj") dn = storage[i].data();
+  }
+  ASSERT_TRUE(gu && dn);
+  size_t differ = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights w = expert_view(pack->kind(DType::bf16), pack->mapped_record(DType::bf16, e).data());
+    const auto *g = w.gate.ptr<uint16_t>(), *u = w.up.ptr<uint16_t>(), *o = w.down.ptr<uint16_t>();
+    for (int64_t r = 0; r < ff; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        differ += g[r * d + c] != gu[(e * d + c) * 2 * ff + r];
+        differ += u[r * d + c] != gu[(e * d + c) * 2 * ff + ff + r];
+      }
+    for (int64_t r = 0; r < d; ++r)
+      for (int64_t c = 0; c < ff; ++c) differ += o[r * ff + c] != dn[(e * ff + c) * d + r];
+  }
+  EXPECT_EQ(differ, 0u) << "record values that are not the checkpoint's transposed";
+  auto backend = make_cpu_backend();
+  EXPECT_NO_THROW(load_model(out, *backend));
+  EXPECT_TRUE(verify_pack(out).ok);
+}
