@@ -10,7 +10,9 @@
 #         (reused when its manifest is there).
 # Environment (defaults): BACKEND (cuda), LIKE (qwen3-30b-a3b), LAYERS (48), KIND (q4), TOKENS
 #   (2048), CACHES (10,25), TIERS (disk,host), H2D_GBPS (55: GPU-MACHINE.md's pinned copy),
-#   WORK (/tmp/streamed_prefill), DEADLINE (570 s: every run under `timeout` of what is left).
+#   WORK (/tmp/streamed_prefill), DEADLINE (570 s: every run under `timeout` of what is left),
+#   LOOKAHEAD (off: the streamed runs' --lookahead; on prefetches each sub-batch's prediction of
+#   the next layer).
 # Runs as root to drop the page cache before each disk run (else the disk rows read from RAM
 # and say so).
 set -uo pipefail
@@ -18,7 +20,7 @@ set -uo pipefail
 BIN=$(realpath "$1")
 BACKEND=${BACKEND:-cuda}; LIKE=${LIKE:-qwen3-30b-a3b}; LAYERS=${LAYERS:-48}; KIND=${KIND:-q4}
 TOKENS=${TOKENS:-2048}; CACHES=${CACHES:-10,25}; TIERS=${TIERS:-disk,host}; H2D_GBPS=${H2D_GBPS:-55}
-W=${WORK:-/tmp/streamed_prefill}; DEADLINE=${DEADLINE:-570}
+W=${WORK:-/tmp/streamed_prefill}; DEADLINE=${DEADLINE:-570}; LOOKAHEAD=${LOOKAHEAD:-off}
 mkdir -p "$W"
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
@@ -66,7 +68,7 @@ for pct in ${CACHES//,/ }; do
     name="c${pct}_$tier"
     extra=()
     [ "$tier" = host ] && extra=(--host-cache "$EXPERT_BYTES" --host-cache-preload)
-    run "$name" --expert-cache "$cache" --stats "$W/$name.json" "${extra[@]}" || continue
+    run "$name" --expert-cache "$cache" --lookahead "$LOOKAHEAD" --stats "$W/$name.json" "${extra[@]}" || continue
     python3 - "$W/$name.json" "$pct" "$tier" "$DISK_GBPS" "$H2D_GBPS" "$TOKENS" "$RES_TPS" "$MOE_LAYERS" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))["run"]

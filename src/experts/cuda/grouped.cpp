@@ -4,6 +4,7 @@
 // handshake and without a deadline. A group's union is wholly resident when it computes, so
 // with many pairs an expert its rows go through the grouped (tensor-core) kernels exactly as
 // the resident prefill's do, bit for bit; otherwise through the pair kernels and one combine.
+// With lookahead, each group's prediction of the next layer is prefetched behind its reads.
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
@@ -62,6 +63,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
   const bool grouped_kernels = grouped_kernels_apply(shape);
+  const bool look = opt.lookahead && !c.next_router.empty() && L + 1 < n_layers;
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     ++ls.steps;
@@ -72,6 +74,11 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     ls.unique += plan.experts.size();
     Fills fills(*this, [this] { return land_synchronously(); });
     plan.acquire_and_read(fills, ls, pins);
+    // Lookahead: the next layer's predicted experts of this group's rows, read into the
+    // speculative share while this group waits and computes (as the CPU streamer's sub-batches).
+    if (look && residency->speculative_capacity() > 0)
+      plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
+                    layer_stats(L + 1, c.phase));
     wait_group_resident(plan, L, ls);
     std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
     for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
