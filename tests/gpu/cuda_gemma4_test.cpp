@@ -2,7 +2,7 @@
 // logit softcap through the activate kernel, per-expert router scales on the host (the
 // experts routed on the host through the generic ops), the full layers' head of twice the
 // sliding layers' through the per-row attention kernels. Written in a session without a GPU,
-// so the activations sit behind SLUICE_CUDA_UNVERIFIED=1 (backends/cuda/unverified.h) until
+// so the activations sit behind SLUICE_CUDA_UNVERIFIED=1 (core/unverified.h) until
 // these tests have passed on one. Against transformers within the CUDA decoder bound of 1e-3,
 // teacher-forced and decoded through the cache (f32 KV: a bf16 cache flips the routing at a
 // few (position, layer) pairs of these fixtures, gemma4_test.cpp), with the greedy

@@ -5,7 +5,7 @@
 // the greedy continuation; the CPU's bf16 KV cache reproduced; a pack's experts at bf16 (the
 // MXFP4 fixture's exact values) and q4 match the CPU's run of the same pack. What the CUDA
 // backend has not run on a GPU yet is refused in one line unless SLUICE_CUDA_UNVERIFIED=1
-// (backends/cuda/unverified.h): mxfp4 weights, and streamed experts (host-routed; their test
+// (core/unverified.h): mxfp4 weights, and streamed experts (host-routed; their test
 // is cuda_streaming_test.cpp's HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
 #include <gtest/gtest.h>
 

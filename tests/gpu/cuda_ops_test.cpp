@@ -924,7 +924,7 @@ struct QuantizedMatrix {
   }
 };
 
-// MXFP4 weights through the generic products (SLUICE_CUDA_UNVERIFIED=1: cuda/unverified.h): decode
+// MXFP4 weights through the generic products (SLUICE_CUDA_UNVERIFIED=1: core/unverified.h): decode
 // matvec (n <= 8), its batch passes, and the tiled prefill kernel (n = 300); k a multiple of
 // the group (the vectorized path; 2880 is gpt-oss's width) and not (100: the scalar path).
 // Refused in one line with the switch off.

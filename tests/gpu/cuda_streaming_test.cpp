@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -314,6 +315,48 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   EXPECT_GT(s.low_bit, 0u);
   EXPECT_GT(s.cut, 0u);
   for (float v : gd) ASSERT_TRUE(std::isfinite(v));
+}
+
+// --kl-check on CUDA (behind SLUICE_CUDA_UNVERIFIED=1 until this has run on a GPU): a second
+// CUDA streamer computes the checked steps exactly. The mixtral fixture, 3 slots, 12 greedy
+// tokens: without a lossy option the two streamers agree bit for bit (KL exactly 0 over every
+// step); with every miss taking its q2 copy (the worst-case deadline: reproducible) the check
+// measures a positive divergence and leaves the lossy run's tokens as they are without it.
+TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
+  setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+  MixtralThreeSlots t;
+  auto generate = [&](bool lossy, int64_t kl_steps) {
+    StreamerOptions so = t.base;
+    if (lossy) {
+      so.miss_kind = DType::q2;
+      so.deadline_worst_case = true;
+    }
+    LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
+    GenerateOptions g;
+    g.n_predict = 12;
+    g.sampling.temperature = 0;
+    g.kl_check_steps = kl_steps;
+    if (kl_steps > 0) g.kl_exact = make_streamer(m.pack, DType::q4, m.model->info().n_expert_used, *t.gpu, t.base);
+    std::vector<int32_t> tokens;
+    Generator gen(*m.model);
+    const GenerateStats st = gen.generate(read_reference("mixtral").prompt_ids, g, [&](int32_t id) {
+      tokens.push_back(id);
+      return true;
+    });
+    return std::make_pair(tokens, st);
+  };
+  const auto [exact_tokens, exact] = generate(false, 100);
+  EXPECT_EQ(exact.kl.steps, 11);
+  EXPECT_EQ(exact.kl.mean_nats, 0.0);
+  EXPECT_EQ(exact.kl.max_nats, 0.0);
+  const auto [plain_tokens, plain] = generate(true, 0);
+  const auto [checked_tokens, checked] = generate(true, 4);
+  std::printf("cuda kl-check, q2 misses at the worst-case deadline: mean %.3g max %.3g nats over %lld steps\n",
+              checked.kl.mean_nats, checked.kl.max_nats, static_cast<long long>(checked.kl.steps));
+  EXPECT_EQ(checked.kl.steps, 4);
+  EXPECT_GT(checked.kl.mean_nats, 0.0);
+  EXPECT_EQ(checked_tokens, plain_tokens);
+  unsetenv("SLUICE_CUDA_UNVERIFIED");
 }
 
 TEST(CudaStreaming, FakeExpertsRunWithoutReads) {

@@ -41,7 +41,7 @@ inline std::vector<std::string> hybrid_expert_fixtures() { return {"qwen3_next",
 // SwiGLU): bf16, and MXFP4 experts in the real checkpoint layout. The CUDA backend runs them
 // resident from bf16 / int8 / q4 weights (tests/gpu/cuda_gpt_oss_test.cpp); mxfp4 weights and
 // streamed experts (host-routed: host_routed_fixtures) only where SLUICE_CUDA_UNVERIFIED=1
-// (backends/cuda/unverified.h).
+// (core/unverified.h).
 inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss_mxfp4"}; }
 
 // Llama 4 (NoPE layers with temperature tuning, chunked attention, L2 q/k norm, sigmoid routing

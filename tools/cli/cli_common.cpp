@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
+#include "core/unverified.h"
 
 namespace sluice::cli {
 
@@ -161,8 +162,7 @@ KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_
     kl.by_construction = true;  // every step is the exact one: nothing to compare
     return kl;
   }
-  SLUICE_CHECK(s.backend->name() == "cpu", Status::invalid_argument, "--kl-check runs on the CPU backend for now (",
-               s.backend->name(), " given): add --backend cpu");
+  if (s.backend->name() != "cpu") require_opt_in("--kl-check on the cuda backend");  // core/unverified.h
   SLUICE_CHECK(s.model.model->decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
                s.model.model->info().family,
                " family keeps a recurrent state a decode step updates in place, so the exact step cannot run beside "

@@ -11,7 +11,7 @@
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/unverified.h"
+#include "core/unverified.h"
 #include "core/log.h"
 #include "core/quant.h"
 
