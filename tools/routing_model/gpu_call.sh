@@ -3,12 +3,13 @@
 # machine is wiped after it; only OUT_DIR comes back, files of up to 16 MiB): the Python
 # sources installed there as text, `sluice tokenize`, train.py on the GPU for TRAIN_SECONDS,
 # the held-out perplexity from torch and from `sluice perplexity` (CPU backend, the exact
-# reference), and the routing trace with the lookahead's predictions (xz).
+# reference), the routing trace with the lookahead's predictions (xz), and the fast profile's
+# speed and KL on it (exact and fast decode from the disk through a 10% cache, --kl-check 32).
 #   BIN_DIR: holds sluice (LD_LIBRARY_PATH set for its libraries).
 # Environment (defaults): TRAIN_SECONDS (300), HIDDEN (512), LAYERS (12), EXPERTS (64), TOP_K (8),
 #   EXPERT_WIDTH (256): about 310M parameters; CTX (512), BATCH (32), LR (1e-3), WINDOWS (24
 #   held-out windows in the trace), WORK (/tmp/routing_model), DEVICE (cuda; cpu to try the
-#   script on a small model elsewhere), PYTHON (python3).
+#   script on a small model elsewhere), PYTHON (python3), FAST_BACKEND (cuda: the profile runs').
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: gpu_call.sh BIN_DIR OUT_DIR" >&2; exit 2; }
 BIN=$(realpath "$1"); OUTD=$2; mkdir -p "$OUTD"
@@ -42,5 +43,18 @@ say "trace"
 "${PYTHON:-python3}" "$HERE/make_trace.py" "$BIN/sluice" "$W/m/model" "$W/corpus/heldout_eval.txt" "$W/trace.jsonl" \
   --windows "${WINDOWS:-24}" --ctx "${CTX:-512}" | tee "$OUTD/trace.txt"
 xz -9 -T0 -c "$W/trace.jsonl" > "$OUTD/routing-model-gpu.jsonl.xz"
+# The fast profile on a trained model (issue 20): decode from the disk through a 10% device
+# cache, exact and fast, the fast one checked against exact steps (--kl-check on CUDA needs
+# SLUICE_CUDA_UNVERIFIED=1 until its GPU test has passed; the CPU backend checks it otherwise).
+say "fast profile"
+"$BIN/sluice" convert "$W/m/model" "$W/pack" --kinds q4,q2 --force -q 2>&1 | tail -1
+EB=$(stat -c %s "$W/pack/experts.q4.bin"); PROMPT=$(head -c 1500 "$W/corpus/heldout_eval.txt")
+for prof in exact fast; do
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
+  extra=(); [ "$prof" = fast ] && extra=(--kl-check 32)
+  SLUICE_CUDA_UNVERIFIED=1 timeout 120 "$BIN/sluice" run --model "$W/pack" --expert-kind q4 --backend "${FAST_BACKEND:-cuda}" \
+    --expert-cache $(( EB / 10 )) --profile $prof --prompt "$PROMPT" -n 128 --temperature 0 --ignore-eos \
+    --stats "$OUTD/profile_$prof.json" "${extra[@]}" 2>&1 >/dev/null | grep -E "^sluice: " | tee "$OUTD/profile_$prof.txt"
+done
 ls -la "$OUTD"
 say "done"
