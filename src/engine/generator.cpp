@@ -51,8 +51,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     SLUICE_CHECK(opt.kl_exact != nullptr, Status::invalid_argument, "--kl-check needs an exact expert provider");
     SLUICE_CHECK(model_.decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
                  model_.info().family,
-                 " family keeps a recurrent state that a decode step updates in place, so the exact step cannot "
-                 "run beside the lossy one (decoder families only: qwen3_moe, mixtral, olmoe)");
+                 " family's decode step cannot run twice at one position, so the exact step cannot run beside the "
+                 "lossy one");
     st.kl.on = true;
   }
   auto cancelled = [&] { return opt.cancel && opt.cancel->load(); };
@@ -102,7 +102,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
 
 // The exact step runs first, through the exact provider, at position p; then n_past goes back
 // to p and the lossy step runs through the run's own provider, overwriting every KV row the
-// exact step wrote at p (decode_step_rerunnable). So the state after is the lossy run's, the
+// exact step wrote at p (decode_step_rerunnable; what a step changes in place, the hybrids'
+// recurrent state, is put back first: Model::save_for_rerun). So the state after is the lossy run's, the
 // generated text is what the run without --kl-check would generate, and the exact step saw
 // exactly the lossy run's history. Why not the other order or one streamer: running the exact
 // step second would leave exact KV rows at p for the rest of the run, and running it through
@@ -121,6 +122,7 @@ int32_t Generator::checked_step(int32_t token, SequenceState& state, Sampler& sa
   const int64_t pos = state.n_past;
   const std::shared_ptr<ExpertProvider> lossy = model_.expert_provider();
   const auto t0 = clock::now();
+  const std::unique_ptr<StepUndo> undo = model_.save_for_rerun(state);  // recurrent state (hybrids)
   model_.set_expert_provider(opt.kl_exact);
   try {
     model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_exact_logits_);
@@ -129,6 +131,7 @@ int32_t Generator::checked_step(int32_t token, SequenceState& state, Sampler& sa
     throw;
   }
   model_.set_expert_provider(lossy);
+  if (undo) undo->restore();
   state.n_past = pos;
   st.kl.seconds += std::chrono::duration<double>(clock::now() - t0).count();
   model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_lossy_logits_);

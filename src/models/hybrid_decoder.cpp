@@ -43,6 +43,58 @@ std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
   return st;
 }
 
+namespace {
+
+class HybridStepUndo final : public StepUndo {
+ public:
+  HybridStepUndo(Backend& be, HybridState& st) : be_(be), st_(st) {
+    for (DeltaNetState& d : st.delta) {
+      saved_.push_back(copy_of(d.conv));
+      saved_.push_back(copy_of(d.recurrent));
+    }
+    for (PleState& p : st.ple) {
+      saved_.push_back(copy_of(p.conv));
+      history_.push_back(p.history);
+    }
+    for (GatedAttentionState& a : st.attn) n_blocks_.push_back(a.qsa.n_blocks);
+  }
+  void restore() override {
+    size_t i = 0;
+    for (DeltaNetState& d : st_.delta) {
+      copy_back(saved_[i++], d.conv);
+      copy_back(saved_[i++], d.recurrent);
+    }
+    for (size_t l = 0; l < st_.ple.size(); ++l) {
+      copy_back(saved_[i++], st_.ple[l].conv);
+      st_.ple[l].history = history_[l];
+    }
+    for (size_t l = 0; l < st_.attn.size(); ++l) st_.attn[l].qsa.n_blocks = n_blocks_[l];
+  }
+
+ private:
+  Tensor copy_of(const Tensor& t) {
+    if (t.empty()) return {};
+    Tensor c = be_.alloc(t.dtype, {t.numel()});
+    be_.copy(t.reshape({t.numel()}), c);
+    return c;
+  }
+  void copy_back(const Tensor& saved, const Tensor& t) {
+    if (!t.empty()) be_.copy(saved, t.reshape({t.numel()}));
+  }
+
+  Backend& be_;
+  HybridState& st_;
+  std::vector<Tensor> saved_;  // per layer: delta conv, delta recurrent; then PLE conv (empty where absent)
+  std::vector<std::vector<int32_t>> history_;
+  std::vector<int64_t> n_blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepUndo> HybridModel::save_for_rerun(SequenceState& state) {
+  return std::make_unique<HybridStepUndo>(be_, static_cast<HybridState&>(state));
+}
+
 uint64_t HybridModel::context_bytes(int64_t n_ctx) const {
   // Per token of an attention layer: K and V rows [n_head_kv, head_dim] of f32, and with QSA
   // its raw key [head_dim] (the block keys, one per compress_ratio tokens, are counted whole).

@@ -91,6 +91,12 @@ class HybridModel : public Model {
   void forward_batch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                      std::span<float> logits) override;
 
+  // The DeltaNet conv and recurrent states, PLE's conv state and token history, and QSA's
+  // count of finished blocks are what a decode step changes in place; save_for_rerun copies
+  // them (the KV and key rows it writes at its position are rewritten by the rerun).
+  bool decode_step_rerunnable() const override { return true; }
+  std::unique_ptr<StepUndo> save_for_rerun(SequenceState& state) override;
+
   const HybridSpec& spec() const { return spec_; }
 
  private:

@@ -41,6 +41,13 @@ class SequenceState {
   virtual void reset() { n_past = 0; }
 };
 
+// Model::save_for_rerun's copy of a sequence's in-place state.
+class StepUndo {
+ public:
+  virtual ~StepUndo() = default;
+  virtual void restore() = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -91,10 +98,14 @@ class Model {
 
   // Whether a decode step may run twice at the same position, the second run leaving the state
   // as if it had run once: true when the state is a KV cache only (running position p again
-  // overwrites every row the first run wrote at p). False for recurrent state (hybrids), which
-  // a step updates in place. --kl-check (engine/kl_check.h) runs the exact step first, then
-  // the lossy one at the same position.
+  // overwrites every row the first run wrote at p), or when save_for_rerun copies what a step
+  // updates in place (the hybrids' recurrent state). --kl-check (engine/kl_check.h) runs the
+  // exact step first, then the lossy one at the same position.
   virtual bool decode_step_rerunnable() const { return false; }
+  // Before a decode step that will run twice: what the step changes in place beyond the rows
+  // it writes at its position, copied; restore() puts it back, so that the second run starts
+  // from the state the first one saw. Null where there is nothing to copy (a KV cache only).
+  virtual std::unique_ptr<StepUndo> save_for_rerun(SequenceState& /*state*/) { return nullptr; }
 
   // One decode step that returns the next token instead of logits: runs `token` at position
   // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with

@@ -78,16 +78,17 @@ struct Checked {
   GenerateStats stats;
 };
 
-// Greedy generation of the qwen3_moe fixture streamed through 2 slots (the least: top-2);
-// lossy: through ScaledProvider. kl_steps > 0: checked against a second, exact streamer.
-Checked generate(bool lossy, int64_t kl_steps, float temperature = 0) {
+// Greedy generation of a fixture (qwen3_moe by default) streamed through top-k slots (the
+// least); lossy: through ScaledProvider. kl_steps > 0: checked against a second, exact streamer.
+Checked generate(bool lossy, int64_t kl_steps, float temperature = 0, const std::string& fixture = "qwen3_moe") {
   auto be = make_cpu_backend();
+  const int64_t top_k = load_model(fixture_pack(fixture), *be).model->info().n_expert_used;
   StreamerOptions so;
-  so.slots = 2;
+  so.slots = static_cast<int32_t>(top_k);
   LoadOptions lo;
   lo.expert_kind = DType::q4;
   lo.streaming = so;
-  LoadedModel m = load_model(fixture_pack("qwen3_moe"), *be, lo);
+  LoadedModel m = load_model(fixture_pack(fixture), *be, lo);
   if (lossy) m.model->set_expert_provider(std::make_shared<ScaledProvider>(m.streamer));
   GenerateOptions g;
   g.n_predict = 12;
@@ -97,7 +98,7 @@ Checked generate(bool lossy, int64_t kl_steps, float temperature = 0) {
   if (kl_steps > 0) g.kl_exact = make_streamer(m.pack, DType::q4, m.model->info().n_expert_used, *be, so);
   Checked out;
   Generator gen(*m.model);
-  out.stats = gen.generate(read_reference("qwen3_moe").prompt_ids, g, [&](int32_t id) {
+  out.stats = gen.generate(read_reference(fixture).prompt_ids, g, [&](int32_t id) {
     out.tokens.push_back(id);
     return true;
   });
@@ -133,4 +134,23 @@ TEST(KlCheck, LossyRunMeasuresAboveZeroAndKeepsItsText) {
   // Sampled at temperature 1, every step checked: a draw is sensitive to any change of the
   // logits, so exact KV rows left behind would show in the tokens.
   EXPECT_EQ(generate(true, 100, 1.0f).tokens, generate(true, 0, 1.0f).tokens);
+}
+
+// The hybrid families (DeltaNet, QSA, PLE, hyper-connections): a decode step updates their
+// recurrent state in place, so the check copies it before the exact step and puts it back
+// (Model::save_for_rerun). Exact against exact is 0 at every step and leaves the tokens as they
+// are without the check; a lossy run keeps its text (greedy, and sampled with every step
+// checked), which a state left advanced by the exact step would change.
+TEST(KlCheck, HybridFamiliesRerunTheirRecurrentState) {
+  for (const std::string& fixture : hybrid_expert_fixtures()) {
+    SCOPED_TRACE(fixture);
+    const Checked exact = generate(false, 100, 0, fixture);
+    EXPECT_EQ(exact.stats.kl.steps, 11);
+    EXPECT_EQ(exact.stats.kl.mean_nats, 0.0);
+    EXPECT_EQ(exact.tokens, generate(false, 0, 0, fixture).tokens);
+    const Checked lossy = generate(true, 100, 0, fixture);
+    EXPECT_GT(lossy.stats.kl.mean_nats, 0.0);
+    EXPECT_EQ(lossy.tokens, generate(true, 0, 0, fixture).tokens);
+    EXPECT_EQ(generate(true, 100, 1.0f, fixture).tokens, generate(true, 0, 1.0f, fixture).tokens);
+  }
 }

@@ -165,8 +165,8 @@ KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_
   if (s.backend->name() != "cpu") require_opt_in("--kl-check on the cuda backend");  // core/unverified.h
   SLUICE_CHECK(s.model.model->decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
                s.model.model->info().family,
-               " family keeps a recurrent state a decode step updates in place, so the exact step cannot run beside "
-               "the lossy one (decoder families only: qwen3_moe, mixtral, olmoe)");
+               " family's decode step cannot run twice at one position, so the exact step cannot run beside the "
+               "lossy one");
   return kl;
 }
 
