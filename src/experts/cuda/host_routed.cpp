@@ -10,6 +10,7 @@
 // --miss-kind do not apply); lookahead prefetches the next layer's predicted experts after
 // each group's demand reads, as the CPU streamer does.
 #include "backends/cuda/cuda_check.h"
+#include "core/log.h"
 #include "experts/cuda/streamer_impl.h"
 #include "experts/expert_math.h"
 
@@ -24,6 +25,11 @@ void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
   std::lock_guard<std::mutex> g(mu);
   retire();  // the device is idle
   if (observer) observer({model_layer(L), -1, &r});
+  if (opt.lossy() && !warned_lossy_host_routed) {
+    warned_lossy_host_routed = true;
+    LOG_WARN("cuda expert streaming: --cut, --miss-kind and --profile fast do not apply to experts routed on the host "
+             "(gpt-oss, Llama 4, Gemma 4 on the cuda backend): every step is computed exactly");
+  }
   LayerStats& ls = layer_stats(L, c.phase);
   const PackKindInfo& info = pack->kind(kind);
   const bool look = opt.lookahead && !c.next_router.empty() && L + 1 < n_layers;

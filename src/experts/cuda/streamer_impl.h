@@ -199,6 +199,7 @@ struct CudaStreamer::Impl : StreamState {
   std::atomic<bool> failed{false};
   std::thread service;
   bool published_resident = false, published_misses = false;  // of the job in progress
+  bool warned_lossy_host_routed = false;  // host_routed.cpp: lossy options do not apply there (said once)
 
   // The cache state: residency, host tier, fills, pins, statistics. The service thread holds
   // it while it works; the model thread only between barriers (the grouped path).
