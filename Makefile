@@ -4,11 +4,10 @@
 
 SHELL        := /bin/bash
 DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
-                libcli11-dev libxxhash-dev libgtest-dev liburing-dev \
+                libcli11-dev libxxhash-dev libgtest-dev liburing-dev liblzma-dev \
                 libcpp-httplib-dev
-# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test,
-# xz to unpack the committed routing traces (traces/).
-TEST_DEB_PACKAGES := chromium xz-utils
+# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test.
+TEST_DEB_PACKAGES := chromium
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
 # make run: the demo model (models/demo) as a pack, its 96 experts streamed through a cache of

@@ -9,12 +9,14 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/error.h"
 #include "experts/residency.h"
 #include "format/json_file.h"
+#include "format/xz.h"
 
 namespace sluice {
 namespace {
@@ -23,6 +25,7 @@ namespace {
 // sizes a table.
 constexpr int64_t kMaxExpertId = 1 << 16;
 constexpr int64_t kMaxLayer = 1 << 12;
+constexpr uint64_t kMaxTraceBytes = uint64_t{4} << 30;  // a decompressed .xz trace held in memory
 
 int64_t int_field(const nlohmann::json& j, const char* name, const std::string& where, int64_t fallback, bool required) {
   auto it = j.find(name);
@@ -108,9 +111,16 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
 }  // namespace
 
 Trace read_trace(const std::filesystem::path& path) {
-  std::ifstream f(path);
   SLUICE_CHECK(std::filesystem::exists(path), Status::not_found, "trace ", path.string(), " does not exist");
-  SLUICE_CHECK(f.good(), Status::io, "cannot open trace ", path.string());
+  std::ifstream file;
+  std::istringstream unpacked;
+  if (is_xz_path(path)) {
+    unpacked.str(read_xz_file(path, kMaxTraceBytes));
+  } else {
+    file.open(path);
+    SLUICE_CHECK(file.good(), Status::io, "cannot open trace ", path.string());
+  }
+  std::istream& f = is_xz_path(path) ? static_cast<std::istream&>(unpacked) : file;
   Trace tr;
   std::map<std::pair<int64_t, int64_t>, int64_t> position;  // (problem, layer) -> rows so far
   std::map<int64_t, bool> problems;

@@ -275,11 +275,7 @@ TEST(Simulate, MarkovHalfLifeFollowsTheCacheShape) {
   EXPECT_EQ(markov_half_life_for(3, 2, 8), 8);       // Mixtral: 1.5 steps, 3 of 8 experts
   EXPECT_EQ(markov_half_life_for(6, 2, 8), 24);
   EXPECT_EQ(markov_half_life_for(64, 0, 128), 8);    // top-k unknown
-  const fs::path xz = fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-code.jsonl.xz";
-  const fs::path plain = write_trace("routing-model-code.jsonl", "");
-  const std::string cmd = "xz -dc '" + xz.string() + "' > '" + plain.string() + "'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const Trace t = read_trace(plain);
+  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-code.jsonl.xz");
   ASSERT_EQ(t.rows.size(), 64u * 256 * 6);
   auto hit_rate = [&](PolicyKind p, int32_t slots, double half_life = 0) {
     SimulateOptions o;
@@ -297,5 +293,36 @@ TEST(Simulate, MarkovHalfLifeFollowsTheCacheShape) {
     EXPECT_GT(by_shape, eight);
     EXPECT_GE(by_shape, hit_rate(PolicyKind::lru, slots));
     EXPECT_GE(by_shape, hit_rate(PolicyKind::lrfu, slots));
+  }
+}
+
+// A .xz trace is read as it is (liblzma); a damaged, truncated or non-xz file named .xz is a
+// one-line error naming it.
+TEST(Simulate, ReadsXzTraces) {
+  const fs::path xz = fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-128e-code.jsonl.xz";
+  const Trace t = read_trace(xz);
+  EXPECT_EQ(t.n_expert, 128);
+  EXPECT_EQ(t.top_k, 8);
+  EXPECT_TRUE(t.has_predictions);
+  std::ifstream in(xz, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto error_of = [](const fs::path& p) {
+    try {
+      read_trace(p);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::corrupt) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string damaged = bytes;
+  damaged[damaged.size() / 2] ^= 0x5a;
+  for (const auto& [name, data] : {std::pair<std::string, std::string>{"truncated.jsonl.xz", bytes.substr(0, bytes.size() / 2)},
+                                   {"damaged.jsonl.xz", damaged},
+                                   {"plain.jsonl.xz", row(0, 0, 0, {1, 2})}}) {
+    const std::string err = error_of(write_trace(name, data));
+    EXPECT_NE(err.find(name), std::string::npos) << err;
+    EXPECT_NE(err.find("not a valid .xz file"), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
   }
 }
