@@ -27,6 +27,32 @@ size_t CudaStreamer::Impl::land_synchronously() {
   return n_landed;
 }
 
+StepPlan CudaStreamer::Impl::load_group(const MoeLayerCall& c, std::span<const int32_t> ids,
+                                       std::span<const float> weights, int64_t row0, int64_t row1, LayerStats& ls) {
+  const int64_t L = c.moe_layer, k = top_k;
+  ++ls.steps;
+  ls.rows += static_cast<uint64_t>(row1 - row0);
+  ls.routed += static_cast<uint64_t>((row1 - row0) * k);
+  StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
+  plan.set_union(ids, weights, k, row0, row1, n_expert);
+  ls.unique += plan.experts.size();
+  Fills fills(*this, [this] { return land_synchronously(); });
+  plan.acquire_and_read(fills, ls, pins);
+  // Lookahead: the next layer's predicted experts of this group's rows, read into the
+  // speculative share while this group waits and computes (as the CPU streamer's sub-batches).
+  if (opt.lookahead && !c.next_router.empty() && L + 1 < n_layers && residency->speculative_capacity() > 0)
+    plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
+                  layer_stats(L + 1, c.phase));
+  wait_group_resident(plan, L, ls);
+  return plan;
+}
+
+void CudaStreamer::Impl::retire_group() {
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
+  retire();
+  release_pins();
+}
+
 void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
   const auto t0 = StreamerClock::now();
   auto since = t0;
@@ -63,23 +89,9 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
   const bool grouped_kernels = grouped_kernels_apply(shape);
-  const bool look = opt.lookahead && !c.next_router.empty() && L + 1 < n_layers;
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
-    ++ls.steps;
-    ls.rows += static_cast<uint64_t>(row1 - row0);
-    ls.routed += static_cast<uint64_t>((row1 - row0) * k);
-    StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
-    plan.set_union(ids, weights, k, row0, row1, n_expert);
-    ls.unique += plan.experts.size();
-    Fills fills(*this, [this] { return land_synchronously(); });
-    plan.acquire_and_read(fills, ls, pins);
-    // Lookahead: the next layer's predicted experts of this group's rows, read into the
-    // speculative share while this group waits and computes (as the CPU streamer's sub-batches).
-    if (look && residency->speculative_capacity() > 0)
-      plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
-                    layer_stats(L + 1, c.phase));
-    wait_group_resident(plan, L, ls);
+    const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
     std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
     for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
     CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
@@ -96,9 +108,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
                                d_act.as<float>(), d_pair.as<float>(), shape, stream);
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
-    retire();
-    release_pins();
+    retire_group();
     row0 = row1;
   }
   if (!grouped_kernels)

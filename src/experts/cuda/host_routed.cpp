@@ -32,27 +32,13 @@ void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
   }
   LayerStats& ls = layer_stats(L, c.phase);
   const PackKindInfo& info = pack->kind(kind);
-  const bool look = opt.lookahead && !c.next_router.empty() && L + 1 < n_layers;
   Tensor expert_out = be.alloc(DType::f32, {n * k, n_embd});  // [n * k, n_embd], row = pair
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(r.ids, k, row0, n, residency->n_slots(), n_expert);
-    ++ls.steps;
-    ls.rows += static_cast<uint64_t>(row1 - row0);
-    ls.routed += static_cast<uint64_t>((row1 - row0) * k);
-    StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/false, opt.wait_timeout);
-    plan.set_union(r.ids, r.weights, k, row0, row1, n_expert);
-    ls.unique += plan.experts.size();
-    Fills fills(*this, [this] { return land_synchronously(); });
-    plan.acquire_and_read(fills, ls, pins);
-    if (look && residency->speculative_capacity() > 0)
-      plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
-                    layer_stats(L + 1, c.phase));
-    wait_group_resident(plan, L, ls);
+    const StepPlan plan = load_group(c, r.ids, r.weights, row0, row1, ls);
     for (const PlannedExpert& w : plan.experts)
       expert_pairs_forward(be, c.math, expert_view(info, slot_ptr(w.slot)), c.h, w.pairs, k, r.weights, expert_out);
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // the group's slots may be reused by the next
-    retire();
-    release_pins();
+    retire_group();
     row0 = row1;
   }
   std::vector<float> ones;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -145,9 +146,15 @@ struct CudaStreamer::Impl : StreamState {
   // A call the model routed on the host (host_routed.cpp): grouped()'s rounds, each group's
   // experts computed by expert_pairs_forward on views of their slots, then one combine.
   void host_routed(Backend& be, const MoeLayerCall& c);
-  // The synchronous paths' helpers (grouped.cpp; mu held): land_synchronously copies landed
-  // records on the stream (a StepFills' progress); wait_group_resident returns once every
-  // expert of the plan is resident, or throws a timeout naming the layer.
+  // The synchronous paths' rounds (grouped.cpp; mu held, device idle): load_group plans rows
+  // [row0, row1) of ids/weights (the call's routing), reads its misses (with lookahead, the
+  // next layer's prediction behind them), copies them on the stream and returns once every
+  // expert of the group is resident (a timeout naming the layer otherwise); retire_group waits
+  // for the group's compute and unpins its slots. land_synchronously copies landed records on
+  // the stream (a StepFills' progress); wait_group_resident is load_group's wait.
+  StepPlan load_group(const MoeLayerCall& c, std::span<const int32_t> ids, std::span<const float> weights, int64_t row0,
+                      int64_t row1, LayerStats& ls);
+  void retire_group();
   size_t land_synchronously();
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
   // Whether a call of this shape computes on the grouped (tensor-core) kernels: one expert
