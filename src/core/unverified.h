@@ -3,12 +3,6 @@
 // refused in one line (Status::unsupported) unless SLUICE_CUDA_UNVERIFIED=1, which the GPU
 // tests set to run them. The session that verifies a path removes its require_opt_in call
 // and its line here:
-//   "mxfp4 weights"               mxfp4 in the generic CUDA products (row_dot.cuh;
-//                                 matmul_wtype_of)
-//   "the gelu_tanh and tanh activations"   Gemma 4's MLP, experts, PLE gate and logit softcap
-//   "host-routed expert streaming"         the CUDA streamer's path for experts its device
-//                                 kernels do not compute (gpt-oss, Llama 4, Gemma 4;
-//                                 experts/cuda/host_routed.cpp)
 //   "--kl-check on the cuda backend"       a second CUDA streamer for the exact steps
 //                                 (tools/cli/cli_common.cpp, plan_kl_check)
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.

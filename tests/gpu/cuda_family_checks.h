@@ -51,25 +51,6 @@ inline std::vector<float> expect_cuda_pack_matches_the_cpu(const std::string& fi
   return got;
 }
 
-// Loading `model` (a checkpoint or pack directory) with `lo` on a fresh CUDA backend and
-// forwarding the fixture's first 3 tokens fails with Status::unsupported, in one line that
-// contains `fragment`.
-inline void expect_refused_in_one_line(const std::string& fixture, const std::filesystem::path& model,
-                                       const LoadOptions& lo, const std::string& fragment) {
-  auto gpu = make_cuda_backend(0);
-  try {
-    LoadedModel m = load_model(model, *gpu, lo);
-    const std::vector<int32_t> ids = full_ids(fixture);
-    std::vector<float> out(static_cast<size_t>(m.model->info().n_vocab));
-    m.model->forward(std::span(ids).first(3), *m.model->new_state(8), out, false);
-    ADD_FAILURE() << "did not throw (expected: " << fragment << ")";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::unsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-  }
-}
-
 // LoadOptions streaming `kind` experts through a cache of `slots` slots.
 inline LoadOptions streamed(DType kind, int32_t slots) {
   LoadOptions lo;

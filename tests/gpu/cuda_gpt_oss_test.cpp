@@ -3,10 +3,9 @@
 // ops (routed on the host: the device MoE kernels compute plain SwiGLU, so the backend builds
 // no expert table for them). Against transformers within the CUDA decoder bound of 1e-3, with
 // the greedy continuation; the CPU's bf16 KV cache reproduced; a pack's experts at bf16 (the
-// MXFP4 fixture's exact values) and q4 match the CPU's run of the same pack. What the CUDA
-// backend has not run on a GPU yet is refused in one line unless SLUICE_CUDA_UNVERIFIED=1
-// (core/unverified.h): mxfp4 weights, and streamed experts (host-routed; their test
-// is cuda_streaming_test.cpp's HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
+// MXFP4 fixture's exact values), q4 and mxfp4 match the CPU's run of the same pack; streamed
+// experts take the streamer's host-routed path (its test over every family that takes it is
+// cuda_streaming_test.cpp's HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -55,11 +54,10 @@ TEST(CudaGptOss, PacksMatchTheCpu) {
     }
 }
 
-// MXFP4 experts through the generic products, behind SLUICE_CUDA_UNVERIFIED=1 (not run on a
-// GPU when written): the checkpoint as it ships against transformers, the pack's mxfp4 kind
-// against the CPU's run of the same pack, resident and streamed (host-routed) with 4 slots.
-TEST(CudaGptOss, Mxfp4ExpertsBehindTheirSwitch) {
-  setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+// MXFP4 experts through the generic products: the checkpoint as it ships against
+// transformers, the pack's mxfp4 kind against the CPU's run of the same pack, resident and
+// streamed (host-routed) with 4 slots.
+TEST(CudaGptOss, Mxfp4Experts) {
   expect_cuda_matches_transformers("gpt_oss_mxfp4");
   expect_cuda_pack_matches_the_cpu("gpt_oss_mxfp4", DType::mxfp4);
   const std::vector<int32_t> ids = full_ids("gpt_oss_mxfp4");
@@ -72,16 +70,6 @@ TEST(CudaGptOss, Mxfp4ExpertsBehindTheirSwitch) {
   const float diff_streamed = max_abs_diff(got_streamed, want);
   std::printf("cuda gpt_oss_mxfp4 mxfp4 pack streamed, 4 slots: max |logit - cpu| %.3g\n", diff_streamed);
   EXPECT_LE(diff_streamed, kCudaLogitTolerance);
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
-}
-
-TEST(CudaGptOss, WhatIsNotSupportedYetIsRefusedInOneLine) {
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
-  // MXFP4 weights: the checkpoint as it ships, and the pack's mxfp4 kind.
-  expect_refused_in_one_line("gpt_oss_mxfp4", fixture_dir("gpt_oss_mxfp4"), {}, "mxfp4");
-  expect_refused_in_one_line("gpt_oss_mxfp4", fixture_pack("gpt_oss_mxfp4"), {DType::mxfp4}, "mxfp4");
-  // Streamed experts (host-routed).
-  expect_refused_in_one_line("gpt_oss", fixture_pack("gpt_oss"), streamed(DType::q4, 4), "host-routed");
 }
 
 }  // namespace

@@ -117,25 +117,12 @@ void expect_equal(const DevGuarded& g, const std::vector<float>& want, const std
   EXPECT_TRUE(g.intact()) << what << ": a write outside the output";
 }
 
-// Gemma 4's gelu_tanh and tanh (the logit softcap: tanh(x / cap) * cap), behind
-// SLUICE_CUDA_UNVERIFIED=1 until this has run on a GPU (core/unverified.h); refused in one line
-// without it. Each element within a few ulps of the CPU's std::tanh: NSE as the others, and an
-// absolute bound of 1e-6 per element of magnitude <= 1 after the softcap's scaling.
-TEST(CudaHybridOps, GeluTanhAndTanhBehindTheirSwitch) {
+// Gemma 4's gelu_tanh and tanh (the logit softcap: tanh(x / cap) * cap). Each element within
+// a few ulps of the CPU's std::tanh: NSE as the others, and an absolute bound of 1e-6 per
+// element of magnitude <= 1 after the softcap's scaling.
+TEST(CudaHybridOps, GeluTanhAndTanh) {
   Pair p;
   std::mt19937 rng(3);
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
-  {
-    DevGuarded g = dev(*p.gpu, {8});
-    try {
-      p.gpu->activate(g.t, Activation::gelu_tanh, 1.0f, 1.0f);
-      ADD_FAILURE() << "gelu_tanh ran without the opt-in";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), Status::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("gelu_tanh"), std::string::npos) << e.what();
-    }
-  }
-  setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
   for (int64_t n : {1, 7, 37, 1000})
     for (Activation act : {Activation::gelu_tanh, Activation::tanh})
       for (auto [div, mul] : {std::pair{1.0f, 1.0f}, {30.0f, 30.0f}}) {
@@ -148,7 +135,6 @@ TEST(CudaHybridOps, GeluTanhAndTanhBehindTheirSwitch) {
         for (int64_t i = 0; i < n; ++i)
           EXPECT_LE(std::fabs(got[i] - want[i]), 1e-6f * std::max(1.0f, std::fabs(want[i]))) << "element " << i;
       }
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
 }
 
 TEST(CudaHybridOps, CopyCols) {

@@ -4,11 +4,9 @@
 // the generic ops (routed on the host: the device MoE kernels scale outputs, so the backend
 // builds no expert table for them). Against transformers within the CUDA decoder bound of
 // 1e-3, teacher-forced and decoded through the cache, with the greedy continuation; a pack's
-// q4 experts match the CPU's run of the same pack. Streamed Llama 4 experts (host-routed:
-// cuda_streaming_test.cpp) are refused in one line unless SLUICE_CUDA_UNVERIFIED=1.
+// q4 experts match the CPU's run of the same pack. Streamed Llama 4 experts take the streamer's
+// host-routed path (cuda_streaming_test.cpp's HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 
 #include "cuda_family_checks.h"
 
@@ -22,11 +20,6 @@ class CudaLlama4 : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaLlama4, MatchesTransformersTeacherForcedDecodedAndGreedy) { expect_cuda_matches_transformers(GetParam()); }
 
 TEST_P(CudaLlama4, Q4PackMatchesTheCpu) { expect_cuda_pack_matches_the_cpu(GetParam(), DType::q4); }
-
-TEST_P(CudaLlama4, StreamedExpertsAreRefusedInOneLineUntilVerified) {
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
-  expect_refused_in_one_line(GetParam(), fixture_pack(GetParam()), streamed(DType::q4, 4), "host-routed");
-}
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaLlama4, ::testing::ValuesIn(llama4_fixtures()),
                          [](const auto& info) { return info.param; });

@@ -924,40 +924,24 @@ struct QuantizedMatrix {
   }
 };
 
-// MXFP4 weights through the generic products (SLUICE_CUDA_UNVERIFIED=1: core/unverified.h): decode
-// matvec (n <= 8), its batch passes, and the tiled prefill kernel (n = 300); k a multiple of
-// the group (the vectorized path; 2880 is gpt-oss's width) and not (100: the scalar path).
-// Refused in one line with the switch off.
-TEST(CudaOps, MatmulMxfp4BehindItsSwitch) {
+// MXFP4 weights through the generic products: decode matvec (n <= 8), its batch passes, and
+// the tiled prefill kernel (n = 300); k a multiple of the group (the vectorized path; 2880 is
+// gpt-oss's width) and not (100: the scalar path).
+TEST(CudaOps, MatmulMxfp4) {
   Pair p;
   const DType q = DType::mxfp4;
-  for (bool on : {false, true}) {
-    if (on) setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
-    else unsetenv("SLUICE_CUDA_UNVERIFIED");
-    for (int64_t n : {1, 2, 5, 19, 300})
-      for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 64}, {64, 2880}, {5, 100}, {1100, 256}}) {
-        auto wv = random_vec(m * k, 31), xv = random_vec(n * k, 32);
-        const QuantizedMatrix qm(q, wv, m, k);
-        const Tensor& w = qm.t;
-        Tensor yg = gpu_f32(*p.gpu, {n, m}, {});
-        if (!on) {
-          try {
-            p.gpu->matmul(gpu_f32(*p.gpu, {n, k}, xv), p.gpu->upload(w), yg);
-            ADD_FAILURE() << "mxfp4 ran with the switch off";
-          } catch (const Error& e) {
-            EXPECT_EQ(e.status(), Status::unsupported);
-            EXPECT_NE(std::string(e.what()).find("mxfp4"), std::string::npos) << e.what();
-          }
-          continue;
-        }
-        Tensor yc = p.cpu->alloc(DType::f32, {n, m});
-        p.cpu->matmul(cpu_f32(*p.cpu, {n, k}, xv), w, yc);
-        p.gpu->matmul(gpu_f32(*p.gpu, {n, k}, xv), p.gpu->upload(w), yg);
-        expect_close(read_with_guard(*p.gpu, yg), read(*p.cpu, yc),
-                     ("matmul mxfp4 n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k)).c_str());
-      }
-  }
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
+  for (int64_t n : {1, 2, 5, 19, 300})
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 64}, {64, 2880}, {5, 100}, {1100, 256}}) {
+      auto wv = random_vec(m * k, 31), xv = random_vec(n * k, 32);
+      const QuantizedMatrix qm(q, wv, m, k);
+      const Tensor& w = qm.t;
+      Tensor yg = gpu_f32(*p.gpu, {n, m}, {});
+      Tensor yc = p.cpu->alloc(DType::f32, {n, m});
+      p.cpu->matmul(cpu_f32(*p.cpu, {n, k}, xv), w, yc);
+      p.gpu->matmul(gpu_f32(*p.gpu, {n, k}, xv), p.gpu->upload(w), yg);
+      expect_close(read_with_guard(*p.gpu, yg), read(*p.cpu, yc),
+                   ("matmul mxfp4 n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k)).c_str());
+    }
 }
 
 // Quantized weights: the GPU dequantizes exactly as core/quant.cpp; only sums reorder.

@@ -39,9 +39,8 @@ inline std::vector<std::string> hybrid_expert_fixtures() { return {"qwen3_next",
 
 // gpt-oss (attention sinks, sliding and full layers, experts with biases and the clamped
 // SwiGLU): bf16, and MXFP4 experts in the real checkpoint layout. The CUDA backend runs them
-// resident from bf16 / int8 / q4 weights (tests/gpu/cuda_gpt_oss_test.cpp); mxfp4 weights and
-// streamed experts (host-routed: host_routed_fixtures) only where SLUICE_CUDA_UNVERIFIED=1
-// (core/unverified.h).
+// resident from bf16 / int8 / q4 / mxfp4 weights (tests/gpu/cuda_gpt_oss_test.cpp), streamed
+// host-routed (host_routed_fixtures).
 inline std::vector<std::string> gpt_oss_fixtures() { return {"gpt_oss", "gpt_oss_mxfp4"}; }
 
 // Llama 4 (NoPE layers with temperature tuning, chunked attention, L2 q/k norm, sigmoid routing
@@ -51,8 +50,7 @@ inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_to
 
 // Gemma 4 (sliding and full layers with their own head sizes and rope, q/k/v norms, KV shared
 // across layers, attention_k_eq_v, the MoE block beside a gelu MLP, PLE, the logit softcap).
-// On CUDA its gelu_tanh and tanh, and so the family, need SLUICE_CUDA_UNVERIFIED=1 so far
-// (tests/gpu/cuda_gemma4_test.cpp).
+// On CUDA: tests/gpu/cuda_gemma4_test.cpp.
 inline std::vector<std::string> gemma4_fixtures() { return {"gemma4", "gemma4_kv"}; }
 
 // Every fixture with routed experts.

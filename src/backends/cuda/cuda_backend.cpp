@@ -11,7 +11,6 @@
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
-#include "core/unverified.h"
 #include "core/log.h"
 #include "core/quant.h"
 
@@ -638,10 +637,7 @@ WType wtype_of(DType t, const char* op) {
 }
 
 WType matmul_wtype_of(DType t, const char* op) {
-  if (t == DType::mxfp4) {
-    require_opt_in("mxfp4 weights");  // unverified.h
-    return WType::mxfp4;
-  }
+  if (t == DType::mxfp4) return WType::mxfp4;
   return wtype_of(t, op);
 }
 

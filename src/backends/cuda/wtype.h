@@ -27,9 +27,7 @@ enum class WType : int32_t {
 // matrix kernels read (f32, f16, bf16, q8, q4, q2), else Error(unsupported).
 WType wtype_of(DType t, const char* op);
 // The code for the generic matrix products (launch_matvec, launch_matmul_tiled): wtype_of's,
-// plus mxfp4 where SLUICE_CUDA_UNVERIFIED=1 turns it on (unverified.h: those kernels' mxfp4
-// path has not run on a GPU yet; CudaOps.MatmulMxfp4BehindItsSwitch checks it against the CPU
-// there); until it has, mxfp4 weights are refused in one line by default.
+// plus mxfp4 (CudaOps.MatmulMxfp4 checks those kernels' mxfp4 path against the CPU).
 WType matmul_wtype_of(DType t, const char* op);
 // The same for kernels that read float weights only (norms, biases, embedding rows).
 WType float_wtype_of(DType t, const char* op);

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# family_decode.sh BIN_DIR: decode speed of one family's synthetic pack on one backend, resident
+# and streamed. `sluice synth --like $LIKE --kinds $KIND --layers $LAYERS` in $WORK (reused
+# while its manifest is there), then `sluice run` of PROMPT random ids and DECODE greedy tokens:
+#   - resident (every expert on the device): decode tok/s, and the bytes one decode token
+#     touches (the dense tensors but the input embedding table, which is read a row a token,
+#     plus top-k expert records in every MoE layer; the KV cache of a short prompt is left out)
+#     over HBM_GBPS: the roofline, and the share of it reached;
+#   - streamed with device caches of CACHES percent of the expert bytes, experts from the disk
+#     (page cache dropped; bytes read / the disk's O_DIRECT bandwidth measured here) and from a
+#     preloaded host-RAM tier (bytes copied / H2D_GBPS): decode tok/s, hit rate, GB moved in
+#     the decode, the IO bound and the run's decode time over it.
+# Prints a markdown table. Environment (defaults): LIKE (gpt-oss-120b), KIND (mxfp4), LAYERS
+#   (12), BACKEND (cuda), PROMPT (16), DECODE (64; DISK_DECODE 24 for the disk rows), CACHES
+#   (10,25), TIERS (disk,host), HBM_GBPS (4000: GPU-MACHINE.md's measured copy bandwidth),
+#   H2D_GBPS (55), WORK (/tmp/family_decode), DEADLINE (s, 570), KEEP (0: the pack is removed at
+#   the end, for the next family's room on the 64 GiB disk).
+set -uo pipefail
+[ $# -eq 1 ] || { echo "usage: family_decode.sh BIN_DIR" >&2; exit 2; }
+BIN=$(realpath "$1")
+LIKE=${LIKE:-gpt-oss-120b}; KIND=${KIND:-mxfp4}; LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}
+PROMPT=${PROMPT:-16}; DECODE=${DECODE:-64}; DISK_DECODE=${DISK_DECODE:-24}; CACHES=${CACHES:-10,25}
+TIERS=${TIERS:-disk,host}; HBM_GBPS=${HBM_GBPS:-4000}; H2D_GBPS=${H2D_GBPS:-55}
+W=${WORK:-/tmp/family_decode}; DEADLINE=${DEADLINE:-570}; KEEP=${KEEP:-0}
+mkdir -p "$W"
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
+say() { echo "family_decode.sh: [$(el) s] $*" >&2; }
+die() { echo "family_decode.sh: error: $*" >&2; exit 1; }
+[ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
+
+PACK=$W/pack-$LIKE-$KIND-$LAYERS
+if [ ! -f "$PACK/manifest.json" ]; then
+  say "sluice synth --like $LIKE --kinds $KIND --layers $LAYERS"
+  timeout "$(tmo 300)" "$BIN/sluice" synth --like "$LIKE" --kinds "$KIND" --layers "$LAYERS" "$PACK" --force -q \
+    > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log" >&2; die "synth failed"; }
+fi
+[ "$KEEP" = 1 ] || trap 'rm -rf "$PACK"' EXIT
+EXPERTS="$PACK/experts.$KIND.bin"
+[ -f "$EXPERTS" ] || die "$PACK has no $KIND experts"
+EXPERT_BYTES=$(stat -c %s "$EXPERTS")
+# vocab, MoE layers, top-k, the record stride and the bytes a decode token touches (see above).
+read -r VOCAB MOE_LAYERS TOPK TOUCHED < <(python3 - "$PACK/manifest.json" "$KIND" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+c = m["config"]; t = c.get("text_config", c)
+k = t.get("num_experts_per_tok") or t.get("top_k_experts") or t.get("experts_per_token")
+layers = len(m["experts"]["layers"])
+stride = m["kinds"][sys.argv[2]]["record_stride"]
+tied = bool(t.get("tie_word_embeddings", c.get("tie_word_embeddings", False)))
+dense = 0
+for x in m["dense"]["tensors"]:
+    n = x["name"]
+    if ("embed_tokens" in n and not tied) or "per_layer" in n and "embed" in n: continue
+    dense += x["bytes"]
+print(t["vocab_size"], layers, k, dense + layers * k * stride)
+PY
+) || die "cannot read $PACK/manifest.json"
+IDS=$(python3 -c "import random,sys; r=random.Random(7); print(','.join(str(r.randrange(1, int(sys.argv[1]))) for _ in range(int(sys.argv[2]))))" "$VOCAB" "$PROMPT")
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
+DROPS=yes; drop_caches || DROPS=no
+DISK_GBPS=$( { dd if="$EXPERTS" of=/dev/null bs=6M count=$(( 4096 / 6 )) iflag=direct 2>&1 >/dev/null; } |
+  python3 -c "import re,sys; t=sys.stdin.read(); m=re.search(r'(\d+) bytes.*copied, ([0-9.]+) s', t); print(round(int(m.group(1))/float(m.group(2))/1e9, 3) if m else 0)")
+say "$LIKE $KIND, $LAYERS layers: experts $((EXPERT_BYTES / 1000000)) MB, top-$TOPK, $((TOUCHED / 1000000)) MB a decode token; disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"
+
+run() {  # NAME N ARGS...: one run, its output in $W/NAME.log
+  local name=$1 n=$2; shift 2
+  timeout "$(tmo 240)" "$BIN/sluice" run --model "$PACK" --expert-kind "$KIND" --backend "$BACKEND" --tokens "$IDS" -n "$n" \
+    --temperature 0 --ignore-eos "$@" > "$W/$name.log" 2>&1 ||
+    { tail -3 "$W/$name.log" >&2; say "$name failed"; return 1; }
+}
+echo "| $LIKE ($LAYERS layers, $KIND) | experts from | decode tok/s | hit rate | GB moved (decode) | bound s | decode s | decode / bound |"
+echo "|---|---|---|---|---|---|---|---|"
+if run resident "$DECODE"; then
+  python3 - "$W/resident.log" "$TOUCHED" "$HBM_GBPS" <<'PY'
+import re, sys
+m = re.search(r"generated (\d+) tokens, ([0-9.]+) tok/s", open(sys.argv[1]).read())
+tps, touched, hbm = float(m.group(2)), int(sys.argv[2]), float(sys.argv[3])
+roof = hbm * 1e9 / touched
+print(f"| resident | - | {tps:.1f} | 1 | - | roofline {roof:.0f} tok/s ({touched / 1e6:.0f} MB a token at {hbm:.0f} GB/s) | - | {tps / roof:.0%} of the roofline |")
+PY
+fi
+for pct in ${CACHES//,/ }; do
+  cache=$(( EXPERT_BYTES * pct / 100 ))
+  for tier in ${TIERS//,/ }; do
+    name="c${pct}_$tier"; n=$DECODE; extra=()
+    if [ "$tier" = host ]; then extra=(--host-cache "$EXPERT_BYTES" --host-cache-preload); else n=$DISK_DECODE; drop_caches; fi
+    run "$name" "$n" --expert-cache "$cache" --stats "$W/$name.json" "${extra[@]}" || continue
+    python3 - "$W/$name.json" "$pct" "$tier" "$DISK_GBPS" "$H2D_GBPS" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["run"]
+pct, tier, disk, h2d = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+p = d["phases"]["decode"]
+moved = p["bytes_read_demand"] + p["bytes_read_prefetch"]
+bw = h2d if tier == "host" else disk
+bound = moved / bw / 1e9 if bw > 0 else float("nan")
+secs = d["decode_seconds"]
+print(f"| {pct}% | {tier} | {d['decode_tokens_per_second']:.1f} | {p['hit_rate']:.3f} | {moved / 1e9:.2f} | {bound:.3f} | {secs:.3f} | {secs / bound:.2f}x |")
+PY
+  done
+done
+say "done; logs and stats in $W"
