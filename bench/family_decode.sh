@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # family_decode.sh BIN_DIR: decode speed of one family's synthetic pack on one backend, resident
 # and streamed. `sluice synth --like $LIKE --kinds $KIND --layers $LAYERS` in $WORK (reused
-# while its manifest is there), then `sluice run` of PROMPT random ids and DECODE greedy tokens:
+# while its manifest is there; or PACK, a pack of KIND experts to use as it is), then
+# `sluice run` of PROMPT random ids and DECODE greedy tokens:
 #   - resident (every expert on the device): decode tok/s, and the bytes one decode token
 #     touches (the dense tensors but the input embedding table, which is read a row a token,
 #     plus top-k expert records in every MoE layer; the KV cache of a short prompt is left out)
@@ -13,15 +14,18 @@
 # Prints a markdown table. Environment (defaults): LIKE (gpt-oss-120b), KIND (mxfp4), LAYERS
 #   (12), BACKEND (cuda), PROMPT (16), DECODE (64; DISK_DECODE 24 for the disk rows), CACHES
 #   (10,25), TIERS (disk,host), HBM_GBPS (4000: GPU-MACHINE.md's measured copy bandwidth),
-#   H2D_GBPS (55), WORK (/tmp/family_decode), DEADLINE (s, 570), KEEP (0: the pack is removed at
-#   the end, for the next family's room on the 64 GiB disk).
+#   H2D_GBPS (55), WORK (/tmp/family_decode), DEADLINE (s, 570), KEEP (0: a pack synthesized here
+#   is removed at the end, for the next family's room on the 64 GiB disk), RESIDENT (1: 0 skips
+#   the resident row), EXTRA (options added to every streamed run, e.g. "--profile fast" or
+#   "--fake-experts"; named in the table).
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: family_decode.sh BIN_DIR" >&2; exit 2; }
 BIN=$(realpath "$1")
 LIKE=${LIKE:-gpt-oss-120b}; KIND=${KIND:-mxfp4}; LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}
 PROMPT=${PROMPT:-16}; DECODE=${DECODE:-64}; DISK_DECODE=${DISK_DECODE:-24}; CACHES=${CACHES:-10,25}
 TIERS=${TIERS:-disk,host}; HBM_GBPS=${HBM_GBPS:-4000}; H2D_GBPS=${H2D_GBPS:-55}
-W=${WORK:-/tmp/family_decode}; DEADLINE=${DEADLINE:-570}; KEEP=${KEEP:-0}
+W=${WORK:-/tmp/family_decode}; DEADLINE=${DEADLINE:-570}; KEEP=${KEEP:-0}; RESIDENT=${RESIDENT:-1}
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 mkdir -p "$W"
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
@@ -29,13 +33,17 @@ say() { echo "family_decode.sh: [$(el) s] $*" >&2; }
 die() { echo "family_decode.sh: error: $*" >&2; exit 1; }
 [ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
 
-PACK=$W/pack-$LIKE-$KIND-$LAYERS
-if [ ! -f "$PACK/manifest.json" ]; then
-  say "sluice synth --like $LIKE --kinds $KIND --layers $LAYERS"
-  timeout "$(tmo 300)" "$BIN/sluice" synth --like "$LIKE" --kinds "$KIND" --layers "$LAYERS" "$PACK" --force -q \
-    > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log" >&2; die "synth failed"; }
+if [ -n "${PACK:-}" ]; then
+  [ -f "$PACK/manifest.json" ] || die "$PACK: not a pack (no manifest.json)"
+else
+  PACK=$W/pack-$LIKE-$KIND-$LAYERS
+  if [ ! -f "$PACK/manifest.json" ]; then
+    say "sluice synth --like $LIKE --kinds $KIND --layers $LAYERS"
+    timeout "$(tmo 300)" "$BIN/sluice" synth --like "$LIKE" --kinds "$KIND" --layers "$LAYERS" "$PACK" --force -q \
+      > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log" >&2; die "synth failed"; }
+  fi
+  [ "$KEEP" = 1 ] || trap 'rm -rf "$PACK"' EXIT
 fi
-[ "$KEEP" = 1 ] || trap 'rm -rf "$PACK"' EXIT
 EXPERTS="$PACK/experts.$KIND.bin"
 [ -f "$EXPERTS" ] || die "$PACK has no $KIND experts"
 EXPERT_BYTES=$(stat -c %s "$EXPERTS")
@@ -62,7 +70,7 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
 DROPS=yes; drop_caches || DROPS=no
 DISK_GBPS=$( { dd if="$EXPERTS" of=/dev/null bs=6M count=$(( 4096 / 6 )) iflag=direct 2>&1 >/dev/null; } |
   python3 -c "import re,sys; t=sys.stdin.read(); m=re.search(r'(\d+) bytes.*copied, ([0-9.]+) s', t); print(round(int(m.group(1))/float(m.group(2))/1e9, 3) if m else 0)")
-say "$LIKE $KIND, $LAYERS layers: experts $((EXPERT_BYTES / 1000000)) MB, top-$TOPK, $((TOUCHED / 1000000)) MB a decode token; disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"
+say "$(basename "$PACK"): experts $((EXPERT_BYTES / 1000000)) MB, top-$TOPK, $((TOUCHED / 1000000)) MB a decode token; disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"
 
 run() {  # NAME N ARGS...: one run, its output in $W/NAME.log
   local name=$1 n=$2; shift 2
@@ -70,9 +78,9 @@ run() {  # NAME N ARGS...: one run, its output in $W/NAME.log
     --temperature 0 --ignore-eos "$@" > "$W/$name.log" 2>&1 ||
     { tail -3 "$W/$name.log" >&2; say "$name failed"; return 1; }
 }
-echo "| $LIKE ($LAYERS layers, $KIND) | experts from | decode tok/s | hit rate | GB moved (decode) | bound s | decode s | decode / bound |"
+echo "| $(basename "$PACK") ($KIND)${EXTRA:+, $EXTRA} | experts from | decode tok/s | hit rate | GB moved (decode) | bound s | decode s | decode / bound |"
 echo "|---|---|---|---|---|---|---|---|"
-if run resident "$DECODE"; then
+if [ "$RESIDENT" = 1 ] && run resident "$DECODE"; then
   python3 - "$W/resident.log" "$TOUCHED" "$HBM_GBPS" <<'PY'
 import re, sys
 m = re.search(r"generated (\d+) tokens, ([0-9.]+) tok/s", open(sys.argv[1]).read())
@@ -86,7 +94,7 @@ for pct in ${CACHES//,/ }; do
   for tier in ${TIERS//,/ }; do
     name="c${pct}_$tier"; n=$DECODE; extra=()
     if [ "$tier" = host ]; then extra=(--host-cache "$EXPERT_BYTES" --host-cache-preload); else n=$DISK_DECODE; drop_caches; fi
-    run "$name" "$n" --expert-cache "$cache" --stats "$W/$name.json" "${extra[@]}" || continue
+    run "$name" "$n" --expert-cache "$cache" --stats "$W/$name.json" "${extra[@]}" "${EXTRA_ARGS[@]}" || continue
     python3 - "$W/$name.json" "$pct" "$tier" "$DISK_GBPS" "$H2D_GBPS" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))["run"]

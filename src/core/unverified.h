@@ -5,6 +5,11 @@
 // and its line here:
 //   "--kl-check on the cuda backend"       a second CUDA streamer for the exact steps
 //                                 (tools/cli/cli_common.cpp, plan_kl_check)
+// and where a verified path stays the default and the new one runs only when opted in
+// (unverified_opted_in, no refusal):
+//   the streamed prefill's waves   a prompt chunk's experts computed as their reads land
+//                                 (experts/cuda/grouped.cpp compute_in_waves, host_routed.cpp;
+//                                 else each group waits for all its reads, then computes)
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.
 #pragma once
 

@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restric
   __shared__ int32_t rows[kGTM];
   const int64_t e = blockIdx.y;
   const int64_t first = offsets[e] + static_cast<int64_t>(blockIdx.z) * kGTM, end = offsets[e + 1];
-  if (first >= end) return;
+  if (first >= end || table[e].wtype == WType::unavailable) return;  // no pairs, or not in this wave
   const int n_rows = static_cast<int>(end - first < kGTM ? end - first : kGTM);
   const int tid = threadIdx.x;
   if (tid < kGTM) rows[tid] = tid < n_rows ? order[first + tid] : -1;
@@ -442,6 +442,7 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_mma_kernel(const fl
   __shared__ const uint8_t* srow[NMAT * mma::kBN];
   if (static_cast<int32_t>(blockIdx.y) >= tiles[0]) return;
   const int64_t e = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y], end = offsets[e + 1];
+  if (table[e].wtype == WType::unavailable) return;  // not in this wave
   const int64_t n_rows = end - first < BM ? end - first : BM;
   const int tid = threadIdx.x;
   const ExpertRef& ref = table[e];
@@ -497,6 +498,7 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_split_kernel(const 
   __shared__ const uint8_t* srow[NMAT * mma::kBN];
   if (static_cast<int32_t>(blockIdx.y) >= tiles[0]) return;
   const int64_t e = tiles[1 + 2 * blockIdx.y], first = tiles[2 + 2 * blockIdx.y], end = offsets[e + 1];
+  if (table[e].wtype == WType::unavailable) return;  // not in this wave
   const int64_t n_rows = end - first < BM ? end - first : BM;
   const int tid = threadIdx.x;
   const ExpertRef& ref = table[e];
@@ -576,9 +578,8 @@ void launch_grouped_mma_t(const float* h, const int32_t* order, const int32_t* o
                           cudaStream_t st) {
   const int64_t pairs = shape.n_rows * shape.k;
   const auto bound = static_cast<unsigned>(max_tiles(pairs, shape.n_expert, BM));
-  if (moe_split_enabled()) {
+  if (moe_split_enabled()) {  // h's parts: launch_moe_grouped_prepare
     const SplitScratch sp = split_scratch(group, shape);
-    launch_split_bf16_parts(h, shape.n_rows, shape.n_embd, sp.h_parts, st);
     constexpr size_t gate_smem = sizeof(mma::PipeSmem<BM, 2>), down_smem = sizeof(mma::PipeSmem<BM, 1>);
     static const bool attributes_set = [] {  // once a process for each instantiation
       allow_smem(moe_grouped_split_kernel<T, BM, 2>, gate_smem);
@@ -647,48 +648,77 @@ int64_t moe_grouped_scratch_bytes(const MoeShape& shape) {
          mma::kParts * pairs * shape.n_ff * 2;
 }
 
-void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
-  const float *h = p.h, *weights = p.weights;
-  const int32_t* ids = p.ids;
-  const ExpertRef* table = p.table;
-  void* group = p.group;
-  float *act = p.act, *pair_out = p.pair_out, *out = p.out;
+namespace {
+
+// The index arrays of moe_grouped_scratch_bytes' layout.
+struct GroupIndex {
+  int32_t* offsets;
+  int32_t* order;
+  int32_t* tiles;
+};
+GroupIndex group_index(const MoeGroupedParams& p) {
+  auto* offsets = static_cast<int32_t*>(p.group);
+  int32_t* order = offsets + p.shape.n_expert + 1;
+  return {offsets, order, order + p.shape.n_rows * p.shape.k};
+}
+
+}  // namespace
+
+void launch_moe_grouped_prepare(const MoeGroupedParams& p, Stream s) {
   const MoeShape& shape = p.shape;
-  const WType wtype = shape.wtype;
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
   SLUICE_CHECK((pairs + kGTM - 1) / kGTM < 65536 && shape.n_expert < 65536 &&
                    2 * shape.n_expert * sizeof(int32_t) <= 48 * 1024,
                Status::unsupported, "cuda moe grouped: ", pairs, " pairs over ", shape.n_expert, " experts");
   auto st = static_cast<cudaStream_t>(s);
-  auto* offsets = static_cast<int32_t*>(group);
-  int32_t* order = offsets + shape.n_expert + 1;
-  int32_t* tiles = order + pairs;
+  const GroupIndex gi = group_index(p);
   const bool tensor_cores = grouped_mma_usable(shape);
   SLUICE_CHECK(!tensor_cores || max_tiles(pairs, shape.n_expert, grouped_mma_bm(shape)) < 65536, Status::unsupported,
                "cuda moe grouped: ", pairs, " pairs over ", shape.n_expert, " experts");
   moe_group_kernel<<<1, 1024, 2 * shape.n_expert * sizeof(int32_t), st>>>(
-      ids, pairs, shape.n_expert, offsets, order, tensor_cores ? grouped_mma_bm(shape) : 0, tiles);
+      p.ids, pairs, shape.n_expert, gi.offsets, gi.order, tensor_cores ? grouped_mma_bm(shape) : 0, gi.tiles);
   CUDA_CHECK(cudaGetLastError());
-  if (tensor_cores) {
-    switch (wtype) {
-      case WType::bf16: launch_grouped_mma<WType::bf16>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
-      case WType::q8: launch_grouped_mma<WType::q8>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
-      default: launch_grouped_mma<WType::q4>(h, order, offsets, tiles, table, act, pair_out, shape, group, st); break;
+  if (tensor_cores && moe_split_enabled())
+    launch_split_bf16_parts(p.h, shape.n_rows, shape.n_embd, split_scratch(p.group, shape).h_parts, st);
+}
+
+void launch_moe_grouped_experts(const MoeGroupedParams& p, Stream s) {
+  const MoeShape& shape = p.shape;
+  if (shape.n_rows * shape.k == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  const GroupIndex gi = group_index(p);
+  const float* h = p.h;
+  const ExpertRef* table = p.table;
+  float *act = p.act, *pair_out = p.pair_out;
+  if (grouped_mma_usable(shape)) {
+    switch (shape.wtype) {
+      case WType::bf16: launch_grouped_mma<WType::bf16>(h, gi.order, gi.offsets, gi.tiles, table, act, pair_out, shape, p.group, st); break;
+      case WType::q8: launch_grouped_mma<WType::q8>(h, gi.order, gi.offsets, gi.tiles, table, act, pair_out, shape, p.group, st); break;
+      default: launch_grouped_mma<WType::q4>(h, gi.order, gi.offsets, gi.tiles, table, act, pair_out, shape, p.group, st); break;
     }
-    launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
     return;
   }
-  switch (wtype) {
-    case WType::f32: launch_grouped_t<WType::f32>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case WType::f16: launch_grouped_t<WType::f16>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case WType::bf16: launch_grouped_t<WType::bf16>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case WType::q8: launch_grouped_t<WType::q8>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case WType::q4: launch_grouped_t<WType::q4>(h, order, offsets, table, act, pair_out, shape, st); break;
-    case WType::q2: launch_grouped_t<WType::q2>(h, order, offsets, table, act, pair_out, shape, st); break;
-    default: fail(Status::internal, "cuda moe grouped: weight type ", static_cast<int>(wtype));
+  switch (shape.wtype) {
+    case WType::f32: launch_grouped_t<WType::f32>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::f16: launch_grouped_t<WType::f16>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::bf16: launch_grouped_t<WType::bf16>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::q8: launch_grouped_t<WType::q8>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::q4: launch_grouped_t<WType::q4>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::q2: launch_grouped_t<WType::q2>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    default: fail(Status::internal, "cuda moe grouped: weight type ", static_cast<int>(shape.wtype));
   }
-  launch_moe_combine(pair_out, weights, out, shape.n_rows, shape.k, shape.n_embd, s);
+}
+
+void launch_moe_grouped_combine(const MoeGroupedParams& p, Stream s) {
+  if (p.shape.n_rows * p.shape.k == 0) return;
+  launch_moe_combine(p.pair_out, p.weights, p.out, p.shape.n_rows, p.shape.k, p.shape.n_embd, s);
+}
+
+void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
+  launch_moe_grouped_prepare(p, s);
+  launch_moe_grouped_experts(p, s);
+  launch_moe_grouped_combine(p, s);
 }
 
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,

@@ -92,5 +92,18 @@ struct MoeGroupedParams {
   MoeShape shape;
 };
 void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s);
+// launch_moe_experts_grouped in its three steps, for a streamed prefill that computes the
+// experts of one group of rows in waves as their records land (experts/cuda/grouped.cpp):
+//   prepare: the pairs grouped by expert and the tiles listed (from p.ids alone), and h's
+//            split parts for the tensor cores; once;
+//   experts: every tile whose expert's entry in p.table is available (the others are
+//            skipped): pair_out (and act) of those pairs; any number of times, each pair's
+//            expert available in exactly one of the calls' tables;
+//   combine: out from every pair's pair_out, in rank order; once, after the last wave.
+// A pair's sums depend only on its row, its expert and the tile layout of prepare (not on
+// the wave), so the result equals launch_moe_experts_grouped's bit for bit.
+void launch_moe_grouped_prepare(const MoeGroupedParams& p, Stream s);
+void launch_moe_grouped_experts(const MoeGroupedParams& p, Stream s);
+void launch_moe_grouped_combine(const MoeGroupedParams& p, Stream s);
 
 }  // namespace sluice::cuda

@@ -36,6 +36,10 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   hs = std::make_unique<cuda::Handshake>(n_layers);
   calls.assign(static_cast<size_t>(n_layers), 0);
   d_table = cuda::DeviceBuffer(static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), "the expert table");
+  wave_tables = cuda::MappedHostBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                                       "the prefill wave tables");
+  d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                                     "the prefill wave tables");
   d_copies = cuda::DeviceBuffer(copy_list_bytes() + sizeof(uint32_t), "the copy list");
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");

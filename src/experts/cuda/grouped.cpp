@@ -1,13 +1,16 @@
 // CudaStreamer's synchronous path for a batch whose union may exceed the cache (a long
 // prefill on a small cache): rows grouped so each group's union fits (row_group_end); each
 // group is planned, loaded and computed on the model thread before the next, without the
-// handshake and without a deadline. A group's union is wholly resident when it computes, so
-// with many pairs an expert its rows go through the grouped (tensor-core) kernels exactly as
-// the resident prefill's do, bit for bit; otherwise through the pair kernels and one combine.
-// With lookahead, each group's prediction of the next layer is prefetched behind its reads.
+// handshake and without a deadline. With many pairs an expert, a group's rows go through the
+// grouped (tensor-core) kernels in waves: the experts resident at the plan first, then those
+// whose reads landed, while the others are still being read (compute_in_waves), and one
+// combine; each pair computed exactly as the resident prefill computes it, bit for bit.
+// Otherwise the group's union is wholly resident before the pair kernels compute it. With
+// lookahead, each group's prediction of the next layer is prefetched behind its reads.
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -27,7 +30,7 @@ size_t CudaStreamer::Impl::land_synchronously() {
   return n_landed;
 }
 
-StepPlan CudaStreamer::Impl::load_group(const MoeLayerCall& c, std::span<const int32_t> ids,
+StepPlan CudaStreamer::Impl::plan_group(const MoeLayerCall& c, std::span<const int32_t> ids,
                                        std::span<const float> weights, int64_t row0, int64_t row1, LayerStats& ls) {
   const int64_t L = c.moe_layer, k = top_k;
   ++ls.steps;
@@ -43,7 +46,13 @@ StepPlan CudaStreamer::Impl::load_group(const MoeLayerCall& c, std::span<const i
   if (opt.lookahead && !c.next_router.empty() && L + 1 < n_layers && residency->speculative_capacity() > 0)
     plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
                   layer_stats(L + 1, c.phase));
-  wait_group_resident(plan, L, ls);
+  return plan;
+}
+
+StepPlan CudaStreamer::Impl::load_group(const MoeLayerCall& c, std::span<const int32_t> ids,
+                                       std::span<const float> weights, int64_t row0, int64_t row1, LayerStats& ls) {
+  StepPlan plan = plan_group(c, ids, weights, row0, row1, ls);
+  wait_group_resident(plan, c.moe_layer, ls);
   return plan;
 }
 
@@ -53,14 +62,27 @@ void CudaStreamer::Impl::retire_group() {
   release_pins();
 }
 
-void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
+void CudaStreamer::Impl::land_group(const StepPlan& plan, int64_t L, LayerStats& ls,
+                                    const std::function<bool(size_t ready, size_t left)>& take_now,
+                                    const std::function<void(std::span<const size_t> experts)>& compute) {
+  const size_t n = plan.experts.size();
+  std::vector<uint8_t> taken(n, 0);
+  std::vector<size_t> ready;
+  size_t left = n;
   const auto t0 = StreamerClock::now();
   auto since = t0;
-  for (;;) {
+  while (left > 0) {
     size_t progress = land_synchronously();
-    bool all = true;
-    for (const PlannedExpert& w : plan.experts) all &= resident(w.slot, w.record, kind);
-    if (all) break;
+    ready.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (!taken[i] && resident(plan.experts[i].slot, plan.experts[i].record, kind)) ready.push_back(i);
+    if (!ready.empty() && take_now(ready.size(), left)) {
+      for (size_t i : ready) taken[i] = 1;
+      left -= ready.size();
+      compute(ready);
+      since = StreamerClock::now();
+      continue;
+    }
     progress += pump();
     if (progress) since = StreamerClock::now();
     else cuda::host_idle(wait_mode);
@@ -70,6 +92,35 @@ void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, La
                  waiting.size(), " waiting for a staging buffer)");
   }
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
+}
+
+void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
+  land_group(plan, L, ls, [](size_t ready, size_t left) { return ready == left; }, [](std::span<const size_t>) {});
+}
+
+void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeGroupedParams& rows, int64_t L,
+                                          LayerStats& ls) {
+  const size_t table_bytes = static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef);
+  int wave = 0;
+  cuda::launch_moe_grouped_prepare(rows, stream);
+  // The first wave takes what is resident; each later one at least its share of what is left
+  // (so at most kPrefillWaves of them), the last one everything.
+  auto take_now = [&](size_t ready, size_t left) {
+    const size_t waves_left = static_cast<size_t>(kPrefillWaves - wave);
+    return ready == left || (waves_left > 1 && (wave == 0 || ready >= (left + waves_left - 1) / waves_left));
+  };
+  auto launch = [&](std::span<const size_t> experts) {
+    const size_t offset = static_cast<size_t>(wave++) * static_cast<size_t>(n_expert);
+    cuda::ExpertRef* table = reinterpret_cast<cuda::ExpertRef*>(wave_tables.data()) + offset;
+    std::fill(table, table + n_expert, cuda::ExpertRef{});
+    for (size_t i : experts) table[plan.experts[i].expert] = ref(plan.experts[i].slot, kind);
+    cuda::MoeGroupedParams p = rows;
+    p.table = d_wave_tables.as<cuda::ExpertRef>() + offset;
+    CUDA_CHECK(cudaMemcpyAsync(const_cast<cuda::ExpertRef*>(p.table), table, table_bytes, cudaMemcpyHostToDevice, stream));
+    cuda::launch_moe_grouped_experts(p, stream);
+  };
+  land_group(plan, L, ls, take_now, launch);
+  cuda::launch_moe_grouped_combine(rows, stream);
 }
 
 void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& shape) {
@@ -91,20 +142,34 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   const bool grouped_kernels = grouped_kernels_apply(shape);
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
-    const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
-    std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
-    for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
-    CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
-                               cudaMemcpyHostToDevice, stream));
-    if (grouped_kernels) {
-      cuda::MoeShape rows = shape;
-      rows.n_rows = row1 - row0;
-      cuda::launch_moe_experts_grouped({c.h.ptr<float>() + row0 * shape.n_embd, d_ids.as<int32_t>() + row0 * k,
-                                        d_w.as<float>() + row0 * k, d_table.as<cuda::ExpertRef>(), d_group.as(),
-                                        d_act.as<float>(), d_pair.as<float>(), c.out.ptr<float>() + row0 * shape.n_embd,
-                                        rows},
-                                       stream);
+    cuda::MoeShape rows = shape;
+    rows.n_rows = row1 - row0;
+    const cuda::MoeGroupedParams group_rows{c.h.ptr<float>() + row0 * shape.n_embd,
+                                           d_ids.as<int32_t>() + row0 * k,
+                                           d_w.as<float>() + row0 * k,
+                                           /*table=*/nullptr,
+                                           d_group.as(),
+                                           d_act.as<float>(),
+                                           d_pair.as<float>(),
+                                           c.out.ptr<float>() + row0 * shape.n_embd,
+                                           rows};
+    if (grouped_kernels && unverified_opted_in()) {  // core/unverified.h: the waves
+      compute_in_waves(plan_group(c, ids, weights, row0, row1, ls), group_rows, L, ls);
+    } else if (grouped_kernels) {
+      const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
+      std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+      for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
+      CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                                 cudaMemcpyHostToDevice, stream));
+      cuda::MoeGroupedParams p = group_rows;
+      p.table = d_table.as<cuda::ExpertRef>();
+      cuda::launch_moe_experts_grouped(p, stream);
     } else {
+      const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
+      std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+      for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
+      CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                                 cudaMemcpyHostToDevice, stream));
       cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
                                d_act.as<float>(), d_pair.as<float>(), shape, stream);
     }

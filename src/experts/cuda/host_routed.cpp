@@ -3,14 +3,16 @@
 // per-expert scales. The model routed the call on the host (route_topk and the family's
 // scales, as for the CPU streamer), so the device decides nothing here. Rows are grouped as
 // in grouped.cpp, each group's union fitting the cache; a group is planned, its misses read
-// and copied into their slots on the stream, and its experts computed, in the plan's order,
-// by expert_pairs_forward: the family's ExpertMath on the backend's ops over views of the
+// and copied into their slots on the stream, and each expert computed as soon as it is
+// resident (the resident ones first, the misses as they land, while later reads are in
+// flight) by expert_pairs_forward: the family's ExpertMath on the backend's ops over views of the
 // slots (expert_view: the kind's record layout at a device address), the CPU streamer's
 // computation. Then one combine in rank order. Synchronous and without a deadline (--cut and
 // --miss-kind do not apply); lookahead prefetches the next layer's predicted experts after
 // each group's demand reads, as the CPU streamer does.
 #include "backends/cuda/cuda_check.h"
 #include "core/log.h"
+#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 #include "experts/expert_math.h"
 
@@ -35,9 +37,16 @@ void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
   Tensor expert_out = be.alloc(DType::f32, {n * k, n_embd});  // [n * k, n_embd], row = pair
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(r.ids, k, row0, n, residency->n_slots(), n_expert);
-    const StepPlan plan = load_group(c, r.ids, r.weights, row0, row1, ls);
-    for (const PlannedExpert& w : plan.experts)
-      expert_pairs_forward(be, c.math, expert_view(info, slot_ptr(w.slot)), c.h, w.pairs, k, r.weights, expert_out);
+    const StepPlan plan = plan_group(c, r.ids, r.weights, row0, row1, ls);
+    // Each expert as it lands, or (until its GPU test has run: core/unverified.h) all at once.
+    const bool as_they_land = unverified_opted_in();
+    auto take_now = [&](size_t ready, size_t left) { return as_they_land || ready == left; };
+    land_group(plan, L, ls, take_now, [&](std::span<const size_t> experts) {
+      for (size_t i : experts) {
+        const PlannedExpert& w = plan.experts[i];
+        expert_pairs_forward(be, c.math, expert_view(info, slot_ptr(w.slot)), c.h, w.pairs, k, r.weights, expert_out);
+      }
+    });
     retire_group();
     row0 = row1;
   }

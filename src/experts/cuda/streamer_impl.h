@@ -144,19 +144,37 @@ struct CudaStreamer::Impl : StreamState {
   LayerView layer_view(int64_t L) const;
   void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
   // A call the model routed on the host (host_routed.cpp): grouped()'s rounds, each group's
-  // experts computed by expert_pairs_forward on views of their slots, then one combine.
+  // experts computed by expert_pairs_forward on views of their slots as they become
+  // resident (land_group), then one combine.
   void host_routed(Backend& be, const MoeLayerCall& c);
-  // The synchronous paths' rounds (grouped.cpp; mu held, device idle): load_group plans rows
-  // [row0, row1) of ids/weights (the call's routing), reads its misses (with lookahead, the
-  // next layer's prediction behind them), copies them on the stream and returns once every
-  // expert of the group is resident (a timeout naming the layer otherwise); retire_group waits
-  // for the group's compute and unpins its slots. land_synchronously copies landed records on
-  // the stream (a StepFills' progress); wait_group_resident is load_group's wait.
+  // The synchronous paths' rounds (grouped.cpp; mu held, device idle at a group's start):
+  // load_group plans rows [row0, row1) of ids/weights (the call's routing), reads its misses
+  // (with lookahead, the next layer's prediction behind them), copies them on the stream and
+  // returns once every expert of the group is resident (a timeout naming the layer
+  // otherwise); retire_group waits for the group's compute and unpins its slots.
+  // land_synchronously copies landed records on the stream (a StepFills' progress);
+  // wait_group_resident is load_group's wait.
   StepPlan load_group(const MoeLayerCall& c, std::span<const int32_t> ids, std::span<const float> weights, int64_t row0,
                       int64_t row1, LayerStats& ls);
+  // load_group without the wait: the group's reads (and lookahead) are out when it returns.
+  StepPlan plan_group(const MoeLayerCall& c, std::span<const int32_t> ids, std::span<const float> weights, int64_t row0,
+                      int64_t row1, LayerStats& ls);
+  // The grouped kernels over a group planned by plan_group, in waves as its experts land
+  // (moe_kernels.h, launch_moe_grouped_*): the resident ones at once, then the landed ones,
+  // while the rest are still being read; at most kPrefillWaves launches, the last once every
+  // expert is resident. Returns when the last wave is enqueued (retire_group waits for it).
+  void compute_in_waves(const StepPlan& plan, const cuda::MoeGroupedParams& rows, int64_t L, LayerStats& ls);
   void retire_group();
   size_t land_synchronously();
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
+  // The synchronous paths' one loop over a planned group: lands reads (copying them on the
+  // stream) until every expert of the plan was handed to `compute` (indices into
+  // plan.experts, each once), which gets the resident ones not yet handed over whenever
+  // take_now(how many, how many are left) says so; a timeout naming the layer when nothing
+  // moved for the wait timeout. The time spent is the layer's demand wait.
+  void land_group(const StepPlan& plan, int64_t L, LayerStats& ls,
+                  const std::function<bool(size_t ready, size_t left)>& take_now,
+                  const std::function<void(std::span<const size_t> experts)>& compute);
   // Whether a call of this shape computes on the grouped (tensor-core) kernels: one expert
   // kind in the cache and enough pairs an expert (moe_kernels.h).
   static bool grouped_kernels_apply(const cuda::MoeShape& shape) {
@@ -195,6 +213,12 @@ struct CudaStreamer::Impl : StreamState {
   cuda::MappedHostBuffer layer_mem;  // [n_layers * layer_stride]
   cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
   cuda::DeviceBuffer d_group;  // the grouped expert kernels' scratch (moe_grouped_scratch_bytes)
+  // A streamed prefill group's wave tables (compute_in_waves): [kPrefillWaves][n_expert], each
+  // written once a group and copied to its own device slice, so no wave's table is rewritten
+  // before the stream passed it (retire_group synchronizes between groups).
+  static constexpr int kPrefillWaves = 8;
+  cuda::MappedHostBuffer wave_tables;
+  cuda::DeviceBuffer d_wave_tables;
   cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
 
   // The service thread and its queue.
