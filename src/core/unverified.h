@@ -2,11 +2,8 @@
 // their GPU tests written, but never run. Until a GPU session has run those tests they are
 // refused in one line (Status::unsupported) unless SLUICE_CUDA_UNVERIFIED=1, which the GPU
 // tests set to run them. The session that verifies a path removes its require_opt_in call
-// and its line here:
-//   "--kl-check on the cuda backend"       a second CUDA streamer for the exact steps
-//                                 (tools/cli/cli_common.cpp, plan_kl_check)
-// and where a verified path stays the default and the new one runs only when opted in
-// (unverified_opted_in, no refusal):
+// and its line here (none at present); where a verified path stays the default and the new
+// one runs only when opted in (unverified_opted_in, no refusal):
 //   the streamed prefill's waves   a prompt chunk's experts computed as their reads land
 //                                 (experts/cuda/grouped.cpp compute_in_waves, host_routed.cpp;
 //                                 else each group waits for all its reads, then computes)

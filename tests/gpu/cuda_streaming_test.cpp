@@ -325,8 +325,7 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   for (float v : gd) ASSERT_TRUE(std::isfinite(v));
 }
 
-// --kl-check on CUDA (behind SLUICE_CUDA_UNVERIFIED=1 until this has run on a GPU): a second
-// CUDA streamer computes the checked steps exactly. The mixtral fixture, 3 slots, 12 greedy
+// --kl-check on CUDA: a second CUDA streamer computes the checked steps exactly. The mixtral fixture, 3 slots, 12 greedy
 // tokens: without a lossy option the two streamers agree bit for bit (KL exactly 0 over every
 // step); with every miss taking its q2 copy (the worst-case deadline) the check measures a
 // positive divergence and leaves the lossy run's tokens as they are without it.
@@ -339,7 +338,6 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
 // settled cache: no greedy step enqueued ahead (SLUICE_DECODE_AHEAD=0) and the streamer
 // drained after every token.
 TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
-  setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
   setenv("SLUICE_DECODE_AHEAD", "0", 1);
   MixtralThreeSlots t;
   auto generate = [&](bool lossy, int64_t kl_steps) {
@@ -375,7 +373,6 @@ TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
   EXPECT_GT(checked.kl.mean_nats, 0.0);
   EXPECT_EQ(checked_tokens, plain_tokens);
   unsetenv("SLUICE_DECODE_AHEAD");
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
 }
 
 TEST(CudaStreaming, FakeExpertsRunWithoutReads) {

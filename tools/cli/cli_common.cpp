@@ -9,7 +9,6 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
-#include "core/unverified.h"
 
 namespace sluice::cli {
 
@@ -162,7 +161,6 @@ KlCheckStats plan_kl_check(const ModelOptions& opt, const Session& s, int64_t n_
     kl.by_construction = true;  // every step is the exact one: nothing to compare
     return kl;
   }
-  if (s.backend->name() != "cpu") require_opt_in("--kl-check on the cuda backend");  // core/unverified.h
   SLUICE_CHECK(s.model.model->decode_step_rerunnable(), Status::invalid_argument, "--kl-check: the ",
                s.model.model->info().family,
                " family's decode step cannot run twice at one position, so the exact step cannot run beside the "

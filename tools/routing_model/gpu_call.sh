@@ -44,15 +44,14 @@ say "trace"
   --windows "${WINDOWS:-24}" --ctx "${CTX:-512}" | tee "$OUTD/trace.txt"
 xz -9 -T0 -c "$W/trace.jsonl" > "$OUTD/routing-model-gpu.jsonl.xz"
 # The fast profile on a trained model (issue 20): decode from the disk through a 10% device
-# cache, exact and fast, the fast one checked against exact steps (--kl-check on CUDA needs
-# SLUICE_CUDA_UNVERIFIED=1 until its GPU test has passed; the CPU backend checks it otherwise).
+# cache, exact and fast, the fast one checked against exact steps (--kl-check).
 say "fast profile"
 "$BIN/sluice" convert "$W/m/model" "$W/pack" --kinds q4,q2 --force -q 2>&1 | tail -1
 EB=$(stat -c %s "$W/pack/experts.q4.bin"); PROMPT=$(head -c 1500 "$W/corpus/heldout_eval.txt")
 for prof in exact fast; do
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
   extra=(); [ "$prof" = fast ] && extra=(--kl-check 32)
-  SLUICE_CUDA_UNVERIFIED=1 timeout 120 "$BIN/sluice" run --model "$W/pack" --expert-kind q4 --backend "${FAST_BACKEND:-cuda}" \
+  timeout 120 "$BIN/sluice" run --model "$W/pack" --expert-kind q4 --backend "${FAST_BACKEND:-cuda}" \
     --expert-cache $(( EB / 10 )) --profile $prof --prompt "$PROMPT" -n 128 --temperature 0 --ignore-eos \
     --stats "$OUTD/profile_$prof.json" "${extra[@]}" 2>&1 >/dev/null | grep -E "^sluice: " | tee "$OUTD/profile_$prof.txt"
 done
