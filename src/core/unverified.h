@@ -2,11 +2,7 @@
 // their GPU tests written, but never run. Until a GPU session has run those tests they are
 // refused in one line (Status::unsupported) unless SLUICE_CUDA_UNVERIFIED=1, which the GPU
 // tests set to run them. The session that verifies a path removes its require_opt_in call
-// and its line here (none at present); where a verified path stays the default and the new
-// one runs only when opted in (unverified_opted_in, no refusal):
-//   the streamed prefill's waves   a prompt chunk's experts computed as their reads land
-//                                 (experts/cuda/grouped.cpp compute_in_waves, host_routed.cpp;
-//                                 else each group waits for all its reads, then computes)
+// and its line here (none at present).
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.
 #pragma once
 

@@ -192,10 +192,10 @@ TEST(CudaStreaming, SameRoutingAndTokensAsTheCpu) {
 TEST(CudaStreaming, HostRoutedFamiliesSameRoutingAndTokensAsTheCpu) {
   int runs = 0;
   float worst = expect_same_as_the_cpu(host_routed_fixtures(), runs);
-  // Each expert computed as it lands (SLUICE_CUDA_UNVERIFIED=1 until this has passed on a GPU).
-  setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+  // And with each group computed once it is resident (the path before the waves).
+  setenv("SLUICE_CUDA_PREFILL_WAVES", "0", 1);
   worst = std::max(worst, expect_same_as_the_cpu(host_routed_fixtures(), runs));
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
+  unsetenv("SLUICE_CUDA_PREFILL_WAVES");
   std::printf("cuda streaming, host-routed families: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
 }
@@ -209,8 +209,8 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
 }
 
 // A prefill whose union exceeds the cache takes the streamer's grouped path: each group of
-// rows is computed once its union is resident, or (SLUICE_CUDA_UNVERIFIED=1 until this has
-// passed on a GPU) in waves as its experts land. With many pairs an expert those rows go
+// rows is computed in waves as its experts land, or (SLUICE_CUDA_PREFILL_WAVES=0) once its
+// union is resident. With many pairs an expert those rows go
 // through the grouped kernels as the resident prefill's do, so the logits are the resident
 // model's bit for bit, at every cache size (many groups at k slots, fewer at more), both
 // ways. An exact prompt chunk whose union fits (every record cached) takes it too, as one
@@ -220,8 +220,7 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
   int compared = 0;
   for (bool waves : {false, true}) {
     for (const std::string& fixture : cuda_expert_fixtures()) {
-      if (waves) setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
-      else unsetenv("SLUICE_CUDA_UNVERIFIED");
+      setenv("SLUICE_CUDA_PREFILL_WAVES", waves ? "1" : "0", 1);
       const fs::path& pack = fixture_pack(fixture);
       std::vector<int32_t> ids = fixture_ids(fixture);
       const std::vector<int32_t> once = ids;
@@ -254,7 +253,7 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
       }
     }
   }
-  unsetenv("SLUICE_CUDA_UNVERIFIED");
+  unsetenv("SLUICE_CUDA_PREFILL_WAVES");
   EXPECT_GT(compared, 0) << "no fixture has enough pairs an expert for the grouped kernels";
 }
 

@@ -8,9 +8,10 @@
 // Otherwise the group's union is wholly resident before the pair kernels compute it. With
 // lookahead, each group's prediction of the next layer is prefetched behind its reads.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/cuda_check.h"
-#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -19,6 +20,11 @@ namespace sluice {
 // copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
 // slot evicted by this group, so its record is staged twice) gets one by a synchronisation
 // here: nothing else would return it before the group ends.
+bool CudaStreamer::Impl::prefill_waves_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_PREFILL_WAVES");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
 size_t CudaStreamer::Impl::land_synchronously() {
   const size_t n_landed = landed.size();
   copy_landed_on_stream();
@@ -153,7 +159,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
                                            d_pair.as<float>(),
                                            c.out.ptr<float>() + row0 * shape.n_embd,
                                            rows};
-    if (grouped_kernels && unverified_opted_in()) {  // core/unverified.h: the waves
+    if (grouped_kernels && prefill_waves_enabled()) {
       compute_in_waves(plan_group(c, ids, weights, row0, row1, ls), group_rows, L, ls);
     } else if (grouped_kernels) {
       const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);

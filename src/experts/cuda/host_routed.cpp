@@ -12,7 +12,6 @@
 // each group's demand reads, as the CPU streamer does.
 #include "backends/cuda/cuda_check.h"
 #include "core/log.h"
-#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 #include "experts/expert_math.h"
 
@@ -38,8 +37,8 @@ void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(r.ids, k, row0, n, residency->n_slots(), n_expert);
     const StepPlan plan = plan_group(c, r.ids, r.weights, row0, row1, ls);
-    // Each expert as it lands, or (until its GPU test has run: core/unverified.h) all at once.
-    const bool as_they_land = unverified_opted_in();
+    // Each expert as it lands, or (SLUICE_CUDA_PREFILL_WAVES=0) once the group is resident.
+    const bool as_they_land = prefill_waves_enabled();
     auto take_now = [&](size_t ready, size_t left) { return as_they_land || ready == left; };
     land_group(plan, L, ls, take_now, [&](std::span<const size_t> experts) {
       for (size_t i : experts) {

@@ -164,6 +164,10 @@ struct CudaStreamer::Impl : StreamState {
   // while the rest are still being read; at most kPrefillWaves launches, the last once every
   // expert is resident. Returns when the last wave is enqueued (retire_group waits for it).
   void compute_in_waves(const StepPlan& plan, const cuda::MoeGroupedParams& rows, int64_t L, LayerStats& ls);
+  // Whether groups compute as their experts land (compute_in_waves; host_routed expert by
+  // expert): SLUICE_CUDA_PREFILL_WAVES=0 makes each group wait for all its reads, to compare.
+  // Read at every call.
+  static bool prefill_waves_enabled();
   void retire_group();
   size_t land_synchronously();
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
