@@ -16,15 +16,15 @@
 
 namespace sluice {
 
-// Landed records are copied on the stream; their staging buffers come back once it passed the
-// copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
-// slot evicted by this group, so its record is staged twice) gets one by a synchronisation
-// here: nothing else would return it before the group ends.
 bool CudaStreamer::Impl::prefill_waves_enabled() {
   const char* e = std::getenv("SLUICE_CUDA_PREFILL_WAVES");
   return !(e && std::strcmp(e, "0") == 0);
 }
 
+// Landed records are copied on the stream; their staging buffers come back once it passed the
+// copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
+// slot evicted by this group, so its record is staged twice) gets one by a synchronisation
+// here: nothing else would return it before the group ends.
 size_t CudaStreamer::Impl::land_synchronously() {
   const size_t n_landed = landed.size();
   copy_landed_on_stream();
@@ -120,9 +120,10 @@ void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeG
     cuda::ExpertRef* table = reinterpret_cast<cuda::ExpertRef*>(wave_tables.data()) + offset;
     std::fill(table, table + n_expert, cuda::ExpertRef{});
     for (size_t i : experts) table[plan.experts[i].expert] = ref(plan.experts[i].slot, kind);
+    cuda::ExpertRef* d_table_w = d_wave_tables.as<cuda::ExpertRef>() + offset;
+    CUDA_CHECK(cudaMemcpyAsync(d_table_w, table, table_bytes, cudaMemcpyHostToDevice, stream));
     cuda::MoeGroupedParams p = rows;
-    p.table = d_wave_tables.as<cuda::ExpertRef>() + offset;
-    CUDA_CHECK(cudaMemcpyAsync(const_cast<cuda::ExpertRef*>(p.table), table, table_bytes, cudaMemcpyHostToDevice, stream));
+    p.table = d_table_w;
     cuda::launch_moe_grouped_experts(p, stream);
   };
   land_group(plan, L, ls, take_now, launch);
