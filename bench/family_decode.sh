@@ -27,10 +27,8 @@ TIERS=${TIERS:-disk,host}; HBM_GBPS=${HBM_GBPS:-4000}; H2D_GBPS=${H2D_GBPS:-55}
 W=${WORK:-/tmp/family_decode}; DEADLINE=${DEADLINE:-570}; KEEP=${KEEP:-0}; RESIDENT=${RESIDENT:-1}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 mkdir -p "$W"
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
-say() { echo "family_decode.sh: [$(el) s] $*" >&2; }
-die() { echo "family_decode.sh: error: $*" >&2; exit 1; }
+NAME=family_decode.sh
+. "$(dirname "$0")/common.sh"
 [ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
 
 if [ -n "${PACK:-}" ]; then
@@ -38,9 +36,7 @@ if [ -n "${PACK:-}" ]; then
 else
   PACK=$W/pack-$LIKE-$KIND-$LAYERS
   if [ ! -f "$PACK/manifest.json" ]; then
-    say "sluice synth --like $LIKE --kinds $KIND --layers $LAYERS"
-    timeout "$(tmo 300)" "$BIN/sluice" synth --like "$LIKE" --kinds "$KIND" --layers "$LAYERS" "$PACK" --force -q \
-      > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log" >&2; die "synth failed"; }
+    synth_pack "$BIN" "$LIKE" "$KIND" "$LAYERS" "$PACK"
   fi
   [ "$KEEP" = 1 ] || trap 'rm -rf "$PACK"' EXIT
 fi
@@ -64,12 +60,10 @@ for x in m["dense"]["tensors"]:
 print(t["vocab_size"], layers, k, dense + layers * k * stride)
 PY
 ) || die "cannot read $PACK/manifest.json"
-IDS=$(python3 -c "import random,sys; r=random.Random(7); print(','.join(str(r.randrange(1, int(sys.argv[1]))) for _ in range(int(sys.argv[2]))))" "$VOCAB" "$PROMPT")
+IDS=$(random_ids "$VOCAB" "$PROMPT")
 
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
 DROPS=yes; drop_caches || DROPS=no
-DISK_GBPS=$( { dd if="$EXPERTS" of=/dev/null bs=6M count=$(( 4096 / 6 )) iflag=direct 2>&1 >/dev/null; } |
-  python3 -c "import re,sys; t=sys.stdin.read(); m=re.search(r'(\d+) bytes.*copied, ([0-9.]+) s', t); print(round(int(m.group(1))/float(m.group(2))/1e9, 3) if m else 0)")
+DISK_GBPS=$(disk_gbps "$EXPERTS")
 say "$(basename "$PACK"): experts $((EXPERT_BYTES / 1000000)) MB, top-$TOPK, $((TOUCHED / 1000000)) MB a decode token; disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"
 
 run() {  # NAME N ARGS...: one run, its output in $W/NAME.log

@@ -22,31 +22,24 @@ BACKEND=${BACKEND:-cuda}; LIKE=${LIKE:-qwen3-30b-a3b}; LAYERS=${LAYERS:-48}; KIN
 TOKENS=${TOKENS:-2048}; CACHES=${CACHES:-10,25}; TIERS=${TIERS:-disk,host}; H2D_GBPS=${H2D_GBPS:-55}
 W=${WORK:-/tmp/streamed_prefill}; DEADLINE=${DEADLINE:-570}; LOOKAHEAD=${LOOKAHEAD:-off}
 mkdir -p "$W"
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
-say() { echo "streamed_prefill.sh: [$(el) s] $*" >&2; }
-die() { echo "streamed_prefill.sh: error: $*" >&2; exit 1; }
+NAME=streamed_prefill.sh
+. "$(dirname "$0")/common.sh"
 [ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
 
 PACK=${2:-$W/pack}
 if [ ! -f "$PACK/manifest.json" ]; then
   [ $# -eq 2 ] && die "$PACK: not a pack (no manifest.json)"
-  say "sluice synth --like $LIKE --kinds $KIND --layers $LAYERS"
-  timeout "$(tmo 300)" "$BIN/sluice" synth --like "$LIKE" --kinds "$KIND" --layers "$LAYERS" "$PACK" --force -q \
-    > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log" >&2; die "synth failed"; }
+  synth_pack "$BIN" "$LIKE" "$KIND" "$LAYERS" "$PACK"
 fi
 EXPERTS="$PACK/experts.$KIND.bin"
 [ -f "$EXPERTS" ] || die "$PACK has no $KIND experts"
 EXPERT_BYTES=$(stat -c %s "$EXPERTS")
 MOE_LAYERS=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['experts']['layers']))" "$PACK/manifest.json")
 VOCAB=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['config']; print(c.get('vocab_size') or c['text_config']['vocab_size'])" "$PACK/manifest.json")
-IDS=$(python3 -c "import random,sys; r=random.Random(7); print(','.join(str(r.randrange(1, int(sys.argv[1]))) for _ in range(int(sys.argv[2]))))" "$VOCAB" "$TOKENS")
+IDS=$(random_ids "$VOCAB" "$TOKENS")
 
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
-# The disk's O_DIRECT read bandwidth over (up to) 4 GiB of the expert file, from a cold cache.
 DROPS=yes; drop_caches || DROPS=no
-DISK_GBPS=$( { dd if="$EXPERTS" of=/dev/null bs=6M count=$(( 4096 / 6 )) iflag=direct 2>&1 >/dev/null; } |
-  python3 -c "import re,sys; t=sys.stdin.read(); m=re.search(r'(\d+) bytes.*copied, ([0-9.]+) s', t); print(round(int(m.group(1))/float(m.group(2))/1e9, 3) if m else 0)")
+DISK_GBPS=$(disk_gbps "$EXPERTS")
 say "experts $((EXPERT_BYTES / 1000000)) MB, disk O_DIRECT $DISK_GBPS GB/s, page cache dropped: $DROPS"
 
 run() {  # NAME ARGS...: one prefill; stats in $W/NAME.json

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "backends/cuda/cuda_check.h"
 #include "experts/cuda/streamer_impl.h"
@@ -104,9 +105,17 @@ void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, La
   land_group(plan, L, ls, [](size_t ready, size_t left) { return ready == left; }, [](std::span<const size_t>) {});
 }
 
+const cuda::ExpertRef* CudaStreamer::Impl::upload_table(const StepPlan& plan, std::span<const size_t> experts,
+                                                       cuda::ExpertRef* host, cuda::ExpertRef* dev) {
+  std::fill(host, host + n_expert, cuda::ExpertRef{});
+  for (size_t i : experts) host[plan.experts[i].expert] = ref(plan.experts[i].slot, kind);
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                             cudaMemcpyHostToDevice, stream));
+  return dev;
+}
+
 void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeGroupedParams& rows, int64_t L,
                                           LayerStats& ls) {
-  const size_t table_bytes = static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef);
   int wave = 0;
   cuda::launch_moe_grouped_prepare(rows, stream);
   // The first wave takes what is resident; each later one at least its share of what is left
@@ -117,13 +126,9 @@ void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeG
   };
   auto launch = [&](std::span<const size_t> experts) {
     const size_t offset = static_cast<size_t>(wave++) * static_cast<size_t>(n_expert);
-    cuda::ExpertRef* table = reinterpret_cast<cuda::ExpertRef*>(wave_tables.data()) + offset;
-    std::fill(table, table + n_expert, cuda::ExpertRef{});
-    for (size_t i : experts) table[plan.experts[i].expert] = ref(plan.experts[i].slot, kind);
-    cuda::ExpertRef* d_table_w = d_wave_tables.as<cuda::ExpertRef>() + offset;
-    CUDA_CHECK(cudaMemcpyAsync(d_table_w, table, table_bytes, cudaMemcpyHostToDevice, stream));
     cuda::MoeGroupedParams p = rows;
-    p.table = d_table_w;
+    p.table = upload_table(plan, experts, reinterpret_cast<cuda::ExpertRef*>(wave_tables.data()) + offset,
+                           d_wave_tables.as<cuda::ExpertRef>() + offset);
     cuda::launch_moe_grouped_experts(p, stream);
   };
   land_group(plan, L, ls, take_now, launch);
@@ -151,34 +156,27 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     cuda::MoeShape rows = shape;
     rows.n_rows = row1 - row0;
-    const cuda::MoeGroupedParams group_rows{c.h.ptr<float>() + row0 * shape.n_embd,
-                                           d_ids.as<int32_t>() + row0 * k,
-                                           d_w.as<float>() + row0 * k,
-                                           /*table=*/nullptr,
-                                           d_group.as(),
-                                           d_act.as<float>(),
-                                           d_pair.as<float>(),
-                                           c.out.ptr<float>() + row0 * shape.n_embd,
-                                           rows};
+    cuda::MoeGroupedParams group_rows{c.h.ptr<float>() + row0 * shape.n_embd,
+                                      d_ids.as<int32_t>() + row0 * k,
+                                      d_w.as<float>() + row0 * k,
+                                      d_table.as<cuda::ExpertRef>(),
+                                      d_group.as(),
+                                      d_act.as<float>(),
+                                      d_pair.as<float>(),
+                                      c.out.ptr<float>() + row0 * shape.n_embd,
+                                      rows};
     if (grouped_kernels && prefill_waves_enabled()) {
       compute_in_waves(plan_group(c, ids, weights, row0, row1, ls), group_rows, L, ls);
-    } else if (grouped_kernels) {
-      const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
-      std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
-      for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
-      CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
-                                 cudaMemcpyHostToDevice, stream));
-      cuda::MoeGroupedParams p = group_rows;
-      p.table = d_table.as<cuda::ExpertRef>();
-      cuda::launch_moe_experts_grouped(p, stream);
     } else {
       const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
-      std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
-      for (const PlannedExpert& w : plan.experts) lv.table1[w.expert] = ref(w.slot, kind);
-      CUDA_CHECK(cudaMemcpyAsync(d_table.as(), lv.table1, static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
-                                 cudaMemcpyHostToDevice, stream));
-      cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
-                               d_act.as<float>(), d_pair.as<float>(), shape, stream);
+      std::vector<size_t> all(plan.experts.size());
+      std::iota(all.begin(), all.end(), size_t{0});
+      upload_table(plan, all, lv.table1, d_table.as<cuda::ExpertRef>());
+      if (grouped_kernels)
+        cuda::launch_moe_experts_grouped(group_rows, stream);
+      else
+        cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
+                                 d_act.as<float>(), d_pair.as<float>(), shape, stream);
     }
     retire_group();
     row0 = row1;

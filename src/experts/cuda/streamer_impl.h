@@ -164,6 +164,11 @@ struct CudaStreamer::Impl : StreamState {
   // while the rest are still being read; at most kPrefillWaves launches, the last once every
   // expert is resident. Returns when the last wave is enqueued (retire_group waits for it).
   void compute_in_waves(const StepPlan& plan, const cuda::MoeGroupedParams& rows, int64_t L, LayerStats& ls);
+  // An expert table of plan.experts[i] for i in `experts` (every other entry unavailable),
+  // written at `host` (page-locked: it must stay as it is until the stream passed the copy)
+  // and copied to `dev` on the stream; returns dev.
+  const cuda::ExpertRef* upload_table(const StepPlan& plan, std::span<const size_t> experts, cuda::ExpertRef* host,
+                                      cuda::ExpertRef* dev);
   // Whether groups compute as their experts land (compute_in_waves; host_routed expert by
   // expert): SLUICE_CUDA_PREFILL_WAVES=0 makes each group wait for all its reads, to compare.
   // Read at every call.
