@@ -178,30 +178,56 @@ TEST(BatchEngine, CancelQueueAndShutdownFreeEverySequence) {
   o.n_parallel = 2;
   o.n_ctx = 128;
   o.max_queue = 2;
-  auto engine = std::make_unique<BatchEngine>(*m.model, o);
 
-  // Two long requests hold both sequences (each waits in its token callback until released);
-  // two more wait in the queue; a fifth is refused: the queue is full.
+  // Two long requests hold both sequences (each waits in its token callback until the gate
+  // opens); two more wait in the queue; a fifth is refused: the queue is full. The order is
+  // forced, not raced: the first request's tokens wait until the second is submitted and then
+  // pass until the second delivers its first token (so the worker, blocked in the first's
+  // callback, cannot leave the second queued), and the queue is filled only once the second
+  // holds the worker. Everything the callbacks touch is declared before the engine, which
+  // stops (and joins its worker) before they go.
   std::mutex gate_mu;
   std::condition_variable gate_cv;
-  bool open = false;
+  bool open = false, second_submitted = false, second_running = false;
   std::vector<std::unique_ptr<Collector>> cs;
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < 4; ++i) {
-    cs.push_back(std::make_unique<Collector>());
-    if (i < 2) {
-      cs.back()->keep_going = [&](int32_t) {
-        std::unique_lock<std::mutex> lk(gate_mu);
-        gate_cv.wait_for(lk, std::chrono::seconds(30), [&] { return open; });
-        return true;
-      };
+  for (int i = 0; i < 4; ++i) cs.push_back(std::make_unique<Collector>());
+  cs[0]->keep_going = [&](int32_t) {
+    std::unique_lock<std::mutex> lk(gate_mu);
+    gate_cv.wait_for(lk, std::chrono::seconds(30), [&] { return open || (second_submitted && !second_running); });
+    return true;
+  };
+  cs[1]->keep_going = [&](int32_t) {
+    std::unique_lock<std::mutex> lk(gate_mu);
+    second_running = true;
+    gate_cv.notify_all();
+    gate_cv.wait_for(lk, std::chrono::seconds(30), [&] { return open; });
+    return true;
+  };
+  auto open_gate = [&] {
+    {
+      std::lock_guard<std::mutex> lk(gate_mu);
+      open = true;
     }
-    ids.push_back(engine->submit(cs.back()->request(prompts[static_cast<size_t>(i)], 100, greedy)));
-    // The first two take the sequences before the next two queue.
-    for (int tries = 0; i == 1 && tries < 2000 && engine->counters().live_sequences < 2; ++tries)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+    gate_cv.notify_all();
+  };
   Collector refused;
+  auto engine = std::make_unique<BatchEngine>(*m.model, o);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 2; ++i)
+    ids.push_back(engine->submit(cs[static_cast<size_t>(i)]->request(prompts[static_cast<size_t>(i)], 100, greedy)));
+  {
+    std::unique_lock<std::mutex> lk(gate_mu);
+    second_submitted = true;
+    gate_cv.notify_all();
+    if (!gate_cv.wait_for(lk, std::chrono::seconds(30), [&] { return second_running; })) {
+      lk.unlock();
+      open_gate();
+      FAIL() << "the second request never delivered a token";
+    }
+  }
+  EXPECT_EQ(engine->counters().live_sequences, 2);
+  for (int i = 2; i < 4; ++i)
+    ids.push_back(engine->submit(cs[static_cast<size_t>(i)]->request(prompts[static_cast<size_t>(i)], 100, greedy)));
   EXPECT_EQ(engine->counters().queued, 2);
   try {
     engine->submit(refused.request(prompts[4], 4, greedy));
@@ -212,11 +238,7 @@ TEST(BatchEngine, CancelQueueAndShutdownFreeEverySequence) {
   // Cancel one running and one queued request.
   engine->cancel(ids[0]);
   engine->cancel(ids[3]);
-  {
-    std::lock_guard<std::mutex> lk(gate_mu);
-    open = true;
-  }
-  gate_cv.notify_all();
+  open_gate();
   EXPECT_EQ(cs[0]->wait().result.reason, FinishReason::cancelled);
   EXPECT_EQ(cs[3]->wait().result.reason, FinishReason::cancelled);
   EXPECT_EQ(cs[2]->wait().result.reason, FinishReason::length);  // queued, then admitted in a freed sequence
