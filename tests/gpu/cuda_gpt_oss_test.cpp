@@ -1,7 +1,8 @@
 // gpt-oss on the CUDA backend: attention sinks in every attention kernel (cuda_ops_test.cpp's
 // AttentionSinksEveryKernel), experts with biases and the clamped SwiGLU through the generic
-// ops (routed on the host: the device MoE kernels compute plain SwiGLU, so the backend builds
-// no expert table for them). Against transformers within the CUDA decoder bound of 1e-3, with
+// ops (routed on the host: by default the backend builds no expert table for them), and with
+// SLUICE_CUDA_UNVERIFIED=1 through the device MoE kernels (an expert table, routed on the
+// device, decode as one graph; cuda_moe_test.cpp checks the kernels). Against transformers within the CUDA decoder bound of 1e-3, with
 // the greedy continuation; the CPU's bf16 KV cache reproduced; a pack's experts at bf16 (the
 // MXFP4 fixture's exact values), q4 and mxfp4 match the CPU's run of the same pack; streamed
 // experts take the streamer's host-routed path (its test over every family that takes it is
@@ -70,6 +71,23 @@ TEST(CudaGptOss, Mxfp4Experts) {
   const float diff_streamed = max_abs_diff(got_streamed, want);
   std::printf("cuda gpt_oss_mxfp4 mxfp4 pack streamed, 4 slots: max |logit - cpu| %.3g\n", diff_streamed);
   EXPECT_LE(diff_streamed, kCudaLogitTolerance);
+}
+
+// The device-routed experts (SLUICE_CUDA_UNVERIFIED=1, core/unverified.h: the backend builds
+// expert tables for gpt-oss, the MoE layers route on the device and a decode step is one
+// graph): both fixtures against transformers with the greedy continuation, and the packs'
+// bf16, q4 and mxfp4 kinds against the CPU's run of the same pack.
+TEST(CudaGptOss, DeviceRoutedExpertsBehindTheirSwitch) {
+  struct OptIn {
+    OptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
+    ~OptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
+  } opt_in;
+  for (const std::string& fixture : gpt_oss_fixtures()) {
+    SCOPED_TRACE(fixture + " device-routed");
+    expect_cuda_matches_transformers(fixture);
+    for (DType kind : {DType::bf16, DType::q4}) expect_cuda_pack_matches_the_cpu(fixture, kind);
+  }
+  expect_cuda_pack_matches_the_cpu("gpt_oss_mxfp4", DType::mxfp4);
 }
 
 }  // namespace

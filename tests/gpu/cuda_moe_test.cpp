@@ -80,6 +80,7 @@ cuda::WType wtype_code(DType dt) {
     case DType::q8: return cuda::WType::q8;
     case DType::q4: return cuda::WType::q4;
     case DType::q2: return cuda::WType::q2;
+    case DType::mxfp4: return cuda::WType::mxfp4;
     default: return cuda::WType::unavailable;
   }
 }
@@ -157,16 +158,20 @@ TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
 }
 
 // A layer of E experts of one dtype, on both sides: host tensors for the CPU reference and
-// device copies referenced by an ExpertRef table.
+// device copies referenced by an ExpertRef table. With `math` the clamped SwiGLU (gpt-oss),
+// every expert also has random f32 biases on its three products.
 struct ExpertLayer {
   std::vector<HostWeight> gate, up, down;
+  std::vector<std::vector<float>> bias_values;  // [E * 3]: gate, up, down
   std::vector<ExpertWeights> host;
   std::vector<ExpertWeights> device;
   std::vector<cuda::ExpertRef> table;
-  ExpertLayer(Backend& gpu, DType dt, int64_t E, int64_t n_embd, int64_t n_ff) {
+  ExpertLayer(Backend& gpu, DType dt, int64_t E, int64_t n_embd, int64_t n_ff, const ExpertMath& math = {}) {
+    const bool biased = math.activation == ExpertActivation::swiglu_clamped;
     gate.reserve(E);
     up.reserve(E);
     down.reserve(E);
+    bias_values.reserve(3 * E);
     for (int64_t e = 0; e < E; ++e) {
       gate.emplace_back(dt, n_ff, n_embd, 100 + 3 * static_cast<uint32_t>(e));
       up.emplace_back(dt, n_ff, n_embd, 101 + 3 * static_cast<uint32_t>(e));
@@ -182,6 +187,20 @@ struct ExpertLayer {
       ref.data[0] = dw.gate.data, ref.data[1] = dw.up.data, ref.data[2] = dw.down.data;
       ref.scales[0] = dw.gate.scales, ref.scales[1] = dw.up.scales, ref.scales[2] = dw.down.scales;
       ref.wtype = wtype_code(dt);
+      if (biased) {
+        const int64_t len[3] = {n_ff, n_ff, n_embd};
+        Tensor* hb[3] = {&host.back().gate_bias, &host.back().up_bias, &host.back().down_bias};
+        Tensor* db[3] = {&dw.gate_bias, &dw.up_bias, &dw.down_bias};
+        for (int m = 0; m < 3; ++m) {
+          bias_values.push_back(random_vec(len[m], 300 + 3 * static_cast<uint32_t>(e) + m, 2.0f));
+          *hb[m] = Tensor(DType::f32, {len[m]}, bias_values.back().data());
+          *db[m] = gpu.upload(*hb[m]);
+          ref.bias[m] = static_cast<const float*>(db[m]->data);
+        }
+        ref.act = cuda::ExpertAct::swiglu_clamped;
+        ref.alpha = math.alpha;
+        ref.limit = math.limit;
+      }
       table.push_back(ref);
       device.push_back(std::move(dw));
     }
@@ -190,12 +209,12 @@ struct ExpertLayer {
 
 // out = the CPU routed experts (the reference).
 std::vector<float> cpu_routed(const ExpertLayer& layer, const Routing& routing, const std::vector<float>& hv,
-                              int64_t n_embd) {
+                              int64_t n_embd, const ExpertMath& math = {}) {
   auto cpu = make_cpu_backend();
   Tensor h = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
   cpu->from_host(h, hv.data());
   Tensor out = cpu->alloc(DType::f32, {routing.n_rows, n_embd});
-  routed_experts(*cpu, ExpertMath{}, routing, h, out, [&](int32_t e) -> const ExpertWeights& { return layer.host[e]; });
+  routed_experts(*cpu, math, routing, h, out, [&](int32_t e) -> const ExpertWeights& { return layer.host[e]; });
   std::vector<float> v(out.numel());
   cpu->to_host(out, v.data());
   return v;
@@ -379,6 +398,36 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
   for (int64_t i = 0; i < count; ++i) ASSERT_EQ(got[i], want[i]) << what << ", element " << i;
 }
 
+// One layer's kernels at n rows (hv and the routing drawn from `seed`; expert 3 unused) with
+// the layer's math: the one-phase result within the bound of the CPU's; two phases (experts
+// 1, 4, 7, ... unavailable in the first, the second giving the others another expert's
+// weights, which a done pair computed again would show) the same bits; the fused resident
+// launch the same bits; and both again on the generic kernels (SLUICE_CUDA_MOE_DECODE=0).
+void expect_every_launch_agrees(const ExpertLayer& layer, const Shape& s, cuda::WType wt, int64_t n, uint32_t seed,
+                                const ExpertMath& math, const std::string& what) {
+  std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
+  for (int32_t e = 0; e < s.E; ++e) {
+    if (e % 3 == 1) phase1[e].wtype = cuda::WType::unavailable;
+    else phase2[e] = layer.table[(e + 1) % s.E];
+  }
+  auto hv = random_vec(n * s.n_embd, seed);
+  Routing routing = make_routing(n, s.E, s.k, seed + 2, 3, -1);
+  const std::vector<float> want = cpu_routed(layer, routing, hv, s.n_embd, math);
+  GpuRun one = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt);
+  expect_close(one.out, want, what);
+  GpuRun two = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {phase1, phase2}, wt);
+  for (int64_t p = 0; p < n * s.k; ++p) ASSERT_EQ(two.done[p], 1) << what << " two phases, pair " << p;
+  expect_same_bits(two.out, one.out, n * s.n_embd, what + " two phases");
+  expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd, what + " fused");
+  GenericMoeKernels generic;
+  expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt).out, one.out, n * s.n_embd,
+                   what + " generic kernels");
+  expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
+                   what + " generic fused");
+  // Compiled for any type (the mixed-table kernels): within the bound too.
+  expect_close(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}).out, want, what + " mixed");
+}
+
 // The decode kernels (moe_decode.cu; bf16, q8 and q4 at sizes of whole 16-byte chunks) for
 // every weight type at 1, 2 and 8 rows: within the tolerance of the CPU reference; two phases
 // (experts 1, 4, 7, ... unavailable in the first) give the same bits as one, and so does the
@@ -401,30 +450,11 @@ TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
       auto gpu = make_cuda_backend(0);
       ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
       const cuda::WType wt = layer.table[0].wtype;
-      std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
-      for (int32_t e = 0; e < s.E; ++e) {
-        if (e % 3 == 1) phase1[e].wtype = cuda::WType::unavailable;
-        else phase2[e] = layer.table[(e + 1) % s.E];  // a done pair computed again would change the result
-      }
-      for (int64_t n : {1, 2, 8}) {
-        const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
-                                 " embd=" + std::to_string(s.n_embd) + " ff=" + std::to_string(s.n_ff) +
-                                 " k=" + std::to_string(s.k);
-        auto hv = random_vec(n * s.n_embd, 21 + static_cast<uint32_t>(n));
-        Routing routing = make_routing(n, s.E, s.k, 23 + static_cast<uint32_t>(n), 3, -1);
-        GpuRun one = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt);
-        expect_close(one.out, cpu_routed(layer, routing, hv, s.n_embd), what);
-        GpuRun two = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {phase1, phase2}, wt);
-        for (int64_t p = 0; p < n * s.k; ++p) ASSERT_EQ(two.done[p], 1) << what << " two phases, pair " << p;
-        expect_same_bits(two.out, one.out, n * s.n_embd, what + " two phases");
-        expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
-                         what + " fused");
-        GenericMoeKernels generic;
-        expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt).out, one.out,
-                         n * s.n_embd, what + " generic kernels");
-        expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
-                         what + " generic fused");
-      }
+      for (int64_t n : {1, 2, 8})
+        expect_every_launch_agrees(layer, s, wt, n, 21 + static_cast<uint32_t>(n), ExpertMath{},
+                                   std::string(dtype_name(dt)) + " n=" + std::to_string(n) + " embd=" +
+                                       std::to_string(s.n_embd) + " ff=" + std::to_string(s.n_ff) +
+                                       " k=" + std::to_string(s.k));
       if (dt == DType::q4 && s.n_embd > 1024) {  // rows off 16-byte alignment: the scalar path
         DeviceBuffers d;
         const std::vector<cuda::ExpertRef> off = misaligned_table(layer, d);
@@ -442,9 +472,56 @@ TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
   }
 }
 
+// gpt-oss's experts (f32 biases on the three products, the clamped SwiGLU with gpt-oss's
+// alpha and a limit the dots cross on both sides) in every expert kernel, MXFP4 weights among
+// the types: against the CPU's routed_experts with the same math; the decode kernels
+// (moe_decode.cu: bf16, q8, q4, mxfp4 at whole 16-byte chunks) bit for bit the generic
+// kernels, two phases the same bits as one, the fused resident launch the same bits; odd
+// sizes (100 x 40) on the generic kernels' scalar path.
+TEST(CudaMoe, BiasedClampedExpertsEveryKernel) {
+  ExpertMath math;
+  math.activation = ExpertActivation::swiglu_clamped;
+  math.limit = 3.0f;  // dots of ~N(0, 5): clamped often, both ways
+  struct Case {
+    Shape s;  // s.n unused: 1, 2 and 8 rows
+    std::vector<DType> types;
+  };
+  for (const Case& c : {Case{{0, 12, 4, 512, 384}, {DType::mxfp4, DType::bf16, DType::q8, DType::q4}},
+                        Case{{0, 8, 2, 100, 40}, {DType::mxfp4, DType::bf16, DType::f32}}}) {
+    for (DType dt : c.types) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, c.s.E, c.s.n_embd, c.s.n_ff, math);
+      for (int64_t n : {1, 2, 8})
+        expect_every_launch_agrees(layer, c.s, layer.table[0].wtype, n, 41 + static_cast<uint32_t>(n), math,
+                                   std::string(dtype_name(dt)) + " clamped, biased n=" + std::to_string(n) +
+                                       " embd=" + std::to_string(c.s.n_embd) + " ff=" + std::to_string(c.s.n_ff));
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
+
+// Backend::moe_routed of `table` (the layer's experts) over s.n random rows and router logits
+// against the host path with the same math: route_topk + routed_experts; out has a guard.
+void expect_moe_routed_matches_host(Backend& gpu, const ExpertLayer& layer, const ExpertTable& table, const Shape& s,
+                                    bool norm, const ExpertMath& math, const std::string& what) {
+  auto hv = random_vec(s.n * s.n_embd, 17);
+  auto lv = random_vec(s.n * s.E, 18, 1.5f);
+  const std::vector<float> want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, norm}, lv, s.n), hv, s.n_embd, math);
+  Tensor h = gpu.alloc(DType::f32, {s.n, s.n_embd}), logits = gpu.alloc(DType::f32, {s.n, s.E});
+  gpu.from_host(h, hv.data());
+  gpu.from_host(logits, lv.data());
+  Tensor whole = gpu.alloc(DType::f32, {s.n * s.n_embd + kGuard});
+  std::vector<float> init(s.n * s.n_embd + kGuard, kSentinel);
+  gpu.from_host(whole, init.data());
+  Tensor out(DType::f32, {s.n, s.n_embd}, whole.data);
+  gpu.moe_routed(table, logits, s.k, norm, h, out);
+  std::vector<float> got(init.size());
+  gpu.to_host(whole, got.data());
+  expect_close(got, want, what + " n=" + std::to_string(s.n) + (norm ? " norm" : ""));
+}
 
 // Backend::moe_routed (router top-k, experts and combine on the device, from router logits)
 // against the host path the decoders use without a table: route_topk + routed_experts.
@@ -457,26 +534,35 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
                     {100, 8, 2, 256, 192}, {45, 6, 3, 70, 33}}) {
       auto gpu = make_cuda_backend(0);
       ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
-      auto hv = random_vec(s.n * s.n_embd, 17);
-      auto lv = random_vec(s.n * s.E, 18, 1.5f);
-      for (bool norm : {true, false}) {
-        RouterSpec spec{s.E, s.k, norm};
-        auto want = cpu_routed(layer, route_topk(spec, lv, s.n), hv, s.n_embd);
-        auto table = gpu->make_expert_table(layer.device, ExpertMath{});
-        ASSERT_NE(table, nullptr);
-        Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
-        gpu->from_host(h, hv.data());
-        gpu->from_host(logits, lv.data());
-        Tensor whole = gpu->alloc(DType::f32, {s.n * s.n_embd + kGuard});
-        std::vector<float> init(s.n * s.n_embd + kGuard, kSentinel);
-        gpu->from_host(whole, init.data());
-        Tensor out(DType::f32, {s.n, s.n_embd}, whole.data);
-        gpu->moe_routed(*table, logits, s.k, norm, h, out);
-        std::vector<float> got(init.size());
-        gpu->to_host(whole, got.data());
-        expect_close(got, want, std::string("moe_routed ") + std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) +
-                                    (norm ? " norm" : ""));
-      }
+      auto table = gpu->make_expert_table(layer.device, ExpertMath{});
+      ASSERT_NE(table, nullptr);
+      for (bool norm : {true, false})
+        expect_moe_routed_matches_host(*gpu, layer, *table, s, norm, ExpertMath{},
+                                       std::string("moe_routed ") + std::string(dtype_name(dt)));
+    }
+}
+
+// Backend::make_expert_table for gpt-oss's experts: none without SLUICE_CUDA_UNVERIFIED=1
+// (they are routed on the host); with it, moe_routed from router logits against the host
+// path at decode rows (the decode kernels), a few rows (the per-pair kernels) and prefill
+// rows (the grouped tiles: tensor cores for bf16 and q8, the f32 tiles for mxfp4), for MXFP4,
+// bf16, q8 and q4 weights.
+TEST(CudaMoe, BackendMoeRoutedBiasedClampedExperts) {
+  ExpertMath math;
+  math.activation = ExpertActivation::swiglu_clamped;
+  math.limit = 3.0f;
+  for (DType dt : {DType::mxfp4, DType::bf16, DType::q8, DType::q4})
+    for (Shape s : {Shape{1, 8, 4, 256, 192}, {13, 8, 2, 256, 192}, {300, 8, 2, 256, 192}, {100, 8, 4, 256, 192}}) {
+      auto gpu = make_cuda_backend(0);
+      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
+      unsetenv("SLUICE_CUDA_UNVERIFIED");
+      EXPECT_EQ(gpu->make_expert_table(layer.device, math), nullptr) << "a table without the opt-in";
+      setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+      auto table = gpu->make_expert_table(layer.device, math);
+      unsetenv("SLUICE_CUDA_UNVERIFIED");
+      ASSERT_NE(table, nullptr);
+      expect_moe_routed_matches_host(*gpu, layer, *table, s, true, math,
+                                     std::string("moe_routed clamped, biased ") + std::string(dtype_name(dt)));
     }
 }
 

@@ -26,6 +26,7 @@
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
 #include "backends/cuda/moe_kernels.h"
+#include "core/unverified.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "engine/generator.h"
 #include "experts/streamer.h"
@@ -145,9 +146,13 @@ float expect_same_as_the_cpu(const std::vector<std::string>& fixtures, int& runs
         LoadedModel mc = load(pack, *cpu, DType::q4, so);
         LoadedModel mg = load(pack, *gpu, DType::q4, so);
         EXPECT_TRUE(dynamic_cast<CudaStreamer*>(mg.streamer.get()));
-        // Plain SwiGLU experts without biases (the device kernels' math) route on the device.
+        // Plain SwiGLU experts without biases (the device kernels' math) route on the device;
+        // gpt-oss's (biases, the clamped SwiGLU) only with SLUICE_CUDA_UNVERIFIED=1.
         EXPECT_EQ(mg.model->expert_provider()->routes_on_device(ExpertMath{}, RouterSpec{}),
                   !p->kind(DType::q4).has_biases());
+        ExpertMath clamped;
+        clamped.activation = ExpertActivation::swiglu_clamped;
+        EXPECT_EQ(mg.model->expert_provider()->routes_on_device(clamped, RouterSpec{}), unverified_opted_in());
         Decisions dc, dg;
         observe(mc, dc);
         observe(mg, dg);
@@ -208,18 +213,13 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
               runs, static_cast<double>(worst));
 }
 
-// A prefill whose union exceeds the cache takes the streamer's grouped path: each group of
-// rows is computed in waves as its experts land, or (SLUICE_CUDA_PREFILL_WAVES=0) once its
-// union is resident. With many pairs an expert those rows go
-// through the grouped kernels as the resident prefill's do, so the logits are the resident
-// model's bit for bit, at every cache size (many groups at k slots, fewer at more), both
-// ways. An exact prompt chunk whose union fits (every record cached) takes it too, as one
-// group a layer.
-TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
+// The body of the test below over `fixtures`: the number of (fixture, cache size, waves)
+// runs compared.
+int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures) {
   auto gpu = make_cuda_backend(0);
   int compared = 0;
   for (bool waves : {false, true}) {
-    for (const std::string& fixture : cuda_expert_fixtures()) {
+    for (const std::string& fixture : fixtures) {
       setenv("SLUICE_CUDA_PREFILL_WAVES", waves ? "1" : "0", 1);
       const fs::path& pack = fixture_pack(fixture);
       std::vector<int32_t> ids = fixture_ids(fixture);
@@ -254,7 +254,49 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
     }
   }
   unsetenv("SLUICE_CUDA_PREFILL_WAVES");
-  EXPECT_GT(compared, 0) << "no fixture has enough pairs an expert for the grouped kernels";
+  return compared;
+}
+
+// A prefill whose union exceeds the cache takes the streamer's grouped path: each group of
+// rows is computed in waves as its experts land, or (SLUICE_CUDA_PREFILL_WAVES=0) once its
+// union is resident. With many pairs an expert those rows go
+// through the grouped kernels as the resident prefill's do, so the logits are the resident
+// model's bit for bit, at every cache size (many groups at k slots, fewer at more), both
+// ways. An exact prompt chunk whose union fits (every record cached) takes it too, as one
+// group a layer.
+TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
+  EXPECT_GT(expect_grouped_prefill_bit_for_bit(cuda_expert_fixtures()), 0)
+      << "no fixture has enough pairs an expert for the grouped kernels";
+}
+
+// gpt-oss's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1, core/unverified.h: biases
+// and the clamped SwiGLU in the streamer's tables, the decode kernels' two phases and the
+// grouped prefill): the CPU streamer's routing decisions and greedy tokens at every cache
+// size, the resident prefill's logits bit for bit on the grouped path, and the mxfp4 kind
+// streamed through 4 slots against the CPU's run of the same pack.
+TEST(CudaStreaming, GptOssDeviceRoutedBehindTheSwitch) {
+  struct OptIn {
+    OptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
+    ~OptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
+  } opt_in;
+  int runs = 0;
+  const float worst = expect_same_as_the_cpu(gpt_oss_fixtures(), runs);
+  std::printf("cuda streaming, gpt-oss routed on the device: %d runs; routing equal to the CPU's; logits max |gpu - cpu| "
+              "%.3g\n",
+              runs, static_cast<double>(worst));
+  expect_grouped_prefill_bit_for_bit(gpt_oss_fixtures());
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0);
+  const fs::path& pack = fixture_pack("gpt_oss_mxfp4");
+  const std::vector<int32_t> ids = fixture_ids("gpt_oss_mxfp4");
+  StreamerOptions so;
+  so.slots = 4;
+  so.wait_timeout = std::chrono::seconds(10);
+  LoadedModel mc = load(pack, *cpu, DType::mxfp4, so), mg = load(pack, *gpu, DType::mxfp4, so);
+  const auto [cd, cp] = run_logits(*mc.model, ids);
+  const auto [gd, gp] = run_logits(*mg.model, ids);
+  EXPECT_LE(max_abs_diff(gd, cd), 1e-3f) << "mxfp4 decode logits";
+  EXPECT_LE(max_abs_diff(gp, cp), 1e-3f) << "mxfp4 teacher-forced logits";
 }
 
 TEST(CudaStreaming, Bf16FixturesMatchTransformers) {

@@ -2,11 +2,13 @@
 // resident experts, built once at load, and moe_routed = router top-k, the experts and the
 // combine, all enqueued on the backend's stream with no host round trip; many pairs per expert
 // (prefill) take the grouped kernels.
+#include <algorithm>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/quant.h"
+#include "core/unverified.h"
 
 #include "backends/cuda/cuda_check.h"
 
@@ -19,15 +21,33 @@ struct CudaExpertTable final : ExpertTable {
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
+// Whether the device MoE kernels compute these experts: SwiGLU without biases in any type the
+// matrix kernels read; with the opt-in also gpt-oss's experts (clamped SwiGLU, f32 biases,
+// MXFP4 or any other type).
+bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math) {
+  if (math.scale_input) return false;
+  const bool plain = math.activation == ExpertActivation::swiglu;
+  if (!plain && math.activation != ExpertActivation::swiglu_clamped) return false;
+  const bool gpt_oss_kind = !plain || std::any_of(experts.begin(), experts.end(), [](const ExpertWeights& w) {
+    return w.has_biases() || w.gate.dtype == DType::mxfp4;
+  });
+  if (!gpt_oss_kind) return true;
+  if (!unverified_opted_in()) return false;
+  for (const ExpertWeights& w : experts)
+    for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
+      if (!b->empty() && b->dtype != DType::f32) return false;  // the kernels add f32 biases
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
                                                           const ExpertMath& math) {
-  // The device MoE kernels compute SwiGLU without biases; other experts (gpt-oss) are routed
-  // on the host and computed by the generic ops (expert_forward).
-  if (math.activation != ExpertActivation::swiglu || math.scale_input) return nullptr;
-  for (const ExpertWeights& w : experts)
-    if (w.has_biases()) return nullptr;
+  // The device MoE kernels compute SwiGLU, and gpt-oss's clamped SwiGLU with f32 biases and
+  // MXFP4 weights (not yet run on a GPU: behind SLUICE_CUDA_UNVERIFIED=1, core/unverified.h);
+  // other experts (Llama 4's input scaling, Gemma 4's GeGLU) are routed on the host and
+  // computed by the generic ops (expert_forward).
+  if (!device_experts_ok(experts, math)) return nullptr;
   auto table = std::make_unique<CudaExpertTable>();
   table->n_expert = static_cast<int64_t>(experts.size());
   SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");
@@ -43,13 +63,24 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
                  Status::internal, "cuda moe: expert ", e, " differs from expert 0 in dtype or shape (gate ",
                  w.gate.shape_str(), ", up ", w.up.shape_str(), ", down ", w.down.shape_str(), ")");
     const Tensor* parts[3] = {&w.gate, &w.up, &w.down};
+    const Tensor* biases[3] = {&w.gate_bias, &w.up_bias, &w.down_bias};
+    const int64_t bias_len[3] = {table->n_ff, table->n_ff, table->n_embd};
     for (int i = 0; i < 3; ++i) {
       refs[e].data[i] = parts[i]->data;
       refs[e].scales[i] = parts[i]->scales;
       SLUICE_CHECK(!dtype_is_quantized(t) || parts[i]->scales, Status::internal, "cuda moe: expert ", e,
                    " is quantized without scales");
+      if (biases[i]->empty()) continue;
+      SLUICE_CHECK(biases[i]->numel() == bias_len[i], Status::internal, "cuda moe: expert ", e, " has a bias of ",
+                   biases[i]->shape_str(), " for a product of ", bias_len[i], " rows");
+      refs[e].bias[i] = static_cast<const float*>(biases[i]->data);
     }
-    refs[e].wtype = cuda::wtype_of(t, "moe");
+    refs[e].wtype = cuda::matmul_wtype_of(t, "moe");
+    if (math.activation == ExpertActivation::swiglu_clamped) {
+      refs[e].act = cuda::ExpertAct::swiglu_clamped;
+      refs[e].alpha = math.alpha;
+      refs[e].limit = math.limit;
+    }
   }
   table->wtype = refs[0].wtype;
   const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));

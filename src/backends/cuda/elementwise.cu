@@ -1,6 +1,7 @@
 // Elementwise ops (swiglu, swiglu_clamped, add, clamp, fill) and rope: one thread per element or pair.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe_common.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -12,18 +13,10 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
     out[i] = gv / (1.0f + expf(-gv)) * u[i];
   }
 }
-// As the CPU's swiglu_clamped8: the clamps written so that a NaN passes through (fminf would
-// turn it into the bound); expf differs from the CPU's exp8 by an ulp or two.
 __global__ void swiglu_clamped_kernel(const float* g, const float* u, float* out, int64_t n, float alpha,
                                       float limit) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    float gv = g[i], uv = u[i];
-    gv = gv > limit ? limit : gv;
-    uv = uv > limit ? limit : uv < -limit ? -limit : uv;
-    const float glu = gv * (1.0f / (1.0f + expf(-(gv * alpha))));
-    out[i] = (uv + 1.0f) * glu;
-  }
+  if (i < n) out[i] = swiglu_clamped(g[i], u[i], alpha, limit);
 }
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -18,6 +18,30 @@ __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef*
 // silu(g) * u, as launch_swiglu.
 __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// gpt-oss's clamped SwiGLU, as the CPU's swiglu_clamped8: the clamps written so that a NaN
+// passes through (fminf would turn it into the bound); expf differs from the CPU's exp8 by an
+// ulp or two.
+__device__ __forceinline__ float swiglu_clamped(float g, float u, float alpha, float limit) {
+  g = g > limit ? limit : g;
+  u = u > limit ? limit : u < -limit ? -limit : u;
+  const float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+  return (u + 1.0f) * glu;
+}
+
+// An expert's activation of ff row j from its gate and up dots: the biases added first (as
+// add_bias does after the generic products), then SwiGLU or the clamped variant. Every expert
+// kernel writes act through this, so that they agree bit for bit.
+__device__ __forceinline__ float expert_gate_up(const ExpertRef& ref, int64_t j, float g, float u) {
+  if (ref.bias[0] != nullptr) g += ref.bias[0][j];
+  if (ref.bias[1] != nullptr) u += ref.bias[1][j];
+  return ref.act == ExpertAct::swiglu_clamped ? swiglu_clamped(g, u, ref.alpha, ref.limit) : swiglu(g, u);
+}
+
+// An expert's output row i from its down dot: the down bias added (before the routing weight).
+__device__ __forceinline__ float expert_down(const ExpertRef& ref, int64_t i, float y) {
+  return ref.bias[2] != nullptr ? y + ref.bias[2][i] : y;
+}
+
 // The combine of a down + combine block over the embd rows i0 .. i0 + rows - 1 of batch row
 // `row`: out[row, i0 + t] = the rank sums ys[rank * rows + t] weighted and added in rank
 // order with moe_combine_done_kernel's fmaf. Threads t < rows of the block, after a barrier.

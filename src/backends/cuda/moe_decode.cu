@@ -122,8 +122,15 @@ __device__ __forceinline__ float unit_dot(const uint4& wv, int j, const float4& 
     acc = fmaf(byte_at(v, 1) - (kTwo23 + 128.0f), x.y, acc);
     acc = fmaf(byte_at(v, 2) - (kTwo23 + 128.0f), x.z, acc);
     acc = fmaf(byte_at(v, 3) - (kTwo23 + 128.0f), x.w, acc);
+  } else if constexpr (T == WType::mxfp4) {
+    // chunk_dot's order: byte b's low code (element 2b), then its high code (2b + 1).
+    const uint32_t v = w32[j / 2] >> (16 * (j % 2));  // bytes 2 (j % 2) and 2 (j % 2) + 1 of the word
+    acc = fmaf(e2m1_value(v & 15u), x.x, acc);
+    acc = fmaf(e2m1_value((v >> 4) & 15u), x.y, acc);
+    acc = fmaf(e2m1_value((v >> 8) & 15u), x.z, acc);
+    acc = fmaf(e2m1_value((v >> 12) & 15u), x.w, acc);
   } else {
-    static_assert(T == WType::q4, "decode kernels: bf16, q8 or q4");
+    static_assert(T == WType::q4, "decode kernels: bf16, q8, q4 or mxfp4");
     const uint32_t lo = w32[j / 2] & 0x0F0F0F0Fu, hi = (w32[j / 2] >> 4) & 0x0F0F0F0Fu;
     const int b = 2 * (j % 2);  // elements 2 (b + i) and 2 (b + i) + 1 in byte b + i's nibbles
     acc = fmaf(byte_at(lo, b) - (kTwo23 + 8.0f), x.x, acc);
@@ -173,7 +180,7 @@ struct WarpRows {
 #pragma unroll
         for (int q = 0; q < NW; ++q) {
           wv[i][q] = __ldg(reinterpret_cast<const uint4*>(wrow(q)) + c);
-          if constexpr (T == WType::q8 || T == WType::q4) sv[i][q] = load_chunk_scale<T>(srow(q), c);
+          if constexpr (T != WType::bf16) sv[i][q] = load_chunk_scale<T>(srow(q), c);
         }
     }
   }
@@ -297,10 +304,12 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kerne
   if (!live) return;
   float y[2 * kGateUpRows];
   rows.dots(xs, x, n_embd, lane, y);
-  if (lane == 0)
+  if (lane == 0) {
+    const ExpertRef& eref = a.table[a.ids[p]];  // read again: a pointer kept live through the dots costs registers
 #pragma unroll
     for (int r = 0; r < kGateUpRows; ++r)
-      if (j0 + r < n_ff) a.act[p * n_ff + j0 + r] = swiglu(y[2 * r], y[2 * r + 1]);
+      if (j0 + r < n_ff) a.act[p * n_ff + j0 + r] = expert_gate_up(eref, j0 + r, y[2 * r], y[2 * r + 1]);
+  }
 }
 
 // grid (n_pairs, ceil(n_embd / (kDownWarps * kRowsPerWarp))); dynamic shared memory: n_ff floats.
@@ -323,10 +332,12 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(con
   if (!live) return;
   float y[kRowsPerWarp];
   rows.dots(xs, x, n_ff, lane, y);
-  if (lane == 0)
+  if (lane == 0) {
+    const ExpertRef& eref = a.table[a.ids[p]];  // read again, as in gate/up
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
-      if (i0 + r < n_embd) a.pair_out[p * n_embd + i0 + r] = y[r];
+      if (i0 + r < n_embd) a.pair_out[p * n_embd + i0 + r] = expert_down(eref, i0 + r, y[r]);
+  }
 }
 
 // grid (n_rows, ceil(n_embd / kCombineTile)). Warp w takes the items w, w + kCombineWarps, ...
@@ -357,9 +368,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
     const int64_t rank = it / 2;
     float y[kRowsPerWarp];
     rows.dots(xs + rank * (n_ff / 4), x + rank * n_ff, n_ff, lane, y);
-    if (lane == 0)
+    if (lane == 0) {
+      const ExpertRef& ref = a.table[a.ids[row * k + rank]];
+      const int64_t i0 = tile0 + (it % 2) * kRowsPerWarp;
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) ys[rank * kCombineTile + (it % 2) * kRowsPerWarp + r] = y[r];
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        ys[rank * kCombineTile + (it % 2) * kRowsPerWarp + r] = i0 + r < n_embd ? expert_down(ref, i0 + r, y[r]) : y[r];
+    }
   }
   __syncthreads();
   combine_ranks(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);
@@ -368,10 +383,10 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
 bool aligned16_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Whether kernels of the shape's weight type take a product over kdim with activations x:
-// bf16, q8 or q4, kdim whole 16-byte chunks, x 16-byte aligned.
+// bf16, q8, q4 or mxfp4, kdim whole 16-byte chunks, x 16-byte aligned.
 bool decode_product_ok(const MoeShape& shape, int64_t kdim, const void* x) {
   const WType t = shape.wtype;
-  return moe_decode_enabled() && (t == WType::bf16 || t == WType::q8 || t == WType::q4) &&
+  return moe_decode_enabled() && (t == WType::bf16 || t == WType::q8 || t == WType::q4 || t == WType::mxfp4) &&
          kdim % dot_vec_width(t) == 0 && dot_row_bytes(t, kdim) % 16 == 0 && aligned16_host(x);
 }
 
@@ -380,6 +395,7 @@ bool decode_product_ok(const MoeShape& shape, int64_t kdim, const void* x) {
   switch (t) {                                                                  \
     case WType::bf16: { constexpr WType T = WType::bf16; __VA_ARGS__; } break; \
     case WType::q8: { constexpr WType T = WType::q8; __VA_ARGS__; } break;     \
+    case WType::mxfp4: { constexpr WType T = WType::mxfp4; __VA_ARGS__; } break; \
     default: { constexpr WType T = WType::q4; __VA_ARGS__; } break;            \
   }
 

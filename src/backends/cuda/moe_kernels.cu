@@ -4,12 +4,13 @@
 //
 // Experts: three launches per phase.
 //   1. gate/up: one warp per (pair, 2 ff rows): act[p, j] = silu(gate_j . h) * (up_j . h)
-//   2. down:    one warp per (pair, 4 embd rows): pair_out[p, i] = down_i . act[p]
+//               (with the entry's biases and activation: expert_gate_up, moe_common.cuh)
+//   2. down:    one warp per (pair, 4 embd rows): pair_out[p, i] = down_i . act[p] (+ its bias)
 //   3. mark:    done[p] = 1 for the pairs this phase computed
 // Each launch tests the same condition (done[p] == 0 and the expert available), so the marks
 // of launch 3 cannot change which pairs launches 1 and 2 compute. A pair's sums depend only
 // on its row and its expert's weights. Launches 1 and 2 (and the fused down + combine) of
-// bf16, int8 and q4 experts take the decode kernels of moe_decode.cu where the sizes allow:
+// bf16, int8, q4 and mxfp4 experts take the decode kernels of moe_decode.cu where the sizes allow:
 // the same sums, bit for bit; the kernels here serve the other types, mixed types and odd
 // sizes.
 #include "backends/cuda/moe_kernels.h"
@@ -209,8 +210,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, gate_up_blocks_per_sm<WT>()
 #pragma unroll
     for (int r = 0; r < kGateRows; ++r)
       if (j0 + r < n_ff) {
-        const float g = y[2 * r], u = y[2 * r + 1];
-        act[p * n_ff + j0 + r] = swiglu(g, u);
+        act[p * n_ff + j0 + r] = expert_gate_up(ref, j0 + r, y[2 * r], y[2 * r + 1]);
       }
 }
 
@@ -246,10 +246,12 @@ __global__ void moe_down_kernel(const int32_t* __restrict__ ids, const ExpertRef
   if (i0 >= n_embd) return;
   float y[kDownRows];
   down_rows<WT, kDownRows>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
-  if (lane == 0)
+  if (lane == 0) {
+    const ExpertRef& ref = table[ids[p]];  // read again, as in down + combine
 #pragma unroll
     for (int r = 0; r < kDownRows; ++r)
-      if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = y[r];
+      if (i0 + r < n_embd) pair_out[p * n_embd + i0 + r] = expert_down(ref, i0 + r, y[r]);
+  }
 }
 
 // grid (n_rows, ceil(n_embd / kCombineRows)); block -> (row, embd rows i0 .. i0 + kCombineRows - 1),
@@ -275,9 +277,12 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kCombineRows == 8 ? 2 : 1) 
     const int64_t p = row * k + rank;
     float y[kCombineRows];
     down_rows<WT, kCombineRows>(table[ids[p]], act + p * n_ff, i0, n_embd, n_ff, lane, y);
-    if (lane == 0)
+    if (lane == 0) {
+      const ExpertRef& ref = table[ids[p]];  // read again: a pointer kept live through the dots costs registers
 #pragma unroll
-      for (int r = 0; r < kCombineRows; ++r) ys[rank * kCombineRows + r] = y[r];
+      for (int r = 0; r < kCombineRows; ++r)
+        ys[rank * kCombineRows + r] = i0 + r < n_embd ? expert_down(ref, i0 + r, y[r]) : y[r];
+    }
   }
   __syncthreads();
   combine_ranks(ys, kCombineRows, weights, row, k, i0, n_embd, out);
@@ -414,10 +419,9 @@ __global__ void __launch_bounds__(256) moe_grouped_kernel(const float* __restric
       const int64_t c = col0 + tc + 16 * j;
       if (c >= cols) continue;
       if constexpr (NMAT == 2) {
-        const float g = acc[0][i][j], u = acc[1][i][j];
-        y[p * cols + c] = swiglu(g, u);
+        y[p * cols + c] = expert_gate_up(ref, c, acc[0][i][j], acc[1][i][j]);
       } else {
-        y[p * cols + c] = acc[0][i][j];
+        y[p * cols + c] = expert_down(ref, c, acc[0][i][j]);
       }
     }
   }
@@ -469,9 +473,9 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_mma_kernel(const fl
     const int32_t p = pair[r];
     if (p < 0 || col0 + c >= cols) return;
     if constexpr (NMAT == 2) {
-      y[p * cols + col0 + c] = swiglu(v[0], v[1]);
+      y[p * cols + col0 + c] = expert_gate_up(ref, col0 + c, v[0], v[1]);
     } else {
-      y[p * cols + col0 + c] = v[0];
+      y[p * cols + col0 + c] = expert_down(ref, col0 + c, v[0]);
     }
   });
 }
@@ -525,7 +529,7 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_split_kernel(const 
     const int32_t p = pair[r];
     if (p < 0 || col0 + c >= cols) return;
     if constexpr (NMAT == 2) {
-      float a = swiglu(v[0], v[1]);
+      float a = expert_gate_up(ref, col0 + c, v[0], v[1]);
       auto* parts = static_cast<__nv_bfloat16*>(y) + p * cols + col0 + c;
 #pragma unroll
       for (int i = 0; i < mma::kParts; ++i) {  // mma_tile.cuh's split, as the split kernel makes it
@@ -534,7 +538,7 @@ __global__ void __launch_bounds__(mma::kThreads) moe_grouped_split_kernel(const 
         a -= __bfloat162float(hb);
       }
     } else {
-      static_cast<float*>(y)[p * cols + col0 + c] = v[0];
+      static_cast<float*>(y)[p * cols + col0 + c] = expert_down(ref, col0 + c, v[0]);
     }
   });
 }
@@ -706,6 +710,7 @@ void launch_moe_grouped_experts(const MoeGroupedParams& p, Stream s) {
     case WType::q8: launch_grouped_t<WType::q8>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
     case WType::q4: launch_grouped_t<WType::q4>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
     case WType::q2: launch_grouped_t<WType::q2>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
+    case WType::mxfp4: launch_grouped_t<WType::mxfp4>(h, gi.order, gi.offsets, table, act, pair_out, shape, st); break;
     default: fail(Status::internal, "cuda moe grouped: weight type ", static_cast<int>(shape.wtype));
   }
 }
@@ -787,6 +792,7 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
     case WType::q8: { constexpr WType WT = WType::q8; __VA_ARGS__; } break;     \
     case WType::q4: { constexpr WType WT = WType::q4; __VA_ARGS__; } break;     \
     case WType::q2: { constexpr WType WT = WType::q2; __VA_ARGS__; } break;     \
+    case WType::mxfp4: { constexpr WType WT = WType::mxfp4; __VA_ARGS__; } break; \
     default: { constexpr WType WT = WType::unavailable; __VA_ARGS__; } break;                   \
   }
 

@@ -14,16 +14,23 @@
 
 namespace sluice::cuda {
 
-// One routed expert's three projections in device memory. 64 bytes, so a table entry is one
-// aligned load. Quantized rows are quant_row_bytes(cols) long with quant_scale_row_bytes(cols)
-// of scales per row (core/quant.h), dense rows cols elements.
+// What an expert computes from its three products (ExpertMath's activations the kernels
+// take): silu(g) * u, or gpt-oss's clamped SwiGLU (moe_common.cuh's swiglu_clamped).
+enum class ExpertAct : int32_t { swiglu = 0, swiglu_clamped = 1 };
+
+// One routed expert's three projections in device memory, with its biases and activation.
+// Quantized rows are quant_row_bytes(cols) long with quant_scale_row_bytes(cols) of scales
+// per row (core/quant.h), dense rows cols elements. A default entry (no biases, SwiGLU)
+// computes what the kernels computed before biases existed, bit for bit.
 struct ExpertRef {
   const void* data[3] = {nullptr, nullptr, nullptr};    // gate [n_ff, n_embd], up [n_ff, n_embd], down [n_embd, n_ff]
   const void* scales[3] = {nullptr, nullptr, nullptr};  // quantized kinds only
+  const float* bias[3] = {nullptr, nullptr, nullptr};   // f32 gate [n_ff], up [n_ff], down [n_embd], or null: none
   WType wtype = WType::unavailable;                   // unavailable: not (yet) in device memory, the pairs are skipped
-  int32_t pad = 0;
+  ExpertAct act = ExpertAct::swiglu;
+  float alpha = 0.0f, limit = 0.0f;                   // swiglu_clamped: the sigmoid's gain and the clamp
 };
-static_assert(sizeof(ExpertRef) == 56 || sizeof(ExpertRef) == 64, "ExpertRef is a small POD");
+static_assert(sizeof(ExpertRef) == 88, "ExpertRef is a small POD");
 
 struct MoeShape {
   int64_t n_rows = 0;    // rows of the batch (tokens)

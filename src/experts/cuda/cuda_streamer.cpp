@@ -9,6 +9,7 @@
 #include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -173,8 +174,13 @@ CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t
 CudaStreamer::~CudaStreamer() = default;
 
 bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& router) const {
-  return math.activation == ExpertActivation::swiglu && !math.scale_input &&
-         router.scoring == RouterScoring::softmax && !impl_->pack->kind(impl_->kind).has_biases();
+  if (math.scale_input || router.scoring != RouterScoring::softmax) return false;
+  const bool plain = math.activation == ExpertActivation::swiglu && !impl_->pack->kind(impl_->kind).has_biases() &&
+                     impl_->kind != DType::mxfp4;
+  if (plain) return true;
+  // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4): written, not yet run on a GPU
+  // (core/unverified.h); without the opt-in they take the host-routed path.
+  return math.activation == ExpertActivation::swiglu_clamped && unverified_opted_in();
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -186,6 +192,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const int64_t L = c.moe_layer, n = c.h.rows(), k = m.top_k, E = m.n_expert;
   SLUICE_CHECK(L >= 0 && L < m.n_layers, Status::internal, "cuda expert streamer: MoE layer ", L, " outside the pack's ",
                m.n_layers);
+  if (!m.math_known) {  // the first call, before its job is queued (Impl::math)
+    m.math = c.math;
+    m.math_known = true;
+  }
+  SLUICE_CHECK(c.math == m.math, Status::internal, "cuda expert streamer: MoE calls with different expert math");
   if (c.routing) {
     SLUICE_CHECK(c.routing->n_rows == n && c.routing->k == k && c.h.cols() == m.n_embd && c.out.rows() == n,
                  Status::internal, "cuda expert streamer: a host routing of ", c.routing->n_rows, " rows of top-",
@@ -205,7 +216,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   if (n == 0) return;
   m.ensure_capacity(n);
   // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
-  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::wtype_of(m.kind, "the expert cache")};
+  const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::matmul_wtype_of(m.kind, "the expert cache")};
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
   cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s);

@@ -22,11 +22,18 @@ cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, DType k) const {
   const uint8_t* base = slot_ptr(slot);
   cuda::ExpertRef r;
   const PackBlock* blocks[3] = {&info.gate, &info.up, &info.down};
+  const PackBias* biases[3] = {&info.gate_bias, &info.up_bias, &info.down_bias};  // f32 in the record, or none
   for (int i = 0; i < 3; ++i) {
     r.data[i] = base + blocks[i]->offset;
     r.scales[i] = blocks[i]->scale_bytes ? base + blocks[i]->scale_offset : nullptr;
+    if (biases[i]->bytes) r.bias[i] = reinterpret_cast<const float*>(base + biases[i]->offset);
   }
-  r.wtype = cuda::wtype_of(k, "the expert cache");
+  r.wtype = cuda::matmul_wtype_of(k, "the expert cache");
+  if (math.activation == ExpertActivation::swiglu_clamped) {
+    r.act = cuda::ExpertAct::swiglu_clamped;
+    r.alpha = math.alpha;
+    r.limit = math.limit;
+  }
   return r;
 }
 

@@ -197,6 +197,12 @@ struct CudaStreamer::Impl : StreamState {
   cudaStream_t stream;
   cuda::HostWait wait_mode;
   int64_t n_embd = 0, n_ff = 0;
+  // The experts' activation as the model's calls give it (ref() writes it into the table
+  // entries): set by the model thread at its first moe() call, before it queues that call's
+  // job, so the service thread reads it only after taking a job (under q_mu); every later
+  // call must give the same.
+  ExpertMath math;
+  bool math_known = false;  // model thread only
 
   // The cache's memory: device slots; the pinned host tier (inclusive: every record read from
   // the pack), staging buffers for reads when there is no tier.

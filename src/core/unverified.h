@@ -1,0 +1,17 @@
+// Paths of the CUDA backend written in sessions without a GPU to run them on: compiled, with
+// their GPU tests written, but never run. Until a GPU session has run those tests they stay
+// off unless SLUICE_CUDA_UNVERIFIED=1, which the GPU tests set to run them; off, the verified
+// path they would replace runs. The session that verifies a path removes its check and its
+// line here.
+//   - the device-routed experts of gpt-oss (biases, the clamped SwiGLU, MXFP4 weights) in the
+//     expert table of CudaBackend::make_expert_table (backends/cuda/cuda_moe.cpp); off, those
+//     experts are routed on the host and computed by the generic ops.
+// Plain C++ (core/), so that host code outside the CUDA backend can ask too.
+#pragma once
+
+namespace sluice {
+
+// Whether SLUICE_CUDA_UNVERIFIED=1 (read at every call: the GPU tests turn it on and off).
+bool unverified_opted_in();
+
+}  // namespace sluice
