@@ -6,6 +6,8 @@
 // read experts from a pack on demand.
 #pragma once
 
+#include <span>
+
 #include <cstdint>
 
 #include "backends/backend.h"
@@ -27,6 +29,10 @@ struct MoeLayerCall {
   Tensor next_router_bias;              // [n_expert] its bias (gpt-oss), or empty
   Tensor router_logits;                 // [rows, n_expert] f32 on the backend
   ExpertMath math;                      // what one expert computes (the family's)
+  std::span<const float> expert_scale;  // [n_expert] (Gemma 4's per_expert_scale): a provider that
+                                        // routes on the device multiplies each chosen expert's
+                                        // weight by it after the top-k; empty: none (a host
+                                        // routing has it applied already)
   StreamPhase phase = StreamPhase::decode;  // prefill: rows of one sequence's prompt chunk;
                                             // decode: one token per sequence
 };

@@ -267,6 +267,12 @@ class Gemma4Model final : public Model {
     info_.n_expert_used = cfg_.router.n_expert_used;
     std::vector<bool> is_moe(static_cast<size_t>(cfg_.info.n_layer), cfg_.moe);
     index_moe_layers(is_moe, moe_index_, next_moe_);
+    // The backend's tables over resident experts (null where it routes on the host: the CPU,
+    // or CUDA without SLUICE_CUDA_UNVERIFIED=1, core/unverified.h).
+    for (const Gemma4LayerWeights& lw : w_.layers)
+      expert_tables_.push_back(cfg_.moe && !lw.experts.empty()
+                                   ? be_.make_expert_table(lw.experts, kExpertMath, lw.expert_scale)
+                                   : nullptr);
   }
 
   std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override {
@@ -482,14 +488,18 @@ class Gemma4Model final : public Model {
     const int64_t next = next_moe_[l];
     MoeLayerRefs refs{static_cast<int64_t>(l), moe_index_[l], first_position, &cfg_.router, lw.router_proj, Tensor{},
                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_proj : Tensor{}, Tensor{}, &lw.experts,
-                      nullptr, ExpertMath{ExpertActivation::geglu_tanh}, forward_phase_, next, routing_predict_next_, logits, lw.expert_scale};
+                      expert_tables_[l].get(), kExpertMath, forward_phase_, next, routing_predict_next_, logits,
+                      lw.expert_scale};
     moe_routed_half(be_, refs, expert_provider_.get(), routing_observer_, in, out);
   }
+
+  static constexpr ExpertMath kExpertMath{ExpertActivation::geglu_tanh};  // gelu_tanh(gate) * up, no biases
 
   Backend& be_;
   Gemma4Config cfg_;
   Gemma4Weights w_;
   std::vector<int64_t> moe_index_, next_moe_;
+  std::vector<std::unique_ptr<ExpertTable>> expert_tables_;  // [n_layer]
 };
 
 }  // namespace

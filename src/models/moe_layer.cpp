@@ -15,13 +15,13 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   }
 
   const StreamPhase phase = refs.phase;
-  // Per-expert routing scales (Gemma 4) are applied on the host after route_topk.
-  const bool device_routes = refs.expert_scale.empty() &&
-                             (provider ? provider->routes_on_device(refs.math, spec) : refs.table != nullptr);
+  // Per-expert routing scales (Gemma 4) are applied after the top-k: by a table (built with
+  // them: Backend::make_expert_table) or a provider that routes on the device, else on the host.
+  const bool device_routes = provider ? provider->routes_on_device(refs.math, spec) : refs.table != nullptr;
   if (device_routes && !observer) {
     if (provider)
       provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, refs.next_router_bias, logits,
-                         refs.math, phase});
+                         refs.math, refs.expert_scale, phase});
     else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
     return;
   }
@@ -46,8 +46,9 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
     observer({refs.layer, refs.first_position, &routing, predict ? &predicted : nullptr, refs.next_layer});
   }
   if (provider) {
-    provider->moe(be, {refs.moe_layer, device_routes ? nullptr : &routing, h, y, &spec,
-                       refs.next_router, refs.next_router_bias, logits, refs.math, phase});
+    provider->moe(be, {refs.moe_layer, device_routes ? nullptr : &routing, h, y, &spec, refs.next_router,
+                       refs.next_router_bias, logits, refs.math,
+                       device_routes ? std::span<const float>(refs.expert_scale) : std::span<const float>(), phase});
     return;
   }
   SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",

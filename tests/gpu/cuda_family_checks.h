@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -19,6 +20,14 @@
 namespace sluice::test {
 
 constexpr float kCudaLogitTolerance = 1e-3f;
+
+// SLUICE_CUDA_UNVERIFIED=1 (core/unverified.h) for a scope: the paths written without a GPU.
+struct UnverifiedOptIn {
+  UnverifiedOptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
+  ~UnverifiedOptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
+  UnverifiedOptIn(const UnverifiedOptIn&) = delete;
+  UnverifiedOptIn& operator=(const UnverifiedOptIn&) = delete;
+};
 
 // The fixture's checkpoint against transformers: teacher-forced and decoded through the cache
 // within the bound, and the greedy continuation equal.

@@ -5,8 +5,12 @@
 // decoder bound of 1e-3,
 // teacher-forced and decoded through the cache (f32 KV: a bf16 cache flips the routing at a
 // few (position, layer) pairs of these fixtures, gemma4_test.cpp), with the greedy
-// continuation; a pack's q4 experts against the CPU's run of the same pack.
+// continuation; a pack's q4 experts against the CPU's run of the same pack. The same with
+// SLUICE_CUDA_UNVERIFIED=1, where the experts route on the device (an expert table with the
+// per-expert scales; GeGLU in the device MoE kernels, cuda_moe_test.cpp).
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "cuda_family_checks.h"
 
@@ -20,6 +24,12 @@ class CudaGemma4 : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaGemma4, MatchesTransformersTeacherForcedDecodedAndGreedy) { expect_cuda_matches_transformers(GetParam()); }
 
 TEST_P(CudaGemma4, Q4PackMatchesTheCpu) { expect_cuda_pack_matches_the_cpu(GetParam(), DType::q4); }
+
+TEST_P(CudaGemma4, DeviceRoutedExpertsBehindTheirSwitch) {
+  const UnverifiedOptIn opt_in;
+  expect_cuda_matches_transformers(GetParam());
+  expect_cuda_pack_matches_the_cpu(GetParam(), DType::q4);
+}
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(gemma4_fixtures()),
                          [](const auto& info) { return info.param; });

@@ -78,10 +78,7 @@ TEST(CudaGptOss, Mxfp4Experts) {
 // graph): both fixtures against transformers with the greedy continuation, and the packs'
 // bf16, q4 and mxfp4 kinds against the CPU's run of the same pack.
 TEST(CudaGptOss, DeviceRoutedExpertsBehindTheirSwitch) {
-  struct OptIn {
-    OptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
-    ~OptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
-  } opt_in;
+  const UnverifiedOptIn opt_in;
   for (const std::string& fixture : gpt_oss_fixtures()) {
     SCOPED_TRACE(fixture + " device-routed");
     expect_cuda_matches_transformers(fixture);

@@ -158,8 +158,8 @@ TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
 }
 
 // A layer of E experts of one dtype, on both sides: host tensors for the CPU reference and
-// device copies referenced by an ExpertRef table. With `math` the clamped SwiGLU (gpt-oss),
-// every expert also has random f32 biases on its three products.
+// device copies referenced by an ExpertRef table with math's activation. With the clamped
+// SwiGLU (gpt-oss), every expert also has random f32 biases on its three products.
 struct ExpertLayer {
   std::vector<HostWeight> gate, up, down;
   std::vector<std::vector<float>> bias_values;  // [E * 3]: gate, up, down
@@ -197,10 +197,10 @@ struct ExpertLayer {
           *db[m] = gpu.upload(*hb[m]);
           ref.bias[m] = static_cast<const float*>(db[m]->data);
         }
-        ref.act = cuda::ExpertAct::swiglu_clamped;
-        ref.alpha = math.alpha;
-        ref.limit = math.limit;
       }
+      ref.act = cuda::expert_act_of(math);
+      ref.alpha = math.alpha;
+      ref.limit = math.limit;
       table.push_back(ref);
       device.push_back(std::move(dw));
     }
@@ -472,30 +472,39 @@ TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
   }
 }
 
-// gpt-oss's experts (f32 biases on the three products, the clamped SwiGLU with gpt-oss's
-// alpha and a limit the dots cross on both sides) in every expert kernel, MXFP4 weights among
-// the types: against the CPU's routed_experts with the same math; the decode kernels
-// (moe_decode.cu: bf16, q8, q4, mxfp4 at whole 16-byte chunks) bit for bit the generic
-// kernels, two phases the same bits as one, the fused resident launch the same bits; odd
-// sizes (100 x 40) on the generic kernels' scalar path.
-TEST(CudaMoe, BiasedClampedExpertsEveryKernel) {
+// The families' expert math behind SLUICE_CUDA_UNVERIFIED=1 in every expert kernel: gpt-oss's
+// (f32 biases on the three products, the clamped SwiGLU with gpt-oss's alpha and a limit the
+// dots cross on both sides, MXFP4 weights among the types) and Gemma 4's (GeGLU): against the
+// CPU's routed_experts with the same math; the decode kernels (moe_decode.cu: bf16, q8, q4,
+// mxfp4 at whole 16-byte chunks) bit for bit the generic kernels, two phases the same bits as
+// one, the fused resident launch the same bits; odd sizes (100 x 40) on the generic kernels'
+// scalar path.
+// gpt-oss's expert math with a limit that dots of ~N(0, 5) cross often, both ways; Gemma 4's.
+ExpertMath clamped_math() {
   ExpertMath math;
   math.activation = ExpertActivation::swiglu_clamped;
-  math.limit = 3.0f;  // dots of ~N(0, 5): clamped often, both ways
+  math.limit = 3.0f;
+  return math;
+}
+const ExpertMath kGeglu{ExpertActivation::geglu_tanh};
+
+TEST(CudaMoe, FamilyExpertMathEveryKernel) {
   struct Case {
     Shape s;  // s.n unused: 1, 2 and 8 rows
     std::vector<DType> types;
   };
   for (const Case& c : {Case{{0, 12, 4, 512, 384}, {DType::mxfp4, DType::bf16, DType::q8, DType::q4}},
                         Case{{0, 8, 2, 100, 40}, {DType::mxfp4, DType::bf16, DType::f32}}}) {
-    for (DType dt : c.types) {
-      auto gpu = make_cuda_backend(0);
-      ExpertLayer layer(*gpu, dt, c.s.E, c.s.n_embd, c.s.n_ff, math);
-      for (int64_t n : {1, 2, 8})
-        expect_every_launch_agrees(layer, c.s, layer.table[0].wtype, n, 41 + static_cast<uint32_t>(n), math,
-                                   std::string(dtype_name(dt)) + " clamped, biased n=" + std::to_string(n) +
-                                       " embd=" + std::to_string(c.s.n_embd) + " ff=" + std::to_string(c.s.n_ff));
-    }
+    for (DType dt : c.types)
+      for (const ExpertMath& math : {clamped_math(), kGeglu}) {
+        auto gpu = make_cuda_backend(0);
+        ExpertLayer layer(*gpu, dt, c.s.E, c.s.n_embd, c.s.n_ff, math);
+        const char* name = math == kGeglu ? " geglu" : " clamped, biased";
+        for (int64_t n : {1, 2, 8})
+          expect_every_launch_agrees(layer, c.s, layer.table[0].wtype, n, 41 + static_cast<uint32_t>(n), math,
+                                     std::string(dtype_name(dt)) + name + " n=" + std::to_string(n) +
+                                         " embd=" + std::to_string(c.s.n_embd) + " ff=" + std::to_string(c.s.n_ff));
+      }
   }
 }
 
@@ -506,10 +515,14 @@ namespace {
 // Backend::moe_routed of `table` (the layer's experts) over s.n random rows and router logits
 // against the host path with the same math: route_topk + routed_experts; out has a guard.
 void expect_moe_routed_matches_host(Backend& gpu, const ExpertLayer& layer, const ExpertTable& table, const Shape& s,
-                                    bool norm, const ExpertMath& math, const std::string& what) {
+                                    bool norm, const ExpertMath& math, const std::string& what,
+                                    std::span<const float> expert_scale = {}) {
   auto hv = random_vec(s.n * s.n_embd, 17);
   auto lv = random_vec(s.n * s.E, 18, 1.5f);
-  const std::vector<float> want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, norm}, lv, s.n), hv, s.n_embd, math);
+  Routing routing = route_topk(RouterSpec{s.E, s.k, norm}, lv, s.n);
+  if (!expert_scale.empty())  // as Gemma 4's moe: after the renormalization
+    for (size_t p = 0; p < routing.ids.size(); ++p) routing.weights[p] *= expert_scale[static_cast<size_t>(routing.ids[p])];
+  const std::vector<float> want = cpu_routed(layer, routing, hv, s.n_embd, math);
   Tensor h = gpu.alloc(DType::f32, {s.n, s.n_embd}), logits = gpu.alloc(DType::f32, {s.n, s.E});
   gpu.from_host(h, hv.data());
   gpu.from_host(logits, lv.data());
@@ -542,28 +555,30 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
     }
 }
 
-// Backend::make_expert_table for gpt-oss's experts: none without SLUICE_CUDA_UNVERIFIED=1
-// (they are routed on the host); with it, moe_routed from router logits against the host
-// path at decode rows (the decode kernels), a few rows (the per-pair kernels) and prefill
-// rows (the grouped tiles: tensor cores for bf16 and q8, the f32 tiles for mxfp4), for MXFP4,
-// bf16, q8 and q4 weights.
-TEST(CudaMoe, BackendMoeRoutedBiasedClampedExperts) {
-  ExpertMath math;
-  math.activation = ExpertActivation::swiglu_clamped;
-  math.limit = 3.0f;
+// Backend::make_expert_table for gpt-oss's experts and Gemma 4's (with per-expert routing
+// scales): none without SLUICE_CUDA_UNVERIFIED=1 (they are routed on the host); with it,
+// moe_routed from router logits against the host path at decode rows (the decode kernels), a
+// few rows (the per-pair kernels) and prefill rows (the grouped tiles: tensor cores for bf16,
+// q8 and q4, the f32 tiles for mxfp4), for MXFP4, bf16, q8 and q4 weights.
+TEST(CudaMoe, BackendMoeRoutedFamilyExpertMath) {
   for (DType dt : {DType::mxfp4, DType::bf16, DType::q8, DType::q4})
-    for (Shape s : {Shape{1, 8, 4, 256, 192}, {13, 8, 2, 256, 192}, {300, 8, 2, 256, 192}, {100, 8, 4, 256, 192}}) {
-      auto gpu = make_cuda_backend(0);
-      ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
-      unsetenv("SLUICE_CUDA_UNVERIFIED");
-      EXPECT_EQ(gpu->make_expert_table(layer.device, math), nullptr) << "a table without the opt-in";
-      setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
-      auto table = gpu->make_expert_table(layer.device, math);
-      unsetenv("SLUICE_CUDA_UNVERIFIED");
-      ASSERT_NE(table, nullptr);
-      expect_moe_routed_matches_host(*gpu, layer, *table, s, true, math,
-                                     std::string("moe_routed clamped, biased ") + std::string(dtype_name(dt)));
-    }
+    for (Shape s : {Shape{1, 8, 4, 256, 192}, {13, 8, 2, 256, 192}, {300, 8, 2, 256, 192}, {100, 8, 4, 256, 192}})
+      for (const ExpertMath& math : {clamped_math(), kGeglu}) {
+        auto gpu = make_cuda_backend(0);
+        ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
+        std::vector<float> scale;  // Gemma 4's per-expert scales
+        if (math == kGeglu) scale = random_vec(s.E, 49, 1.0f);
+        unsetenv("SLUICE_CUDA_UNVERIFIED");
+        EXPECT_EQ(gpu->make_expert_table(layer.device, math, scale), nullptr) << "a table without the opt-in";
+        setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+        auto table = gpu->make_expert_table(layer.device, math, scale);
+        unsetenv("SLUICE_CUDA_UNVERIFIED");
+        ASSERT_NE(table, nullptr);
+        expect_moe_routed_matches_host(*gpu, layer, *table, s, true, math,
+                                       std::string("moe_routed ") + (scale.empty() ? "clamped, biased " : "geglu, scaled ") +
+                                           std::string(dtype_name(dt)),
+                                       scale);
+      }
 }
 
 // The grouped experts over activations split beforehand (moe_grouped_split_kernel, two

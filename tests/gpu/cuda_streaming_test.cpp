@@ -25,6 +25,7 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
+#include "cuda_family_checks.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/unverified.h"
 #include "experts/cuda/cuda_streamer.h"
@@ -269,22 +270,22 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
       << "no fixture has enough pairs an expert for the grouped kernels";
 }
 
-// gpt-oss's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1, core/unverified.h: biases
-// and the clamped SwiGLU in the streamer's tables, the decode kernels' two phases and the
+// gpt-oss's and Gemma 4's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1,
+// core/unverified.h: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
+// Gemma 4's per-expert scales in the device top-k; the decode kernels' two phases and the
 // grouped prefill): the CPU streamer's routing decisions and greedy tokens at every cache
-// size, the resident prefill's logits bit for bit on the grouped path, and the mxfp4 kind
-// streamed through 4 slots against the CPU's run of the same pack.
-TEST(CudaStreaming, GptOssDeviceRoutedBehindTheSwitch) {
-  struct OptIn {
-    OptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
-    ~OptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
-  } opt_in;
+// size, the resident prefill's logits bit for bit on the grouped path, and gpt-oss's mxfp4
+// kind streamed through 4 slots against the CPU's run of the same pack.
+TEST(CudaStreaming, FamiliesDeviceRoutedBehindTheSwitch) {
+  const UnverifiedOptIn opt_in;
+  std::vector<std::string> fixtures = gpt_oss_fixtures();
+  for (const std::string& f : gemma4_fixtures()) fixtures.push_back(f);
   int runs = 0;
-  const float worst = expect_same_as_the_cpu(gpt_oss_fixtures(), runs);
-  std::printf("cuda streaming, gpt-oss routed on the device: %d runs; routing equal to the CPU's; logits max |gpu - cpu| "
-              "%.3g\n",
+  const float worst = expect_same_as_the_cpu(fixtures, runs);
+  std::printf("cuda streaming, gpt-oss and Gemma 4 routed on the device: %d runs; routing equal to the CPU's; logits "
+              "max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
-  expect_grouped_prefill_bit_for_bit(gpt_oss_fixtures());
+  expect_grouped_prefill_bit_for_bit(fixtures);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0);
   const fs::path& pack = fixture_pack("gpt_oss_mxfp4");

@@ -4,6 +4,7 @@
 // x / div only when div != 1, den = 1 + e^-x, sigmoid = 1 / den, silu = x / den (gelu_tanh
 // and tanh through tanhf, as the CPU's std::tanh), times mul only when mul != 1. expf and
 // tanhf differ from the CPU's by an ulp or two; mul is one rounding per element and exact.
+#include "backends/cuda/activations.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/hybrid_kernels.h"
 
@@ -19,9 +20,8 @@ __global__ void activate_kernel(float* x, int64_t n, int act, float in_div, floa
   float y;
   if (act == kActTanh) {
     y = tanhf(v);
-  } else if (act == kActGeluTanh) {  // PyTorch's gelu(approximate="tanh"), as the CPU's scalar code
-    constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2 / pi)
-    y = 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
+  } else if (act == kActGeluTanh) {
+    y = gelu_tanh(v);
   } else {
     const float den = __fadd_rn(1.0f, expf(-v));
     y = act == kActSigmoid ? __fdiv_rn(1.0f, den) : __fdiv_rn(v, den);

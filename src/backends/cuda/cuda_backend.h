@@ -81,8 +81,8 @@ class CudaBackend final : public Backend {
   void graph_launch(const BackendGraph& graph) override;
 
   // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
-  std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts,
-                                                 const ExpertMath& math) override;
+  std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts, const ExpertMath& math,
+                                                 std::span<const float> expert_scale = {}) override;
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
 

@@ -17,21 +17,21 @@ namespace {
 
 struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
+  Tensor expert_scale;  // [n_expert] f32 multiplying the chosen experts' weights, or empty
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
-// Whether the device MoE kernels compute these experts: SwiGLU without biases in any type the
-// matrix kernels read; with the opt-in also gpt-oss's experts (clamped SwiGLU, f32 biases,
-// MXFP4 or any other type).
-bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math) {
+// Whether the device MoE kernels compute these experts: SwiGLU without biases or routing
+// scales in any type the matrix kernels read; with the opt-in also gpt-oss's experts (clamped
+// SwiGLU, f32 biases, MXFP4 or any other type) and Gemma 4's (GeGLU, per-expert scales).
+bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math, bool scaled) {
   if (math.scale_input) return false;
   const bool plain = math.activation == ExpertActivation::swiglu;
-  if (!plain && math.activation != ExpertActivation::swiglu_clamped) return false;
-  const bool gpt_oss_kind = !plain || std::any_of(experts.begin(), experts.end(), [](const ExpertWeights& w) {
+  const bool verified = plain && !scaled && std::none_of(experts.begin(), experts.end(), [](const ExpertWeights& w) {
     return w.has_biases() || w.gate.dtype == DType::mxfp4;
   });
-  if (!gpt_oss_kind) return true;
+  if (verified) return true;
   if (!unverified_opted_in()) return false;
   for (const ExpertWeights& w : experts)
     for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
@@ -41,13 +41,23 @@ bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath&
 
 }  // namespace
 
+cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
+  switch (math.activation) {
+    case ExpertActivation::swiglu_clamped: return ExpertAct::swiglu_clamped;
+    case ExpertActivation::geglu_tanh: return ExpertAct::geglu_tanh;
+    default: return ExpertAct::swiglu;
+  }
+}
+
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
-                                                          const ExpertMath& math) {
+                                                          const ExpertMath& math, std::span<const float> expert_scale) {
   // The device MoE kernels compute SwiGLU, and gpt-oss's clamped SwiGLU with f32 biases and
   // MXFP4 weights (not yet run on a GPU: behind SLUICE_CUDA_UNVERIFIED=1, core/unverified.h);
   // other experts (Llama 4's input scaling, Gemma 4's GeGLU) are routed on the host and
   // computed by the generic ops (expert_forward).
-  if (!device_experts_ok(experts, math)) return nullptr;
+  if (!device_experts_ok(experts, math, !expert_scale.empty())) return nullptr;
+  SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
+               expert_scale.size(), " expert scales for ", experts.size(), " experts");
   auto table = std::make_unique<CudaExpertTable>();
   table->n_expert = static_cast<int64_t>(experts.size());
   SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");
@@ -76,16 +86,18 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
       refs[e].bias[i] = static_cast<const float*>(biases[i]->data);
     }
     refs[e].wtype = cuda::matmul_wtype_of(t, "moe");
-    if (math.activation == ExpertActivation::swiglu_clamped) {
-      refs[e].act = cuda::ExpertAct::swiglu_clamped;
-      refs[e].alpha = math.alpha;
-      refs[e].limit = math.limit;
-    }
+    refs[e].act = cuda::expert_act_of(math);
+    refs[e].alpha = math.alpha;
+    refs[e].limit = math.limit;
   }
   table->wtype = refs[0].wtype;
   const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));
   table->refs = alloc(DType::u8, {bytes});
   from_host(table->refs, refs.data());
+  if (!expert_scale.empty()) {
+    table->expert_scale = alloc(DType::f32, {table->n_expert});
+    from_host(table->expert_scale, expert_scale.data());
+  }
   return table;
 }
 
@@ -106,7 +118,8 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor weights = alloc(DType::f32, {n * k});
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
   cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                           weights.ptr<float>(), stream_);
+                           weights.ptr<float>(), stream_,
+                           table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.

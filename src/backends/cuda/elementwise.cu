@@ -1,17 +1,14 @@
 // Elementwise ops (swiglu, swiglu_clamped, add, clamp, fill) and rope: one thread per element or pair.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/moe_common.cuh"
+#include "backends/cuda/activations.cuh"
 
 namespace sluice::cuda {
 namespace {
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    const float gv = g[i];
-    out[i] = gv / (1.0f + expf(-gv)) * u[i];
-  }
+  if (i < n) out[i] = swiglu(g[i], u[i]);
 }
 __global__ void swiglu_clamped_kernel(const float* g, const float* u, float* out, int64_t n, float alpha,
                                       float limit) {

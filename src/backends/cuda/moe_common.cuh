@@ -3,6 +3,7 @@
 // activity and applies SwiGLU with the same expressions and agrees bit for bit.
 #pragma once
 
+#include "backends/cuda/activations.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/moe_kernels.h"
 
@@ -15,26 +16,18 @@ __device__ __forceinline__ bool pair_active(const int32_t* ids, const ExpertRef*
   return (done == nullptr || done[p] == 0) && table[ids[p]].wtype != WType::unavailable;
 }
 
-// silu(g) * u, as launch_swiglu.
-__device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
-// gpt-oss's clamped SwiGLU, as the CPU's swiglu_clamped8: the clamps written so that a NaN
-// passes through (fminf would turn it into the bound); expf differs from the CPU's exp8 by an
-// ulp or two.
-__device__ __forceinline__ float swiglu_clamped(float g, float u, float alpha, float limit) {
-  g = g > limit ? limit : g;
-  u = u > limit ? limit : u < -limit ? -limit : u;
-  const float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
-  return (u + 1.0f) * glu;
-}
-
 // An expert's activation of ff row j from its gate and up dots: the biases added first (as
-// add_bias does after the generic products), then SwiGLU or the clamped variant. Every expert
-// kernel writes act through this, so that they agree bit for bit.
+// add_bias does after the generic products), then SwiGLU, the clamped variant or GeGLU (gelu
+// then one rounded product, as the CPU's activate + mul). Every expert kernel writes act
+// through this, so that they agree bit for bit.
 __device__ __forceinline__ float expert_gate_up(const ExpertRef& ref, int64_t j, float g, float u) {
   if (ref.bias[0] != nullptr) g += ref.bias[0][j];
   if (ref.bias[1] != nullptr) u += ref.bias[1][j];
-  return ref.act == ExpertAct::swiglu_clamped ? swiglu_clamped(g, u, ref.alpha, ref.limit) : swiglu(g, u);
+  switch (ref.act) {
+    case ExpertAct::swiglu_clamped: return swiglu_clamped(g, u, ref.alpha, ref.limit);
+    case ExpertAct::geglu_tanh: return __fmul_rn(gelu_tanh(g), u);
+    default: return swiglu(g, u);
+  }
 }
 
 // An expert's output row i from its down dot: the down bias added (before the routing weight).

@@ -56,7 +56,8 @@ __device__ __forceinline__ void warp_argmax(float& best, int32_t& best_id) {
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
 __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
-                                   int32_t* __restrict__ ids, float* __restrict__ weights) {
+                                   int32_t* __restrict__ ids, float* __restrict__ weights,
+                                   const float* __restrict__ expert_scale) {
   chained_kernel_entry();
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -96,8 +97,12 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
     top_sum += best;  // in rank order, as the CPU sums
     __syncwarp();
   }
-  if (norm && lane == 0)
-    for (int64_t r = 0; r < k; ++r) weights[row * k + r] = weights[row * k + r] / top_sum;
+  if (lane == 0)
+    for (int64_t r = 0; r < k; ++r) {
+      float w = norm ? weights[row * k + r] / top_sum : weights[row * k + r];
+      if (expert_scale != nullptr) w = __fmul_rn(w, expert_scale[ids[row * k + r]]);
+      weights[row * k + r] = w;
+    }
 }
 
 // router_topk_kernel with the row's probabilities in registers (E <= 32 NV, k <= 32): lane l
@@ -107,7 +112,8 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
 // same order as router_topk_kernel: the same bits.
 template <int NV>
 __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
-                                        int32_t* __restrict__ ids, float* __restrict__ weights) {
+                                        int32_t* __restrict__ ids, float* __restrict__ weights,
+                                        const float* __restrict__ expert_scale) {
   chained_kernel_entry();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
@@ -154,7 +160,8 @@ __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_
   }
   if (lane < k) {
     ids[row * k + lane] = mine_id;
-    weights[row * k + lane] = norm ? mine / top_sum : mine;
+    const float w = norm ? mine / top_sum : mine;
+    weights[row * k + lane] = expert_scale != nullptr ? __fmul_rn(w, expert_scale[mine_id]) : w;
   }
 }
 
@@ -727,7 +734,7 @@ void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
 }
 
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
-                        float* weights, Stream s) {
+                        float* weights, Stream s, const float* expert_scale) {
   SLUICE_CHECK(k > 0 && k <= n_expert, Status::internal, "cuda router_topk: k ", k, " of ", n_expert, " experts");
   const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
   SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda router_topk: ", n_expert,
@@ -736,15 +743,15 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
   const dim3 grid(blocks_for(n, kRouterWarps)), block(kRouterWarps * 32);
   const auto st = static_cast<cudaStream_t>(s);
   if (k > 32 || n_expert > 512)
-    launch_chained(router_topk_kernel, grid, block, smem, st, logits, n, n_expert, k, norm_topk, ids, weights);
+    launch_chained(router_topk_kernel, grid, block, smem, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   else if (n_expert <= 64)
-    launch_chained(router_topk_regs_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights);
+    launch_chained(router_topk_regs_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   else if (n_expert <= 128)
-    launch_chained(router_topk_regs_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights);
+    launch_chained(router_topk_regs_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   else if (n_expert <= 256)
-    launch_chained(router_topk_regs_kernel<8>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights);
+    launch_chained(router_topk_regs_kernel<8>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   else
-    launch_chained(router_topk_regs_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights);
+    launch_chained(router_topk_regs_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,11 +12,17 @@
 
 #include "backends/cuda/kernels.h"
 
+namespace sluice {
+struct ExpertMath;  // core/expert_weights.h
+}
+
 namespace sluice::cuda {
 
-// What an expert computes from its three products (ExpertMath's activations the kernels
-// take): silu(g) * u, or gpt-oss's clamped SwiGLU (moe_common.cuh's swiglu_clamped).
-enum class ExpertAct : int32_t { swiglu = 0, swiglu_clamped = 1 };
+// What an expert computes from its gate and up products (ExpertMath's activations the kernels
+// take; activations.cuh): silu(g) * u, gpt-oss's clamped SwiGLU, or Gemma 4's gelu_tanh(g) * u.
+enum class ExpertAct : int32_t { swiglu = 0, swiglu_clamped = 1, geglu_tanh = 2 };
+// The kernels' code for math's activation (host code; defined in cuda_moe.cpp).
+ExpertAct expert_act_of(const ExpertMath& math);
 
 // One routed expert's three projections in device memory, with its biases and activation.
 // Quantized rows are quant_row_bytes(cols) long with quant_scale_row_bytes(cols) of scales
@@ -46,10 +52,11 @@ struct MoeShape {
 
 // ids[n, k] (i32) and weights[n, k] (f32) = transformers' routing of logits[n, n_expert]:
 // f32 softmax over all experts, the k largest probabilities strongest first (equal values:
-// the lower expert id first), renormalized to sum 1 when norm_topk. Matches route_topk
-// (models/blocks.h) on the CPU.
+// the lower expert id first), renormalized to sum 1 when norm_topk, then (expert_scale not
+// null: [n_expert] f32, Gemma 4's per_expert_scale) each weight times its expert's scale, one
+// rounding. Matches route_topk (models/blocks.h) and the model's scaling on the CPU.
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
-                        float* weights, Stream s);
+                        float* weights, Stream s, const float* expert_scale = nullptr);
 
 // One dispatch phase. For every pair p = row * k + rank in [0, n_rows * k) with done[p] == 0
 // whose expert's entry table[ids[p]] is available:

@@ -164,6 +164,22 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   cap_rows = cap;
 }
 
+const float* CudaStreamer::Impl::expert_scale_on_device(int64_t layer, std::span<const float> scale) {
+  if (scale.empty()) return nullptr;
+  SLUICE_CHECK(static_cast<int64_t>(scale.size()) == n_expert, Status::internal, "cuda expert streamer: ", scale.size(),
+               " expert scales for ", n_expert, " experts");
+  if (expert_scale_copied.empty()) {
+    d_expert_scale = cuda::DeviceBuffer(static_cast<size_t>(n_layers * n_expert) * sizeof(float), "expert scales");
+    expert_scale_copied.assign(static_cast<size_t>(n_layers), false);
+  }
+  float* dst = d_expert_scale.as<float>() + layer * n_expert;
+  if (!expert_scale_copied[static_cast<size_t>(layer)]) {  // pageable source: staged before the call returns
+    CUDA_CHECK(cudaMemcpyAsync(dst, scale.data(), scale.size_bytes(), cudaMemcpyHostToDevice, stream));
+    expert_scale_copied[static_cast<size_t>(layer)] = true;
+  }
+  return dst;
+}
+
 // ---- CudaStreamer ----
 
 CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t top_k, CudaBackend& backend,
@@ -178,9 +194,11 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
   const bool plain = math.activation == ExpertActivation::swiglu && !impl_->pack->kind(impl_->kind).has_biases() &&
                      impl_->kind != DType::mxfp4;
   if (plain) return true;
-  // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4): written, not yet run on a GPU
-  // (core/unverified.h); without the opt-in they take the host-routed path.
-  return math.activation == ExpertActivation::swiglu_clamped && unverified_opted_in();
+  // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4) and Gemma 4's (GeGLU, per-expert
+  // routing scales): written, not yet run on a GPU (core/unverified.h); without the opt-in
+  // they take the host-routed path.
+  return (math.activation == ExpertActivation::swiglu_clamped || math.activation == ExpertActivation::geglu_tanh) &&
+         unverified_opted_in();
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -219,7 +237,8 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::matmul_wtype_of(m.kind, "the expert cache")};
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
-  cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s);
+  cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
+                           m.expert_scale_on_device(L, c.expert_scale));
   // The union of n rows fits the cache when n * k slots (or every expert) do; else group.
   // An exact prompt chunk with enough pairs an expert takes the grouped path too, as one
   // group when its union fits: its experts then run on the grouped tensor-core kernels, as

@@ -29,11 +29,9 @@ cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, DType k) const {
     if (biases[i]->bytes) r.bias[i] = reinterpret_cast<const float*>(base + biases[i]->offset);
   }
   r.wtype = cuda::matmul_wtype_of(k, "the expert cache");
-  if (math.activation == ExpertActivation::swiglu_clamped) {
-    r.act = cuda::ExpertAct::swiglu_clamped;
-    r.alpha = math.alpha;
-    r.limit = math.limit;
-  }
+  r.act = cuda::expert_act_of(math);
+  r.alpha = math.alpha;
+  r.limit = math.limit;
   return r;
 }
 

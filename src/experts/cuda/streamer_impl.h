@@ -203,6 +203,11 @@ struct CudaStreamer::Impl : StreamState {
   // call must give the same.
   ExpertMath math;
   bool math_known = false;  // model thread only
+  // Per-layer routing scales (MoeLayerCall::expert_scale) on the device, copied at a layer's
+  // first call: [n_layers][n_expert] f32; model thread only.
+  cuda::DeviceBuffer d_expert_scale;
+  std::vector<bool> expert_scale_copied;
+  const float* expert_scale_on_device(int64_t layer, std::span<const float> scale);
 
   // The cache's memory: device slots; the pinned host tier (inclusive: every record read from
   // the pack), staging buffers for reads when there is no tier.
