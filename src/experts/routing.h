@@ -8,12 +8,10 @@
 #include <span>
 #include <vector>
 
+#include "core/router_scoring.h"
+
 namespace sluice {
 
-enum class RouterScoring {
-  softmax,  // the top-k of a softmax over all experts, their probabilities as weights
-  sigmoid,  // the top-k of the logits, each weight the sigmoid of its logit (Llama 4)
-};
 struct RouterSpec {
   int64_t n_expert = 0, n_expert_used = 0;
   bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1 (softmax)

@@ -555,8 +555,17 @@ TEST(SynthCli, MemoryStaysBoundedAndSigintLeavesNothing) {
   EXPECT_TRUE(verify_pack(d / "pack").ok);
 
   CliRun i = sluice(d, {"synth", "--config", (d / "config.json").string(), "--kinds", "q4,q2", "-q", (d / "pack2").string()},
-                    [](pid_t pid) {
-                      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+                    [&](pid_t pid) {
+                      // The signal goes once the partial output exists (the handler is installed
+                      // and the writing has begun), not after a sleep a loaded machine may outlast.
+                      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                      auto started = [&] {
+                        for (const auto& e : fs::directory_iterator(d.path()))
+                          if (e.path().filename().string().find(".partial") != std::string::npos) return true;
+                        return false;
+                      };
+                      while (!started() && std::chrono::steady_clock::now() < give_up)
+                        std::this_thread::sleep_for(std::chrono::milliseconds(1));
                       ::kill(pid, SIGINT);
                     });
   if (i.status == 0) {

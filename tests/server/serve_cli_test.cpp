@@ -47,7 +47,11 @@ ChildResult serve_while(const std::vector<std::string>& args, const std::functio
     if (port == 0) {
       ADD_FAILURE() << "the server did not say where it listens: " << read_text(err);
     } else {
-      body("http://127.0.0.1:" + std::to_string(port));
+      try {  // a failing body still stops the server (no orphan left listening)
+        body("http://127.0.0.1:" + std::to_string(port));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "the test's requests failed: " << e.what();
+      }
     }
     ::kill(pid, SIGTERM);
   };

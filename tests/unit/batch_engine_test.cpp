@@ -48,8 +48,13 @@ struct Collector {
   }
   Outcome wait() {
     auto f = done.get_future();
-    EXPECT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
     Outcome o;
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {  // a failure, not a hang
+      ADD_FAILURE() << "the request did not end within 60 s";
+      o.result.reason = FinishReason::error;
+      o.result.error = "no end within 60 s";
+      return o;
+    }
     o.result = f.get();
     std::lock_guard<std::mutex> lk(mu);
     o.tokens = tokens;
@@ -92,6 +97,9 @@ TEST(BatchEngine, ConcurrentRequestsEqualEachAlone) {
     const auto prompts = prompts_of(fixture, 7);
     const SamplingParams greedy{0.0f, 1.0f, 0, 0};
     const SamplingParams seeded{0.9f, 0.95f, 20, 1234};
+    // Each request alone, before any engine runs the model (the model is not shared between threads).
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) alone.push_back(generate_alone(*m.model, prompts[i], 9, i % 2 ? seeded : greedy));
     for (int parallel : {1, 3, 7}) {
       for (int64_t ubatch : {int64_t{3}, int64_t{256}}) {
         SCOPED_TRACE(str(fixture, ", ", parallel, " parallel, ubatch ", ubatch));
@@ -99,8 +107,8 @@ TEST(BatchEngine, ConcurrentRequestsEqualEachAlone) {
         o.n_parallel = parallel;
         o.n_ctx = 128;
         o.ubatch = ubatch;
+        std::vector<std::unique_ptr<Collector>> cs;  // before the engine, which stops first
         BatchEngine engine(*m.model, o);
-        std::vector<std::unique_ptr<Collector>> cs;
         for (size_t i = 0; i < prompts.size(); ++i) {
           cs.push_back(std::make_unique<Collector>());
           engine.submit(cs.back()->request(prompts[i], 9, i % 2 ? seeded : greedy));
@@ -108,7 +116,7 @@ TEST(BatchEngine, ConcurrentRequestsEqualEachAlone) {
         for (size_t i = 0; i < prompts.size(); ++i) {
           const Outcome o = cs[i]->wait();
           EXPECT_EQ(o.result.reason, FinishReason::length);
-          EXPECT_EQ(o.tokens, generate_alone(*m.model, prompts[i], 9, i % 2 ? seeded : greedy)) << "request " << i;
+          EXPECT_EQ(o.tokens, alone[i]) << "request " << i;
           EXPECT_EQ(o.result.completion_tokens, 9);
           EXPECT_EQ(o.result.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
         }
@@ -134,18 +142,17 @@ TEST(BatchEngine, EndsOfRequests) {
   o.n_parallel = 2;
   o.n_ctx = 64;
   o.max_queue = 3;
+  const std::vector<int32_t> alone = generate_alone(*m.model, prompts[1], 6, greedy);  // before the engine runs
+  Collector zero, eos, stop;  // before the engine, which stops first
   BatchEngine engine(*m.model, o);
 
   // max_tokens 0: no token, reason length.
-  Collector zero;
   engine.submit(zero.request(prompts[0], 0, greedy));
   Outcome z = zero.wait();
   EXPECT_EQ(z.result.reason, FinishReason::length);
   EXPECT_TRUE(z.tokens.empty());
 
   // The eos token ends a request without being delivered.
-  const std::vector<int32_t> alone = generate_alone(*m.model, prompts[1], 6, greedy);
-  Collector eos;
   CompletionRequest er = eos.request(prompts[1], 6, greedy);
   er.eos_id = alone[3];
   engine.submit(std::move(er));
@@ -154,7 +161,6 @@ TEST(BatchEngine, EndsOfRequests) {
   EXPECT_EQ(e.tokens, std::vector<int32_t>(alone.begin(), alone.begin() + 3));
 
   // on_token returning false (a stop string) ends it after that token.
-  Collector stop;
   stop.keep_going = [n = 0](int32_t) mutable { return ++n < 2; };
   engine.submit(stop.request(prompts[2], 6, greedy));
   Outcome s = stop.wait();

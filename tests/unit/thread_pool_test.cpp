@@ -57,19 +57,30 @@ TEST(ThreadPool, WakesWorkersThatWentToSleep) {
   for (int round = 0; round < 5; ++round) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(ThreadPool::kSpinNs * 3));  // workers sleep
     std::atomic<int> distinct_threads{0};
+    std::atomic<bool> worker_entered{false};
     std::vector<std::thread::id> seen;
     std::mutex m;
-    // Chunks long enough that the woken workers take some of them.
+    const auto caller = std::this_thread::get_id();
+    // The caller's chunks wait (up to 30 s, not a time window a loaded machine could miss)
+    // until a woken worker has entered one: without the wake-up none ever does, and the
+    // caller runs them all.
     pool.parallel_for(64, 1, [&](int64_t, int64_t) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::lock_guard<std::mutex> g(m);
       const auto id = std::this_thread::get_id();
+      if (id == caller) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!worker_entered.load() && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+      } else {
+        worker_entered.store(true);
+      }
+      std::lock_guard<std::mutex> g(m);
       if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
         seen.push_back(id);
         distinct_threads.fetch_add(1);
       }
     });
-    EXPECT_GT(distinct_threads.load(), 1) << "round " << round << ": only the caller ran chunks";
+    EXPECT_TRUE(worker_entered.load()) << "round " << round << ": only the caller ran chunks ("
+                                       << distinct_threads.load() << " thread)";
     ASSERT_TRUE(each_index_once(pool, 1000, 1));
   }
 }

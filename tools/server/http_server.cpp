@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <ctime>
 
 #include "chat_page.h"
@@ -104,6 +105,10 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   std::optional<ModelChatTemplate> chat;
   std::atomic<bool> stopping{false};
+  // run()'s progress: 0 not called, 1 inside (listening or about to), 2 returned. stop() and
+  // run() each write their flag before reading the other's (sequentially consistent), so a
+  // stop either finds run() inside and waits for it, or run() finds the stop and returns.
+  std::atomic<int> run_state{0};
 
   Impl(LoadedModel& m, BatchEngine& e, const ServerOptions& o) : model(m), engine(e), opt(o) {}
 
@@ -411,12 +416,21 @@ bool HttpServer::bind(std::string* error) {
   return false;
 }
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+  impl_->run_state = 1;
+  if (!impl_->stopping) impl_->svr.listen_after_bind();
+  impl_->run_state = 2;
+}
 
 void HttpServer::stop() {
-  if (impl_->stopping.exchange(true)) return;
-  impl_->engine.stop();  // every request ends; their handlers finish their answers
-  impl_->svr.stop();
+  if (!impl_->stopping.exchange(true)) impl_->engine.stop();  // every request ends; their handlers finish
+  // httplib's stop does nothing until its listen loop has begun: a stop that came between
+  // run()'s start and the loop's would be lost (the server listening forever), so ask until
+  // run() has returned.
+  while (impl_->run_state == 1) {
+    impl_->svr.stop();
+    if (impl_->run_state == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void HttpServer::update_cache_stats(const RunStats& stats) { impl_->metrics.set_cache_stats(stats); }

@@ -59,7 +59,8 @@ class HttpServer {
   // Serves until stop(); returns when the listener closed.
   void run();
   // Stops accepting, lets the responses in progress end (the engine ends their requests),
-  // and makes run() return. Safe from any thread and from a signal-watching thread.
+  // and makes run() return; returns once it has (also when the stop came before run()'s
+  // listen loop began). From any thread but a request handler's.
   void stop();
 
   // The streamer's statistics, refreshed on the engine thread (BatchEngine's observer).
