@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/expert_weights.h"
+#include "core/router_scoring.h"
 #include "core/tensor.h"
 #include "core/sampling.h"
 
@@ -196,20 +197,20 @@ class Backend {
 
   // ---- device-side MoE (every expert of a layer resident) ----
   // A table over one layer's resident experts (same dtype and shapes: gate/up [n_ff, n_embd],
-  // down [n_embd, n_ff]) that compute `math`, built once at load, for moe_routed;
-  // expert_scale ([n_expert], or empty) multiplies each chosen expert's routing weight after
-  // the top-k (Gemma 4's per_expert_scale). Null: this backend routes on the host (the CPU
-  // backend, or experts whose math or biases its kernels do not compute; the reference is
-  // route_topk + routed_experts in models/blocks.h).
+  // down [n_embd, n_ff]) that compute `math`, routed as `routing` says (the scoring; Gemma 4's
+  // per-expert scales), built once at load, for moe_routed. Null: this backend routes on the
+  // host (the CPU backend, or experts whose math, biases or routing its kernels do not
+  // compute; the reference is route_topk + routed_experts in models/blocks.h).
   virtual std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts,
-                                                         const ExpertMath& math,
-                                                         std::span<const float> expert_scale = {}) {
+                                                         const ExpertMath& math, const TableRouting& routing = {}) {
     return nullptr;
   }
-  // The routed half of a MoE layer with no host round trip: the top-k of softmax(logits[n, E])
-  // as route_topk does it (k = n_expert_used, renormalized when norm_topk; times the table's
-  // expert_scale), then out[n, n_embd] = sum over ranks r of weight[r] x expert[id[r]](h[row])
-  // in rank order (moe_combine). table: from this backend's make_expert_table.
+  // The routed half of a MoE layer with no host round trip: the top-k of logits[n, E] as
+  // route_topk does it with the table's scoring (k = n_expert_used; softmax weights
+  // renormalized when norm_topk; times the table's expert scales), then out[n, n_embd] = sum
+  // over ranks r of weight[r] x expert[id[r]](h[row]) in rank order (moe_combine), or with
+  // math.scale_input the unweighted sum of expert[id[r]](weight[r] h[row]).
+  // table: from this backend's make_expert_table.
   virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                           const Tensor& h, const Tensor& out);
 

@@ -111,7 +111,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
     if (!layer.rope) rope.rot_dim = 0;  // attention_inputs rotates no dims; the tables are not read
     layer_rope_.push_back(rope);
   }
-  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert, spec_.expert_math);
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {

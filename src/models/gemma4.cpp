@@ -271,7 +271,8 @@ class Gemma4Model final : public Model {
     // or CUDA without SLUICE_CUDA_UNVERIFIED=1, core/unverified.h).
     for (const Gemma4LayerWeights& lw : w_.layers)
       expert_tables_.push_back(cfg_.moe && !lw.experts.empty()
-                                   ? be_.make_expert_table(lw.experts, kExpertMath, lw.expert_scale)
+                                   ? be_.make_expert_table(lw.experts, kExpertMath,
+                                                           TableRouting{cfg_.router.scoring, lw.expert_scale})
                                    : nullptr);
   }
 

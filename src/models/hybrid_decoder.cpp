@@ -22,7 +22,7 @@ HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weight
   std::vector<bool> is_moe;
   for (const auto& layer : spec_.layers) is_moe.push_back(layer.moe);
   index_moe_layers(is_moe, moe_index_, next_moe_);
-  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router.n_expert, spec_.expert_math);
+  expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
 }
 
 std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {

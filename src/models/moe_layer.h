@@ -48,14 +48,15 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
                      const Tensor& h, const Tensor& y);
 
 // The backend's tables over every layer's resident experts ([n_layer], null where a layer has
-// none, or the backend routes on the host, also because its kernels do not compute `math`).
+// none, or the backend routes on the host, also because its kernels do not compute `math`
+// or route as `router` says).
 template <typename LayerWeights>
 std::vector<std::unique_ptr<ExpertTable>> make_expert_tables(Backend& be, const std::vector<LayerWeights>& layers,
-                                                             int64_t n_expert, const ExpertMath& math) {
+                                                             const RouterSpec& router, const ExpertMath& math) {
   std::vector<std::unique_ptr<ExpertTable>> tables(layers.size());
   for (size_t l = 0; l < layers.size(); ++l)
-    if (n_expert > 0 && static_cast<int64_t>(layers[l].experts.size()) == n_expert)
-      tables[l] = be.make_expert_table(layers[l].experts, math);
+    if (router.n_expert > 0 && static_cast<int64_t>(layers[l].experts.size()) == router.n_expert)
+      tables[l] = be.make_expert_table(layers[l].experts, math, TableRouting{router.scoring, {}});
   return tables;
 }
 

@@ -157,6 +157,39 @@ TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
   }
 }
 
+// The sigmoid scoring (Llama 4): the k largest logits (ties: the lower id), weights their
+// sigmoids; ids identical to route_topk's, weights within 1e-6, nothing written past the end.
+TEST(CudaMoe, RouterTopkSigmoidMatchesRouteTopk) {
+  struct Case {
+    int64_t n, E, k;
+    bool ties;
+  };
+  for (Case c : {Case{7, 16, 1, false}, {5, 16, 2, false}, {9, 128, 1, true}, {3, 200, 8, false}, {4, 512, 32, true},
+                 {6, 8, 8, true}}) {
+    auto logits = random_vec(c.n * c.E, 61 + static_cast<uint32_t>(c.E), 2.0f);
+    if (c.ties)
+      for (int64_t i = 0; i < c.n * c.E; ++i) logits[i] = std::round(logits[i]);
+    Routing want = route_topk(RouterSpec{c.E, c.k, false, RouterScoring::sigmoid}, logits, c.n);
+    DeviceBuffers d;
+    const float* dl = d.put(logits);
+    int32_t* ids = d.put(std::vector<int32_t>(c.n * c.k, -7), kGuard, int32_t{-9});
+    float* w = d.put(std::vector<float>(c.n * c.k, 0.0f), kGuard, kSentinel);
+    cuda::launch_router_topk_sigmoid(dl, c.n, c.E, c.k, ids, w, nullptr);
+    auto got_ids = d.get(ids, c.n * c.k + kGuard);
+    auto got_w = d.get(w, c.n * c.k + kGuard);
+    const std::string what = "sigmoid router n=" + std::to_string(c.n) + " E=" + std::to_string(c.E) +
+                             " k=" + std::to_string(c.k) + (c.ties ? " ties" : "");
+    for (int64_t i = 0; i < c.n * c.k; ++i) {
+      ASSERT_EQ(got_ids[i], want.ids[i]) << what << " pair " << i;
+      EXPECT_NEAR(got_w[i], want.weights[i], 1e-6) << what << " pair " << i;
+    }
+    for (int64_t i = c.n * c.k; i < c.n * c.k + kGuard; ++i) {
+      ASSERT_EQ(got_ids[i], -9) << what << ": ids written past the end";
+      ASSERT_EQ(got_w[i], kSentinel) << what << ": weights written past the end";
+    }
+  }
+}
+
 // A layer of E experts of one dtype, on both sides: host tensors for the CPU reference and
 // device copies referenced by an ExpertRef table with math's activation. With the clamped
 // SwiGLU (gpt-oss), every expert also has random f32 biases on its three products.
@@ -512,14 +545,16 @@ TEST(CudaMoe, FamilyExpertMathEveryKernel) {
 
 namespace {
 
-// Backend::moe_routed of `table` (the layer's experts) over s.n random rows and router logits
-// against the host path with the same math: route_topk + routed_experts; out has a guard.
+// Backend::moe_routed of `table` (the layer's experts, routed as `routing` says) over s.n
+// random rows and router logits against the host path with the same math: route_topk (the
+// scoring; Gemma 4's scales after it) + routed_experts; out has a guard.
 void expect_moe_routed_matches_host(Backend& gpu, const ExpertLayer& layer, const ExpertTable& table, const Shape& s,
                                     bool norm, const ExpertMath& math, const std::string& what,
-                                    std::span<const float> expert_scale = {}) {
+                                    const TableRouting& table_routing = {}) {
   auto hv = random_vec(s.n * s.n_embd, 17);
   auto lv = random_vec(s.n * s.E, 18, 1.5f);
-  Routing routing = route_topk(RouterSpec{s.E, s.k, norm}, lv, s.n);
+  Routing routing = route_topk(RouterSpec{s.E, s.k, norm, table_routing.scoring}, lv, s.n);
+  const std::span<const float> expert_scale = table_routing.expert_scale;
   if (!expert_scale.empty())  // as Gemma 4's moe: after the renormalization
     for (size_t p = 0; p < routing.ids.size(); ++p) routing.weights[p] *= expert_scale[static_cast<size_t>(routing.ids[p])];
   const std::vector<float> want = cpu_routed(layer, routing, hv, s.n_embd, math);
@@ -555,29 +590,33 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
     }
 }
 
-// Backend::make_expert_table for gpt-oss's experts and Gemma 4's (with per-expert routing
-// scales): none without SLUICE_CUDA_UNVERIFIED=1 (they are routed on the host); with it,
-// moe_routed from router logits against the host path at decode rows (the decode kernels), a
-// few rows (the per-pair kernels) and prefill rows (the grouped tiles: tensor cores for bf16,
-// q8 and q4, the f32 tiles for mxfp4), for MXFP4, bf16, q8 and q4 weights.
+// Backend::make_expert_table for gpt-oss's experts, Gemma 4's (with per-expert routing
+// scales) and Llama 4's (sigmoid routing whose weights scale the inputs): none without
+// SLUICE_CUDA_UNVERIFIED=1 (they are routed on the host); with it, moe_routed from router
+// logits against the host path at decode rows (the decode kernels), a few rows (the per-pair
+// kernels) and prefill rows (the grouped tiles: tensor cores for bf16, q8 and q4, the f32
+// tiles for mxfp4), for MXFP4, bf16, q8 and q4 weights.
 TEST(CudaMoe, BackendMoeRoutedFamilyExpertMath) {
+  ExpertMath scaled_inputs;
+  scaled_inputs.scale_input = true;
   for (DType dt : {DType::mxfp4, DType::bf16, DType::q8, DType::q4})
-    for (Shape s : {Shape{1, 8, 4, 256, 192}, {13, 8, 2, 256, 192}, {300, 8, 2, 256, 192}, {100, 8, 4, 256, 192}})
-      for (const ExpertMath& math : {clamped_math(), kGeglu}) {
+    for (Shape s : {Shape{1, 8, 4, 256, 192}, {13, 8, 2, 256, 192}, {300, 8, 2, 256, 192}, {100, 8, 4, 256, 192},
+                    {40, 16, 1, 256, 192}})
+      for (const ExpertMath& math : {clamped_math(), kGeglu, scaled_inputs}) {
         auto gpu = make_cuda_backend(0);
         ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
         std::vector<float> scale;  // Gemma 4's per-expert scales
         if (math == kGeglu) scale = random_vec(s.E, 49, 1.0f);
+        const TableRouting routing{math.scale_input ? RouterScoring::sigmoid : RouterScoring::softmax, scale};
+        const char* name = math == kGeglu ? "geglu, scaled " : math.scale_input ? "sigmoid, inputs scaled " : "clamped, biased ";
         unsetenv("SLUICE_CUDA_UNVERIFIED");
-        EXPECT_EQ(gpu->make_expert_table(layer.device, math, scale), nullptr) << "a table without the opt-in";
+        EXPECT_EQ(gpu->make_expert_table(layer.device, math, routing), nullptr) << "a table without the opt-in";
         setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
-        auto table = gpu->make_expert_table(layer.device, math, scale);
+        auto table = gpu->make_expert_table(layer.device, math, routing);
         unsetenv("SLUICE_CUDA_UNVERIFIED");
         ASSERT_NE(table, nullptr);
-        expect_moe_routed_matches_host(*gpu, layer, *table, s, true, math,
-                                       std::string("moe_routed ") + (scale.empty() ? "clamped, biased " : "geglu, scaled ") +
-                                           std::string(dtype_name(dt)),
-                                       scale);
+        expect_moe_routed_matches_host(*gpu, layer, *table, s, !math.scale_input, math,
+                                       std::string("moe_routed ") + name + std::string(dtype_name(dt)), routing);
       }
 }
 

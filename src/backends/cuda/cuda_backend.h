@@ -18,6 +18,7 @@
 namespace sluice {
 namespace cuda {
 class CublasGemm;
+struct MoeShape;
 }
 
 class CudaBackend final : public Backend {
@@ -82,7 +83,10 @@ class CudaBackend final : public Backend {
 
   // Device-side MoE (cuda_moe.cpp): an ExpertRef table per layer, moe_kernels.h.
   std::unique_ptr<ExpertTable> make_expert_table(std::span<const ExpertWeights> experts, const ExpertMath& math,
-                                                 std::span<const float> expert_scale = {}) override;
+                                                 const TableRouting& routing = {}) override;
+  // moe_routed's path when the routing weights scale the experts' inputs (cuda_moe.cpp).
+  void moe_scaled_inputs(const ExpertTable& table, const Tensor& ids, const Tensor& weights, const Tensor& h,
+                         const Tensor& out, const cuda::MoeShape& shape);
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
 

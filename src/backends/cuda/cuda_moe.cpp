@@ -18,19 +18,22 @@ namespace {
 struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
   Tensor expert_scale;  // [n_expert] f32 multiplying the chosen experts' weights, or empty
+  RouterScoring scoring = RouterScoring::softmax;
+  bool scale_input = false;  // the weights scale the experts' inputs; their outputs are summed (Llama 4)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
-// Whether the device MoE kernels compute these experts: SwiGLU without biases or routing
-// scales in any type the matrix kernels read; with the opt-in also gpt-oss's experts (clamped
-// SwiGLU, f32 biases, MXFP4 or any other type) and Gemma 4's (GeGLU, per-expert scales).
-bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math, bool scaled) {
-  if (math.scale_input) return false;
-  const bool plain = math.activation == ExpertActivation::swiglu;
-  const bool verified = plain && !scaled && std::none_of(experts.begin(), experts.end(), [](const ExpertWeights& w) {
-    return w.has_biases() || w.gate.dtype == DType::mxfp4;
-  });
+// Whether the device MoE kernels compute these experts: SwiGLU without biases under softmax
+// routing in any type the matrix kernels read; with the opt-in also gpt-oss's experts (clamped
+// SwiGLU, f32 biases, MXFP4 or any other type), Gemma 4's (GeGLU, per-expert scales) and
+// Llama 4's (sigmoid routing whose weights scale the inputs).
+bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math, const TableRouting& routing) {
+  const bool verified = math.activation == ExpertActivation::swiglu && !math.scale_input &&
+                        routing.scoring == RouterScoring::softmax && routing.expert_scale.empty() &&
+                        std::none_of(experts.begin(), experts.end(), [](const ExpertWeights& w) {
+                          return w.has_biases() || w.gate.dtype == DType::mxfp4;
+                        });
   if (verified) return true;
   if (!unverified_opted_in()) return false;
   for (const ExpertWeights& w : experts)
@@ -50,14 +53,16 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
 }
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
-                                                          const ExpertMath& math, std::span<const float> expert_scale) {
+                                                          const ExpertMath& math, const TableRouting& routing) {
   // The device MoE kernels compute SwiGLU, and gpt-oss's clamped SwiGLU with f32 biases and
   // MXFP4 weights (not yet run on a GPU: behind SLUICE_CUDA_UNVERIFIED=1, core/unverified.h);
   // other experts (Llama 4's input scaling, Gemma 4's GeGLU) are routed on the host and
   // computed by the generic ops (expert_forward).
-  if (!device_experts_ok(experts, math, !expert_scale.empty())) return nullptr;
+  if (!device_experts_ok(experts, math, routing)) return nullptr;
+  const std::span<const float> expert_scale = routing.expert_scale;
   SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
                expert_scale.size(), " expert scales for ", experts.size(), " experts");
+  if (routing.scoring == RouterScoring::sigmoid && experts.size() > 512) return nullptr;  // the device top-k's bound
   auto table = std::make_unique<CudaExpertTable>();
   table->n_expert = static_cast<int64_t>(experts.size());
   SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");
@@ -91,6 +96,8 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
     refs[e].limit = math.limit;
   }
   table->wtype = refs[0].wtype;
+  table->scoring = routing.scoring;
+  table->scale_input = math.scale_input;
   const int64_t bytes = table->n_expert * static_cast<int64_t>(sizeof(cuda::ExpertRef));
   table->refs = alloc(DType::u8, {bytes});
   from_host(table->refs, refs.data());
@@ -99,6 +106,41 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
     from_host(table->expert_scale, expert_scale.data());
   }
   return table;
+}
+
+// moe_routed when the routing weights scale the experts' inputs (Llama 4): each pair's input
+// row x[p] = weight[p] h[p / k] (one rounding an element, as expert_pairs_forward), the pairs
+// computed as rows of their own (top-1 over n k rows), their outputs summed in rank order with
+// weight 1 (combine_weights).
+void CudaBackend::moe_scaled_inputs(const ExpertTable& table_base, const Tensor& ids, const Tensor& weights,
+                                    const Tensor& h, const Tensor& out, const cuda::MoeShape& shape) {
+  const auto& table = static_cast<const CudaExpertTable&>(table_base);
+  const int64_t n = shape.n_rows, k = shape.k, pairs = n * k;
+  const auto* refs = static_cast<const cuda::ExpertRef*>(table.refs.data);
+  Tensor x = alloc(DType::f32, {pairs, table.n_embd});
+  cuda::launch_scale_pair_inputs(h.ptr<float>(), weights.ptr<float>(), x.ptr<float>(), n, k, table.n_embd, stream_);
+  Tensor ones = alloc(DType::f32, {pairs});
+  fill(ones, 1.0f);
+  Tensor act = alloc(DType::f32, {pairs, table.n_ff});
+  Tensor pair_out = alloc(DType::f32, {pairs, table.n_embd});
+  cuda::MoeShape per_pair = shape;  // every pair a row of its own: x's row p is pair p's input
+  per_pair.n_rows = pairs;
+  per_pair.k = 1;
+  if (pairs >= cuda::kMoeGroupedPairsPerExpert * table.n_expert) {
+    Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(per_pair)});
+    const cuda::MoeGroupedParams p{x.ptr<float>(), ids.ptr<int32_t>(), ones.ptr<float>(), refs, group.data,
+                                   act.ptr<float>(), pair_out.ptr<float>(), out.ptr<float>(), per_pair};
+    cuda::launch_moe_grouped_prepare(p, stream_);
+    cuda::launch_moe_grouped_experts(p, stream_);
+    cuda::launch_moe_combine(pair_out.ptr<float>(), ones.ptr<float>(), out.ptr<float>(), n, k, table.n_embd, stream_);
+    return;
+  }
+  Tensor done = alloc(DType::u8, {pairs});
+  CUDA_CHECK(cudaMemsetAsync(done.data, 0, static_cast<size_t>(pairs), stream_));
+  cuda::launch_moe_experts(x.ptr<float>(), ids.ptr<int32_t>(), refs, static_cast<uint8_t*>(done.data),
+                           act.ptr<float>(), pair_out.ptr<float>(), per_pair, stream_);
+  cuda::launch_moe_combine_done(pair_out.ptr<float>(), ones.ptr<float>(), static_cast<const uint8_t*>(done.data),
+                                out.ptr<float>(), shape, stream_);
 }
 
 void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits, int64_t k, bool norm_topk,
@@ -117,10 +159,15 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor ids = alloc(DType::i32, {n * k});
   Tensor weights = alloc(DType::f32, {n * k});
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
-  cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                           weights.ptr<float>(), stream_,
-                           table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
+  if (table->scoring == RouterScoring::sigmoid)
+    cuda::launch_router_topk_sigmoid(logits.ptr<float>(), n, table->n_expert, k, ids.ptr<int32_t>(),
+                                     weights.ptr<float>(), stream_);
+  else
+    cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
+                             weights.ptr<float>(), stream_,
+                             table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
+  if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.
     Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(shape)});

@@ -165,6 +165,59 @@ __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_
   }
 }
 
+// One warp per row, E <= 32 NV: route_topk's sigmoid scoring. Lane l holds the logits of
+// experts l, l + 32, ...; k rounds of a warp arg-max over the ones not yet taken (a mask, not
+// a sentinel value: any logit may be chosen), the lower expert id first among equal logits.
+template <int NV>
+__global__ void router_topk_sigmoid_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k,
+                                           int32_t* __restrict__ ids, float* __restrict__ weights) {
+  chained_kernel_entry();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
+  if (row >= n) return;
+  const float* l = logits + row * E;
+  float v[NV];
+  uint32_t open = 0;  // bit i: expert lane + 32 i exists and is not taken
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const bool exists = lane + 32 * i < E;
+    v[i] = exists ? l[lane + 32 * i] : 0.0f;
+    open |= exists ? 1u << i : 0u;
+  }
+  float mine = 0.0f;
+  int32_t mine_id = 0;
+  for (int64_t r = 0; r < k; ++r) {
+    float best = -INFINITY;
+    int32_t best_id = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      if ((open >> i & 1u) && (best_id == INT32_MAX || v[i] > best)) {  // ascending id per lane: the first of equals
+        best = v[i];
+        best_id = lane + 32 * i;
+      }
+    warp_argmax(best, best_id);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      if (lane + 32 * i == best_id) open &= ~(1u << i);
+    if (lane == r) {
+      mine = best;
+      mine_id = best_id;
+    }
+  }
+  if (lane < k) {
+    ids[row * k + lane] = mine_id;
+    weights[row * k + lane] = 1.0f / (1.0f + expf(-mine));
+  }
+}
+
+__global__ void scale_pair_inputs_kernel(const float* __restrict__ h, const float* __restrict__ w,
+                                         float* __restrict__ x, int64_t pairs, int64_t k, int64_t n_embd) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= pairs * n_embd) return;
+  const int64_t p = t / n_embd, c = t % n_embd;
+  x[t] = __fmul_rn(h[(p / k) * n_embd + c], w[p]);
+}
+
 // NW dots of one activation row: compiled for weight type WT, or (WT == WType::unavailable) switching on the
 // expert's type at run time. The same sums either way.
 template <WType WT, int NW>
@@ -731,6 +784,33 @@ void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
   launch_moe_grouped_prepare(p, s);
   launch_moe_grouped_experts(p, s);
   launch_moe_grouped_combine(p, s);
+}
+
+void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert, int64_t k, int32_t* ids,
+                                float* weights, Stream s) {
+  SLUICE_CHECK(k > 0 && k <= n_expert && k <= 32, Status::internal, "cuda router_topk_sigmoid: k ", k, " of ", n_expert,
+               " experts");
+  SLUICE_CHECK(n_expert <= 512, Status::unsupported, "cuda router_topk_sigmoid: ", n_expert,
+               " experts (at most 512 on the device)");
+  if (n == 0) return;
+  const dim3 grid(blocks_for(n, kRouterWarps)), block(kRouterWarps * 32);
+  const auto st = static_cast<cudaStream_t>(s);
+  if (n_expert <= 64)
+    launch_chained(router_topk_sigmoid_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+  else if (n_expert <= 128)
+    launch_chained(router_topk_sigmoid_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+  else
+    launch_chained(router_topk_sigmoid_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_scale_pair_inputs(const float* h, const float* weights, float* x, int64_t n_rows, int64_t k,
+                              int64_t n_embd, Stream s) {
+  const int64_t total = n_rows * k * n_embd;
+  if (total == 0) return;
+  scale_pair_inputs_kernel<<<blocks_for(total, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(h, weights, x, n_rows * k,
+                                                                                            k, n_embd);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,

@@ -58,6 +58,17 @@ struct MoeShape {
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
                         float* weights, Stream s, const float* expert_scale = nullptr);
 
+// route_topk's sigmoid scoring (Llama 4): ids[n, k] = the k largest logits of each row (equal
+// logits: the lower expert id first), weights[n, k] = sigmoid of each, 1 / (1 + e^-l).
+void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert, int64_t k, int32_t* ids,
+                                float* weights, Stream s);
+
+// The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
+// x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as
+// expert_pairs_forward's mul.
+void launch_scale_pair_inputs(const float* h, const float* weights, float* x, int64_t n_rows, int64_t k,
+                              int64_t n_embd, Stream s);
+
 // One dispatch phase. For every pair p = row * k + rank in [0, n_rows * k) with done[p] == 0
 // whose expert's entry table[ids[p]] is available:
 //   pair_out[p, :] = down(silu(gate(h[row])) * up(h[row]))   [n_embd] f32
