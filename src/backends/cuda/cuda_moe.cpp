@@ -1,7 +1,8 @@
 // CudaBackend's device-side MoE: a table of ExpertRef (moe_kernels.h) per layer over the
-// resident experts, built once at load, and moe_routed = router top-k, the experts and the
-// combine, all enqueued on the backend's stream with no host round trip; many pairs per expert
-// (prefill) take the grouped kernels.
+// resident experts (their biases and activation in each entry; the router's scoring and
+// per-expert scales in the table), built once at load, and moe_routed = router top-k, the
+// experts and the combine, all enqueued on the backend's stream with no host round trip; many
+// pairs per expert (prefill) take the grouped kernels.
 #include <algorithm>
 #include <vector>
 
@@ -54,10 +55,8 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
                                                           const ExpertMath& math, const TableRouting& routing) {
-  // The device MoE kernels compute SwiGLU, and gpt-oss's clamped SwiGLU with f32 biases and
-  // MXFP4 weights (not yet run on a GPU: behind SLUICE_CUDA_UNVERIFIED=1, core/unverified.h);
-  // other experts (Llama 4's input scaling, Gemma 4's GeGLU) are routed on the host and
-  // computed by the generic ops (expert_forward).
+  // Experts device_experts_ok refuses (the families' math without the opt-in, core/unverified.h)
+  // are routed on the host and computed by the generic ops (expert_forward).
   if (!device_experts_ok(experts, math, routing)) return nullptr;
   const std::span<const float> expert_scale = routing.expert_scale;
   SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
