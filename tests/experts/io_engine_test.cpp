@@ -208,28 +208,36 @@ TEST(IoEngine, ManyReadsInFlight) {
 }
 
 // Queued demand reads go before queued prefetch reads: one read at a time, 30 prefetches of
-// 1 MiB queued, then one demand read; it must not finish last.
+// 4 MiB queued, then one demand read; it must not finish last. The demand is compared only
+// when at least 10 prefetches were still waiting just before it was queued (a submitting
+// thread preempted long enough for the worker to drain the queue has nothing to jump).
 TEST(IoEngine, DemandJumpsTheQueue) {
-  const uint64_t mib = 1 << 20;
-  const fs::path p = make_file("prio.bin", 32 * mib);
+  const uint64_t read = 4 << 20;
+  const fs::path p = make_file("prio.bin", 31 * read);
   IoEngine io(opts(kModes[2], 1));  // pread, one thread: a strict queue
   const int32_t f = io.add_file(p);
   std::vector<AlignedBuffer> bufs;
-  for (int i = 0; i <= 30; ++i) bufs.emplace_back(mib);  // before submitting: the queue fills at once
+  for (int i = 0; i <= 30; ++i) bufs.emplace_back(read);  // before submitting: the queue fills at once
+  int64_t waiting = 0;
   for (int i = 0; i <= 30; ++i) {
     ReadRequest r;
     r.file = f;
-    r.offset = static_cast<uint64_t>(i) * mib;
-    r.bytes = mib;
+    r.offset = static_cast<uint64_t>(i) * read;
+    r.bytes = read;
     r.dest = bufs[i].data();
     r.tag = static_cast<uint64_t>(i);
     r.priority = i < 30 ? IoPriority::prefetch : IoPriority::demand;
+    if (i == 30) waiting = io.outstanding() - 1;  // less the one in flight
     io.submit(r);
   }
   std::vector<ReadCompletion> done = collect(io, 31);
   size_t pos = 0;
   while (pos < done.size() && done[pos].tag != 30) ++pos;
-  EXPECT_LT(pos, 30u) << "the demand read finished after every prefetch";
+  if (waiting < 10) {
+    GTEST_LOG_(INFO) << "only " << waiting << " prefetches were waiting when the demand read came: not compared";
+    return;
+  }
+  EXPECT_LT(pos, 30u) << "the demand read finished after every prefetch (" << waiting << " were waiting)";
 }
 
 // The pack shrinks under an open engine (a truncated copy): a clear error, not garbage.
