@@ -6,9 +6,9 @@
 //   - the device-routed experts of gpt-oss (biases, the clamped SwiGLU, MXFP4 weights), Gemma
 //     4 (GeGLU, per-expert routing scales) and Llama 4 (sigmoid routing, inputs scaled by the
 //     weights): the expert tables of CudaBackend::make_expert_table
-//     (backends/cuda/cuda_moe.cpp), and for gpt-oss and Gemma 4 the CUDA streamer's device
-//     routing (CudaStreamer::routes_on_device); off, those experts are routed on the host and
-//     computed by the generic ops.
+//     (backends/cuda/cuda_moe.cpp) and the CUDA streamer's device routing
+//     (CudaStreamer::routes_on_device, Impl::expert_inputs); off, those experts are routed on
+//     the host and computed by the generic ops.
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.
 #pragma once
 

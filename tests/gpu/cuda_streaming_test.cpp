@@ -270,19 +270,21 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
       << "no fixture has enough pairs an expert for the grouped kernels";
 }
 
-// gpt-oss's and Gemma 4's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1,
+// gpt-oss's, Gemma 4's and Llama 4's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1,
 // core/unverified.h: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
-// Gemma 4's per-expert scales in the device top-k; the decode kernels' two phases and the
-// grouped prefill): the CPU streamer's routing decisions and greedy tokens at every cache
-// size, the resident prefill's logits bit for bit on the grouped path, and gpt-oss's mxfp4
-// kind streamed through 4 slots against the CPU's run of the same pack.
+// Gemma 4's per-expert scales and Llama 4's sigmoid scoring in the device top-k, Llama 4's
+// inputs scaled a row per pair; the decode kernels' two phases and the grouped prefill): the
+// CPU streamer's routing decisions and greedy tokens at every cache size, the resident
+// prefill's logits bit for bit on the grouped path, and gpt-oss's mxfp4 kind streamed
+// through 4 slots against the CPU's run of the same pack.
 TEST(CudaStreaming, FamiliesDeviceRoutedBehindTheSwitch) {
   const UnverifiedOptIn opt_in;
   std::vector<std::string> fixtures = gpt_oss_fixtures();
   for (const std::string& f : gemma4_fixtures()) fixtures.push_back(f);
+  for (const std::string& f : llama4_fixtures()) fixtures.push_back(f);
   int runs = 0;
   const float worst = expect_same_as_the_cpu(fixtures, runs);
-  std::printf("cuda streaming, gpt-oss and Gemma 4 routed on the device: %d runs; routing equal to the CPU's; logits "
+  std::printf("cuda streaming, gpt-oss, Gemma 4 and Llama 4 routed on the device: %d runs; routing equal to the CPU's; logits "
               "max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
   expect_grouped_prefill_bit_for_bit(fixtures);

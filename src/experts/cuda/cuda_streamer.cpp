@@ -137,6 +137,16 @@ CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L) const {
   return v;
 }
 
+CudaStreamer::Impl::ExpertInputs CudaStreamer::Impl::expert_inputs(const MoeLayerCall& c, const cuda::MoeShape& shape,
+                                                                    int64_t row0) const {
+  if (!c.math.scale_input)
+    return {c.h.ptr<float>() + row0 * n_embd, shape, d_w.as<float>() + row0 * top_k};
+  cuda::MoeShape per_pair = shape;  // every pair a row of its own, its input d_x's row
+  per_pair.n_rows = shape.n_rows * shape.k;
+  per_pair.k = 1;
+  return {d_x.as<float>() + row0 * top_k * n_embd, per_pair, d_ones.as<float>() + row0 * top_k};
+}
+
 void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   if (n <= cap_rows) return;
   // Nothing may use the buffers while they are replaced.
@@ -159,7 +169,15 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   d_act = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_ff) * 4, "expert activations");
   d_pair = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "expert outputs");
   d_plog = cuda::DeviceBuffer(static_cast<size_t>(cap * n_expert) * 4, "lookahead logits");
-  const cuda::MoeShape most{cap, top_k, n_embd, n_ff, n_expert, cuda::WType::unavailable};
+  cuda::MoeShape most{cap, top_k, n_embd, n_ff, n_expert, cuda::WType::unavailable};
+  if (math.scale_input) {  // expert_inputs: a row per pair
+    d_x = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "the experts' scaled inputs");
+    d_pair_sum = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "the pairs' outputs");
+    d_ones = cuda::DeviceBuffer(pairs * 4, "unit combine weights");
+    const std::vector<float> ones(pairs, 1.0f);
+    CUDA_CHECK(cudaMemcpy(d_ones.as(), ones.data(), pairs * 4, cudaMemcpyHostToDevice));
+    most = {cap * top_k, 1, n_embd, n_ff, n_expert, cuda::WType::unavailable};
+  }
   d_group = cuda::DeviceBuffer(static_cast<size_t>(cuda::moe_grouped_scratch_bytes(most)), "grouped expert scratch");
   cap_rows = cap;
 }
@@ -190,15 +208,13 @@ CudaStreamer::CudaStreamer(std::shared_ptr<const Pack> pack, DType kind, int64_t
 CudaStreamer::~CudaStreamer() = default;
 
 bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& router) const {
-  if (math.scale_input || router.scoring != RouterScoring::softmax) return false;
-  const bool plain = math.activation == ExpertActivation::swiglu && !impl_->pack->kind(impl_->kind).has_biases() &&
+  const bool plain = math.activation == ExpertActivation::swiglu && !math.scale_input &&
+                     router.scoring == RouterScoring::softmax && !impl_->pack->kind(impl_->kind).has_biases() &&
                      impl_->kind != DType::mxfp4;
-  if (plain) return true;
-  // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4) and Gemma 4's (GeGLU, per-expert
-  // routing scales): written, not yet run on a GPU (core/unverified.h); without the opt-in
-  // they take the host-routed path.
-  return (math.activation == ExpertActivation::swiglu_clamped || math.activation == ExpertActivation::geglu_tanh) &&
-         unverified_opted_in();
+  // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4), Gemma 4's (GeGLU, per-expert
+  // routing scales) and Llama 4's (sigmoid routing whose weights scale the inputs): written,
+  // not yet run on a GPU (core/unverified.h); without the opt-in they take the host-routed path.
+  return plain || unverified_opted_in();
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -236,9 +252,17 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
   const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::matmul_wtype_of(m.kind, "the expert cache")};
   cudaStream_t s = m.stream;
-  const bool norm = c.router->norm_topk_prob;
-  cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
-                           m.expert_scale_on_device(L, c.expert_scale));
+  const bool norm = c.router->norm_topk_prob, sigmoid = c.router->scoring == RouterScoring::sigmoid;
+  if (sigmoid)
+    cuda::launch_router_topk_sigmoid(c.router_logits.ptr<float>(), n, E, k, m.d_ids.as<int32_t>(), m.d_w.as<float>(),
+                                     s);
+  else
+    cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
+                             m.expert_scale_on_device(L, c.expert_scale));
+  // Weights that scale the experts' inputs (Llama 4): each pair's input row is its own
+  // (Impl::d_x), computed as a top-1 row, and the pairs' outputs are summed with weight 1.
+  if (c.math.scale_input)
+    cuda::launch_scale_pair_inputs(c.h.ptr<float>(), m.d_w.as<float>(), m.d_x.as<float>(), n, k, m.n_embd, s);
   // The union of n rows fits the cache when n * k slots (or every expert) do; else group.
   // An exact prompt chunk with enough pairs an expert takes the grouped path too, as one
   // group when its union fits: its experts then run on the grouped tensor-core kernels, as
@@ -259,7 +283,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     Tensor plog(DType::f32, {n, E}, m.d_plog.as());
     be.matmul(c.h, c.next_router, plog);
     if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
-    cuda::launch_router_topk(plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
+    if (sigmoid)
+      cuda::launch_router_topk_sigmoid(plog.ptr<float>(), n, E, k, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
+    else
+      cuda::launch_router_topk(plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_ids, m.d_pids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_weights, m.d_pw.as(), nk * 4, cudaMemcpyDeviceToHost, s));
   }
@@ -282,15 +309,16 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.enqueue_copies(lv.copies1, lv.count1);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table1, table_bytes, cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(m.d_done.as(), 0, nk, s));
-  cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
-                           m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
+  const Impl::ExpertInputs in = m.expert_inputs(c, shape);
+  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
+                           m.d_act.as<float>(), m.d_pair.as<float>(), in.shape, s);
   m.hs->device_write(s, L, cuda::Signal::resident_done, v);
   m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
   m.enqueue_copies(lv.copies2, lv.count2);
   CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table2, table_bytes, cudaMemcpyHostToDevice, s));
-  cuda::launch_moe_experts(c.h.ptr<float>(), m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
-                           m.d_act.as<float>(), m.d_pair.as<float>(), shape, s);
-  cuda::launch_moe_combine_done(m.d_pair.as<float>(), m.d_w.as<float>(), m.d_done.as(), c.out.ptr<float>(), shape, s);
+  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
+                           m.d_act.as<float>(), m.d_pair.as<float>(), in.shape, s);
+  cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,
             " ms, ", seconds_between(m.last_enqueue, enqueue0) * 1e3, " ms after the previous layer's");

@@ -152,19 +152,24 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   observe(L, n, lv);
   LayerStats& ls = layer_stats(L, c.phase);
   const bool grouped_kernels = grouped_kernels_apply(shape);
+  // With scaled inputs (expert_inputs) each group's pairs run as rows of their own and write
+  // their outputs to d_pair_sum, summed into c.out after the last group.
+  const bool per_pair = c.math.scale_input;
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     cuda::MoeShape rows = shape;
     rows.n_rows = row1 - row0;
-    cuda::MoeGroupedParams group_rows{c.h.ptr<float>() + row0 * shape.n_embd,
+    const ExpertInputs in = expert_inputs(c, rows, row0);
+    cuda::MoeGroupedParams group_rows{in.h,
                                       d_ids.as<int32_t>() + row0 * k,
-                                      d_w.as<float>() + row0 * k,
+                                      in.combine_weights,
                                       d_table.as<cuda::ExpertRef>(),
                                       d_group.as(),
                                       d_act.as<float>(),
                                       d_pair.as<float>(),
-                                      c.out.ptr<float>() + row0 * shape.n_embd,
-                                      rows};
+                                      per_pair ? d_pair_sum.as<float>() + row0 * k * shape.n_embd
+                                               : c.out.ptr<float>() + row0 * shape.n_embd,
+                                      in.shape};
     if (grouped_kernels && prefill_waves_enabled()) {
       compute_in_waves(plan_group(c, ids, weights, row0, row1, ls), group_rows, L, ls);
     } else {
@@ -172,17 +177,24 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       std::vector<size_t> all(plan.experts.size());
       std::iota(all.begin(), all.end(), size_t{0});
       upload_table(plan, all, lv.table1, d_table.as<cuda::ExpertRef>());
-      if (grouped_kernels)
+      if (grouped_kernels) {
         cuda::launch_moe_experts_grouped(group_rows, stream);
-      else
-        cuda::launch_moe_experts(c.h.ptr<float>(), d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
-                                 d_act.as<float>(), d_pair.as<float>(), shape, stream);
+      } else {
+        const ExpertInputs all_rows = expert_inputs(c, shape);
+        cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
+                                 d_act.as<float>(), d_pair.as<float>(), all_rows.shape, stream);
+      }
     }
     retire_group();
     row0 = row1;
   }
+  const ExpertInputs all_rows = expert_inputs(c, shape);
   if (!grouped_kernels)
-    cuda::launch_moe_combine_done(d_pair.as<float>(), d_w.as<float>(), d_done.as(), c.out.ptr<float>(), shape, stream);
+    cuda::launch_moe_combine_done(d_pair.as<float>(), all_rows.combine_weights, d_done.as(), c.out.ptr<float>(), shape,
+                                  stream);
+  else if (per_pair)  // the pairs' outputs, summed per row in rank order with weight 1
+    cuda::launch_moe_combine(d_pair_sum.as<float>(), all_rows.combine_weights, c.out.ptr<float>(), n, k, shape.n_embd,
+                             stream);
 }
 
 }  // namespace sluice

@@ -233,6 +233,19 @@ struct CudaStreamer::Impl : StreamState {
   cuda::MappedHostBuffer layer_mem;  // [n_layers * layer_stride]
   cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
   cuda::DeviceBuffer d_group;  // the grouped expert kernels' scratch (moe_grouped_scratch_bytes)
+  // With inputs scaled by the routing weights (Llama 4, ExpertMath::scale_input; allocated
+  // only then): each pair's input row [cap * k, n_embd], the pairs' combined rows of a grouped
+  // call [cap * k, n_embd], and weights of 1 [cap * k] for the unweighted sum.
+  cuda::DeviceBuffer d_x, d_pair_sum, d_ones;
+  // What the expert kernels of a call's rows from row0 read: the inputs (the call's h, or with
+  // scaled inputs d_x, a row per pair), the shape they run as, the combine's weights (the
+  // routing's, or 1).
+  struct ExpertInputs {
+    const float* h;
+    cuda::MoeShape shape;
+    const float* combine_weights;
+  };
+  ExpertInputs expert_inputs(const MoeLayerCall& c, const cuda::MoeShape& shape, int64_t row0 = 0) const;
   // A streamed prefill group's wave tables (compute_in_waves): [kPrefillWaves][n_expert], each
   // written once a group and copied to its own device slice, so no wave's table is rewritten
   // before the stream passed it (retire_group synchronizes between groups).
