@@ -6,9 +6,8 @@
 // read experts from a pack on demand.
 #pragma once
 
-#include <span>
-
 #include <cstdint>
+#include <span>
 
 #include "backends/backend.h"
 #include "experts/expert_math.h"

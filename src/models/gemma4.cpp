@@ -362,7 +362,7 @@ class Gemma4Model final : public Model {
       be_.add(x, y);
       // Feed-forward: x += post_ff_norm(post_ff_norm_1(mlp) + post_ff_norm_2(moe)).
       be_.rms_norm(x, lw.pre_ff_norm, cfg_.eps, h);
-      expert_forward(be_, ExpertMath{ExpertActivation::geglu_tanh}, lw.mlp, h, y);
+      expert_forward(be_, kExpertMath, lw.mlp, h, y);
       if (cfg_.moe) {
         be_.rms_norm(y, lw.post_ff_norm_1, cfg_.eps, y);
         Tensor m = be_.alloc(DType::f32, {n, d});
@@ -494,7 +494,7 @@ class Gemma4Model final : public Model {
     moe_routed_half(be_, refs, expert_provider_.get(), routing_observer_, in, out);
   }
 
-  static constexpr ExpertMath kExpertMath{ExpertActivation::geglu_tanh};  // gelu_tanh(gate) * up, no biases
+  static constexpr ExpertMath kExpertMath{ExpertActivation::geglu_tanh};  // experts and MLP: gelu_tanh(gate) * up
 
   Backend& be_;
   Gemma4Config cfg_;

@@ -53,6 +53,12 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
   }
 }
 
+void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k,
+                         bool norm_topk, int32_t* ids, float* weights, Stream s, const float* expert_scale) {
+  if (scoring == RouterScoring::sigmoid) launch_router_topk_sigmoid(logits, n, n_expert, k, ids, weights, s);
+  else launch_router_topk(logits, n, n_expert, k, norm_topk, ids, weights, s, expert_scale);
+}
+
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
                                                           const ExpertMath& math, const TableRouting& routing) {
   // Experts device_experts_ok refuses (the families' math without the opt-in, core/unverified.h)
@@ -118,28 +124,24 @@ void CudaBackend::moe_scaled_inputs(const ExpertTable& table_base, const Tensor&
   const auto* refs = static_cast<const cuda::ExpertRef*>(table.refs.data);
   Tensor x = alloc(DType::f32, {pairs, table.n_embd});
   cuda::launch_scale_pair_inputs(h.ptr<float>(), weights.ptr<float>(), x.ptr<float>(), n, k, table.n_embd, stream_);
-  Tensor ones = alloc(DType::f32, {pairs});
-  fill(ones, 1.0f);
   Tensor act = alloc(DType::f32, {pairs, table.n_ff});
   Tensor pair_out = alloc(DType::f32, {pairs, table.n_embd});
-  cuda::MoeShape per_pair = shape;  // every pair a row of its own: x's row p is pair p's input
-  per_pair.n_rows = pairs;
-  per_pair.k = 1;
+  const cuda::MoeShape per_pair = cuda::pairs_as_rows(shape);  // x's row p is pair p's input
   if (pairs >= cuda::kMoeGroupedPairsPerExpert * table.n_expert) {
     Tensor group = alloc(DType::u8, {cuda::moe_grouped_scratch_bytes(per_pair)});
-    const cuda::MoeGroupedParams p{x.ptr<float>(), ids.ptr<int32_t>(), ones.ptr<float>(), refs, group.data,
+    const cuda::MoeGroupedParams p{x.ptr<float>(), ids.ptr<int32_t>(), nullptr, refs, group.data,
                                    act.ptr<float>(), pair_out.ptr<float>(), out.ptr<float>(), per_pair};
     cuda::launch_moe_grouped_prepare(p, stream_);
     cuda::launch_moe_grouped_experts(p, stream_);
-    cuda::launch_moe_combine(pair_out.ptr<float>(), ones.ptr<float>(), out.ptr<float>(), n, k, table.n_embd, stream_);
+    cuda::launch_moe_combine(pair_out.ptr<float>(), nullptr, out.ptr<float>(), n, k, table.n_embd, stream_);  // weight 1
     return;
   }
   Tensor done = alloc(DType::u8, {pairs});
   CUDA_CHECK(cudaMemsetAsync(done.data, 0, static_cast<size_t>(pairs), stream_));
   cuda::launch_moe_experts(x.ptr<float>(), ids.ptr<int32_t>(), refs, static_cast<uint8_t*>(done.data),
                            act.ptr<float>(), pair_out.ptr<float>(), per_pair, stream_);
-  cuda::launch_moe_combine_done(pair_out.ptr<float>(), ones.ptr<float>(), static_cast<const uint8_t*>(done.data),
-                                out.ptr<float>(), shape, stream_);
+  cuda::launch_moe_combine_done(pair_out.ptr<float>(), nullptr, static_cast<const uint8_t*>(done.data),
+                                out.ptr<float>(), shape, stream_);  // weight 1
 }
 
 void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits, int64_t k, bool norm_topk,
@@ -158,13 +160,9 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor ids = alloc(DType::i32, {n * k});
   Tensor weights = alloc(DType::f32, {n * k});
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
-  if (table->scoring == RouterScoring::sigmoid)
-    cuda::launch_router_topk_sigmoid(logits.ptr<float>(), n, table->n_expert, k, ids.ptr<int32_t>(),
-                                     weights.ptr<float>(), stream_);
-  else
-    cuda::launch_router_topk(logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                             weights.ptr<float>(), stream_,
-                             table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
+  cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
+                      weights.ptr<float>(), stream_,
+                      table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
   if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {

@@ -145,7 +145,8 @@ void launch_get_rows(const void* table, const void* scales, WType wtype, const i
                      int64_t cols, int64_t n_table, Stream s);
 void launch_gather_rows(const float* src, const int32_t* idx, float* out, int64_t n, int64_t cols, Stream s);
 void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64_t n, int64_t cols, Stream s);
-// out[t, :] = sum_r w[t*k + r] * e[t*k + r, :] in r order; w device.
+// out[t, :] = sum_r w[t*k + r] * e[t*k + r, :] in r order; w device, or null: weights of 1
+// (the unweighted sum of inputs-scaled experts, ExpertMath::scale_input).
 void launch_moe_combine(const float* e, const float* w, float* out, int64_t n, int64_t k, int64_t cols, Stream s);
 
 }  // namespace sluice::cuda

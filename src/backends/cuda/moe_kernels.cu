@@ -364,7 +364,7 @@ __global__ void moe_combine_done_kernel(const float* __restrict__ pair_out, cons
   for (int64_t r = 0; r < k; ++r) {
     const int64_t p = row * k + r;
     const float e = done[p] ? pair_out[p * cols + c] : 0.0f;
-    acc = fmaf(w[p], e, acc);  // as launch_moe_combine
+    acc = fmaf(w ? w[p] : 1.0f, e, acc);  // as launch_moe_combine
   }
   out[t] = acc;
 }

@@ -13,7 +13,8 @@
 #include "backends/cuda/kernels.h"
 
 namespace sluice {
-struct ExpertMath;  // core/expert_weights.h
+struct ExpertMath;           // core/expert_weights.h
+enum class RouterScoring;    // core/router_scoring.h
 }
 
 namespace sluice::cuda {
@@ -63,11 +64,23 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
 void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert, int64_t k, int32_t* ids,
                                 float* weights, Stream s);
 
+// The device top-k of `scoring` (route_topk's): launch_router_topk (softmax; norm_topk and
+// expert_scale apply) or launch_router_topk_sigmoid. Host code; defined in cuda_moe.cpp.
+void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk,
+                   int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr);
+
 // The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
 // x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as
-// expert_pairs_forward's mul.
+// expert_pairs_forward's mul. The expert kernels then take x's rows as rows of their own
+// (pairs_as_rows) and the combine sums the pairs with weights of 1 (null weights).
 void launch_scale_pair_inputs(const float* h, const float* weights, float* x, int64_t n_rows, int64_t k,
                               int64_t n_embd, Stream s);
+// The shape of a call's n_rows * k pairs run as top-1 rows of their own.
+inline MoeShape pairs_as_rows(MoeShape shape) {
+  shape.n_rows *= shape.k;
+  shape.k = 1;
+  return shape;
+}
 
 // One dispatch phase. For every pair p = row * k + rank in [0, n_rows * k) with done[p] == 0
 // whose expert's entry table[ids[p]] is available:
@@ -82,7 +95,8 @@ void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* tab
                         float* pair_out, const MoeShape& shape, Stream s);
 
 // out[row, :] = sum over rank r = 0..k-1 of weights[p] * (done[p] ? pair_out[p, :] : 0),
-// p = row * k + r, accumulated in rank order (Backend::moe_combine with cut pairs as zero).
+// p = row * k + r, accumulated in rank order (Backend::moe_combine with cut pairs as zero);
+// weights null: 1 (as launch_moe_combine).
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
                              const MoeShape& shape, Stream s);
 
@@ -108,7 +122,7 @@ int64_t moe_grouped_scratch_bytes(const MoeShape& shape);
 struct MoeGroupedParams {
   const float* h = nullptr;          // [n_rows, n_embd]
   const int32_t* ids = nullptr;      // [n_rows * k]
-  const float* weights = nullptr;    // [n_rows * k]
+  const float* weights = nullptr;    // [n_rows * k], or null: 1 (launch_moe_combine)
   const ExpertRef* table = nullptr;  // [n_expert]: the entries of ids available, of type shape.wtype
   void* group = nullptr;             // scratch: moe_grouped_scratch_bytes(shape) bytes
   float* act = nullptr;              // scratch: [n_rows * k, n_ff] f32

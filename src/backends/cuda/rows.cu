@@ -32,7 +32,7 @@ __global__ void moe_combine_kernel(const float* e, const float* w, float* out, i
   if (t >= n * cols) return;
   const int64_t row = t / cols, c = t % cols;
   float acc = 0.0f;
-  for (int64_t r = 0; r < k; ++r) acc = fmaf(w[row * k + r], e[(row * k + r) * cols + c], acc);
+  for (int64_t r = 0; r < k; ++r) acc = fmaf(w ? w[row * k + r] : 1.0f, e[(row * k + r) * cols + c], acc);
   out[t] = acc;
 }
 

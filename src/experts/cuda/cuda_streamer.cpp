@@ -141,10 +141,7 @@ CudaStreamer::Impl::ExpertInputs CudaStreamer::Impl::expert_inputs(const MoeLaye
                                                                     int64_t row0) const {
   if (!c.math.scale_input)
     return {c.h.ptr<float>() + row0 * n_embd, shape, d_w.as<float>() + row0 * top_k};
-  cuda::MoeShape per_pair = shape;  // every pair a row of its own, its input d_x's row
-  per_pair.n_rows = shape.n_rows * shape.k;
-  per_pair.k = 1;
-  return {d_x.as<float>() + row0 * top_k * n_embd, per_pair, d_ones.as<float>() + row0 * top_k};
+  return {d_x.as<float>() + row0 * top_k * n_embd, cuda::pairs_as_rows(shape), nullptr};  // weights of 1
 }
 
 void CudaStreamer::Impl::ensure_capacity(int64_t n) {
@@ -173,10 +170,7 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   if (math.scale_input) {  // expert_inputs: a row per pair
     d_x = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "the experts' scaled inputs");
     d_pair_sum = cuda::DeviceBuffer(pairs * static_cast<size_t>(n_embd) * 4, "the pairs' outputs");
-    d_ones = cuda::DeviceBuffer(pairs * 4, "unit combine weights");
-    const std::vector<float> ones(pairs, 1.0f);
-    CUDA_CHECK(cudaMemcpy(d_ones.as(), ones.data(), pairs * 4, cudaMemcpyHostToDevice));
-    most = {cap * top_k, 1, n_embd, n_ff, n_expert, cuda::WType::unavailable};
+    most = cuda::pairs_as_rows(most);
   }
   d_group = cuda::DeviceBuffer(static_cast<size_t>(cuda::moe_grouped_scratch_bytes(most)), "grouped expert scratch");
   cap_rows = cap;
@@ -252,13 +246,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // Without a low-bit miss kind every slot holds the one kind: the kernels are compiled for it.
   const cuda::MoeShape shape{n, k, m.n_embd, m.n_ff, E, m.opt.miss_kind ? cuda::WType::unavailable : cuda::matmul_wtype_of(m.kind, "the expert cache")};
   cudaStream_t s = m.stream;
-  const bool norm = c.router->norm_topk_prob, sigmoid = c.router->scoring == RouterScoring::sigmoid;
-  if (sigmoid)
-    cuda::launch_router_topk_sigmoid(c.router_logits.ptr<float>(), n, E, k, m.d_ids.as<int32_t>(), m.d_w.as<float>(),
-                                     s);
-  else
-    cuda::launch_router_topk(c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
-                             m.expert_scale_on_device(L, c.expert_scale));
+  const bool norm = c.router->norm_topk_prob;
+  const RouterScoring scoring = c.router->scoring;
+  cuda::launch_router(scoring, c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
+                      m.expert_scale_on_device(L, c.expert_scale));
   // Weights that scale the experts' inputs (Llama 4): each pair's input row is its own
   // (Impl::d_x), computed as a top-1 row, and the pairs' outputs are summed with weight 1.
   if (c.math.scale_input)
@@ -283,10 +274,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     Tensor plog(DType::f32, {n, E}, m.d_plog.as());
     be.matmul(c.h, c.next_router, plog);
     if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
-    if (sigmoid)
-      cuda::launch_router_topk_sigmoid(plog.ptr<float>(), n, E, k, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
-    else
-      cuda::launch_router_topk(plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
+    cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_ids, m.d_pids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(lv.pred_weights, m.d_pw.as(), nk * 4, cudaMemcpyDeviceToHost, s));
   }

@@ -155,6 +155,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   // With scaled inputs (expert_inputs) each group's pairs run as rows of their own and write
   // their outputs to d_pair_sum, summed into c.out after the last group.
   const bool per_pair = c.math.scale_input;
+  const ExpertInputs all_rows = expert_inputs(c, shape);
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(ids, k, row0, n, residency->n_slots(), n_expert);
     cuda::MoeShape rows = shape;
@@ -177,18 +178,15 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       std::vector<size_t> all(plan.experts.size());
       std::iota(all.begin(), all.end(), size_t{0});
       upload_table(plan, all, lv.table1, d_table.as<cuda::ExpertRef>());
-      if (grouped_kernels) {
+      if (grouped_kernels)
         cuda::launch_moe_experts_grouped(group_rows, stream);
-      } else {
-        const ExpertInputs all_rows = expert_inputs(c, shape);
+      else
         cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
                                  d_act.as<float>(), d_pair.as<float>(), all_rows.shape, stream);
-      }
     }
     retire_group();
     row0 = row1;
   }
-  const ExpertInputs all_rows = expert_inputs(c, shape);
   if (!grouped_kernels)
     cuda::launch_moe_combine_done(d_pair.as<float>(), all_rows.combine_weights, d_done.as(), c.out.ptr<float>(), shape,
                                   stream);

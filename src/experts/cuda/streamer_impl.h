@@ -234,12 +234,12 @@ struct CudaStreamer::Impl : StreamState {
   cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
   cuda::DeviceBuffer d_group;  // the grouped expert kernels' scratch (moe_grouped_scratch_bytes)
   // With inputs scaled by the routing weights (Llama 4, ExpertMath::scale_input; allocated
-  // only then): each pair's input row [cap * k, n_embd], the pairs' combined rows of a grouped
-  // call [cap * k, n_embd], and weights of 1 [cap * k] for the unweighted sum.
-  cuda::DeviceBuffer d_x, d_pair_sum, d_ones;
+  // only then): each pair's input row [cap * k, n_embd] and the pairs' combined rows of a
+  // grouped call [cap * k, n_embd].
+  cuda::DeviceBuffer d_x, d_pair_sum;
   // What the expert kernels of a call's rows from row0 read: the inputs (the call's h, or with
   // scaled inputs d_x, a row per pair), the shape they run as, the combine's weights (the
-  // routing's, or 1).
+  // routing's, or null: 1).
   struct ExpertInputs {
     const float* h;
     cuda::MoeShape shape;
