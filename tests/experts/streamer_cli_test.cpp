@@ -284,7 +284,7 @@ TEST(StreamerCli, KlCheckReportsAndWritesStats) {
   // A hybrid family (its recurrent state copied and put back around the exact step:
   // KlCheck.HybridFamiliesRerunTheirRecurrentState) is checked like the others.
   Result hybrid = run_sluice("run --model " + fixture_pack("qwen3_next").string() +
-                             " --tokens 1,2,3 -n 3 --backend cpu --expert-slots 8 --cut 0.5 --kl-check 2");
+                             " --tokens 1,2,3 -n 3 --ignore-eos --backend cpu --expert-slots 8 --cut 0.5 --kl-check 2");
   ASSERT_EQ(hybrid.status, 0) << hybrid.err;
   EXPECT_NE(hybrid.err.find("sluice: kl-check: mean "), std::string::npos) << hybrid.err;
   EXPECT_NE(hybrid.err.find("over 2 of 2 decode steps"), std::string::npos) << hybrid.err;

@@ -111,8 +111,10 @@ void register_run(CLI::App& app) {
     tokens.prefill_seconds = st.prefill_seconds;
     tokens.decode_tokens = std::max<int64_t>(0, st.n_generated - 1);  // the first comes from the prefill
     tokens.decode_seconds = st.decode_seconds;
+    // The generator counts the decode steps it ran, also one whose token was the eos (not
+    // generated: "1 of 0 decode steps" before); an exact run's plan has no count of its own.
     KlCheckStats kl = kl_plan.by_construction ? kl_plan : st.kl;
-    kl.decode_steps = tokens.decode_tokens;
+    if (kl_plan.by_construction) kl.decode_steps = tokens.decode_tokens;
     tokens.kl_check = kl;
     if (std::optional<RunStats> rs = finish_streaming(opt->model, s, tokens)) {
       std::fprintf(stderr, "sluice: streaming: %s\n", rs->summary().c_str());
