@@ -21,6 +21,9 @@
 //                                  call routes to other experts) with the generic kernels
 //                                  (SLUICE_CUDA_MOE_DECODE=0) and the decode kernels, GB/s of
 //                                  expert bytes read, next to the measured copy bandwidth;
+//                                  then the routed layer from router logits: the top-k and
+//                                  the experts chained against the persistent step
+//                                  (moe_persistent.h), us a call;
 //   bench_cuda --model PACK [--prefill 512] [--decode 64] [--reps 3]
 //                                  a qwen3_moe-family model fully resident on the GPU: prefill
 //                                  tokens/s for one prompt chunk, decode tokens/s (batch 1),
@@ -61,6 +64,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_persistent.h"
 #endif
 
 using namespace sluice;
@@ -351,6 +355,7 @@ int run_moe(double copy_bw) {
               static_cast<long long>(kTopK), copy_bw / 1e9);
   std::printf("| wtype | rows | path | kernel | MB read | generic us | decode us | speedup | decode GB/s | of copy bw |\n"
               "|---|---|---|---|---|---|---|---|---|---|\n");
+  std::string routed_rows;  // the second table's
   for (DType dt : {DType::bf16, DType::q8, DType::q4}) {
     HostWeight gate(dt, kFf, kEmbd), up(dt, kFf, kEmbd), down(dt, kEmbd, kFf);
     std::vector<Tensor> weights;  // gate, up, down of each expert
@@ -427,8 +432,80 @@ int run_moe(double copy_bw) {
             std::printf(" - | - |\n");
         }
       }
+      // The routed layer from router logits (each call on other logits, so other experts):
+      // the top-k and the experts as three chained launches against the persistent step
+      // (moe_persistent.h) at 3 and at 2 blocks an SM.
+      std::vector<float> lv(static_cast<size_t>(kCalls * n * kExperts));
+      std::mt19937 rng(static_cast<uint32_t>(n));
+      std::normal_distribution<float> normal(0.0f, 1.5f);
+      for (float& x : lv) x = normal(rng);
+      Tensor d_logits = gpu->alloc(DType::f32, {kCalls * n, kExperts});
+      gpu->from_host(d_logits, lv.data());
+      Tensor d_barrier = gpu->alloc(DType::u8, {static_cast<int64_t>(cuda::kGridBarrierStateBytes)});
+      CUDA_CHECK(cudaMemset(d_barrier.data, 0, cuda::kGridBarrierStateBytes));
+      Tensor r_ids = gpu->alloc(DType::i32, {pairs}), r_w = gpu->alloc(DType::f32, {pairs});
+      gpu->synchronize();
+      double route_us[3] = {0, 0, 0};
+      for (int variant = 0; variant < 3; ++variant) {
+        if (variant == 2) setenv("SLUICE_CUDA_PERSISTENT_BLOCKS", "2", 1);
+        cudaGraph_t g = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        bool taken = true;
+        for (int c = 0; c < kCalls; ++c) {
+          const float* call_logits = d_logits.ptr<float>() + c * n * kExperts;
+          if (variant == 0) {
+            cuda::launch_router_topk(call_logits, n, kExperts, kTopK, true, r_ids.ptr<int32_t>(), r_w.ptr<float>(), st);
+            cuda::launch_moe_experts_combine(h.ptr<float>(), r_ids.ptr<int32_t>(), r_w.ptr<float>(), dtable,
+                                             act.ptr<float>(), out.ptr<float>(), shape, st);
+          } else {
+            taken = cuda::launch_moe_decode_persistent(
+                        {.logits = call_logits, .h = h.ptr<float>(), .table = dtable, .norm_topk = true,
+                         .ids = r_ids.ptr<int32_t>(), .weights = r_w.ptr<float>(), .act = act.ptr<float>(),
+                         .out = out.ptr<float>(), .barrier = static_cast<cuda::GridBarrierState*>(d_barrier.data),
+                         .shape = shape},
+                        st) &&
+                    taken;
+          }
+        }
+        CUDA_CHECK(cudaStreamEndCapture(st, &g));
+        unsetenv("SLUICE_CUDA_PERSISTENT_BLOCKS");
+        route_us[variant] = taken ? graph_us(g, st, kCalls) : 0.0;
+        CUDA_CHECK(cudaGraphDestroy(g));
+      }
+      char row[256];
+      std::snprintf(row, sizeof row, "| %s | %lld | %.2f | %.2f | %.2f | %.2fx | %.0f |\n",
+                    std::string(dtype_name(dt)).c_str(), static_cast<long long>(n), route_us[0], route_us[1],
+                    route_us[2], route_us[1] > 0 ? route_us[0] / route_us[1] : 0.0,
+                    route_us[1] > 0 ? pairs * (gate_up_bytes + down_bytes) / (route_us[1] * 1e-6) / 1e9 : 0.0);
+      routed_rows += row;
     }
   }
+  {  // the grid barrier alone: a launch of 1 barrier against one of 101
+    Tensor d_barrier = gpu->alloc(DType::u8, {static_cast<int64_t>(cuda::kGridBarrierStateBytes)});
+    CUDA_CHECK(cudaMemset(d_barrier.data, 0, cuda::kGridBarrierStateBytes));
+    auto* state = static_cast<cuda::GridBarrierState*>(d_barrier.data);
+    std::printf("\nThe grid barrier (grid_barrier.cuh), us a barrier: (a launch of 101 - a launch of 1) / 100, "
+                "10 launches each\n\n| blocks an SM | us a barrier |\n|---|---|\n");
+    for (int per_sm : {1, 2, 3}) {
+      double us[2];
+      for (int v = 0; v < 2; ++v) {
+        const int n = v ? 101 : 1;
+        cuda::launch_grid_barriers(state, n, per_sm, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        const auto t0 = Clock::now();
+        for (int r = 0; r < 10; ++r) cuda::launch_grid_barriers(state, n, per_sm, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        us[v] = seconds_since(t0) * 1e6 / 10;
+      }
+      std::printf("| %d | %.2f |\n", per_sm, (us[1] - us[0]) / 100.0);
+    }
+  }
+  std::printf("\nThe routed layer from router logits, us a call in a graph of %d (0: the shape not taken): "
+              "top-k + experts chained (three launches) against the persistent step (one launch; "
+              "SLUICE_CUDA_PERSISTENT_BLOCKS=2 for the 2-an-SM variant)\n\n"
+              "| wtype | rows | chained us | persistent us | persistent, 2 an SM, us | speedup | persistent GB/s |\n"
+              "|---|---|---|---|---|---|---|\n%s",
+              kCalls, routed_rows.c_str());
   CUDA_CHECK(cudaStreamDestroy(st));
   return 0;
 }

@@ -9,6 +9,8 @@
 //     (backends/cuda/cuda_moe.cpp) and the CUDA streamer's device routing
 //     (CudaStreamer::routes_on_device, Impl::expert_inputs); off, those experts are routed on
 //     the host and computed by the generic ops.
+//   - the persistent decode MoE step (backends/cuda/moe_persistent.h), asked for with
+//     SLUICE_CUDA_PERSISTENT=1 in CudaBackend::moe_routed; off, the three chained launches.
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.
 #pragma once
 

@@ -15,6 +15,7 @@
 
 #include "../models/fixture_util.h"
 #include "../models/pack_util.h"
+#include "scoped_env.h"
 #include "models/load.h"
 
 namespace sluice::test {
@@ -22,11 +23,8 @@ namespace sluice::test {
 constexpr float kCudaLogitTolerance = 1e-3f;
 
 // SLUICE_CUDA_UNVERIFIED=1 (core/unverified.h) for a scope: the paths written without a GPU.
-struct UnverifiedOptIn {
-  UnverifiedOptIn() { setenv("SLUICE_CUDA_UNVERIFIED", "1", 1); }
-  ~UnverifiedOptIn() { unsetenv("SLUICE_CUDA_UNVERIFIED"); }
-  UnverifiedOptIn(const UnverifiedOptIn&) = delete;
-  UnverifiedOptIn& operator=(const UnverifiedOptIn&) = delete;
+struct UnverifiedOptIn : ScopedEnv {
+  UnverifiedOptIn() : ScopedEnv("SLUICE_CUDA_UNVERIFIED", "1") {}
 };
 
 // The fixture's checkpoint against transformers: teacher-forced and decoded through the cache

@@ -23,8 +23,10 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
 #include "models/blocks.h"
+#include "scoped_env.h"
 
 using namespace sluice;
 
@@ -407,9 +409,8 @@ TEST(CudaMoe, TwoPhaseDispatch) {
 
 // SLUICE_CUDA_MOE_DECODE=0 (the generic expert kernels) for a scope; the launchers read it at
 // every launch.
-struct GenericMoeKernels {
-  GenericMoeKernels() { setenv("SLUICE_CUDA_MOE_DECODE", "0", 1); }
-  ~GenericMoeKernels() { unsetenv("SLUICE_CUDA_MOE_DECODE"); }
+struct GenericMoeKernels : ScopedEnv {
+  GenericMoeKernels() : ScopedEnv("SLUICE_CUDA_MOE_DECODE", "0") {}
 };
 
 // The table with every expert's weights copied 4 bytes past a 16-byte boundary (scales as
@@ -609,11 +610,11 @@ TEST(CudaMoe, BackendMoeRoutedFamilyExpertMath) {
         if (math == kGeglu) scale = random_vec(s.E, 49, 1.0f);
         const TableRouting routing{math.scale_input ? RouterScoring::sigmoid : RouterScoring::softmax, scale};
         const char* name = math == kGeglu ? "geglu, scaled " : math.scale_input ? "sigmoid, inputs scaled " : "clamped, biased ";
-        unsetenv("SLUICE_CUDA_UNVERIFIED");
+        const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", nullptr);
         EXPECT_EQ(gpu->make_expert_table(layer.device, math, routing), nullptr) << "a table without the opt-in";
-        setenv("SLUICE_CUDA_UNVERIFIED", "1", 1);
+        opt_in.set("1");
         auto table = gpu->make_expert_table(layer.device, math, routing);
-        unsetenv("SLUICE_CUDA_UNVERIFIED");
+        opt_in.set(nullptr);
         ASSERT_NE(table, nullptr);
         expect_moe_routed_matches_host(*gpu, layer, *table, s, !math.scale_input, math,
                                        std::string("moe_routed ") + name + std::string(dtype_name(dt)), routing);
@@ -637,19 +638,107 @@ TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
       gpu->from_host(h, hv.data());
       gpu->from_host(logits, lv.data());
       std::vector<float> got[2];
+      const ScopedEnv split_env("SLUICE_CUDA_MOE_SPLIT", nullptr);
       for (int split = 0; split < 2; ++split) {
-        setenv("SLUICE_CUDA_MOE_SPLIT", split ? "1" : "0", 1);
+        split_env.set(split ? "1" : "0");
         Tensor out = gpu->alloc(DType::f32, {s.n, s.n_embd});
         gpu->moe_routed(*table, logits, s.k, true, h, out);
         got[split].resize(static_cast<size_t>(s.n * s.n_embd));
         gpu->to_host(out, got[split].data());
       }
-      unsetenv("SLUICE_CUDA_MOE_SPLIT");
       const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) + " n_ff=" + std::to_string(s.n_ff);
       ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
       auto want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, true}, lv, s.n), hv, s.n_embd);
       expect_close(got[1], want, "split " + what);
     }
+}
+
+// The persistent decode MoE step (moe_persistent.h) against the three chained launches it
+// replaces (launch_router_topk + launch_moe_experts_combine): the same routing (ids, weights)
+// and the same out, bit for bit, twice in a row (the grid barrier's state is reused), for
+// every decode weight type; both register budgets (3 blocks an SM, then
+// SLUICE_CUDA_PERSISTENT_BLOCKS=2); 1 to 8 rows; top-k 2 to 10 (more ranks than a block's 4
+// warps, twice over); 10 to 512 experts (the step's top-k is the widest, against the top-k
+// kernel's width for each count); the qwen3-30b-a3b layer's widths, where 4 rows make more
+// virtual blocks than the grid (each block loops), and small ones; plain and gpt-oss experts
+// (biases, the clamped SwiGLU); with per-expert routing scales. Then Backend::moe_routed takes it with the switch on and gives the bits it
+// gives with the switch off. Behind SLUICE_CUDA_UNVERIFIED=1 until this test has passed.
+TEST(CudaMoe, PersistentStepIsTheChainBitForBit) {
+  const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", "1");
+  for (DType dt : {DType::q4, DType::bf16, DType::q8, DType::mxfp4})
+    for (Shape s : {Shape{1, 10, 8, 2048, 768}, {4, 10, 8, 2048, 768}, {3, 512, 10, 64, 32}, {8, 40, 4, 512, 384},
+                    {2, 200, 6, 256, 192}, {1, 64, 2, 256, 64}})
+      for (const ExpertMath& math : {ExpertMath{}, clamped_math()}) {
+        const std::string what = std::string(dtype_name(dt)) + (math == ExpertMath{} ? "" : " clamped, biased") +
+                                 " n=" + std::to_string(s.n) + " E=" + std::to_string(s.E) + " k=" +
+                                 std::to_string(s.k) + " " + std::to_string(s.n_embd) + "x" + std::to_string(s.n_ff);
+        SCOPED_TRACE(what);
+        auto gpu = make_cuda_backend(0);
+        ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
+        const int64_t pairs = s.n * s.k;
+        const cuda::MoeShape shape{s.n, s.k, s.n_embd, s.n_ff, s.E, wtype_code(dt)};
+        DeviceBuffers d;
+        const float* h = d.put(random_vec(s.n * s.n_embd, 61));
+        const float* logits = d.put(random_vec(s.n * s.E, 62, 1.5f));
+        const float* scale = d.put(random_vec(s.E, 63, 1.0f));
+        const cuda::ExpertRef* table = d.put(layer.table);
+        auto* barrier = reinterpret_cast<cuda::GridBarrierState*>(d.put(std::vector<uint32_t>(2, 0u)));
+        for (const float* expert_scale : {static_cast<const float*>(nullptr), scale}) {
+          int32_t* ids[2] = {d.put(std::vector<int32_t>(pairs, -1), kGuard, -7), d.put(std::vector<int32_t>(pairs, -1), kGuard, -7)};
+          float* w[2] = {d.put(std::vector<float>(pairs, 0.0f), kGuard, kSentinel),
+                         d.put(std::vector<float>(pairs, 0.0f), kGuard, kSentinel)};
+          float* act[2] = {d.put(std::vector<float>(pairs * s.n_ff, 0.0f), kGuard, kSentinel),
+                           d.put(std::vector<float>(pairs * s.n_ff, 0.0f), kGuard, kSentinel)};
+          float* out[2] = {d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel),
+                           d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel)};
+          cuda::launch_router_topk(logits, s.n, s.E, s.k, true, ids[0], w[0], nullptr, expert_scale);
+          cuda::launch_moe_experts_combine(h, ids[0], w[0], table, act[0], out[0], shape, nullptr);
+          const auto want_ids = d.get(ids[0], pairs + kGuard);
+          const auto want_w = d.get(w[0], pairs + kGuard);
+          const auto want_out = d.get(out[0], s.n * s.n_embd + kGuard);
+          const ScopedEnv blocks("SLUICE_CUDA_PERSISTENT_BLOCKS", nullptr);
+          for (int rep = 0; rep < 3; ++rep) {
+            blocks.set(rep == 2 ? "2" : nullptr);
+            const int64_t before = cuda::moe_persistent_launches();
+            ASSERT_TRUE(cuda::launch_moe_decode_persistent({.logits = logits, .h = h, .table = table,
+                                                            .expert_scale = expert_scale, .norm_topk = true,
+                                                            .ids = ids[1], .weights = w[1], .act = act[1],
+                                                            .out = out[1], .barrier = barrier, .shape = shape},
+                                                           nullptr))
+                << "the persistent step refused the shape";
+            EXPECT_EQ(cuda::moe_persistent_launches(), before + 1);
+            const std::string step = std::string(expert_scale ? " scaled" : "") + " launch " + std::to_string(rep) +
+                                     (rep == 2 ? ", 2 blocks an SM" : "");
+            EXPECT_EQ(d.get(ids[1], pairs + kGuard), want_ids) << step;
+            expect_same_bits(d.get(w[1], pairs + kGuard), want_w, pairs + kGuard, "weights" + step);
+            expect_same_bits(d.get(out[1], s.n * s.n_embd + kGuard), want_out, s.n * s.n_embd + kGuard, "out" + step);
+            const auto act_h = d.get(act[1], pairs * s.n_ff + kGuard);
+            for (int64_t i = 0; i < kGuard; ++i) ASSERT_EQ(act_h[pairs * s.n_ff + i], kSentinel) << "act past the end";
+          }
+        }
+        // Backend::moe_routed with the switch on takes the step (the launch count moves) and
+        // gives the bits of the switch off.
+        if (math == ExpertMath{}) {
+          auto t = gpu->make_expert_table(layer.device, math);
+          ASSERT_NE(t, nullptr);
+          auto hv = random_vec(s.n * s.n_embd, 64), lv = random_vec(s.n * s.E, 65, 1.5f);
+          Tensor th = gpu->alloc(DType::f32, {s.n, s.n_embd}), tl = gpu->alloc(DType::f32, {s.n, s.E});
+          gpu->from_host(th, hv.data());
+          gpu->from_host(tl, lv.data());
+          std::vector<float> got[2];
+          const ScopedEnv persistent("SLUICE_CUDA_PERSISTENT", nullptr);
+          for (int on = 0; on < 2; ++on) {
+            persistent.set(on ? "1" : nullptr);
+            const int64_t before = cuda::moe_persistent_launches();
+            Tensor o = gpu->alloc(DType::f32, {s.n, s.n_embd});
+            gpu->moe_routed(*t, tl, s.k, true, th, o);
+            got[on].resize(static_cast<size_t>(s.n * s.n_embd));
+            gpu->to_host(o, got[on].data());
+            EXPECT_EQ(cuda::moe_persistent_launches(), before + on) << "moe_routed, switch " << on;
+          }
+          expect_same_bits(got[1], got[0], s.n * s.n_embd, "moe_routed, persistent against chained");
+        }
+      }
 }
 
 }  // namespace

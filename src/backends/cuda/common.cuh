@@ -141,11 +141,22 @@ __device__ __forceinline__ float warp_max(float v) {
 // following it. Such a kernel calls chained_kernel_entry() first, before it touches memory:
 // it waits there until the previous kernel finished and its writes are visible, then lets
 // the next kernel launch. In a kernel launched otherwise both are no-ops.
-__device__ __forceinline__ void chained_kernel_entry() {
+// The two halves apart, for a kernel that must not let the next one launch yet (one with a
+// grid barrier: moe_persistent.cu): griddep_wait() first, griddep_launch_dependents() after
+// its last barrier.
+__device__ __forceinline__ void griddep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+__device__ __forceinline__ void chained_kernel_entry() {
+  griddep_wait();
+  griddep_launch_dependents();
 }
 
 // Whether launch_chained chains (SLUICE_CUDA_PDL=0 turns it off, e.g. to compare).

@@ -11,6 +11,7 @@
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe_persistent.h"
 #include "core/log.h"
 #include "core/quant.h"
 
@@ -69,6 +70,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
   norm_counter_ = device_alloc(sizeof(int), device);
   CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
+  moe_barrier_ = device_alloc(cuda::kGridBarrierStateBytes, device);
+  CUDA_CHECK(cudaMemsetAsync(moe_barrier_.get(), 0, cuda::kGridBarrierStateBytes, stream_));
   CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

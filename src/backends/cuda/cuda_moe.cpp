@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
 #include "core/unverified.h"
 
@@ -160,10 +161,23 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor ids = alloc(DType::i32, {n * k});
   Tensor weights = alloc(DType::f32, {n * k});
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
-  cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                      weights.ptr<float>(), stream_,
-                      table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>());
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
+  const float* expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>();
+  // The persistent step (moe_persistent.h): the top-k and the experts in one launch, asked for
+  // with SLUICE_CUDA_PERSISTENT=1 and, until its GPU test has passed, the opt-in.
+  if (table->scoring == RouterScoring::softmax && !table->scale_input &&
+      n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert && cuda::moe_persistent_requested() &&
+      unverified_opted_in() &&
+      cuda::launch_moe_decode_persistent({.logits = logits.ptr<float>(), .h = h.ptr<float>(), .table = refs,
+                                          .expert_scale = expert_scale, .norm_topk = norm_topk,
+                                          .ids = ids.ptr<int32_t>(), .weights = weights.ptr<float>(),
+                                          .act = act.ptr<float>(), .out = out.ptr<float>(),
+                                          .barrier = static_cast<cuda::GridBarrierState*>(moe_barrier_.get()),
+                                          .shape = shape},
+                                         stream_))
+    return;
+  cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
+                      weights.ptr<float>(), stream_, expert_scale);
   if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.

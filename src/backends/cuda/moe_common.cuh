@@ -37,14 +37,15 @@ __device__ __forceinline__ float expert_down(const ExpertRef& ref, int64_t i, fl
 
 // The combine of a down + combine block over the embd rows i0 .. i0 + rows - 1 of batch row
 // `row`: out[row, i0 + t] = the rank sums ys[rank * rows + t] weighted and added in rank
-// order with moe_combine_done_kernel's fmaf. Threads t < rows of the block, after a barrier.
+// order with moe_combine_done_kernel's fmaf (weights null: 1). Threads t < rows of the block, after a barrier.
 __device__ __forceinline__ void combine_ranks(const float* ys, int rows, const float* __restrict__ weights,
                                               int64_t row, int64_t k, int64_t i0, int64_t n_embd,
                                               float* __restrict__ out) {
   const int t = static_cast<int>(threadIdx.x);
   if (t >= rows || i0 + t >= n_embd) return;
   float acc = 0.0f;
-  for (int64_t rank = 0; rank < k; ++rank) acc = fmaf(weights[row * k + rank], ys[rank * rows + t], acc);
+  for (int64_t rank = 0; rank < k; ++rank)
+    acc = fmaf(weights != nullptr ? weights[row * k + rank] : 1.0f, ys[rank * rows + t], acc);  // null: 1, as the other combines
   out[row * n_embd + i0 + t] = acc;
 }
 

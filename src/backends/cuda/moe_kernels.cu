@@ -21,6 +21,7 @@
 #include "backends/cuda/mma_tile.cuh"
 #include "backends/cuda/moe_common.cuh"
 #include "backends/cuda/moe_decode.h"
+#include "backends/cuda/router_topk.cuh"
 #include "backends/cuda/row_dot.cuh"
 
 namespace sluice::cuda {
@@ -39,18 +40,6 @@ constexpr int kDownRows = 4;     // embd rows per warp in down
 template <WType WT>
 constexpr int gate_up_blocks_per_sm() {
   return WT == WType::q2 || WT == WType::unavailable ? 2 : 3;
-}
-
-// The warp's largest (value, id), the lower id first among equal values, in every lane.
-__device__ __forceinline__ void warp_argmax(float& best, int32_t& best_id) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
-    if (ob > best || (ob == best && oi < best_id)) {
-      best = ob;
-      best_id = oi;
-    }
-  }
 }
 
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
@@ -105,64 +94,17 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
     }
 }
 
-// router_topk_kernel with the row's probabilities in registers (E <= 32 NV, k <= 32): lane l
-// holds experts l, l + 32, ..., the warp's arg-max leaves each round's winner in every lane,
-// lane r keeps round r's, and the k results go out in one store, so a round costs only its
-// shuffles (no shared-memory reads, no store and barrier a round). The same values in the
-// same order as router_topk_kernel: the same bits.
+// router_topk_kernel with the row's probabilities in registers (router_topk.cuh): one warp a
+// row, E <= 32 NV, k <= 32; the same bits.
 template <int NV>
 __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
                                         int32_t* __restrict__ ids, float* __restrict__ weights,
                                         const float* __restrict__ expert_scale) {
   chained_kernel_entry();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
   if (row >= n) return;
-  const float* l = logits + row * E;
-  float p[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) p[i] = lane + 32 * i < E ? l[lane + 32 * i] : -INFINITY;
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < NV; ++i)
-    if (lane + 32 * i < E) mx = fmaxf(mx, p[i]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NV; ++i)
-    if (lane + 32 * i < E) {
-      p[i] = expf(p[i] - mx);
-      sum += p[i];
-    }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int i = 0; i < NV; ++i) p[i] = lane + 32 * i < E ? p[i] / sum : -3.0f;  // past E: never taken
-  float top_sum = 0.0f, mine = 0.0f;
-  int32_t mine_id = 0;
-  for (int64_t r = 0; r < k; ++r) {
-    float best = -1.0f;
-    int32_t best_id = INT32_MAX;
-#pragma unroll
-    for (int i = 0; i < NV; ++i)
-      if (p[i] > best) {  // ascending expert per lane: the first of equal values is the lowest id
-        best = p[i];
-        best_id = lane + 32 * i;
-      }
-    warp_argmax(best, best_id);
-#pragma unroll
-    for (int i = 0; i < NV; ++i)
-      if (lane + 32 * i == best_id) p[i] = -2.0f;  // taken; probabilities are >= 0
-    if (lane == r) {
-      mine = best;
-      mine_id = best_id;
-    }
-    top_sum += best;  // in rank order, as the CPU sums
-  }
-  if (lane < k) {
-    ids[row * k + lane] = mine_id;
-    const float w = norm ? mine / top_sum : mine;
-    weights[row * k + lane] = expert_scale != nullptr ? __fmul_rn(w, expert_scale[mine_id]) : w;
-  }
+  router_topk_warp<NV>(logits + row * E, E, k, norm, ids + row * k, weights + row * k, expert_scale);
 }
 
 // One warp per row, E <= 32 NV: route_topk's sigmoid scoring. Lane l holds the logits of
@@ -824,14 +766,9 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
   const auto st = static_cast<cudaStream_t>(s);
   if (k > 32 || n_expert > 512)
     launch_chained(router_topk_kernel, grid, block, smem, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
-  else if (n_expert <= 64)
-    launch_chained(router_topk_regs_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
-  else if (n_expert <= 128)
-    launch_chained(router_topk_regs_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
-  else if (n_expert <= 256)
-    launch_chained(router_topk_regs_kernel<8>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
   else
-    launch_chained(router_topk_regs_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
+    SLUICE_WITH_TOPK_NV(n_expert, launch_chained(router_topk_regs_kernel<NV>, grid, block, 0, st, logits, n, n_expert,
+                                                 k, norm_topk, ids, weights, expert_scale))
   CUDA_CHECK(cudaGetLastError());
 }
 
