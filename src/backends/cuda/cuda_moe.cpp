@@ -22,6 +22,7 @@ struct CudaExpertTable final : ExpertTable {
   Tensor expert_scale;  // [n_expert] f32 multiplying the chosen experts' weights, or empty
   RouterScoring scoring = RouterScoring::softmax;
   bool scale_input = false;  // the weights scale the experts' inputs; their outputs are summed (Llama 4)
+  bool aligned16 = true;     // every matrix starts on a 16-byte boundary (the persistent step needs it)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
@@ -88,6 +89,7 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
     const int64_t bias_len[3] = {table->n_ff, table->n_ff, table->n_embd};
     for (int i = 0; i < 3; ++i) {
       refs[e].data[i] = parts[i]->data;
+      table->aligned16 = table->aligned16 && reinterpret_cast<uintptr_t>(parts[i]->data) % 16 == 0;
       refs[e].scales[i] = parts[i]->scales;
       SLUICE_CHECK(!dtype_is_quantized(t) || parts[i]->scales, Status::internal, "cuda moe: expert ", e,
                    " is quantized without scales");
@@ -165,7 +167,7 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   const float* expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>();
   // The persistent step (moe_persistent.h): the top-k and the experts in one launch, asked for
   // with SLUICE_CUDA_PERSISTENT=1 and, until its GPU test has passed, the opt-in.
-  if (table->scoring == RouterScoring::softmax && !table->scale_input &&
+  if (table->scoring == RouterScoring::softmax && !table->scale_input && table->aligned16 &&
       n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert && cuda::moe_persistent_requested() &&
       unverified_opted_in() &&
       cuda::launch_moe_decode_persistent({.logits = logits.ptr<float>(), .h = h.ptr<float>(), .table = refs,

@@ -29,7 +29,10 @@ bool moe_persistent_requested();
 struct PersistentMoeArgs {
   const float* logits = nullptr;        // [n_rows, n_expert] f32 router logits
   const float* h = nullptr;             // [n_rows, n_embd] f32, 16-byte aligned: the experts' input
-  const ExpertRef* table = nullptr;     // [n_expert], every entry available, of type shape.wtype
+  // [n_expert], every entry available, of type shape.wtype, its matrices 16-byte aligned (a
+  // misaligned row's scalar path would read act through the read-only cache, which a kernel
+  // that writes act itself must not)
+  const ExpertRef* table = nullptr;
   const float* expert_scale = nullptr;  // [n_expert] f32 multiplying the chosen weights, or null
   bool norm_topk = false;               // renormalize the top-k probabilities to sum 1
   int32_t* ids = nullptr;               // [n_rows * k] out: the routing (launch_router_topk's)
