@@ -345,6 +345,7 @@ int run_moe(double copy_bw) {
   constexpr int64_t kEmbd = 2048, kFf = 768, kExperts = 128, kTopK = 8;
   constexpr int kCalls = 16;  // routings a graph holds, each on other experts than the last
   auto gpu = make_cuda_backend(0);
+  cuda::persistent_step_probe();  // before the captures below
   cudaStream_t st = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   std::printf("MoE expert kernels, hidden %lld, %lld experts of width %lld, top-%lld; us a launch, each call "

@@ -72,6 +72,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
   moe_barrier_ = device_alloc(cuda::kGridBarrierStateBytes, device);
   CUDA_CHECK(cudaMemsetAsync(moe_barrier_.get(), 0, cuda::kGridBarrierStateBytes, stream_));
+  if (cuda::moe_persistent_requested()) cuda::persistent_step_probe();  // before any capture
   CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

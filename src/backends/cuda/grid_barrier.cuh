@@ -18,6 +18,17 @@ struct GridBarrierState {
   unsigned generation;
 };
 
+// A block that waits longer than this at a barrier traps (the launch fails with an error the
+// host reports) instead of hanging the GPU: a block that never arrives (a grid larger than
+// what is resident, a bug) must not turn into a hang. 10 s: a barrier's wait is microseconds.
+constexpr uint64_t kGridBarrierTimeoutNs = 10'000'000'000ull;
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Every block of the grid calls it, all threads of each block; returns once all gridDim
 // blocks arrived. Writes any thread made before it are visible to every thread after it.
 __device__ __forceinline__ void grid_barrier(GridBarrierState* state) {
@@ -33,7 +44,11 @@ __device__ __forceinline__ void grid_barrier(GridBarrierState* state) {
       __threadfence();
       atomicAdd(&state->generation, 1u);
     } else {
-      while (*generation == gen) __nanosleep(32);
+      const uint64_t t0 = global_timer_ns();
+      for (unsigned spin = 1; *generation == gen; ++spin) {
+        __nanosleep(32);
+        if (spin % 1024 == 0 && global_timer_ns() - t0 > kGridBarrierTimeoutNs) __trap();
+      }
     }
     __threadfence();  // the other blocks' writes before this block's reads
   }

@@ -165,17 +165,48 @@ bool two_blocks_an_sm() {
   return e && std::strcmp(e, "2") == 0;
 }
 
-// The SMs of the current device and whether it takes cooperative launches (once a process).
+// The SMs of the first device asked and whether it takes cooperative launches, chained ones
+// too (once a process: devices of one host are alike).
 struct DeviceFacts {
   int sms = 0;
   bool cooperative = false;
+  bool chained_cooperative = false;  // with programmatic stream serialization as well
 };
-DeviceFacts device_facts() {
-  int dev = 0, sms = 0, coop = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  return {sms, coop != 0};
+
+// A cooperative launch of one block with the chained launches' attribute, on a stream of its
+// own, waited for: whether the driver takes the two together. Outside any stream capture (a
+// refused launch there could spoil the capture): CudaBackend's constructor asks first.
+bool chained_cooperative_launch_works() {
+  cudaStream_t st = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(kPersistWarps * 32);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  GridBarrierState* none = nullptr;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, grid_barriers_kernel, none, 0);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
+  else (void)cudaGetLastError();  // a refused configuration is not sticky
+  CUDA_CHECK(cudaStreamDestroy(st));
+  return err == cudaSuccess;
+}
+
+const DeviceFacts& device_facts() {
+  static const DeviceFacts facts = [] {
+    int dev = 0, sms = 0, coop = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    return DeviceFacts{sms, coop != 0, coop != 0 && chained_cooperative_launch_works()};
+  }();
+  return facts;
 }
 
 template <WType T, int MINB>
@@ -197,7 +228,7 @@ void launch_t(const PersistentParams& p, size_t smem, int sms, int64_t work_bloc
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // may start under the router product's tail
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = chained_launches_enabled() ? 2 : 1;
+  cfg.numAttrs = chained_launches_enabled() && device_facts().chained_cooperative ? 2 : 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
@@ -205,8 +236,10 @@ void launch_t(const PersistentParams& p, size_t smem, int sms, int64_t work_bloc
 
 bool moe_persistent_requested() { return env_is_one("SLUICE_CUDA_PERSISTENT"); }
 
+void persistent_step_probe() { (void)device_facts(); }
+
 bool launch_moe_decode_persistent(const PersistentMoeArgs& a, Stream s) {
-  static const DeviceFacts facts = device_facts();
+  const DeviceFacts& facts = device_facts();
   const MoeShape& shape = a.shape;
   const int64_t pairs = shape.n_rows * shape.k;
   if (!facts.cooperative || pairs == 0 || shape.k > 32 || shape.n_expert > 512 ||
@@ -239,7 +272,7 @@ bool launch_moe_decode_persistent(const PersistentMoeArgs& a, Stream s) {
 int64_t moe_persistent_launches() { return g_launches.load(std::memory_order_relaxed); }
 
 void launch_grid_barriers(GridBarrierState* state, int n, int blocks_per_sm, Stream s) {
-  static const DeviceFacts facts = device_facts();
+  const DeviceFacts& facts = device_facts();
   SLUICE_CHECK(facts.cooperative, Status::unsupported, "cuda: this device takes no cooperative launches");
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(facts.sms * blocks_per_sm));

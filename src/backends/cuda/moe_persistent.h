@@ -26,6 +26,11 @@ constexpr size_t kGridBarrierStateBytes = 8;
 // registers, no spills) instead of 3 (168, as the gate/up kernel; q4 spills), to compare.
 bool moe_persistent_requested();
 
+// Learns, once a process and outside any stream capture, what the device's cooperative
+// launches take (CudaBackend's constructor calls it when SLUICE_CUDA_PERSISTENT=1; otherwise
+// the first step does).
+void persistent_step_probe();
+
 struct PersistentMoeArgs {
   const float* logits = nullptr;        // [n_rows, n_expert] f32 router logits
   const float* h = nullptr;             // [n_rows, n_embd] f32, 16-byte aligned: the experts' input
