@@ -139,22 +139,30 @@ TEST(CudaMoe, RouterTopkMatchesRouteTopk) {
       for (int64_t i = 0; i < c.n * c.E; ++i) logits[i] = std::round(logits[i]);
     RouterSpec spec{c.E, c.k, c.norm};
     Routing want = route_topk(spec, logits, c.n);
-    DeviceBuffers d;
-    const float* dl = d.put(logits);
-    int32_t* ids = d.put(std::vector<int32_t>(c.n * c.k, -7), kGuard, int32_t{-9});
-    float* w = d.put(std::vector<float>(c.n * c.k, 0.0f), kGuard, kSentinel);
-    cuda::launch_router_topk(dl, c.n, c.E, c.k, c.norm, ids, w, nullptr);
-    auto got_ids = d.get(ids, c.n * c.k + kGuard);
-    auto got_w = d.get(w, c.n * c.k + kGuard);
-    const std::string what = "router n=" + std::to_string(c.n) + " E=" + std::to_string(c.E) +
-                             " k=" + std::to_string(c.k) + (c.norm ? " norm" : "") + (c.ties ? " ties" : "");
-    for (int64_t i = 0; i < c.n * c.k; ++i) {
-      ASSERT_EQ(got_ids[i], want.ids[i]) << what << " pair " << i;
-      EXPECT_NEAR(got_w[i], want.weights[i], 1e-6 * std::max(1.0f, want.weights[i])) << what << " pair " << i;
-    }
-    for (int64_t i = c.n * c.k; i < c.n * c.k + kGuard; ++i) {
-      ASSERT_EQ(got_ids[i], -9) << what << ": ids written past the end";
-      ASSERT_EQ(got_w[i], kSentinel) << what << ": weights written past the end";
+    // Gemma 4's per-expert scales (in both kernels: the register top-k's widths and the
+    // shared-memory one): each weight times its expert's scale after the renormalization.
+    const std::vector<float> scale = random_vec(c.E, 37 + static_cast<uint32_t>(c.E), 1.0f);
+    for (bool scaled : {false, true}) {
+      DeviceBuffers d;
+      const float* dl = d.put(logits);
+      const float* dscale = scaled ? d.put(scale) : nullptr;
+      int32_t* ids = d.put(std::vector<int32_t>(c.n * c.k, -7), kGuard, int32_t{-9});
+      float* w = d.put(std::vector<float>(c.n * c.k, 0.0f), kGuard, kSentinel);
+      cuda::launch_router_topk(dl, c.n, c.E, c.k, c.norm, ids, w, nullptr, dscale);
+      auto got_ids = d.get(ids, c.n * c.k + kGuard);
+      auto got_w = d.get(w, c.n * c.k + kGuard);
+      const std::string what = "router n=" + std::to_string(c.n) + " E=" + std::to_string(c.E) + " k=" +
+                               std::to_string(c.k) + (c.norm ? " norm" : "") + (c.ties ? " ties" : "") +
+                               (scaled ? " scaled" : "");
+      for (int64_t i = 0; i < c.n * c.k; ++i) {
+        ASSERT_EQ(got_ids[i], want.ids[i]) << what << " pair " << i;
+        const float want_w = scaled ? want.weights[i] * scale[static_cast<size_t>(want.ids[i])] : want.weights[i];
+        EXPECT_NEAR(got_w[i], want_w, 1e-6 * std::max(1.0f, std::abs(want_w))) << what << " pair " << i;
+      }
+      for (int64_t i = c.n * c.k; i < c.n * c.k + kGuard; ++i) {
+        ASSERT_EQ(got_ids[i], -9) << what << ": ids written past the end";
+        ASSERT_EQ(got_w[i], kSentinel) << what << ": weights written past the end";
+      }
     }
   }
 }
