@@ -666,8 +666,8 @@ TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
 // and the same out, bit for bit, twice in a row (the grid barrier's state is reused), for
 // every decode weight type; both register budgets (3 blocks an SM, then
 // SLUICE_CUDA_PERSISTENT_BLOCKS=2); 1 to 8 rows; top-k 2 to 10 (more ranks than a block's 4
-// warps, twice over); 10 to 512 experts (the step's top-k is the widest, against the top-k
-// kernel's width for each count); the qwen3-30b-a3b layer's widths, where 4 rows make more
+// warps, twice over); 10 to 512 experts (every width of the register top-k); the
+// qwen3-30b-a3b layer's widths, where 4 rows make more
 // virtual blocks than the grid (each block loops), and small ones; plain and gpt-oss experts
 // (biases, the clamped SwiGLU); with per-expert routing scales. Then Backend::moe_routed takes it with the switch on and gives the bits it
 // gives with the switch off. Behind SLUICE_CUDA_UNVERIFIED=1 until this test has passed.

@@ -24,6 +24,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "backends/cuda/grid_barrier.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
@@ -36,7 +38,10 @@ using namespace decode;
 
 constexpr int kPersistWarps = kGateUpWarps;  // a block's warps: gate_up_block's shape
 constexpr int kTileRows = kRowsPerWarp;      // embd rows a down + combine tile: one warp item a rank
-constexpr int kTopkMaxNv = 16;               // router_topk_warp's width for up to 512 experts
+// Batch rows the step takes: every block routes every row before its first expert load, so
+// larger batches (up to the grouped kernels' threshold) keep the chained launches until a
+// measurement says otherwise (bench_cuda --moe measures 1 to 8).
+constexpr int64_t kPersistentMaxRows = 8;
 
 struct PersistentParams {
   DecodeParams d;                       // h, table, act (act_in the same), out, k, n_embd, n_ff
@@ -80,7 +85,7 @@ __device__ __forceinline__ void prefetch_down_tile(const DecodeParams& d, const 
 }
 
 // MINB: blocks an SM the registers must allow: 3 (the gate/up kernel's, 168 registers; q4
-// spills about 200 bytes a thread) or 2 (255 registers, no spills; fewer warps in flight).
+// spills, docs/persistent-decode.md) or 2 (255 registers, no spills; fewer warps in flight).
 template <WType T, int MINB>
 __global__ void __launch_bounds__(kPersistWarps * 32, MINB) moe_decode_persistent_kernel(const PersistentParams a) {
   griddep_wait();  // the router product's logits; the next kernel may not launch before the barrier
@@ -91,11 +96,13 @@ __global__ void __launch_bounds__(kPersistWarps * 32, MINB) moe_decode_persisten
   float* s_weights = reinterpret_cast<float*>(s_ids + pairs);  // [pairs]
   float4* xs = smem + routing_units(pairs);
 
-  // 1. The routing of every row, in every block (the widest top-k takes any n_expert <= 512 with
-  // the bits of the width the top-k kernel picks: the lanes past n_expert take no part).
-  for (int64_t row = warp; row < n_rows; row += kPersistWarps)
-    router_topk_warp<kTopkMaxNv>(a.logits + row * a.n_expert, a.n_expert, k, a.norm, s_ids + row * k, s_weights + row * k,
-                         a.expert_scale);
+  // 1. The routing of every row, in every block: the top-k kernel's body at the width it picks
+  // for n_expert (a uniform branch), so that the two compile alike and round alike.
+  for (int64_t row = warp; row < n_rows; row += kPersistWarps) {
+    const float* l = a.logits + row * a.n_expert;
+    SLUICE_WITH_TOPK_NV(a.n_expert, router_topk_warp<NV>(l, a.n_expert, k, a.norm, s_ids + row * k,
+                                                         s_weights + row * k, a.expert_scale))
+  }
   __syncthreads();
   if (blockIdx.x == 0)
     for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -169,44 +176,85 @@ bool two_blocks_an_sm() {
 // too (once a process: devices of one host are alike).
 struct DeviceFacts {
   int sms = 0;
-  bool cooperative = false;
-  bool chained_cooperative = false;  // with programmatic stream serialization as well
+  bool cooperative = false;          // cooperative launches, into a graph as well: the step can run
+  bool chained_cooperative = false;  // and with programmatic stream serialization as well
 };
 
-// A cooperative launch of one block with the chained launches' attribute, on a stream of its
-// own, waited for: whether the driver takes the two together. Outside any stream capture (a
-// refused launch there could spoil the capture): CudaBackend's constructor asks first.
-bool chained_cooperative_launch_works() {
-  cudaStream_t st = nullptr;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+// Launches the probe kernel (no barrier: grid_barriers_kernel with n = 0) of `blocks` blocks
+// on st, cooperative or not, chained (programmatic stream serialization) or not.
+cudaError_t launch_probe(cudaStream_t st, unsigned blocks, bool cooperative, bool chained) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1);
+  cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(kPersistWarps * 32);
   cfg.stream = st;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  int n = 0;
+  if (cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
+  if (chained) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = 2;
+  cfg.numAttrs = static_cast<unsigned>(n);
   GridBarrierState* none = nullptr;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, grid_barriers_kernel, none, 0);
+  return cudaLaunchKernelEx(&cfg, grid_barriers_kernel, none, 0);
+}
+
+// Whether the step's launch works as the decode graph makes it, on a stream of its own: a
+// chained kernel (the router product) then the cooperative one (chained too when `chained`),
+// enqueued directly and then captured into a graph that is instantiated and launched, all
+// waited for. Outside any other capture (a refused launch could spoil it): CudaBackend's
+// constructor asks first. Errors here are configuration errors, which are not sticky.
+bool cooperative_launch_works(bool chained) {
+  cudaStream_t st = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  auto pair = [&] {
+    cudaError_t e = launch_probe(st, 4, false, true);
+    return e == cudaSuccess ? launch_probe(st, 4, true, chained) : e;
+  };
+  cudaError_t err = pair();
   if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  else (void)cudaGetLastError();  // a refused configuration is not sticky
+  if (err == cudaSuccess) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    err = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (err == cudaSuccess) {
+      const cudaError_t launched = pair();
+      err = cudaStreamEndCapture(st, &g);
+      if (launched != cudaSuccess) err = launched;
+    }
+    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, g, 0);
+    if (err == cudaSuccess) err = cudaGraphLaunch(exec, st);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(st);
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (g) (void)cudaGraphDestroy(g);
+  }
+  if (err != cudaSuccess) (void)cudaGetLastError();
   CUDA_CHECK(cudaStreamDestroy(st));
   return err == cudaSuccess;
 }
 
+// The current device's facts, learned once each (a host may hold unlike devices).
 const DeviceFacts& device_facts() {
-  static const DeviceFacts facts = [] {
-    int dev = 0, sms = 0, coop = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-    return DeviceFacts{sms, coop != 0, coop != 0 && chained_cooperative_launch_works()};
-  }();
-  return facts;
+  static std::mutex mu;
+  static std::map<int, DeviceFacts> by_device;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = by_device.find(dev);
+  if (it != by_device.end()) return it->second;
+  int sms = 0, coop = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  DeviceFacts f{sms, false, false};
+  if (coop != 0) {
+    f.chained_cooperative = cooperative_launch_works(true);
+    f.cooperative = f.chained_cooperative || cooperative_launch_works(false);
+  }
+  return by_device.emplace(dev, f).first->second;  // std::map: the reference stays valid
 }
 
 template <WType T, int MINB>
@@ -242,7 +290,8 @@ bool launch_moe_decode_persistent(const PersistentMoeArgs& a, Stream s) {
   const DeviceFacts& facts = device_facts();
   const MoeShape& shape = a.shape;
   const int64_t pairs = shape.n_rows * shape.k;
-  if (!facts.cooperative || pairs == 0 || shape.k > 32 || shape.n_expert > 512 ||
+  if (!facts.cooperative || pairs == 0 || shape.n_rows > kPersistentMaxRows || shape.k > 32 ||
+      shape.k > shape.n_expert || shape.n_expert > 512 ||
       !decode_product_ok(shape, shape.n_embd, a.h) || !decode_product_ok(shape, shape.n_ff, a.act))
     return false;
   const size_t smem = persistent_smem_bytes(pairs, shape.k, shape.n_embd, shape.n_ff);

@@ -26,9 +26,9 @@ constexpr size_t kGridBarrierStateBytes = 8;
 // registers, no spills) instead of 3 (168, as the gate/up kernel; q4 spills), to compare.
 bool moe_persistent_requested();
 
-// Learns, once a process and outside any stream capture, what the device's cooperative
-// launches take (CudaBackend's constructor calls it when SLUICE_CUDA_PERSISTENT=1; otherwise
-// the first step does).
+// Learns, once a device and outside any stream capture, what the device's cooperative
+// launches take: after a chained kernel, chained themselves, into a graph (CudaBackend's
+// constructor calls it when SLUICE_CUDA_PERSISTENT=1; otherwise the first step does).
 void persistent_step_probe();
 
 struct PersistentMoeArgs {
@@ -49,9 +49,10 @@ struct PersistentMoeArgs {
 };
 
 // Enqueues the step and returns true, or returns false enqueuing nothing when the shape is
-// not one it takes (weight type other than the decode kernels' bf16 / q8 / q4 / mxfp4, sizes
-// they refuse, more than 512 experts or 32 a token, more than 48 KiB of shared memory, a
-// device without cooperative launches); the caller then launches the three kernels.
+// not one it takes (more than 8 rows, weight type other than the decode kernels' bf16 / q8 /
+// q4 / mxfp4, sizes they refuse, more than 512 experts or 32 a token, more than 48 KiB of
+// shared memory, a device whose cooperative launches fail: persistent_step_probe); the
+// caller then launches the three kernels.
 bool launch_moe_decode_persistent(const PersistentMoeArgs& a, Stream s);
 
 // The persistent steps enqueued (or captured into a graph) by this process so far: the tests
