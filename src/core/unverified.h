@@ -11,6 +11,10 @@
 //     the host and computed by the generic ops.
 //   - the persistent decode MoE step (backends/cuda/moe_persistent.h), asked for with
 //     SLUICE_CUDA_PERSISTENT=1 in CudaBackend::moe_routed; off, the three chained launches.
+//   - the CUDA streamer's prefill copies beside its compute (experts/cuda/grouped.cpp,
+//     land_group_in_chunks: a group's records copied on a stream of their own in chunks, each
+//     wave waiting for its chunk's event); off, the copies and the waves take turns on the
+//     one stream (land_group).
 // Plain C++ (core/), so that host code outside the CUDA backend can ask too.
 #pragma once
 

@@ -214,14 +214,21 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
               runs, static_cast<double>(worst));
 }
 
-// The body of the test below over `fixtures`: the number of (fixture, cache size, waves)
-// runs compared.
-int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures) {
+// The body of the test below over `fixtures`: the number of (fixture, cache size, mode) runs
+// compared. Modes: a group once its union is resident (SLUICE_CUDA_PREFILL_WAVES=0), in waves,
+// and (unless `beside` is false) in waves with the copies beside the compute
+// (SLUICE_CUDA_UNVERIFIED=1: land_group_in_chunks), from the disk and from a host tier that
+// holds every record (all of a group's misses land at its plan).
+int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures, bool beside = true) {
   auto gpu = make_cuda_backend(0);
   int compared = 0;
-  for (bool waves : {false, true}) {
+  const ScopedEnv waves_env("SLUICE_CUDA_PREFILL_WAVES", nullptr);
+  const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", std::getenv("SLUICE_CUDA_UNVERIFIED"));
+  for (int mode = 0; mode < (beside ? 4 : 2); ++mode) {
+    const bool waves = mode >= 1, host_tier = mode == 3;
+    waves_env.set(waves ? "1" : "0");
+    if (mode >= 2) opt_in.set("1");
     for (const std::string& fixture : fixtures) {
-      setenv("SLUICE_CUDA_PREFILL_WAVES", waves ? "1" : "0", 1);
       const fs::path& pack = fixture_pack(fixture);
       std::vector<int32_t> ids = fixture_ids(fixture);
       const std::vector<int32_t> once = ids;
@@ -236,10 +243,15 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures)
       const int32_t k = static_cast<int32_t>(info.n_expert_used);
       const int32_t all = static_cast<int32_t>(Pack::open(pack, false)->manifest().n_records());
       for (int32_t slots : {k, 2 * k + 1, all}) {
-        SCOPED_TRACE(str(fixture, " slots ", slots, waves ? ", waves" : ""));
+        SCOPED_TRACE(str(fixture, " slots ", slots, waves ? ", waves" : "", mode >= 2 ? ", copies beside" : "",
+                         host_tier ? ", host tier" : ""));
         StreamerOptions so;
         so.slots = slots;
         so.wait_timeout = std::chrono::seconds(10);
+        if (host_tier) {
+          so.host_cache_bytes = static_cast<uint64_t>(all) * Pack::open(pack, false)->kind(DType::q4).record_stride;
+          so.host_cache_preload = true;
+        }
         LoadedModel streamed = load(pack, *gpu, DType::q4, so);
         std::vector<float> got(want.size());
         streamed.model->forward(ids, *streamed.model->new_state(96), got, true);
@@ -254,7 +266,6 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures)
       }
     }
   }
-  unsetenv("SLUICE_CUDA_PREFILL_WAVES");
   return compared;
 }
 

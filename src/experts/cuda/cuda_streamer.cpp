@@ -42,6 +42,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                      "the prefill wave tables");
   d_copies = cuda::DeviceBuffer(copy_list_bytes() + sizeof(uint32_t), "the copy list");
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
   if (opt.fake_experts)
@@ -82,6 +83,12 @@ CudaStreamer::Impl::~Impl() {
     }
   }
   cudaStreamSynchronize(stream);
+  if (copy_stream) {
+    cudaStreamSynchronize(copy_stream);
+    cudaStreamDestroy(copy_stream);
+  }
+  for (cudaEvent_t ev : pending_copies) cudaEventDestroy(ev);
+  for (cudaEvent_t ev : free_copy_events) cudaEventDestroy(ev);
   bool drained = true;
   try {
     drained = io->drain(opt.io_timeout);

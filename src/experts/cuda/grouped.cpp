@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -101,6 +102,118 @@ void CudaStreamer::Impl::land_group(const StepPlan& plan, int64_t L, LayerStats&
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }
 
+bool CudaStreamer::Impl::prefill_copies_beside_enabled() { return unverified_opted_in(); }
+
+std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_chunks(
+    int chunks, const StepPlan& plan, const std::unordered_map<int32_t, size_t>& plan_slots) {
+  std::vector<CopyChunk> out;
+  const size_t n = landed.size();
+  if (n == 0) return out;
+  const size_t per = (n + static_cast<size_t>(std::max(chunks, 1)) - 1) / static_cast<size_t>(std::max(chunks, 1));
+  for (size_t i = 0; i < n; ++i) {
+    const Fill& f = landed[i];
+    if (i % per == 0) out.emplace_back();
+    const uint64_t bytes = pack->kind(f.kind).record_bytes;
+    CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, copy_stream));
+    residency->complete_load(f.slot);
+    h2d_bytes += bytes;
+    retiring.push_back(f);
+    const auto it = plan_slots.find(f.slot);
+    if (it != plan_slots.end() && f.kind == kind && plan.experts[it->second].record == f.record)
+      out.back().experts.push_back(it->second);
+    if (i + 1 == n || (i + 1) % per == 0) {
+      cudaEvent_t ev = nullptr;
+      if (free_copy_events.empty()) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      } else {
+        ev = free_copy_events.back();
+        free_copy_events.pop_back();
+      }
+      CUDA_CHECK(cudaEventRecord(ev, copy_stream));
+      out.back().done = ev;
+      pending_copies.push_back(ev);
+    }
+  }
+  landed.clear();
+  return out;
+}
+
+void CudaStreamer::Impl::wait_copies_through(cudaEvent_t done) {
+  if (pending_copies.empty()) return;
+  auto last = done ? std::find(pending_copies.begin(), pending_copies.end(), done) : pending_copies.end() - 1;
+  SLUICE_ASSERT(last != pending_copies.end());
+  // One copy stream: its later event completing means every earlier one has.
+  CUDA_CHECK(cudaStreamWaitEvent(stream, *last, 0));
+  free_copy_events.insert(free_copy_events.end(), pending_copies.begin(), last + 1);
+  pending_copies.erase(pending_copies.begin(), last + 1);
+}
+
+void CudaStreamer::Impl::land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
+                                              const std::function<void(std::span<const size_t> experts)>& compute) {
+  const size_t n = plan.experts.size();
+  std::unordered_map<int32_t, size_t> plan_slots;
+  for (size_t i = 0; i < n; ++i) plan_slots.emplace(plan.experts[i].slot, i);
+  std::vector<uint8_t> taken(n, 0);
+  size_t left = n;
+  int waves_left = kPrefillWaves;
+  std::vector<size_t> copied;  // copied (or copying) experts of the plan, not yet computed
+  cudaEvent_t copied_through = nullptr;
+  auto launch = [&](std::vector<size_t>& experts, cudaEvent_t after) {
+    if (after) wait_copies_through(after);
+    for (size_t i : experts) taken[i] = 1;
+    left -= experts.size();
+    --waves_left;
+    compute(experts);
+    experts.clear();
+  };
+  // The first wave: what the plan found resident, before any of the group's copies.
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (resident(plan.experts[i].slot, plan.experts[i].record, kind)) ready.push_back(i);
+  if (!ready.empty()) launch(ready, nullptr);
+  const auto t0 = StreamerClock::now();
+  auto since = t0;
+  while (left > 0) {
+    size_t progress = pump();
+    if (!landed.empty()) {
+      size_t of_plan = 0;  // landed records of the plan: is this the group's last batch?
+      for (const Fill& f : landed) {
+        const auto it = plan_slots.find(f.slot);
+        of_plan += it != plan_slots.end() && f.kind == kind && plan.experts[it->second].record == f.record &&
+                   !taken[it->second];
+      }
+      const bool last = copied.size() + of_plan == left;
+      const int chunks = last ? std::max(1, std::min(waves_left, kCopyChunks)) : 1;
+      progress += landed.size();
+      for (CopyChunk& c : copy_landed_in_chunks(chunks, plan, plan_slots)) {
+        copied.insert(copied.end(), c.experts.begin(), c.experts.end());
+        copied_through = c.done;
+        // As land_group's take_now: each wave at least its share of what is left, the last
+        // one everything.
+        const bool all = copied.size() == left;
+        const size_t share = (left + static_cast<size_t>(waves_left) - 1) / static_cast<size_t>(std::max(waves_left, 1));
+        if (!copied.empty() && (all || (waves_left > 1 && copied.size() >= share))) launch(copied, copied_through);
+      }
+    }
+    // A fill waiting for a staging buffer gets one only once the stream passed the copies
+    // out of the staging buffers retiring holds (land_synchronously's case).
+    if (left > 0 && !waiting.empty() && staging_free.empty() && !retiring.empty()) {
+      wait_copies_through(nullptr);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      retire();
+      ++progress;
+    }
+    if (progress) since = StreamerClock::now();
+    else if (left > 0) cuda::host_idle(wait_mode);
+    SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
+                 model_layer(L), "): expert reads did not land within ",
+                 std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
+                 waiting.size(), " waiting for a staging buffer)");
+  }
+  wait_copies_through(nullptr);  // the copies of records outside the plan (lookahead) too
+  ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
+}
+
 void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
   land_group(plan, L, ls, [](size_t ready, size_t left) { return ready == left; }, [](std::span<const size_t>) {});
 }
@@ -131,7 +244,8 @@ void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeG
                            d_wave_tables.as<cuda::ExpertRef>() + offset);
     cuda::launch_moe_grouped_experts(p, stream);
   };
-  land_group(plan, L, ls, take_now, launch);
+  if (prefill_copies_beside_enabled()) land_group_in_chunks(plan, L, ls, launch);
+  else land_group(plan, L, ls, take_now, launch);
   cuda::launch_moe_grouped_combine(rows, stream);
 }
 

@@ -175,6 +175,29 @@ struct CudaStreamer::Impl : StreamState {
   static bool prefill_waves_enabled();
   void retire_group();
   size_t land_synchronously();
+  // The streamed prefill's copies beside its compute (SLUICE_CUDA_UNVERIFIED=1 until its GPU
+  // test has passed, core/unverified.h): a group's landed records are copied on copy_stream in
+  // chunks, and the wave computing a chunk's experts waits only for that chunk's event, so the
+  // copy engine fills the next chunk's slots while the SMs compute this one (on the stream
+  // itself a group's copies and its waves take turns: the host tier's records all land at
+  // the plan, so they went as one wave after all their copies).
+  static bool prefill_copies_beside_enabled();
+  struct CopyChunk {
+    cudaEvent_t done = nullptr;   // recorded on copy_stream after the chunk's copies
+    std::vector<size_t> experts;  // the plan's experts it makes resident (indices into plan.experts)
+  };
+  // Copies every landed record on copy_stream, in up to `chunks` chunks in landing order (the
+  // records of the plan, slot -> index in plan_slots, named in each chunk); each chunk's event
+  // is pending until the stream waits for it (wait_copies_through).
+  std::vector<CopyChunk> copy_landed_in_chunks(int chunks, const StepPlan& plan,
+                                               const std::unordered_map<int32_t, size_t>& plan_slots);
+  // The stream waits for `done` (and so every chunk copied before it); null: every pending one.
+  void wait_copies_through(cudaEvent_t done);
+  // land_group's loop with the copies beside: the plan's resident experts as the first wave,
+  // then waves as chunks of landed records are copied (the last batch in up to kCopyChunks
+  // chunks), at most kPrefillWaves in all; every copy waited for by the stream at the end.
+  void land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
+                            const std::function<void(std::span<const size_t> experts)>& compute);
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
   // The synchronous paths' one loop over a planned group: lands reads (copying them on the
   // stream) until every expert of the plan was handed to `compute` (indices into
@@ -252,6 +275,13 @@ struct CudaStreamer::Impl : StreamState {
   static constexpr int kPrefillWaves = 8;
   cuda::MappedHostBuffer wave_tables;
   cuda::DeviceBuffer d_wave_tables;
+  // The copies beside the compute (land_group_in_chunks): their stream, the events of chunks
+  // the stream has not waited for yet (in copy order), and events free for reuse (an event
+  // may be recorded again once a wait on it, or on a later chunk, has been enqueued).
+  static constexpr int kCopyChunks = 4;
+  cudaStream_t copy_stream = nullptr;
+  std::vector<cudaEvent_t> pending_copies;
+  std::vector<cudaEvent_t> free_copy_events;
   cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
 
   // The service thread and its queue.
