@@ -17,6 +17,7 @@
 #include "../unit/attention_test_util.h"
 #include "backends/backend.h"
 #include "backends/cuda/gemm_bf16.h"
+#include "scoped_env.h"
 #include "backends/cuda/kernels.h"
 #include "core/quant.h"
 
@@ -248,6 +249,38 @@ TEST(CudaOps, MatmulTensorCores) {
     std::printf("matmul %s: worst normalized squared error, %s %.3g, tensor-core tiles %.3g, f32 tiles %.3g\n",
                 std::string(dtype_name(wt)).c_str(), path_name[kDefault], worst[kDefault],
                 wt == DType::bf16 ? worst[kTiles] : worst[kDefault], worst[kF32Tiles]);
+  }
+}
+
+// SLUICE_CUDA_PREFILL_PARTS=2 (cublas_x_parts): the bf16 prefill products on cuBLAS with x's
+// hi and mid parts only. hi = bf16(x) is within 2^-9 of x, mid = bf16(x - hi) within 2^-9 of
+// the rest, so the dropped lo part is below 2^-18 of each activation and a product's
+// relative error near 2^-18 / sqrt(3) (a normalized squared error near 5e-12, the order of
+// kTensorCoreNse's 1e-11 for all three parts). Bound here: 1e-10 (the estimate with 20x
+// room); and not the three parts' bits (the switch takes effect).
+TEST(CudaOps, MatmulCublasTwoParts) {
+  Pair p;
+  for (auto [n, m, k] : {std::tuple<int64_t, int64_t, int64_t>{200, 2056, 512}, {513, 96, 2048}, {65, 130, 96}}) {
+    auto xv = random_vec(n * k, 31), wv = random_vec(m * k, 32, 0.05f);
+    HostTensor w(DType::bf16, {m, k}, wv);
+    Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
+    p.cpu->matmul(xc, w.t, yc);
+    const auto want = read(*p.cpu, yc);
+    Tensor wg = p.gpu->upload(w.t);
+    std::vector<float> got[2];
+    const ScopedEnv parts("SLUICE_CUDA_PREFILL_PARTS", nullptr);
+    for (int two = 0; two < 2; ++two) {
+      parts.set(two ? "2" : nullptr);
+      Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
+      p.gpu->matmul(xg, wg, yg);
+      got[two] = read_with_guard(*p.gpu, yg);
+    }
+    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+    std::printf("matmul bf16 %s on cuBLAS: normalized squared error, 3 parts %.3g, 2 parts %.3g\n", what.c_str(),
+                nse(got[0], want), nse(got[1], want));
+    EXPECT_LE(nse(got[1], want), 1e-10) << what;
+    EXPECT_NE(std::memcmp(got[0].data(), got[1].data(), want.size() * sizeof(float)), 0) << what << ": the switch took no effect";
+    for (int64_t i = n * m; i < n * m + kGuard; ++i) ASSERT_EQ(got[1][static_cast<size_t>(i)], kSentinel) << what;
   }
 }
 
