@@ -54,10 +54,7 @@ CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_byt
   SLUICE_CHECK(n_slots <= (int64_t{1} << 30), Status::invalid_argument, "expert cache: ", n_slots, " slots is too many");
   CacheLayout c;
   c.n_slots = static_cast<int32_t>(n_slots);
-  c.speculative_slots =
-      opt.lookahead ? static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, std::max<int64_t>(n_slots - top_k, 0)))
-                    : 0;
-  if (c.speculative_slots < 0 || n_slots - top_k <= 0) c.speculative_slots = 0;
+  c.speculative_slots = opt.lookahead ? speculative_share(n_slots, top_k) : 0;
   if (opt.host_cache_bytes > 0) {
     const uint64_t n_host = std::min<uint64_t>(opt.host_cache_bytes / slot_bytes, static_cast<uint64_t>(n_useful));
     SLUICE_CHECK(n_host >= 1, Status::invalid_argument, "--host-cache ", byte_size_text(opt.host_cache_bytes),
@@ -65,6 +62,11 @@ CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_byt
     c.host_slots = static_cast<int32_t>(n_host);
   }
   return c;
+}
+
+int32_t speculative_share(int64_t n_slots, int64_t top_k) {
+  if (n_slots - top_k <= 0) return 0;
+  return static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k));
 }
 
 std::vector<StepExpert> step_union(std::span<const int32_t> ids, std::span<const float> weights, int64_t k,

@@ -42,6 +42,10 @@ struct CacheLayout {
 // minimum (as slots and as bytes). The speculative share is a quarter of the cache (at least
 // one slot) and always leaves top_k slots beside it.
 CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_bytes, const StreamerOptions& opt);
+// Lookahead's speculative share of a cache of n_slots (plan_cache_layout's, and sluice
+// simulate --prefetch's): a quarter (at least one slot), always leaving top_k slots beside it;
+// 0 when the cache holds no more than top_k.
+int32_t speculative_share(int64_t n_slots, int64_t top_k);
 
 // One distinct expert of a step (the rows [row0, row1) of a MoE layer call).
 struct StepExpert {

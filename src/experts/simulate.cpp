@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "experts/plan.h"
 #include "experts/residency.h"
 #include "format/json_file.h"
 #include "format/xz.h"
@@ -70,6 +71,8 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
       return pos == it->second.end() ? std::numeric_limits<uint64_t>::max() : *pos;
     };
   }
+  const bool prefetch = opt.prefetch && opt.policy != PolicyKind::belady;
+  if (prefetch) ro.speculative_slots = simulate_speculative_slots(opt, n_slots, static_cast<int32_t>(top_k));
   Residency res(ro);
   SimulateResult out;
   std::vector<AcquireResult> results;
@@ -104,7 +107,19 @@ SimulateResult replay(const Sequence& seq, int64_t n_records, int64_t n_expert, 
       if (opt.pin == PinScope::step) res.release(r.slot);
     }
     if (opt.predictions == PredictionTime::after_step) note_prediction();
+    // Lookahead (plan_prefetch): the prediction strongest first into the speculative share,
+    // each read landing before the next layer's step.
+    if (prefetch && step < seq.predicted.size())
+      for (int64_t key : seq.predicted[step]) {
+        const AcquireResult a = res.acquire(key, DType::bf16, AccessKind::prefetch);
+        if (a.status == AcquireStatus::no_slot) break;
+        if (a.status != AcquireStatus::miss) continue;
+        ++out.prefetch_reads;
+        res.complete_load(a.slot);
+      }
   }
+  out.prefetch_confirmed = res.counters().prefetch_confirmed;
+  out.prefetch_wasted = res.counters().prefetch_wasted;
   return out;
 }
 
@@ -205,10 +220,21 @@ int64_t simulate_slot_cap(const Trace& trace, bool per_layer) {
   return most;
 }
 
+int32_t simulate_speculative_slots(const SimulateOptions& opt, int32_t n_slots, int32_t top_k) {
+  if (!opt.prefetch) return 0;
+  if (opt.speculative_slots < 0) return speculative_share(n_slots, top_k);
+  return std::min(opt.speculative_slots, std::max(n_slots - top_k, 0));
+}
+
 SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
   const bool per_layer = opt.slots_per_layer > 0;
   SLUICE_CHECK(per_layer != (opt.slots > 0), Status::invalid_argument,
                "simulate: give exactly one of --slots-per-layer N and --slots N");
+  SLUICE_CHECK(!opt.prefetch || !per_layer, Status::invalid_argument,
+               "simulate: --prefetch needs one shared pool (--slots N): a prediction is for the next layer's cache");
+  SLUICE_CHECK(!opt.prefetch || trace.has_predictions, Status::invalid_argument,
+               "simulate: --prefetch needs a trace with lookahead predictions (predicted_next: sluice run "
+               "--trace-routing with --lookahead on)");
   const int32_t asked = per_layer ? opt.slots_per_layer : opt.slots;
   SLUICE_CHECK(asked >= trace.top_k, Status::invalid_argument, "simulate: ", asked, " slots",
                per_layer ? " per layer" : "", " are fewer than the ", trace.top_k,
@@ -226,6 +252,9 @@ SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
     SimulateResult r = replay(seq, n_records, n_expert, trace.top_k, n_slots, opt);
     total.hits += r.hits;
     total.misses += r.misses;
+    total.prefetch_reads += r.prefetch_reads;
+    total.prefetch_confirmed += r.prefetch_confirmed;
+    total.prefetch_wasted += r.prefetch_wasted;
   };
   if (per_layer) {
     // One cache per (problem, layer), rows in file order (token order within a layer).

@@ -69,12 +69,32 @@ struct SimulateOptions {
   double lrfu_half_life_slots = PolicyOptions{}.lrfu_half_life_slots;
   double markov_half_life_steps = PolicyOptions{}.markov_half_life_steps;
   PredictionTime predictions = PredictionTime::after_step;
+  // Lookahead's prefetches (a shared pool, a trace with predictions): after each row's step,
+  // its predicted_next experts are acquired as prefetches into the speculative share, as
+  // plan_prefetch does in the engine, and land before the next layer's step (the best case:
+  // a read a layer ahead). A demand access that finds one counts as a hit. Not for belady
+  // (the optimum of demand paging, the reference).
+  bool prefetch = false;
+  // The speculative share with prefetches; -1: the engine's (plan_cache_layout: a quarter of
+  // the pool, at least 1, leaving room for a token's experts).
+  int32_t speculative_slots = -1;
 };
 
 struct SimulateResult {
-  uint64_t hits = 0, misses = 0;
+  uint64_t hits = 0, misses = 0;                    // demand accesses
+  uint64_t prefetch_reads = 0;                      // prefetches that read a record
+  uint64_t prefetch_confirmed = 0;                  // of them, used by a demand access first
+  uint64_t prefetch_wasted = 0;                     // of them, evicted before any demand access
   double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+  // Records read, demand misses and prefetches, per demand access.
+  double reads_per_access() const {
+    return hits + misses ? static_cast<double>(misses + prefetch_reads) / static_cast<double>(hits + misses) : 0;
+  }
 };
+
+// The speculative share simulate_trace gives a pool of n_slots with prefetches on (the
+// engine's rule, plan_cache_layout's).
+int32_t simulate_speculative_slots(const SimulateOptions& opt, int32_t n_slots, int32_t top_k);
 
 // The most slots a replay can fill: per layer, the distinct experts of the trace's busiest
 // layer; for a shared pool, the trace's distinct (layer, expert) pairs (at most layers x

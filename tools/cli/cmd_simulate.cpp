@@ -15,8 +15,8 @@ namespace sluice::cli {
 
 void register_simulate(CLI::App& app) {
   struct Options {
-    std::string trace, policy = "all", pin = "access", predictions = "after";
-    int32_t slots_per_layer = 0, slots = 0;
+    std::string trace, policy = "all", pin = "access", predictions = "after", prefetch = "off";
+    int32_t slots_per_layer = 0, slots = 0, speculative = -1;
     double lrfu_half_life = PolicyOptions{}.lrfu_half_life_slots;
     double markov_half_life = PolicyOptions{}.markov_half_life_steps;
   };
@@ -35,6 +35,12 @@ void register_simulate(CLI::App& app) {
   cmd->add_option("--predictions", opt->predictions,
                   "a shared pool with a trace's lookahead predictions: hand each row's prediction to the policy "
                   "after its step (default, as the engine's lookahead runs now), before it, or never");
+  cmd->add_option("--prefetch", opt->prefetch,
+                  "on: lookahead's prefetches too (a shared pool, a trace with predictions): each row's "
+                  "prediction read into the speculative share after its step, landing before the next layer's; "
+                  "prints the demand hit rate and the reads a demand access (misses and prefetches); off (default)");
+  add_integer(*cmd, "--speculative", opt->speculative, IntRange::at_least(0),
+              "with --prefetch on: the speculative share in slots (default: the engine's, a quarter of the pool)");
   add_real(*cmd, "--lrfu-half-life", opt->lrfu_half_life, RealRange::above(0),
            "lrfu: half-life of an access, in accesses per slot (default 8)");
   add_real(*cmd, "--markov-half-life", opt->markov_half_life, RealRange::above(0),
@@ -63,6 +69,10 @@ void register_simulate(CLI::App& app) {
       so.predictions = PredictionTime::never;
     else
       fail(Status::invalid_argument, "--predictions: '", opt->predictions, "' is not after, before or never");
+    SLUICE_CHECK(opt->prefetch == "on" || opt->prefetch == "off", Status::invalid_argument, "--prefetch: '",
+                 opt->prefetch, "' is not on or off");
+    so.prefetch = opt->prefetch == "on";
+    so.speculative_slots = opt->speculative;
     std::vector<PolicyKind> policies;
     if (opt->policy == "all") {
       policies.assign(online_policies().begin(), online_policies().end());
@@ -93,10 +103,22 @@ void register_simulate(CLI::App& app) {
                    "--markov-half-life sets it)\n",
                    markov_half_life_for(per_layer, trace.top_k, trace.n_expert));
     }
+    if (so.prefetch) {
+      const auto replayed = static_cast<int32_t>(std::min(asked, cap));
+      std::fprintf(stderr, "sluice: prefetches into a speculative share of %d slots (belady: none, the reference); "
+                   "columns: demand hit rate, reads a demand access, prefetches read, confirmed, wasted\n",
+                   simulate_speculative_slots(so, replayed, trace.top_k));
+    }
     for (PolicyKind p : policies) {
       so.policy = p;
       SimulateResult r = simulate_trace(trace, so);
-      std::printf("%s %.3f\n", std::string(policy_name(p)).c_str(), r.hit_rate());
+      if (so.prefetch)
+        std::printf("%s %.3f %.3f %llu %llu %llu\n", std::string(policy_name(p)).c_str(), r.hit_rate(),
+                    r.reads_per_access(), static_cast<unsigned long long>(r.prefetch_reads),
+                    static_cast<unsigned long long>(r.prefetch_confirmed),
+                    static_cast<unsigned long long>(r.prefetch_wasted));
+      else
+        std::printf("%s %.3f\n", std::string(policy_name(p)).c_str(), r.hit_rate());
       stdout_flush();
     }
   });
