@@ -214,8 +214,11 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
                      impl_->kind != DType::mxfp4;
   // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4), Gemma 4's (GeGLU, per-expert
   // routing scales) and Llama 4's (sigmoid routing whose weights scale the inputs): written,
-  // not yet run on a GPU (core/unverified.h); without the opt-in they take the host-routed path.
-  return plain || unverified_opted_in();
+  // not yet run on a GPU (core/unverified.h); without the opt-in they take the host-routed path,
+  // as sigmoid layers past the device top-k's bounds (512 experts, 32 a token) do.
+  const bool sigmoid_fits = router.scoring != RouterScoring::sigmoid ||
+                            (router.n_expert <= 512 && router.n_expert_used <= 32);
+  return plain || (unverified_opted_in() && sigmoid_fits);
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
