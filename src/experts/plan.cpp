@@ -66,7 +66,7 @@ CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_byt
 
 int32_t speculative_share(int64_t n_slots, int64_t top_k) {
   if (n_slots - top_k <= 0) return 0;
-  return static_cast<int32_t>(std::clamp<int64_t>(n_slots / 4, 1, n_slots - top_k));
+  return static_cast<int32_t>(std::clamp<int64_t>(std::min<int64_t>(2 * top_k, n_slots / 4), 1, n_slots - top_k));
 }
 
 std::vector<StepExpert> step_union(std::span<const int32_t> ids, std::span<const float> weights, int64_t k,

@@ -39,12 +39,14 @@ struct CacheLayout {
 };
 // Slots from --expert-slots, else as many whole slots as --expert-cache holds; capped at the
 // records of the kinds in use; fewer than top_k is an invalid_argument error that states the
-// minimum (as slots and as bytes). The speculative share is a quarter of the cache (at least
-// one slot) and always leaves top_k slots beside it.
+// minimum (as slots and as bytes). With lookahead, the speculative share is speculative_share's.
 CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_bytes, const StreamerOptions& opt);
 // Lookahead's speculative share of a cache of n_slots (plan_cache_layout's, and sluice
-// simulate --prefetch's): a quarter (at least one slot), always leaving top_k slots beside it;
-// 0 when the cache holds no more than top_k.
+// simulate --prefetch's): two steps' predictions (2 top_k) but at most a quarter of the cache,
+// at least one slot, always leaving top_k slots beside it; 0 when the cache holds no more than
+// top_k. Chosen on the trained models' traces (docs/policy.md, "The speculative share"): a
+// larger share keeps stale predictions in room the demand needs (a quarter at every size was
+// the rule before 2026-12-05; up to 0.02 lower demand hit rates, more bytes read).
 int32_t speculative_share(int64_t n_slots, int64_t top_k);
 
 // One distinct expert of a step (the rows [row0, row1) of a MoE layer call).

@@ -75,8 +75,8 @@ struct SimulateOptions {
   // a read a layer ahead). A demand access that finds one counts as a hit. Not for belady
   // (the optimum of demand paging, the reference).
   bool prefetch = false;
-  // The speculative share with prefetches; -1: the engine's (plan_cache_layout: a quarter of
-  // the pool, at least 1, leaving room for a token's experts).
+  // The speculative share with prefetches; -1: the engine's (speculative_share: 2 top_k, at
+  // most a quarter of the pool, at least 1, leaving room for a token's experts).
   int32_t speculative_slots = -1;
 };
 

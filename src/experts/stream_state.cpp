@@ -32,8 +32,8 @@ StreamState::StreamState(std::shared_ptr<const Pack> p, DType k, int64_t topk, c
   ro.n_slots = layout.n_slots;
   ro.n_records = m.n_records();
   ro.n_expert = m.n_expert;
-  // The speculative share: a quarter of the cache (at least one slot), never so much that a
-  // token's experts would not fit beside it.
+  // The speculative share (speculative_share: 2 top_k, at most a quarter of the cache), never
+  // so much that a token's experts would not fit beside it.
   ro.speculative_slots = layout.speculative_slots;
   ro.policy = opt.policy;
   ro.policy_options.step_experts = top_k;  // markov's half-life follows the cache's shape

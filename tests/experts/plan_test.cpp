@@ -103,8 +103,11 @@ TEST(Plan, CacheLayoutOfAPack) {
   so.lookahead = true;
   const CacheLayout c = plan_cache_layout(*p, 3, slot, so);
   EXPECT_EQ(c.n_slots, 8);
-  EXPECT_EQ(c.speculative_slots, 2);  // a quarter
+  EXPECT_EQ(c.speculative_slots, 2);  // 2 top-k = 6, capped at a quarter of 8
   EXPECT_EQ(c.host_slots, 0);
+  EXPECT_EQ(speculative_share(100, 3), 6);  // two steps' predictions, under a quarter of 100
+  EXPECT_EQ(speculative_share(5, 3), 1);    // at least one slot
+  EXPECT_EQ(speculative_share(3, 3), 0);    // no room beside a token's experts
   so.cache_bytes = 3 * slot;  // exactly top-k: no room for a speculative share
   EXPECT_EQ(plan_cache_layout(*p, 3, slot, so).speculative_slots, 0);
   so.host_cache_bytes = 5 * slot;

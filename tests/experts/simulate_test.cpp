@@ -350,7 +350,7 @@ TEST(Simulate, ReadsXzTraces) {
 // --prefetch: lookahead's reads into the speculative share (plan_prefetch's rule), landing
 // before the next layer's step. By hand: a prediction that comes true is a demand hit there
 // (and the read counts), a wrong one a read and no hit; the share is the engine's
-// (speculative_share: a quarter of 4 slots, 1).
+// (speculative_share: 2 top-k capped at a quarter of 4 slots, 1).
 TEST(Simulate, PrefetchTurnsPredictionsIntoHits) {
   auto with_prediction = [](int layer, int token, int expert, int predicted) {
     std::string r = row(0, layer, token, {expert});
@@ -400,7 +400,7 @@ TEST(Simulate, PrefetchTurnsPredictionsIntoHits) {
 
 // On the committed 64-expert trace (docs/policy.md, "Prefetching"): markov with lookahead's
 // prefetches reaches 0.95 of Belady's demand hit rate where markov alone does not (128 shared
-// slots: 0.852 against 0.718, Belady 0.825), is at or above lru with the same prefetches, and
+// slots: 0.862 against 0.718, Belady 0.825), is at or above lru with the same prefetches, and
 // pays for it in reads (more records read a demand access than without prefetches).
 TEST(Simulate, PrefetchOnTheRoutingModelTrace) {
   const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-code.jsonl.xz");
