@@ -191,7 +191,8 @@ struct CudaStreamer::Impl : StreamState {
   // is pending until the stream waits for it (wait_copies_through).
   std::vector<CopyChunk> copy_landed_in_chunks(int chunks, const StepPlan& plan,
                                                const std::unordered_map<int32_t, size_t>& plan_slots);
-  // The stream waits for `done` (and so every chunk copied before it); null: every pending one.
+  // The stream waits for `done` (and so every chunk copied before it); null: every pending one;
+  // nothing when `done` is no longer pending (waited for through a later one).
   void wait_copies_through(cudaEvent_t done);
   // land_group's loop with the copies beside: the plan's resident experts as the first wave,
   // then waves as chunks of landed records are copied (the last batch in up to kCopyChunks
