@@ -59,6 +59,10 @@ struct StreamerOptions {
   // Tests only: (record, the OS's answer to a read: bytes or -errno) -> the answer to act on
   // (IoEngineOptions::fault_injection).
   std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
+  // Tests only (CUDA streamer): the copy stream of the prefill's copies beside its compute
+  // waits this long before each chunk, so that a wave not ordered after its copies reads
+  // stale slots and the result shows it.
+  uint32_t test_copy_delay_us = 0;
 
   bool enabled() const { return cache_bytes > 0 || slots > 0; }
   // Whether a step may differ from the exact (resident) one: a deadline cut or a low-bit copy

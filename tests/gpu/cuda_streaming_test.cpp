@@ -252,6 +252,10 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
           so.host_cache_bytes = static_cast<uint64_t>(all) * Pack::open(pack, false)->kind(DType::q4).record_stride;
           so.host_cache_preload = true;
         }
+        // The copies beside: the copy stream waits 200 us before each chunk, so that a wave
+        // not ordered after its chunk's copies would read the slots' old bytes.
+        if (mode >= 2) so.test_copy_delay_us = 200;
+        const int64_t chunks_before = CudaStreamer::prefill_copy_chunks();
         LoadedModel streamed = load(pack, *gpu, DType::q4, so);
         std::vector<float> got(want.size());
         streamed.model->forward(ids, *streamed.model->new_state(96), got, true);
@@ -259,6 +263,9 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
         for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
         EXPECT_EQ(differ, 0u) << "logits differing from the resident prefill's (max |diff| " << max_abs_diff(got, want)
                               << ")";
+        if (mode >= 2 && slots < all) {
+          EXPECT_GT(CudaStreamer::prefill_copy_chunks(), chunks_before) << "the copies beside took no chunk";
+        }
         const uint64_t steps = streamed.streamer->stats().totals().steps;
         if (slots < all) EXPECT_GT(steps, static_cast<uint64_t>(info.n_layer)) << "no grouping";
         else EXPECT_LE(steps, static_cast<uint64_t>(info.n_layer)) << "one group a MoE layer";

@@ -22,7 +22,21 @@ __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* coun
   }
 }
 
+__global__ void stream_delay_kernel(uint32_t us) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < uint64_t{us} * 1000);
+}
+
 }  // namespace
+
+void launch_stream_delay(uint32_t us, Stream s) {
+  stream_delay_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(us);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s) {
   // Enough blocks to keep many PCIe reads in flight (a few per SM); most launches copy little.

@@ -25,4 +25,9 @@ struct CopyDesc {
 // host-mapped and read when the kernel runs.
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s);
 
+// A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
+// tests delay a stream with it so that a missing ordering between two streams shows
+// (StreamerOptions::test_copy_delay_us).
+void launch_stream_delay(uint32_t us, Stream s);
+
 }  // namespace sluice::cuda

@@ -87,6 +87,7 @@ CudaStreamer::Impl::~Impl() {
     cudaStreamSynchronize(copy_stream);
     cudaStreamDestroy(copy_stream);
   }
+  if (copy_order) cudaEventDestroy(copy_order);
   for (cudaEvent_t ev : pending_copies) cudaEventDestroy(ev);
   for (cudaEvent_t ev : free_copy_events) cudaEventDestroy(ev);
   bool drained = true;

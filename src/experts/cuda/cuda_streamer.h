@@ -62,6 +62,9 @@ class CudaStreamer final : public StreamingProvider {
   RunStats stats() const override;
   void reset_stats() override;
   bool drain(std::chrono::milliseconds wait) override;
+  // The chunks the streamed prefill has copied beside its compute in this process (the tests
+  // ask whether a run took that path).
+  static int64_t prefill_copy_chunks();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
   DType kind() const override;

@@ -8,6 +8,7 @@
 // Otherwise the group's union is wholly resident before the pair kernels compute it. With
 // lookahead, each group's prediction of the next layer is prefetched behind its reads.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -102,7 +103,13 @@ void CudaStreamer::Impl::land_group(const StepPlan& plan, int64_t L, LayerStats&
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }
 
+namespace {
+std::atomic<int64_t> g_copy_chunks{0};  // CudaStreamer::prefill_copy_chunks
+}  // namespace
+
 bool CudaStreamer::Impl::prefill_copies_beside_enabled() { return unverified_opted_in(); }
+
+int64_t CudaStreamer::prefill_copy_chunks() { return g_copy_chunks.load(std::memory_order_relaxed); }
 
 std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_chunks(
     int chunks, const StepPlan& plan, const std::unordered_map<int32_t, size_t>& plan_slots) {
@@ -112,7 +119,11 @@ std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_ch
   const size_t per = (n + static_cast<size_t>(std::max(chunks, 1)) - 1) / static_cast<size_t>(std::max(chunks, 1));
   for (size_t i = 0; i < n; ++i) {
     const Fill& f = landed[i];
-    if (i % per == 0) out.emplace_back();
+    if (i % per == 0) {
+      out.emplace_back();
+      if (opt.test_copy_delay_us > 0) cuda::launch_stream_delay(opt.test_copy_delay_us, copy_stream);
+      g_copy_chunks.fetch_add(1, std::memory_order_relaxed);
+    }
     const uint64_t bytes = pack->kind(f.kind).record_bytes;
     CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, copy_stream));
     residency->complete_load(f.slot);
@@ -141,7 +152,7 @@ std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_ch
 void CudaStreamer::Impl::wait_copies_through(cudaEvent_t done) {
   if (pending_copies.empty()) return;
   auto last = done ? std::find(pending_copies.begin(), pending_copies.end(), done) : pending_copies.end() - 1;
-  if (last == pending_copies.end()) return;  // waited for already (a staging synchronisation waited for all)
+  SLUICE_ASSERT(last != pending_copies.end());  // a wave waits for the chunk just copied
   // One copy stream: its later event completing means every earlier one has.
   CUDA_CHECK(cudaStreamWaitEvent(stream, *last, 0));
   free_copy_events.insert(free_copy_events.end(), pending_copies.begin(), last + 1);
@@ -150,6 +161,29 @@ void CudaStreamer::Impl::wait_copies_through(cudaEvent_t done) {
 
 void CudaStreamer::Impl::land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
                                               const std::function<void(std::span<const size_t> experts)>& compute) {
+  // The copy stream after everything the stream holds so far: a slot the plan's stall path
+  // (land_synchronously) or an earlier step filled on the stream, or a kernel still reads, is
+  // not overwritten from the copy stream before that.
+  if (!copy_order) CUDA_CHECK(cudaEventCreateWithFlags(&copy_order, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(copy_order, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream, copy_order, 0));
+  try {
+    land_chunks(plan, L, ls, compute);
+  } catch (...) {
+    // Whatever went out on the copy stream is waited for by the stream on every exit: the
+    // fills it copies count as resident, and their host buffers are reused after a sync of
+    // the stream alone (retire).
+    try {
+      wait_copies_through(nullptr);
+    } catch (...) {
+    }
+    throw;
+  }
+  wait_copies_through(nullptr);  // the copies of records outside the plan (lookahead) too
+}
+
+void CudaStreamer::Impl::land_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
+                                     const std::function<void(std::span<const size_t> experts)>& compute) {
   const size_t n = plan.experts.size();
   std::unordered_map<int32_t, size_t> plan_slots;
   for (size_t i = 0; i < n; ++i) plan_slots.emplace(plan.experts[i].slot, i);
@@ -210,7 +244,6 @@ void CudaStreamer::Impl::land_group_in_chunks(const StepPlan& plan, int64_t L, L
                  std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
                  waiting.size(), " waiting for a staging buffer)");
   }
-  wait_copies_through(nullptr);  // the copies of records outside the plan (lookahead) too
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }
 

@@ -191,14 +191,17 @@ struct CudaStreamer::Impl : StreamState {
   // is pending until the stream waits for it (wait_copies_through).
   std::vector<CopyChunk> copy_landed_in_chunks(int chunks, const StepPlan& plan,
                                                const std::unordered_map<int32_t, size_t>& plan_slots);
-  // The stream waits for `done` (and so every chunk copied before it); null: every pending one;
-  // nothing when `done` is no longer pending (waited for through a later one).
+  // The stream waits for `done` (and so every chunk copied before it); null: every pending one.
   void wait_copies_through(cudaEvent_t done);
   // land_group's loop with the copies beside: the plan's resident experts as the first wave,
   // then waves as chunks of landed records are copied (the last batch in up to kCopyChunks
   // chunks), at most kPrefillWaves in all; every copy waited for by the stream at the end.
   void land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
                             const std::function<void(std::span<const size_t> experts)>& compute);
+  // land_group_in_chunks' loop (it orders the copy stream first and waits for every copy on
+  // every exit).
+  void land_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
+                   const std::function<void(std::span<const size_t> experts)>& compute);
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
   // The synchronous paths' one loop over a planned group: lands reads (copying them on the
   // stream) until every expert of the plan was handed to `compute` (indices into
@@ -281,6 +284,7 @@ struct CudaStreamer::Impl : StreamState {
   // may be recorded again once a wait on it, or on a later chunk, has been enqueued).
   static constexpr int kCopyChunks = 4;
   cudaStream_t copy_stream = nullptr;
+  cudaEvent_t copy_order = nullptr;  // the stream's position the copy stream waits for at a group's start
   std::vector<cudaEvent_t> pending_copies;
   std::vector<cudaEvent_t> free_copy_events;
   cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
