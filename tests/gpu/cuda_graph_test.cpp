@@ -24,10 +24,8 @@ using namespace sluice::test;
 namespace {
 
 std::unique_ptr<Backend> cuda_backend(bool graphs) {
-  setenv("SLUICE_CUDA_GRAPHS", graphs ? "1" : "0", 1);
-  auto be = make_cuda_backend(0);
-  unsetenv("SLUICE_CUDA_GRAPHS");
-  return be;
+  const ScopedEnv env("SLUICE_CUDA_GRAPHS", graphs ? "1" : "0");
+  return make_cuda_backend(0);
 }
 
 // Logits of the prompt's last token, then of n greedy steps, one vector per forward.

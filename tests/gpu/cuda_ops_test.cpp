@@ -230,13 +230,15 @@ TEST(CudaOps, MatmulTensorCores) {
             std::to_string(k);
         for (Path path : {kDefault, kTiles, kF32Tiles}) {
           if (path == kTiles && wt != DType::bf16) continue;  // the default path already
-          if (path == kTiles) setenv("SLUICE_CUDA_CUBLAS", "0", 1);
-          if (path == kF32Tiles) setenv("SLUICE_CUDA_TENSOR_CORES", "0", 1);
-          Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
-          p.gpu->matmul(xg, wg, yg);
-          const auto got = read_with_guard(*p.gpu, yg);
-          unsetenv("SLUICE_CUDA_CUBLAS");
-          unsetenv("SLUICE_CUDA_TENSOR_CORES");
+          std::vector<float> got;
+          {
+            const ScopedEnv cublas("SLUICE_CUDA_CUBLAS", path == kTiles ? "0" : std::getenv("SLUICE_CUDA_CUBLAS"));
+            const ScopedEnv tensor_cores("SLUICE_CUDA_TENSOR_CORES",
+                                         path == kF32Tiles ? "0" : std::getenv("SLUICE_CUDA_TENSOR_CORES"));
+            Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
+            p.gpu->matmul(xg, wg, yg);
+            got = read_with_guard(*p.gpu, yg);
+          }
           worst[path] = std::max(worst[path], nse(got, want));
           if (path != kF32Tiles)
             EXPECT_LE(nse(got, want), kTensorCoreNse) << what << " (" << path_name[path] << ")";

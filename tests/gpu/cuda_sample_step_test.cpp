@@ -15,6 +15,7 @@
 #include "../models/fixture_util.h"
 #include "core/sampling.h"
 #include "models/load.h"
+#include "scoped_env.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -80,8 +81,7 @@ struct Script {
 std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, int steps, bool ahead,
                                 const Script& script, std::vector<std::vector<float>>* logits_out) {
   const int64_t V = m.info().n_vocab;
-  if (ahead) unsetenv("SLUICE_DECODE_AHEAD");
-  else setenv("SLUICE_DECODE_AHEAD", "0", 1);
+  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
   auto a = m.new_state(static_cast<int64_t>(prompt.size()) + 2 * steps + 1);
   std::vector<float> logits(V);
   m.forward(std::span(prompt).first(prompt.size() - 1), *a, logits, false);
@@ -103,7 +103,6 @@ std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, in
     out.push_back(token);
     if (token < 0) break;
   }
-  unsetenv("SLUICE_DECODE_AHEAD");
   return out;
 }
 

@@ -198,10 +198,10 @@ TEST(CudaStreaming, SameRoutingAndTokensAsTheCpu) {
 TEST(CudaStreaming, HostRoutedFamiliesSameRoutingAndTokensAsTheCpu) {
   int runs = 0;
   float worst = expect_same_as_the_cpu(host_routed_fixtures(), runs);
-  // And with each group computed once it is resident (the path before the waves).
-  setenv("SLUICE_CUDA_PREFILL_WAVES", "0", 1);
-  worst = std::max(worst, expect_same_as_the_cpu(host_routed_fixtures(), runs));
-  unsetenv("SLUICE_CUDA_PREFILL_WAVES");
+  {  // And with each group computed once it is resident (the path before the waves).
+    const ScopedEnv waves("SLUICE_CUDA_PREFILL_WAVES", "0");
+    worst = std::max(worst, expect_same_as_the_cpu(host_routed_fixtures(), runs));
+  }
   std::printf("cuda streaming, host-routed families: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
 }
@@ -400,7 +400,7 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
 // settled cache: no greedy step enqueued ahead (SLUICE_DECODE_AHEAD=0) and the streamer
 // drained after every token.
 TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
-  setenv("SLUICE_DECODE_AHEAD", "0", 1);
+  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", "0");
   MixtralThreeSlots t;
   auto generate = [&](bool lossy, int64_t kl_steps) {
     StreamerOptions so = t.base;
@@ -434,7 +434,6 @@ TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
   EXPECT_EQ(checked.kl.steps, 4);
   EXPECT_GT(checked.kl.mean_nats, 0.0);
   EXPECT_EQ(checked_tokens, plain_tokens);
-  unsetenv("SLUICE_DECODE_AHEAD");
 }
 
 TEST(CudaStreaming, FakeExpertsRunWithoutReads) {
