@@ -268,7 +268,7 @@ class Gemma4Model final : public Model {
     std::vector<bool> is_moe(static_cast<size_t>(cfg_.info.n_layer), cfg_.moe);
     index_moe_layers(is_moe, moe_index_, next_moe_);
     // The backend's tables over resident experts (null where it routes on the host: the CPU,
-    // or CUDA without SLUICE_CUDA_UNVERIFIED=1, core/unverified.h).
+    // or CUDA with SLUICE_CUDA_HOST_ROUTED=1, core/router_scoring.h).
     for (const Gemma4LayerWeights& lw : w_.layers)
       expert_tables_.push_back(cfg_.moe && !lw.experts.empty()
                                    ? be_.make_expert_table(lw.experts, kExpertMath,

@@ -22,9 +22,10 @@ namespace sluice::test {
 
 constexpr float kCudaLogitTolerance = 1e-3f;
 
-// SLUICE_CUDA_UNVERIFIED=1 (core/unverified.h) for a scope: the paths written without a GPU.
-struct UnverifiedOptIn : ScopedEnv {
-  UnverifiedOptIn() : ScopedEnv("SLUICE_CUDA_UNVERIFIED", "1") {}
+// SLUICE_CUDA_HOST_ROUTED=1 (core/router_scoring.h) for a scope: the families' experts routed
+// on the host and computed by the generic ops, as before the device kernels took them.
+struct HostRouted : ScopedEnv {
+  HostRouted() : ScopedEnv("SLUICE_CUDA_HOST_ROUTED", "1") {}
 };
 
 // The fixture's checkpoint against transformers: teacher-forced and decoded through the cache

@@ -1,12 +1,12 @@
 // gpt-oss on the CUDA backend: attention sinks in every attention kernel (cuda_ops_test.cpp's
-// AttentionSinksEveryKernel), experts with biases and the clamped SwiGLU through the generic
-// ops (routed on the host: by default the backend builds no expert table for them), and with
-// SLUICE_CUDA_UNVERIFIED=1 through the device MoE kernels (an expert table, routed on the
-// device, decode as one graph; cuda_moe_test.cpp checks the kernels). Against transformers within the CUDA decoder bound of 1e-3, with
+// AttentionSinksEveryKernel), experts with biases and the clamped SwiGLU through the device
+// MoE kernels (an expert table, routed on the device, decode as one graph; cuda_moe_test.cpp
+// checks the kernels), and with SLUICE_CUDA_HOST_ROUTED=1 through the generic ops, routed on
+// the host. Against transformers within the CUDA decoder bound of 1e-3, with
 // the greedy continuation; the CPU's bf16 KV cache reproduced; a pack's experts at bf16 (the
 // MXFP4 fixture's exact values), q4 and mxfp4 match the CPU's run of the same pack; streamed
-// experts take the streamer's host-routed path (its test over every family that takes it is
-// cuda_streaming_test.cpp's HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
+// experts route on the device too (cuda_streaming_test.cpp's FamiliesDeviceRoutedBehindTheSwitch;
+// host-routed: HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -73,14 +73,14 @@ TEST(CudaGptOss, Mxfp4Experts) {
   EXPECT_LE(diff_streamed, kCudaLogitTolerance);
 }
 
-// The device-routed experts (SLUICE_CUDA_UNVERIFIED=1, core/unverified.h: the backend builds
-// expert tables for gpt-oss, the MoE layers route on the device and a decode step is one
-// graph): both fixtures against transformers with the greedy continuation, and the packs'
-// bf16, q4 and mxfp4 kinds against the CPU's run of the same pack.
-TEST(CudaGptOss, DeviceRoutedExpertsBehindTheirSwitch) {
-  const UnverifiedOptIn opt_in;
+// The host-routed experts (SLUICE_CUDA_HOST_ROUTED=1, core/router_scoring.h: no expert tables,
+// the MoE layers route on the host and compute through the generic ops, the path before the
+// device kernels took gpt-oss's experts): both fixtures against transformers with the greedy
+// continuation, and the packs' bf16, q4 and mxfp4 kinds against the CPU's run of the same pack.
+TEST(CudaGptOss, HostRoutedExpertsBehindTheirSwitch) {
+  const HostRouted host_routed;
   for (const std::string& fixture : gpt_oss_fixtures()) {
-    SCOPED_TRACE(fixture + " device-routed");
+    SCOPED_TRACE(fixture + " host-routed");
     expect_cuda_matches_transformers(fixture);
     for (DType kind : {DType::bf16, DType::q4}) expect_cuda_pack_matches_the_cpu(fixture, kind);
   }

@@ -72,7 +72,6 @@ TEST_P(CudaGraph, ReplayEqualsEagerDecode) {
 // launches, and the graphs hold the step where the decode kernels take the widths.
 TEST_P(CudaGraph, PersistentMoeStepIsTheChainBitForBit) {
   FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", "1");
   const ScopedEnv persistent("SLUICE_CUDA_PERSISTENT", nullptr);
   for (DType kind : {DType::bf16, DType::q8, DType::q4}) {
     LoadOptions lo;

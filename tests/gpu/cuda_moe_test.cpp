@@ -514,7 +514,7 @@ TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
   }
 }
 
-// The families' expert math behind SLUICE_CUDA_UNVERIFIED=1 in every expert kernel: gpt-oss's
+// The families' expert math in every expert kernel: gpt-oss's
 // (f32 biases on the three products, the clamped SwiGLU with gpt-oss's alpha and a limit the
 // dots cross on both sides, MXFP4 weights among the types) and Gemma 4's (GeGLU): against the
 // CPU's routed_experts with the same math; the decode kernels (moe_decode.cu: bf16, q8, q4,
@@ -600,8 +600,8 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
 }
 
 // Backend::make_expert_table for gpt-oss's experts, Gemma 4's (with per-expert routing
-// scales) and Llama 4's (sigmoid routing whose weights scale the inputs): none without
-// SLUICE_CUDA_UNVERIFIED=1 (they are routed on the host); with it, moe_routed from router
+// scales) and Llama 4's (sigmoid routing whose weights scale the inputs): none with
+// SLUICE_CUDA_HOST_ROUTED=1 (they are routed on the host); without it, moe_routed from router
 // logits against the host path at decode rows (the decode kernels), a few rows (the per-pair
 // kernels) and prefill rows (the grouped tiles: tensor cores for bf16, q8 and q4, the f32
 // tiles for mxfp4), for MXFP4, bf16, q8 and q4 weights.
@@ -618,11 +618,10 @@ TEST(CudaMoe, BackendMoeRoutedFamilyExpertMath) {
         if (math == kGeglu) scale = random_vec(s.E, 49, 1.0f);
         const TableRouting routing{math.scale_input ? RouterScoring::sigmoid : RouterScoring::softmax, scale};
         const char* name = math == kGeglu ? "geglu, scaled " : math.scale_input ? "sigmoid, inputs scaled " : "clamped, biased ";
-        const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", nullptr);
-        EXPECT_EQ(gpu->make_expert_table(layer.device, math, routing), nullptr) << "a table without the opt-in";
-        opt_in.set("1");
+        const ScopedEnv host_routed("SLUICE_CUDA_HOST_ROUTED", "1");
+        EXPECT_EQ(gpu->make_expert_table(layer.device, math, routing), nullptr) << "a table with host routing forced";
+        host_routed.set(nullptr);
         auto table = gpu->make_expert_table(layer.device, math, routing);
-        opt_in.set(nullptr);
         ASSERT_NE(table, nullptr);
         expect_moe_routed_matches_host(*gpu, layer, *table, s, !math.scale_input, math,
                                        std::string("moe_routed ") + name + std::string(dtype_name(dt)), routing);
@@ -670,9 +669,8 @@ TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
 // qwen3-30b-a3b layer's widths, where 4 rows make more
 // virtual blocks than the grid (each block loops), and small ones; plain and gpt-oss experts
 // (biases, the clamped SwiGLU); with per-expert routing scales. Then Backend::moe_routed takes it with the switch on and gives the bits it
-// gives with the switch off. Behind SLUICE_CUDA_UNVERIFIED=1 until this test has passed.
+// gives with the switch off.
 TEST(CudaMoe, PersistentStepIsTheChainBitForBit) {
-  const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", "1");
   for (DType dt : {DType::q4, DType::bf16, DType::q8, DType::mxfp4})
     for (Shape s : {Shape{1, 10, 8, 2048, 768}, {4, 10, 8, 2048, 768}, {3, 512, 10, 64, 32}, {8, 40, 4, 512, 384},
                     {2, 200, 6, 256, 192}, {1, 64, 2, 256, 64}})

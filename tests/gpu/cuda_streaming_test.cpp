@@ -27,7 +27,7 @@
 #include "../models/pack_util.h"
 #include "cuda_family_checks.h"
 #include "backends/cuda/moe_kernels.h"
-#include "core/unverified.h"
+#include "core/router_scoring.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "engine/generator.h"
 #include "experts/streamer.h"
@@ -147,13 +147,13 @@ float expect_same_as_the_cpu(const std::vector<std::string>& fixtures, int& runs
         LoadedModel mc = load(pack, *cpu, DType::q4, so);
         LoadedModel mg = load(pack, *gpu, DType::q4, so);
         EXPECT_TRUE(dynamic_cast<CudaStreamer*>(mg.streamer.get()));
-        // Plain SwiGLU experts without biases (the device kernels' math) route on the device;
-        // with SLUICE_CUDA_UNVERIFIED=1 every family's do (gpt-oss's biases included).
+        // Plain SwiGLU experts without biases route on the device; so do every family's (gpt-oss's
+        // biases included) but with SLUICE_CUDA_HOST_ROUTED=1.
         EXPECT_EQ(mg.model->expert_provider()->routes_on_device(ExpertMath{}, RouterSpec{}),
-                  !p->kind(DType::q4).has_biases() || unverified_opted_in());
+                  !p->kind(DType::q4).has_biases() || !host_routing_forced());
         ExpertMath clamped;
         clamped.activation = ExpertActivation::swiglu_clamped;
-        EXPECT_EQ(mg.model->expert_provider()->routes_on_device(clamped, RouterSpec{}), unverified_opted_in());
+        EXPECT_EQ(mg.model->expert_provider()->routes_on_device(clamped, RouterSpec{}), !host_routing_forced());
         Decisions dc, dg;
         observe(mc, dc);
         observe(mg, dg);
@@ -196,6 +196,7 @@ TEST(CudaStreaming, SameRoutingAndTokensAsTheCpu) {
 // Gemma 4 (GeGLU experts with per-expert scales beside the MLP, PLE, KV sharing): routed on the
 // host, their experts computed by the backend's ops on the slots (host_routed.cpp).
 TEST(CudaStreaming, HostRoutedFamiliesSameRoutingAndTokensAsTheCpu) {
+  const HostRouted host_routed;
   int runs = 0;
   float worst = expect_same_as_the_cpu(host_routed_fixtures(), runs);
   {  // And with each group computed once it is resident (the path before the waves).
@@ -217,17 +218,17 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
 // The body of the test below over `fixtures`: the number of (fixture, cache size, mode) runs
 // compared. Modes: a group once its union is resident (SLUICE_CUDA_PREFILL_WAVES=0), in waves,
 // and (unless `beside` is false) in waves with the copies beside the compute
-// (SLUICE_CUDA_UNVERIFIED=1: land_group_in_chunks), from the disk and from a host tier that
+// (SLUICE_CUDA_PREFILL_COPY_STREAM=1: land_group_in_chunks), from the disk and from a host tier that
 // holds every record (all of a group's misses land at its plan).
 int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures, bool beside = true) {
   auto gpu = make_cuda_backend(0);
   int compared = 0;
   const ScopedEnv waves_env("SLUICE_CUDA_PREFILL_WAVES", nullptr);
-  const ScopedEnv opt_in("SLUICE_CUDA_UNVERIFIED", std::getenv("SLUICE_CUDA_UNVERIFIED"));
+  const ScopedEnv copy_stream("SLUICE_CUDA_PREFILL_COPY_STREAM", nullptr);
   for (int mode = 0; mode < (beside ? 4 : 2); ++mode) {
     const bool waves = mode >= 1, host_tier = mode == 3;
     waves_env.set(waves ? "1" : "0");
-    if (mode >= 2) opt_in.set("1");
+    if (mode >= 2) copy_stream.set("1");
     for (const std::string& fixture : fixtures) {
       const fs::path& pack = fixture_pack(fixture);
       std::vector<int32_t> ids = fixture_ids(fixture);
@@ -288,15 +289,14 @@ TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
       << "no fixture has enough pairs an expert for the grouped kernels";
 }
 
-// gpt-oss's, Gemma 4's and Llama 4's experts routed on the device (SLUICE_CUDA_UNVERIFIED=1,
-// core/unverified.h: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
+// gpt-oss's, Gemma 4's and Llama 4's experts routed on the device (the default since
+// 2026-12-05; SLUICE_CUDA_HOST_ROUTED=1 routes them on the host: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
 // Gemma 4's per-expert scales and Llama 4's sigmoid scoring in the device top-k, Llama 4's
 // inputs scaled a row per pair; the decode kernels' two phases and the grouped prefill): the
 // CPU streamer's routing decisions and greedy tokens at every cache size, the resident
 // prefill's logits bit for bit on the grouped path, and gpt-oss's mxfp4 kind streamed
 // through 4 slots against the CPU's run of the same pack.
 TEST(CudaStreaming, FamiliesDeviceRoutedBehindTheSwitch) {
-  const UnverifiedOptIn opt_in;
   std::vector<std::string> fixtures = gpt_oss_fixtures();
   for (const std::string& f : gemma4_fixtures()) fixtures.push_back(f);
   for (const std::string& f : llama4_fixtures()) fixtures.push_back(f);

@@ -1,5 +1,5 @@
 // An environment variable set (or unset) for a scope and put back as it was after it, so
-// that a GPU test's switch (SLUICE_CUDA_UNVERIFIED, SLUICE_CUDA_MOE_DECODE, ...) cannot leak
+// that a GPU test's switch (SLUICE_CUDA_HOST_ROUTED, SLUICE_CUDA_MOE_DECODE, ...) cannot leak
 // into the tests after it, nor erase a value the whole run was started with.
 #pragma once
 

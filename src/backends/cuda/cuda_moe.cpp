@@ -10,7 +10,7 @@
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
-#include "core/unverified.h"
+#include "core/router_scoring.h"
 
 #include "backends/cuda/cuda_check.h"
 
@@ -28,9 +28,9 @@ struct CudaExpertTable final : ExpertTable {
 };
 
 // Whether the device MoE kernels compute these experts: SwiGLU without biases under softmax
-// routing in any type the matrix kernels read; with the opt-in also gpt-oss's experts (clamped
-// SwiGLU, f32 biases, MXFP4 or any other type), Gemma 4's (GeGLU, per-expert scales) and
-// Llama 4's (sigmoid routing whose weights scale the inputs).
+// routing in any type the matrix kernels read, and gpt-oss's experts (clamped SwiGLU, f32
+// biases, MXFP4 or any other type), Gemma 4's (GeGLU, per-expert scales) and Llama 4's (sigmoid
+// routing whose weights scale the inputs) unless SLUICE_CUDA_HOST_ROUTED=1 (core/router_scoring.h).
 bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math, const TableRouting& routing) {
   const bool verified = math.activation == ExpertActivation::swiglu && !math.scale_input &&
                         routing.scoring == RouterScoring::softmax && routing.expert_scale.empty() &&
@@ -38,7 +38,7 @@ bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath&
                           return w.has_biases() || w.gate.dtype == DType::mxfp4;
                         });
   if (verified) return true;
-  if (!unverified_opted_in()) return false;
+  if (host_routing_forced()) return false;
   for (const ExpertWeights& w : experts)
     for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
       if (!b->empty() && b->dtype != DType::f32) return false;  // the kernels add f32 biases
@@ -63,8 +63,8 @@ void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, 
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
                                                           const ExpertMath& math, const TableRouting& routing) {
-  // Experts device_experts_ok refuses (the families' math without the opt-in, core/unverified.h)
-  // are routed on the host and computed by the generic ops (expert_forward).
+  // Experts device_experts_ok refuses (the families' math with SLUICE_CUDA_HOST_ROUTED=1) are
+  // routed on the host and computed by the generic ops (expert_forward).
   if (!device_experts_ok(experts, math, routing)) return nullptr;
   const std::span<const float> expert_scale = routing.expert_scale;
   SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
@@ -166,10 +166,9 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
   const float* expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>();
   // The persistent step (moe_persistent.h): the top-k and the experts in one launch, asked for
-  // with SLUICE_CUDA_PERSISTENT=1 and, until its GPU test has passed, the opt-in.
+  // with SLUICE_CUDA_PERSISTENT=1 (off: it measured slower than the chained launches).
   if (table->scoring == RouterScoring::softmax && !table->scale_input && table->aligned16 &&
       n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert && cuda::moe_persistent_requested() &&
-      unverified_opted_in() &&
       cuda::launch_moe_decode_persistent({.logits = logits.ptr<float>(), .h = h.ptr<float>(), .table = refs,
                                           .expert_scale = expert_scale, .norm_topk = norm_topk,
                                           .ids = ids.ptr<int32_t>(), .weights = weights.ptr<float>(),

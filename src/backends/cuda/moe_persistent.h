@@ -7,8 +7,8 @@
 // asks L2 for its first tile's down weights before it waits at the barrier. The sums are
 // those of launch_router_topk + launch_moe_experts_combine, bit for bit.
 //
-// Written without a GPU: on only with SLUICE_CUDA_PERSISTENT=1 and SLUICE_CUDA_UNVERIFIED=1
-// (core/unverified.h) until its GPU test passes and bench_cuda measures it.
+// On only with SLUICE_CUDA_PERSISTENT=1: its GPU tests pass (bit for bit the chain), but on an
+// H100 it is slower than the three chained launches (bench/RESULTS.md, docs/persistent-decode.md).
 // Plain C++ for the host; pointers are device memory.
 #pragma once
 

@@ -9,7 +9,7 @@
 #include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "core/unverified.h"
+#include "core/router_scoring.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -214,12 +214,12 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
                      router.scoring == RouterScoring::softmax && !impl_->pack->kind(impl_->kind).has_biases() &&
                      impl_->kind != DType::mxfp4;
   // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4), Gemma 4's (GeGLU, per-expert
-  // routing scales) and Llama 4's (sigmoid routing whose weights scale the inputs): written,
-  // not yet run on a GPU (core/unverified.h); without the opt-in they take the host-routed path,
-  // as sigmoid layers past the device top-k's bounds (512 experts, 32 a token) do.
+  // routing scales) and Llama 4's (sigmoid routing whose weights scale the inputs) route on the
+  // device too; they take the host-routed path with SLUICE_CUDA_HOST_ROUTED=1, as sigmoid layers
+  // past the device top-k's bounds (512 experts, 32 a token) do.
   const bool sigmoid_fits = router.scoring != RouterScoring::sigmoid ||
                             (router.n_expert <= 512 && router.n_expert_used <= 32);
-  return plain || (unverified_opted_in() && sigmoid_fits);
+  return plain || (!host_routing_forced() && sigmoid_fits);
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {

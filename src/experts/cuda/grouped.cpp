@@ -14,7 +14,6 @@
 #include <numeric>
 
 #include "backends/cuda/cuda_check.h"
-#include "core/unverified.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -107,7 +106,10 @@ namespace {
 std::atomic<int64_t> g_copy_chunks{0};  // CudaStreamer::prefill_copy_chunks
 }  // namespace
 
-bool CudaStreamer::Impl::prefill_copies_beside_enabled() { return unverified_opted_in(); }
+bool CudaStreamer::Impl::prefill_copies_beside_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_PREFILL_COPY_STREAM");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
 
 int64_t CudaStreamer::prefill_copy_chunks() { return g_copy_chunks.load(std::memory_order_relaxed); }
 

@@ -175,8 +175,8 @@ struct CudaStreamer::Impl : StreamState {
   static bool prefill_waves_enabled();
   void retire_group();
   size_t land_synchronously();
-  // The streamed prefill's copies beside its compute (SLUICE_CUDA_UNVERIFIED=1 until its GPU
-  // test has passed, core/unverified.h): a group's landed records are copied on copy_stream in
+  // The streamed prefill's copies beside its compute (SLUICE_CUDA_PREFILL_COPY_STREAM=1; off by
+  // default: on an H100 it measured no faster, bench/RESULTS.md): a group's landed records are copied on copy_stream in
   // chunks, and the wave computing a chunk's experts waits only for that chunk's event, so the
   // copy engine fills the next chunk's slots while the SMs compute this one (on the stream
   // itself a group's copies and its waves take turns: the host tier's records all land at
