@@ -15,11 +15,11 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 # One process a test: a trapped barrier (10 s) or a launch error spoils the CUDA context for
 # everything after it in the same process. A launch/capture error: once more without PDL.
 for t in CudaMoe.PersistentStepIsTheChainBitForBit CudaGraph.PersistentMoeStepIsTheChainBitForBit; do
-  timeout 150 .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter="$t*" > $OUT/$t.log 2>&1
+  timeout 150 .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter="*$t*" > $OUT/$t.log 2>&1
   rc=$?; echo "$t rc $rc at $(( $(date +%s)-T0 )) s"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]|Failure|rror|persistent steps" $OUT/$t.log | head -20
   if [ $rc -ne 0 ] && grep -qiE "cuda error|launch|capture" $OUT/$t.log; then
-    SLUICE_CUDA_PDL=0 timeout 150 .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter="$t*" > $OUT/$t.nopdl.log 2>&1
+    SLUICE_CUDA_PDL=0 timeout 150 .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter="*$t*" > $OUT/$t.nopdl.log 2>&1
     echo "$t with SLUICE_CUDA_PDL=0: rc $?"; grep -E "^\[  (PASSED|FAILED) |Failure|rror" $OUT/$t.nopdl.log | head -10
   fi
 done
