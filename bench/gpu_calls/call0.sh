@@ -28,7 +28,7 @@ timeout 200 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 
 echo "synth at $(( $(date +%s)-T0 )) s"
 for P in 512 8192; do
   for v in off on on2; do
-    case $v in off) E="";; on) E="SLUICE_CUDA_UNVERIFIED=1 SLUICE_CUDA_PERSISTENT=1";; on2) E="SLUICE_CUDA_UNVERIFIED=1 SLUICE_CUDA_PERSISTENT=1 SLUICE_CUDA_PERSISTENT_BLOCKS=2";; esac
+    case $v in off) E="";; on) E="SLUICE_CUDA_PERSISTENT=1";; on2) E="SLUICE_CUDA_PERSISTENT=1 SLUICE_CUDA_PERSISTENT_BLOCKS=2";; esac
     echo "## prompt $P, persistent $v"
     env $E timeout 90 .carry/bin/bench_cuda --model /tmp/q3 --prefill $P --decode 128 --reps 2 2>&1 | grep -E "^\| [0-9]|rror" | head -4
   done

@@ -66,8 +66,8 @@ TEST_P(CudaGraph, ReplayEqualsEagerDecode) {
   }
 }
 
-// The persistent decode MoE step (moe_persistent.h; SLUICE_CUDA_PERSISTENT=1 with the
-// opt-in) inside the decode graph: the fixture's pack with bf16, q8 and q4 experts (the
+// The persistent decode MoE step (moe_persistent.h; SLUICE_CUDA_PERSISTENT=1) inside the
+// decode graph: the fixture's pack with bf16, q8 and q4 experts (the
 // decode kernels' types) decodes to the same logits, bit for bit, as with the three chained
 // launches, and the graphs hold the step where the decode kernels take the widths.
 TEST_P(CudaGraph, PersistentMoeStepIsTheChainBitForBit) {

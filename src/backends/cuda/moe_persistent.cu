@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "backends/cuda/grid_barrier.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
@@ -180,12 +181,16 @@ struct DeviceFacts {
   bool chained_cooperative = false;  // and with programmatic stream serialization as well
 };
 
-// Launches the probe kernel (no barrier: grid_barriers_kernel with n = 0) of `blocks` blocks
-// on st, cooperative or not, chained (programmatic stream serialization) or not.
-cudaError_t launch_probe(cudaStream_t st, unsigned blocks, bool cooperative, bool chained) {
+// kernel<<<blocks, kPersistWarps warps, smem, st>>>(args...), cooperative (every block
+// resident at once, or the launch fails) or not, chained (programmatic stream serialization:
+// it may start under the previous kernel's tail) or not; the launch's own error.
+template <typename... Params, typename... Args>
+cudaError_t launch_blocks(void (*kernel)(Params...), unsigned blocks, size_t smem, cudaStream_t st, bool cooperative,
+                          bool chained, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(kPersistWarps * 32);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cudaLaunchAttribute attr[2];
   int n = 0;
@@ -199,8 +204,13 @@ cudaError_t launch_probe(cudaStream_t st, unsigned blocks, bool cooperative, boo
   }
   cfg.attrs = attr;
   cfg.numAttrs = static_cast<unsigned>(n);
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// The probe kernel (no barrier: grid_barriers_kernel with n = 0) of `blocks` blocks on st.
+cudaError_t launch_probe(cudaStream_t st, unsigned blocks, bool cooperative, bool chained) {
   GridBarrierState* none = nullptr;
-  return cudaLaunchKernelEx(&cfg, grid_barriers_kernel, none, 0);
+  return launch_blocks(grid_barriers_kernel, blocks, 0, st, cooperative, chained, none, 0);
 }
 
 // Whether the step's launch works as the decode graph makes it, on a stream of its own: a
@@ -265,19 +275,9 @@ void launch_t(const PersistentParams& p, size_t smem, int sms, int64_t work_bloc
   SLUICE_CHECK(per_sm > 0, Status::internal, "cuda persistent moe: no block fits an SM (", smem,
                " bytes of shared memory)");
   const int64_t grid = std::min<int64_t>(int64_t{per_sm} * sms, work_blocks);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kPersistWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeCooperative;  // all blocks resident at once, or the launch fails
-  attr[0].val.cooperative = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // may start under the router product's tail
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = chained_launches_enabled() && device_facts().chained_cooperative ? 2 : 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  // Chained, so that it may start under the router product's tail, where the driver takes both.
+  CUDA_CHECK(launch_blocks(kernel, static_cast<unsigned>(grid), smem, st, true,
+                           chained_launches_enabled() && device_facts().chained_cooperative, p));
 }
 
 }  // namespace
@@ -297,17 +297,11 @@ bool launch_moe_decode_persistent(const PersistentMoeArgs& a, Stream s) {
   const size_t smem = persistent_smem_bytes(pairs, shape.k, shape.n_embd, shape.n_ff);
   if (smem > kMaxStagedBytes) return false;
   SLUICE_CHECK(a.barrier != nullptr, Status::internal, "cuda persistent moe: no barrier state");
-  PersistentParams p;
-  p.d = DecodeParams{.h = a.h, .table = a.table, .act = a.act, .act_in = a.act, .out = a.out,
-                     .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  p.logits = a.logits;
-  p.expert_scale = a.expert_scale;
-  p.ids = a.ids;
-  p.weights = a.weights;
-  p.barrier = a.barrier;
-  p.n_rows = shape.n_rows;
-  p.n_expert = shape.n_expert;
-  p.norm = a.norm_topk;
+  const PersistentParams p{.d = {.h = a.h, .table = a.table, .act = a.act, .act_in = a.act, .out = a.out,
+                                 .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff},
+                           .logits = a.logits, .expert_scale = a.expert_scale, .ids = a.ids,
+                           .weights = a.weights, .barrier = a.barrier, .n_rows = shape.n_rows,
+                           .n_expert = shape.n_expert, .norm = a.norm_topk};
   const int64_t ff_tiles = blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows);
   const int64_t tiles = shape.n_rows * blocks_for(shape.n_embd, kTileRows);
   const int64_t work = std::max(pairs * ff_tiles, tiles);
@@ -323,16 +317,8 @@ int64_t moe_persistent_launches() { return g_launches.load(std::memory_order_rel
 void launch_grid_barriers(GridBarrierState* state, int n, int blocks_per_sm, Stream s) {
   const DeviceFacts& facts = device_facts();
   SLUICE_CHECK(facts.cooperative, Status::unsupported, "cuda: this device takes no cooperative launches");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(facts.sms * blocks_per_sm));
-  cfg.blockDim = dim3(kPersistWarps * 32);
-  cfg.stream = static_cast<cudaStream_t>(s);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, grid_barriers_kernel, state, n));
+  CUDA_CHECK(launch_blocks(grid_barriers_kernel, static_cast<unsigned>(facts.sms * blocks_per_sm), 0,
+                           static_cast<cudaStream_t>(s), true, false, state, n));
 }
 
 }  // namespace sluice::cuda

@@ -154,14 +154,16 @@ void CudaStreamer::Impl::enqueue_copies(const cuda::CopyDesc* descs, const uint3
   cuda::launch_expert_copies(d_descs, d_count, stream);
 }
 
+void CudaStreamer::Impl::copy_fill(const Fill& f, cudaStream_t on) {
+  const uint64_t bytes = pack->kind(f.kind).record_bytes;
+  CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, on));
+  residency->complete_load(f.slot);
+  h2d_bytes += bytes;
+  retiring.push_back(f);
+}
+
 void CudaStreamer::Impl::copy_landed_on_stream() {
-  for (const Fill& f : landed) {
-    const uint64_t bytes = pack->kind(f.kind).record_bytes;
-    CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, stream));
-    residency->complete_load(f.slot);
-    h2d_bytes += bytes;
-    retiring.push_back(f);
-  }
+  for (const Fill& f : landed) copy_fill(f, stream);
   landed.clear();
 }
 

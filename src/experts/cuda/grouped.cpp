@@ -27,6 +27,13 @@ bool CudaStreamer::Impl::prefill_waves_enabled() {
 // copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
 // slot evicted by this group, so its record is staged twice) gets one by a synchronisation
 // here: nothing else would return it before the group ends.
+void CudaStreamer::Impl::check_landing(int64_t L, StreamerClock::time_point since) const {
+  SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
+               model_layer(L), "): expert reads did not land within ",
+               std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
+               waiting.size(), " waiting for a staging buffer)");
+}
+
 size_t CudaStreamer::Impl::land_synchronously() {
   const size_t n_landed = landed.size();
   copy_landed_on_stream();
@@ -94,10 +101,7 @@ void CudaStreamer::Impl::land_group(const StepPlan& plan, int64_t L, LayerStats&
     progress += pump();
     if (progress) since = StreamerClock::now();
     else cuda::host_idle(wait_mode);
-    SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
-                 model_layer(L), "): expert reads did not land within ",
-                 std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
-                 waiting.size(), " waiting for a staging buffer)");
+    check_landing(L, since);
   }
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }
@@ -126,11 +130,7 @@ std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_ch
       if (opt.test_copy_delay_us > 0) cuda::launch_stream_delay(opt.test_copy_delay_us, copy_stream);
       g_copy_chunks.fetch_add(1, std::memory_order_relaxed);
     }
-    const uint64_t bytes = pack->kind(f.kind).record_bytes;
-    CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, copy_stream));
-    residency->complete_load(f.slot);
-    h2d_bytes += bytes;
-    retiring.push_back(f);
+    copy_fill(f, copy_stream);
     const auto it = plan_slots.find(f.slot);
     if (it != plan_slots.end() && f.kind == kind && plan.experts[it->second].record == f.record)
       out.back().experts.push_back(it->second);
@@ -241,10 +241,7 @@ void CudaStreamer::Impl::land_chunks(const StepPlan& plan, int64_t L, LayerStats
     }
     if (progress) since = StreamerClock::now();
     else if (left > 0) cuda::host_idle(wait_mode);
-    SLUICE_CHECK(StreamerClock::now() - since < opt.wait_timeout, Status::timeout, "MoE layer ", L, " (model layer ",
-                 model_layer(L), "): expert reads did not land within ",
-                 std::chrono::duration<double>(opt.wait_timeout).count(), " s (", reading.size(), " reads in flight, ",
-                 waiting.size(), " waiting for a staging buffer)");
+    check_landing(L, since);
   }
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }

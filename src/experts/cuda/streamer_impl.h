@@ -119,6 +119,9 @@ struct CudaStreamer::Impl : StreamState {
   void enqueue_copies(const cuda::CopyDesc* descs, const uint32_t* count);
   // The model thread's variant: copies landed fills on the stream itself.
   void copy_landed_on_stream();
+  // One landed fill copied into its slot on `on` (cudaMemcpyAsync), its slot resident, the
+  // fill retiring once the stream passed the copy.
+  void copy_fill(const Fill& f, cudaStream_t on);
   // The device passed the first n listed copies (all of them by default): their host memory
   // is free again, and fills waiting for a staging buffer get it.
   void retire(size_t n = SIZE_MAX);
@@ -175,6 +178,9 @@ struct CudaStreamer::Impl : StreamState {
   static bool prefill_waves_enabled();
   void retire_group();
   size_t land_synchronously();
+  // The synchronous paths' wait bound: a timeout naming the layer once nothing landed since
+  // `since` for the wait timeout.
+  void check_landing(int64_t L, StreamerClock::time_point since) const;
   // The streamed prefill's copies beside its compute (SLUICE_CUDA_PREFILL_COPY_STREAM=1; off by
   // default: on an H100 it measured no faster, bench/RESULTS.md): a group's landed records are copied on copy_stream in
   // chunks, and the wave computing a chunk's experts waits only for that chunk's event, so the
