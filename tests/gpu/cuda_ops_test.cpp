@@ -182,6 +182,72 @@ TEST(CudaOps, MatmulAddRmsNormIsMatmulThenAddRmsNorm) {
       }
 }
 
+// Uploaded weights (Tensor::uploaded) take the matrix-vector kernels' early path (matvec.cu:
+// the next kernel launches at once and the first weight chunks load before the wait for x);
+// the same memory unflagged, or with SLUICE_CUDA_EARLY=0, takes the wait-first path
+// (SLUICE_CUDA_EARLY=1 takes the early one). The two
+// give the same bits, for every weight type, the three row shapes (4 rows a warp, a row a
+// warp, k split over warps), one to eight activation rows, the scalar path (k = 130, 40) and
+// the residual-norm epilogue; the early path is counted only where it is taken.
+TEST(CudaOps, MatvecWeightsLoadedAheadBitForBit) {
+  Pair p;
+  const ScopedEnv early("SLUICE_CUDA_EARLY", nullptr);
+  for (DType wt : {DType::f32, DType::bf16, DType::f16, DType::q8, DType::q4, DType::q2, DType::mxfp4})
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{8195, 64}, {3000, 2048}, {300, 1024}, {129, 130}, {1030, 40}}) {
+      const bool quantized = dtype_is_quantized(wt);
+      auto wv = random_vec(m * k, 41, 0.05f);
+      std::vector<uint8_t> data, scales;
+      Tensor host;
+      HostTensor plain(quantized ? DType::f32 : wt, {m, k}, wv);
+      if (quantized) {
+        data.resize(m * quant_row_bytes(wt, k));
+        scales.resize(m * quant_scale_row_bytes(wt, k));
+        for (int64_t r = 0; r < m; ++r)
+          ASSERT_TRUE(quantize_row(wt, wv.data() + r * k, k, data.data() + r * quant_row_bytes(wt, k),
+                                   scales.data() + r * quant_scale_row_bytes(wt, k)));
+        host = Tensor(wt, {m, k}, data.data());
+        host.scales = scales.data();
+      } else {
+        host = plain.t;
+      }
+      const Tensor wg = p.gpu->upload(host);
+      ASSERT_TRUE(wg.uploaded);
+      Tensor unflagged = wg;
+      unflagged.uploaded = false;
+      for (int64_t n : {1, 2, 5, 8}) {
+        const std::string what = str("matvec ", dtype_name(wt), " n=", n, " m=", m, " k=", k);
+        auto xv = random_vec(n * k, 42);
+        Tensor xg = gpu_f32(*p.gpu, {n, k}, xv);
+        std::vector<float> got[3];
+        for (int way = 0; way < 3; ++way) {  // early, unflagged, switched off
+          early.set(way == 2 ? "0" : "1");
+          Tensor yg = gpu_f32(*p.gpu, {n, m}, {});
+          const int64_t before = cuda::matvec_early_launches();
+          p.gpu->matmul(xg, way == 1 ? unflagged : wg, yg);
+          got[way] = read_with_guard(*p.gpu, yg);
+          EXPECT_EQ(cuda::matvec_early_launches() - before, way == 0 ? 1 : 0) << what << " way " << way;
+        }
+        for (int way = 1; way < 3; ++way)
+          ASSERT_EQ(std::memcmp(got[way].data(), got[0].data(), got[0].size() * sizeof(float)), 0) << what << " way " << way;
+      }
+      if (m % 4 == 0 && k % 4 == 0) {  // the residual-norm epilogue (one row)
+        auto av = random_vec(k, 43), xv = random_vec(m, 44), nv = random_vec(m, 45);
+        const Tensor ng = p.gpu->upload(HostTensor(DType::bf16, {m}, nv).t);
+        Tensor a = gpu_f32(*p.gpu, {1, k}, av);
+        std::vector<float> got_x[2], got_h[2];
+        for (int way = 0; way < 2; ++way) {
+          early.set(way == 1 ? "0" : "1");
+          Tensor x1 = gpu_f32(*p.gpu, {1, m}, xv), h1 = gpu_f32(*p.gpu, {1, m}, {});
+          p.gpu->matmul_add_rms_norm(a, wg, x1, ng, 1e-6f, h1);
+          got_x[way] = read_with_guard(*p.gpu, x1);
+          got_h[way] = read_with_guard(*p.gpu, h1);
+        }
+        ASSERT_EQ(got_x[0], got_x[1]) << dtype_name(wt) << " m=" << m << " residual x";
+        ASSERT_EQ(got_h[0], got_h[1]) << dtype_name(wt) << " m=" << m << " residual h";
+      }
+    }
+}
+
 double nse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {

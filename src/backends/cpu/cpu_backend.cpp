@@ -50,7 +50,11 @@ std::optional<uint64_t> CpuBackend::memory_available() const {
   return avail;
 }
 
-Tensor CpuBackend::upload(const Tensor& host) { return host; }
+Tensor CpuBackend::upload(const Tensor& host) {
+  Tensor t = host;
+  t.uploaded = true;
+  return t;
+}
 
 void CpuBackend::to_host(const Tensor& src, void* dst) {
   if (src.nbytes()) std::memcpy(dst, src.data, src.nbytes());

@@ -189,8 +189,9 @@ __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
-                                const RowCachePtrs row_caches, const float* __restrict__ sinks) {
-  chained_kernel_entry();
+                                const RowCachePtrs row_caches, const float* __restrict__ sinks, bool early) {
+  if (early) griddep_launch_dependents();
+  else chained_kernel_entry();
   constexpr int d = 32 * DPL;
   constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
   constexpr int ds = d + EPC;           // a staged row's elements
@@ -220,10 +221,6 @@ __global__ void __launch_bounds__(256)
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
-  // The kv head's G query rows, copied with stage 0 (group 0): no load of this block waits
-  // for another before the first stages are in flight.
-  for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
-    cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
   // Copies the K and V rows of this block's stage i (if any) into buffer i mod NST, and
   // commits a group either way, so that group i is always stage i.
@@ -243,7 +240,21 @@ __global__ void __launch_bounds__(256)
     }
     cp_async_commit();
   };
-  for (int i = 0; i < NST - 1; ++i) stage_load(i);
+  // The first NST - 1 stages in flight. early: the stages wholly before the query's position
+  // go before the wait for the kernel that appends the query's own key and value row (the
+  // rows before it were written by earlier steps and the position by the host), then the
+  // wait, then the rest. The kv head's G query rows (written by that kernel) after the wait,
+  // loaded while the stages are in flight.
+  int issued = 0;
+  if (early) {
+    for (; issued < NST - 1 && lo + 32 * C * (issued * S + s + 1) <= pos; ++issued) stage_load(issued);
+    griddep_wait();
+  }
+  for (; issued < NST - 1; ++issued) stage_load(issued);
+  {
+    const float4* q4 = reinterpret_cast<const float4*>(q + static_cast<int64_t>(kvh) * G * d);
+    for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
+  }
 
   // This warp's work: chunk r of each stage, heads g0 .. g0 + HPW - 1 (those < G).
   const int r = warp % C, g0 = (warp / C) * HPW;
@@ -376,12 +387,13 @@ __global__ void __launch_bounds__(256)
 // denominator.
 //
 // grid (hq, rows), block d threads; part [rows][hq][S][d + 4] (o, max, denominator), out
-// [rows][hq][d].
+// [rows][hq][d]. early: the next kernel (the output projection) launches at this one's entry
+// (chained_kernel_entry(bool)) and puts its weight loads in flight while the merge waits.
 template <int D>
 __global__ void __launch_bounds__(256)
     attention_decode_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int hq, int S,
-                                  const float* __restrict__ sinks) {
-  chained_kernel_entry();
+                                  const float* __restrict__ sinks, bool early) {
+  chained_kernel_entry(early);
   constexpr int ds = D + 4;
   __shared__ float fs[kMaxSplits];  // factors e^(m_t - m)
   __shared__ float den, mref;
@@ -428,7 +440,8 @@ __global__ void __launch_bounds__(256)
 template <int D>
 void launch_merge(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   launch_chained(attention_decode_merge_kernel<D>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(a.n_rows)),
-                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks);
+                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks,
+                 early_launch_enabled());
 }
 
 // The GQA kernel's launch shape for (hq, hkv, d, n_ctx): heads a warp HPW, chunks a stage C,
@@ -509,7 +522,7 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks);
+                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks, early_launch_enabled());
 }
 
 template <int DPL, int HPW, typename KV>

@@ -158,6 +158,22 @@ __device__ __forceinline__ void chained_kernel_entry() {
   griddep_wait();
   griddep_launch_dependents();
 }
+// The entry of a kernel launched early (early_launch_enabled): it lets the next kernel launch
+// first, then waits. The next kernel's blocks then become resident while this one still waits
+// or runs, as far as the SMs have room, and a matrix-vector product among them puts its first
+// weight chunks in flight before its own wait (matvec.cu), so that its weight streaming
+// overlaps the small kernels before it. The chain stays ordered: every kernel still waits for
+// the one before it, which waited for its own predecessor; and the next kernel launches only
+// once every block of this one is resident, so it cannot take an SM this one still needs.
+// Nothing but weights (which no op of a step writes) may be read before the wait.
+__device__ __forceinline__ void chained_kernel_entry(bool early) {
+  if (early) {
+    griddep_launch_dependents();
+    griddep_wait();
+  } else {
+    chained_kernel_entry();
+  }
+}
 
 // Whether launch_chained chains (SLUICE_CUDA_PDL=0 turns it off, e.g. to compare).
 inline bool chained_launches_enabled() {
@@ -166,6 +182,14 @@ inline bool chained_launches_enabled() {
     return !(e && std::strcmp(e, "0") == 0);
   }();
   return on;
+}
+
+// Whether the kernels that take an `early` flag launch early (chained_kernel_entry(bool);
+// SLUICE_CUDA_EARLY=1 turns it on: off by default until measured on a GPU). Read at each
+// launch, so that a test can capture graphs both ways in one process.
+inline bool early_launch_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_EARLY");
+  return chained_launches_enabled() && e && std::strcmp(e, "1") == 0;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's

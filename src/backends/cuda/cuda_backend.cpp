@@ -110,6 +110,7 @@ Tensor CudaBackend::upload(const Tensor& host) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   t.storage = std::move(mem);
+  t.uploaded = true;
   return t;
 }
 
@@ -225,7 +226,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   if (dtype_is_quantized(w.dtype))
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
   if (n == 0 || m == 0) return;
-  const cuda::MatmulParams mp{x.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), y.ptr<float>(), n, m, k};
+  const cuda::MatmulParams mp{x.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), y.ptr<float>(),
+                              n, m, k, w.uploaded};
   if (n <= cuda::kMatvecMaxRows) {  // decode: bandwidth-bound, every weight byte read once
     cuda::launch_matvec(mp, stream_);
   } else if (n <= cuda::kMatvecBatchRows && m < cuda::kMatvecPassMaxCols) {  // batch decode (kernels.h)
@@ -260,7 +262,8 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Te
     Backend::matmul_add_rms_norm(a, w, x, norm, eps, out);
     return;
   }
-  const cuda::MatmulParams mp{a.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), x.ptr<float>(), n, m, k};
+  const cuda::MatmulParams mp{a.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), x.ptr<float>(),
+                              n, m, k, w.uploaded};
   cuda::MatvecResidualNorm rn;
   rn.norm_w = norm.empty() ? nullptr : norm.data;
   rn.norm_type = norm.empty() ? cuda::WType::f32 : wtype_of(norm, "matmul_add_rms_norm");
@@ -457,6 +460,7 @@ Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the parts may be freed once this returns
   all.storage = std::move(mem);
+  all.uploaded = std::all_of(parts.begin(), parts.end(), [](const Tensor& t) { return t.uploaded; });
   return all;
 }
 
