@@ -4,4 +4,4 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 tar xJf .carry/bins.txz -C .carry
 export LD_LIBRARY_PATH=$PWD/.carry/lib
-TRAIN_SECONDS=${TRAIN_SECONDS:-300} bash tools/routing_model/gpu_call.sh .carry/bin $OUT
+TRAIN_SECONDS=${TRAIN_SECONDS:-240} bash tools/routing_model/gpu_call.sh .carry/bin $OUT

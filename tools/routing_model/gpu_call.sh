@@ -48,12 +48,16 @@ xz -9 -T0 -c "$W/trace.jsonl" > "$OUTD/routing-model-gpu.jsonl.xz"
 say "fast profile"
 "$BIN/sluice" convert "$W/m/model" "$W/pack" --kinds q4,q2 --force -q 2>&1 | tail -1
 EB=$(stat -c %s "$W/pack/experts.q4.bin"); PROMPT=$(head -c 1500 "$W/corpus/heldout_eval.txt")
-for prof in exact fast; do
+# Then both with --lookahead on (whether the lookahead pays on trained routing: its default).
+for run in exact fast exact-lookahead fast-lookahead; do
+  [ $(( $(date +%s) - T0 )) -lt 500 ] || { say "no time left for $run"; continue; }
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
-  extra=(); [ "$prof" = fast ] && extra=(--kl-check 32)
-  timeout 120 "$BIN/sluice" run --model "$W/pack" --expert-kind q4 --backend "${FAST_BACKEND:-cuda}" \
+  prof=${run%%-*}; extra=()
+  [ "$prof" = fast ] && extra+=(--kl-check 32)
+  [ "$run" != "$prof" ] && extra+=(--lookahead on)
+  timeout 100 "$BIN/sluice" run --model "$W/pack" --expert-kind q4 --backend "${FAST_BACKEND:-cuda}" \
     --expert-cache $(( EB / 10 )) --profile $prof --prompt "$PROMPT" -n 128 --temperature 0 --ignore-eos \
-    --stats "$OUTD/profile_$prof.json" "${extra[@]}" 2>&1 >/dev/null | grep -E "^sluice: " | tee "$OUTD/profile_$prof.txt"
+    --stats "$OUTD/profile_$run.json" "${extra[@]}" 2>&1 >/dev/null | grep -E "^sluice: " | tee "$OUTD/profile_$run.txt"
 done
 ls -la "$OUTD"
 say "done"
