@@ -18,4 +18,21 @@ for e in 0 1 0 1; do
   [ $(( $(date +%s)-T0 )) -lt 540 ] || break
   echo "| $e | $(SLUICE_CUDA_EARLY=$e sr --tokens 1) | $(SLUICE_CUDA_EARLY=$e sr --tokens "$long") |"
 done
+# Where the streamed step's time goes (issue 13's host-RAM row): decode from a 10% device cache
+# and the preloaded host tier, the stats' decode phase (spin waits, then block).
+cache=$(( $(stat -c %s /tmp/sbs/pack/experts.q4.bin) / 10 ))
+for w in spin block; do
+  [ $(( $(date +%s)-T0 )) -lt 560 ] || break
+  echo "## host tier, --wait $w: $(timeout 60 .carry/bin/sluice run --model /tmp/sbs/pack --backend cuda --ignore-eos --temperature 0 -n 128 --tokens 1 \
+    --expert-cache $cache --host-cache 16G --host-cache-preload --wait $w --stats $OUT/hostram_$w.json 2>&1 >/dev/null | grep -o "generated [0-9]* tokens, [0-9.]* tok/s")"
+  python3 - $OUT/hostram_$w.json <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["run"]
+d = r["phases"]["decode"]
+n = max(r.get("decode_tokens", 1), 1)
+print("decode %.3f s for %d tokens; per token: service wall %.1f us, demand wait %.1f us, misses %.2f, hits %.2f, host hits %.2f" % (
+    r["decode_seconds"], n, 1e6 * d["service_wall_seconds"] / n, 1e6 * d["demand_wait_seconds"] / n,
+    d["misses"] / n, d["hits"] / n, d["host_hits"] / n))
+PY
+done
 echo "total $(( $(date +%s)-T0 )) s"
