@@ -522,7 +522,7 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks, early_launch_enabled());
+                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks, early_attention_enabled());
 }
 
 template <int DPL, int HPW, typename KV>

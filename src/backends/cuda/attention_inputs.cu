@@ -113,7 +113,7 @@ void launch(const AttentionInputsParams& p, cudaStream_t st) {
   launch_chained(p.rows ? attention_inputs_kernel<true, kWarpItems, KV> : attention_inputs_kernel<false, kWarpItems, KV>,
                  grid, dim3(kThreads), 0, st, p.q, p.k, p.v, p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps,
                  p.cos, p.sin, p.rot, p.interleaved, static_cast<KV*>(p.k_cache), static_cast<KV*>(p.v_cache),
-                 p.positions, p.n_past, p.n, p.nh, p.nkv, p.d, p.rows ? *p.rows : none, early_launch_enabled());
+                 p.positions, p.n_past, p.n, p.nh, p.nkv, p.d, p.rows ? *p.rows : none, early_attention_enabled());
 }
 
 template <typename KV>

@@ -185,11 +185,18 @@ inline bool chained_launches_enabled() {
 }
 
 // Whether the kernels that take an `early` flag launch early (chained_kernel_entry(bool);
-// SLUICE_CUDA_EARLY=1 turns it on: off by default until measured on a GPU). Read at each
-// launch, so that a test can capture graphs both ways in one process.
+// SLUICE_CUDA_EARLY=1 turns it on for all of them, SLUICE_CUDA_EARLY=attention for the decode
+// attention's two (its inputs and the GQA kernel: the cache rows before the position in
+// flight early) only; off by default: measured 0.96x after 512 tokens and 1.02x after 8192 with
+// all of them, bench/RESULTS.md). Read at each launch, so that a test can capture graphs
+// both ways in one process.
 inline bool early_launch_enabled() {
   const char* e = std::getenv("SLUICE_CUDA_EARLY");
   return chained_launches_enabled() && e && std::strcmp(e, "1") == 0;
+}
+inline bool early_attention_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_EARLY");
+  return early_launch_enabled() || (chained_launches_enabled() && e && std::strcmp(e, "attention") == 0);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's
