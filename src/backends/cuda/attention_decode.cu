@@ -184,13 +184,19 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
 // caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are
 // row b's.
-template <int DPL, int HPW, bool kPerRow, typename KV>
+//
+// kEarly (one sequence only; a compile-time choice, since the early path's registers would
+// otherwise cost the plain kernel blocks an SM): the stages before the position go before the
+// wait (early_attention_enabled).
+template <int DPL, int HPW, bool kPerRow, typename KV, bool kEarly = false>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
-                                const RowCachePtrs row_caches, const float* __restrict__ sinks, bool early) {
-  if (early) griddep_launch_dependents();
+                                const RowCachePtrs row_caches, const float* __restrict__ sinks) {
+  static_assert(!kEarly || !kPerRow, "early: one sequence");
+  constexpr bool early = kEarly;
+  if constexpr (early) griddep_launch_dependents();
   else chained_kernel_entry();
   constexpr int d = 32 * DPL;
   constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
@@ -221,6 +227,11 @@ __global__ void __launch_bounds__(256)
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
+  // Not early: the kv head's G query rows, copied with stage 0 (group 0), so that no load of
+  // this block waits for another before the first stages are in flight.
+  if constexpr (!early)
+    for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
+      cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
   // Copies the K and V rows of this block's stage i (if any) into buffer i mod NST, and
   // commits a group either way, so that group i is always stage i.
@@ -243,15 +254,15 @@ __global__ void __launch_bounds__(256)
   // The first NST - 1 stages in flight. early: the stages wholly before the query's position
   // go before the wait for the kernel that appends the query's own key and value row (the
   // rows before it were written by earlier steps and the position by the host), then the
-  // wait, then the rest. The kv head's G query rows (written by that kernel) after the wait,
-  // loaded while the stages are in flight.
+  // wait, then the rest, and the kv head's G query rows (written by that kernel) after the
+  // wait, loaded while the stages are in flight.
   int issued = 0;
-  if (early) {
+  if constexpr (early) {
     for (; issued < NST - 1 && lo + 32 * C * (issued * S + s + 1) <= pos; ++issued) stage_load(issued);
     griddep_wait();
   }
   for (; issued < NST - 1; ++issued) stage_load(issued);
-  {
+  if constexpr (early) {
     const float4* q4 = reinterpret_cast<const float4*>(q + static_cast<int64_t>(kvh) * G * d);
     for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   }
@@ -518,11 +529,21 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
   }();
   (void)smem_set;
   const RowCachePtrs none{};
-  launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
+  auto kernel = attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>;
+  if constexpr (!kPerRow) {
+    static const bool early_smem_set = [] {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
+      return true;
+    }();
+    (void)early_smem_set;
+    if (early_attention_enabled()) kernel = attention_decode_gqa_kernel<DPL, HPW, false, KV, true>;
+  }
+  launch_chained(kernel,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks, early_attention_enabled());
+                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks);
 }
 
 template <int DPL, int HPW, typename KV>

@@ -29,8 +29,8 @@ constexpr int64_t kMatvecMaxRows = 8;
 constexpr int64_t kMatvecBatchRows = 64;
 constexpr int64_t kMatvecPassMaxCols = 16384;
 void launch_matvec(const MatmulParams& p, Stream s);
-// Matrix-vector launches so far that loaded their weights ahead (p.weights_fixed with
-// early_launch_enabled: matvec.cu), for tests.
+// Matrix-vector launches so far that loaded their weights ahead (one activation row,
+// p.weights_fixed, early_launch_enabled: matvec.cu), for tests.
 int64_t matvec_early_launches();
 // The output projection of a decode token with the residual add and the next norm after it
 // (matvec.cu): p.y [1, m] is the residual stream x; x += p.x . w^T, then h = rms_norm(x) *

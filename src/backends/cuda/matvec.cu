@@ -18,18 +18,21 @@ constexpr int kWarps = 8;
 // A block's kWarps warps form kWarps / KS groups of KS warps; a group computes weight rows
 // j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing), its warps splitting k
 // (small m: enough blocks to fill the GPU); the KS partial sums are added in warp order.
-// early (the weights are written by no op of the step, and early_launch_enabled): the kernel
+// EARLY (one activation row, the weights written by no op of the step, early_launch_enabled): the kernel
 // lets the next one launch at once and loads its first weight chunks (row_dot.cuh's
 // RowsAhead) before it waits for x, so that its weight streaming starts while the kernels
 // before it (a norm, the attention merge, the output projection) still run; otherwise the
-// same loads follow the wait. The sums are the same either way.
-template <WType T, int NX, int NW, int KS, bool RESID>
+// plain loop after the wait. The sums are the same either way.
+// A compile-time choice, one activation row only: the early kernel holds its chunks across
+// the wait (60 registers a thread for a bf16 row against 39), which in the plain kernel
+// would cost blocks an SM (a q/k/v product of 640 blocks in two waves instead of one).
+template <WType T, int NX, int NW, int KS, bool RESID, bool EARLY>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
-                              int64_t row_bytes, int64_t scale_row_bytes, bool vec, bool early,
-                              MatvecResidualNorm rn) {
+                              int64_t row_bytes, int64_t scale_row_bytes, bool vec, MatvecResidualNorm rn) {
   static_assert(!RESID || NX == 1, "a residual norm takes one activation row");
-  if (early) griddep_launch_dependents();
+  static_assert(!EARLY || NX == 1, "early: one activation row");
+  if constexpr (EARLY) griddep_launch_dependents();
   else chained_kernel_entry();
   __shared__ float part[kWarps][NX * NW];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -44,19 +47,18 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
     wr[r] = w + j * row_bytes;
     sr[r] = scales ? scales + j * scale_row_bytes : nullptr;
   }
-  // One activation row only (a batch step's products keep the plain loop: half the code of
-  // the kernels of 2 to 8 rows).
-  constexpr bool kAhead = NX == 1;
   RowsAhead<T, NW> ahead;
-  if (kAhead && live && vec) load_rows_ahead<T, NW>(ahead, wr, sr, k, lane, ks, KS);
-  if (early) griddep_wait();
+  if constexpr (EARLY) {
+    if (live && vec) load_rows_ahead<T, NW>(ahead, wr, sr, k, lane, ks, KS);
+    griddep_wait();
+  }
   float acc[NX][NW];
 #pragma unroll
   for (int i = 0; i < NX; ++i)
 #pragma unroll
     for (int r = 0; r < NW; ++r) acc[i][r] = 0.0f;
   if (live) {
-    if (kAhead && vec) rows_dot_partial<T, NX, NW, kAhead>(wr, sr, x, k, k, true, lane, acc, ks, KS, &ahead);
+    if (EARLY && vec) rows_dot_partial<T, NX, NW, EARLY>(wr, sr, x, k, k, true, lane, acc, ks, KS, &ahead);
     else rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc, ks, KS);
   }
 #pragma unroll
@@ -109,9 +111,11 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
                int64_t sb, bool vec, bool early, cudaStream_t st, const MatvecResidualNorm& rn = {}) {
   static_assert(kWarps * 32 == kNormThreads, "the last block norms the row with all its threads");
   const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
-  launch_chained(matvec_kernel<T, NX, NW, KS, RESID>, grid, dim3(kWarps * 32), 0, st, x,
-                 static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec, early,
-                 rn);
+  auto kernel = matvec_kernel<T, NX, NW, KS, RESID, false>;
+  if constexpr (NX == 1)
+    if (early) kernel = matvec_kernel<T, NX, NW, KS, RESID, true>;
+  launch_chained(kernel, grid, dim3(kWarps * 32), 0, st, x, static_cast<const uint8_t*>(w),
+                 static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec, rn);
 }
 
 // Batches of NX rows (a batch decode step): 2 weight rows a warp from 8192 rows (an output
@@ -172,7 +176,7 @@ void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stre
   const WType t = p.wtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   const bool vec = row_dot_vec_ok(t, w, k, x, k);
-  const bool early = p.weights_fixed && early_launch_enabled();
+  const bool early = n == 1 && p.weights_fixed && early_launch_enabled();
   if (early) g_early_launches.fetch_add(1, std::memory_order_relaxed);
   auto st = static_cast<cudaStream_t>(s);
   switch (t) {
