@@ -195,8 +195,7 @@ __global__ void __launch_bounds__(256)
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
                                 const RowCachePtrs row_caches, const float* __restrict__ sinks) {
   static_assert(!kEarly || !kPerRow, "early: one sequence");
-  constexpr bool early = kEarly;
-  if constexpr (early) griddep_launch_dependents();
+  if constexpr (kEarly) griddep_launch_dependents();
   else chained_kernel_entry();
   constexpr int d = 32 * DPL;
   constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(256)
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
   // Not early: the kv head's G query rows, copied with stage 0 (group 0), so that no load of
   // this block waits for another before the first stages are in flight.
-  if constexpr (!early)
+  if constexpr (!kEarly)
     for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
       cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
@@ -257,12 +256,12 @@ __global__ void __launch_bounds__(256)
   // wait, then the rest, and the kv head's G query rows (written by that kernel) after the
   // wait, loaded while the stages are in flight.
   int issued = 0;
-  if constexpr (early) {
+  if constexpr (kEarly) {
     for (; issued < NST - 1 && lo + 32 * C * (issued * S + s + 1) <= pos; ++issued) stage_load(issued);
     griddep_wait();
   }
   for (; issued < NST - 1; ++issued) stage_load(issued);
-  if constexpr (early) {
+  if constexpr (kEarly) {
     const float4* q4 = reinterpret_cast<const float4*>(q + static_cast<int64_t>(kvh) * G * d);
     for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   }
@@ -522,23 +521,20 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
 
 template <int DPL, int HPW, bool kPerRow, typename KV>
 void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+  // The plain kernel and, for one sequence, the early one (kEarly).
   static const bool smem_set = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
+    if constexpr (!kPerRow)
+      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
     return true;
   }();
   (void)smem_set;
   const RowCachePtrs none{};
   auto kernel = attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>;
-  if constexpr (!kPerRow) {
-    static const bool early_smem_set = [] {
-      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-      return true;
-    }();
-    (void)early_smem_set;
+  if constexpr (!kPerRow)
     if (early_attention_enabled()) kernel = attention_decode_gqa_kernel<DPL, HPW, false, KV, true>;
-  }
   launch_chained(kernel,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,

@@ -190,13 +190,14 @@ inline bool chained_launches_enabled() {
 // flight early) only; off by default: measured 0.96x after 512 tokens and 1.02x after 8192 with
 // all of them, bench/RESULTS.md). Read at each launch, so that a test can capture graphs
 // both ways in one process.
-inline bool early_launch_enabled() {
+inline const char* early_launch_setting() {  // "" when off or unset
   const char* e = std::getenv("SLUICE_CUDA_EARLY");
-  return chained_launches_enabled() && e && std::strcmp(e, "1") == 0;
+  return chained_launches_enabled() && e ? e : "";
 }
+inline bool early_launch_enabled() { return std::strcmp(early_launch_setting(), "1") == 0; }
 inline bool early_attention_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_EARLY");
-  return early_launch_enabled() || (chained_launches_enabled() && e && std::strcmp(e, "attention") == 0);
+  const char* e = early_launch_setting();
+  return std::strcmp(e, "1") == 0 || std::strcmp(e, "attention") == 0;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's
