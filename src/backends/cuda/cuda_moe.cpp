@@ -56,9 +56,10 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
 }
 
 void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k,
-                         bool norm_topk, int32_t* ids, float* weights, Stream s, const float* expert_scale) {
-  if (scoring == RouterScoring::sigmoid) launch_router_topk_sigmoid(logits, n, n_expert, k, ids, weights, s);
-  else launch_router_topk(logits, n, n_expert, k, norm_topk, ids, weights, s, expert_scale);
+                         bool norm_topk, int32_t* ids, float* weights, Stream s, const float* expert_scale,
+                         RoutingCopy copy) {
+  if (scoring == RouterScoring::sigmoid) launch_router_topk_sigmoid(logits, n, n_expert, k, ids, weights, s, copy);
+  else launch_router_topk(logits, n, n_expert, k, norm_topk, ids, weights, s, expert_scale, copy);
 }
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,

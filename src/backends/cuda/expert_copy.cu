@@ -9,10 +9,11 @@
 namespace sluice::cuda {
 namespace {
 
-__global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* count) {
+__global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* count, uint8_t* clear, uint32_t clear_bytes) {
   const uint32_t n = *count;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t c = tid; c < clear_bytes; c += stride) clear[c] = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const CopyDesc* d = descs + i;
     const uint4* src = static_cast<const uint4*>(d->src);
@@ -38,9 +39,9 @@ void launch_stream_delay(uint32_t us, Stream s) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s) {
+void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s, uint8_t* clear, uint32_t clear_bytes) {
   // Enough blocks to keep many PCIe reads in flight (a few per SM); most launches copy little.
-  expert_copies_kernel<<<528, 256, 0, static_cast<cudaStream_t>(s)>>>(descs, count);
+  expert_copies_kernel<<<528, 256, 0, static_cast<cudaStream_t>(s)>>>(descs, count, clear, clear_bytes);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,8 +22,11 @@ struct CopyDesc {
 
 // Copies descs[0 .. *count) on `s`. descs and count are device memory (the streamer copies the
 // host's list there in stream order, behind the signal that publishes it); the sources are
-// host-mapped and read when the kernel runs.
-void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s);
+// host-mapped and read when the kernel runs. The same kernel zeroes clear[0, clear_bytes)
+// (device memory; null: nothing), so the decode step clears its pairs' flags without a memset
+// on the stream.
+void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s, uint8_t* clear = nullptr,
+                          uint32_t clear_bytes = 0);
 
 // A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
 // tests delay a stream with it so that a missing ordering between two streams shows

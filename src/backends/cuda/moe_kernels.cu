@@ -42,11 +42,24 @@ constexpr int gate_up_blocks_per_sm() {
   return WT == WType::q2 || WT == WType::unavailable ? 2 : 3;
 }
 
+// The row's k ids and weights, once the warp wrote them, copied to `copy` (the streamer's
+// host-mapped handshake memory: the host reads the routing there without a device-to-host
+// copy on the stream); nothing when copy.ids is null. The whole warp calls it.
+__device__ __forceinline__ void copy_routing_row(const int32_t* ids, const float* weights, RoutingCopy copy,
+                                                 int64_t row, int64_t k) {
+  if (copy.ids == nullptr) return;
+  __syncwarp();  // the lanes' (or lane 0's) stores of the row are visible to the warp
+  for (int64_t r = threadIdx.x % 32; r < k; r += 32) {
+    copy.ids[row * k + r] = ids[row * k + r];
+    copy.weights[row * k + r] = weights[row * k + r];
+  }
+}
+
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a
 // warp arg-max (equal probabilities: the lower expert id), as route_topk does.
 __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
                                    int32_t* __restrict__ ids, float* __restrict__ weights,
-                                   const float* __restrict__ expert_scale) {
+                                   const float* __restrict__ expert_scale, RoutingCopy copy) {
   chained_kernel_entry();
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -92,6 +105,7 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
       if (expert_scale != nullptr) w = __fmul_rn(w, expert_scale[ids[row * k + r]]);
       weights[row * k + r] = w;
     }
+  copy_routing_row(ids, weights, copy, row, k);
 }
 
 // router_topk_kernel with the row's probabilities in registers (router_topk.cuh): one warp a
@@ -99,12 +113,13 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t n, 
 template <int NV>
 __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
                                         int32_t* __restrict__ ids, float* __restrict__ weights,
-                                        const float* __restrict__ expert_scale) {
+                                        const float* __restrict__ expert_scale, RoutingCopy copy) {
   chained_kernel_entry();
   const int warp = threadIdx.x / 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
   if (row >= n) return;
   router_topk_warp<NV>(logits + row * E, E, k, norm, ids + row * k, weights + row * k, expert_scale);
+  copy_routing_row(ids, weights, copy, row, k);
 }
 
 // One warp per row, E <= 32 NV: route_topk's sigmoid scoring. Lane l holds the logits of
@@ -112,7 +127,7 @@ __global__ void router_topk_regs_kernel(const float* __restrict__ logits, int64_
 // a sentinel value: any logit may be chosen), the lower expert id first among equal logits.
 template <int NV>
 __global__ void router_topk_sigmoid_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k,
-                                           int32_t* __restrict__ ids, float* __restrict__ weights) {
+                                           int32_t* __restrict__ ids, float* __restrict__ weights, RoutingCopy copy) {
   chained_kernel_entry();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
@@ -150,6 +165,7 @@ __global__ void router_topk_sigmoid_kernel(const float* __restrict__ logits, int
     ids[row * k + lane] = mine_id;
     weights[row * k + lane] = 1.0f / (1.0f + expf(-mine));
   }
+  copy_routing_row(ids, weights, copy, row, k);
 }
 
 __global__ void scale_pair_inputs_kernel(const float* __restrict__ h, const float* __restrict__ w,
@@ -729,7 +745,7 @@ void launch_moe_experts_grouped(const MoeGroupedParams& p, Stream s) {
 }
 
 void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert, int64_t k, int32_t* ids,
-                                float* weights, Stream s) {
+                                float* weights, Stream s, RoutingCopy copy) {
   SLUICE_CHECK(k > 0 && k <= n_expert && k <= 32, Status::internal, "cuda router_topk_sigmoid: k ", k, " of ", n_expert,
                " experts");
   SLUICE_CHECK(n_expert <= 512, Status::unsupported, "cuda router_topk_sigmoid: ", n_expert,
@@ -738,11 +754,11 @@ void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert
   const dim3 grid(blocks_for(n, kRouterWarps)), block(kRouterWarps * 32);
   const auto st = static_cast<cudaStream_t>(s);
   if (n_expert <= 64)
-    launch_chained(router_topk_sigmoid_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+    launch_chained(router_topk_sigmoid_kernel<2>, grid, block, 0, st, logits, n, n_expert, k, ids, weights, copy);
   else if (n_expert <= 128)
-    launch_chained(router_topk_sigmoid_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+    launch_chained(router_topk_sigmoid_kernel<4>, grid, block, 0, st, logits, n, n_expert, k, ids, weights, copy);
   else
-    launch_chained(router_topk_sigmoid_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, ids, weights);
+    launch_chained(router_topk_sigmoid_kernel<16>, grid, block, 0, st, logits, n, n_expert, k, ids, weights, copy);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -756,7 +772,7 @@ void launch_scale_pair_inputs(const float* h, const float* weights, float* x, in
 }
 
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
-                        float* weights, Stream s, const float* expert_scale) {
+                        float* weights, Stream s, const float* expert_scale, RoutingCopy copy) {
   SLUICE_CHECK(k > 0 && k <= n_expert, Status::internal, "cuda router_topk: k ", k, " of ", n_expert, " experts");
   const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
   SLUICE_CHECK(smem <= 48 * 1024, Status::unsupported, "cuda router_topk: ", n_expert,
@@ -765,10 +781,11 @@ void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_
   const dim3 grid(blocks_for(n, kRouterWarps)), block(kRouterWarps * 32);
   const auto st = static_cast<cudaStream_t>(s);
   if (k > 32 || n_expert > 512)
-    launch_chained(router_topk_kernel, grid, block, smem, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale);
+    launch_chained(router_topk_kernel, grid, block, smem, st, logits, n, n_expert, k, norm_topk, ids, weights, expert_scale,
+                   copy);
   else
     SLUICE_WITH_TOPK_NV(n_expert, launch_chained(router_topk_regs_kernel<NV>, grid, block, 0, st, logits, n, n_expert,
-                                                 k, norm_topk, ids, weights, expert_scale))
+                                                 k, norm_topk, ids, weights, expert_scale, copy))
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -56,18 +56,27 @@ struct MoeShape {
 // the lower expert id first), renormalized to sum 1 when norm_topk, then (expert_scale not
 // null: [n_expert] f32, Gemma 4's per_expert_scale) each weight times its expert's scale, one
 // rounding. Matches route_topk (models/blocks.h) and the model's scaling on the CPU.
+// A second place for a router's ids and weights [n, k] (the CUDA streamer's host-mapped
+// handshake memory, as device pointers): the top-k kernels store each row there too once it
+// is final, so the host reads the routing without a copy on the stream. Null: none.
+struct RoutingCopy {
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+};
+
 void launch_router_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk, int32_t* ids,
-                        float* weights, Stream s, const float* expert_scale = nullptr);
+                        float* weights, Stream s, const float* expert_scale = nullptr, RoutingCopy copy = {});
 
 // route_topk's sigmoid scoring (Llama 4): ids[n, k] = the k largest logits of each row (equal
 // logits: the lower expert id first), weights[n, k] = sigmoid of each, 1 / (1 + e^-l).
 void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert, int64_t k, int32_t* ids,
-                                float* weights, Stream s);
+                                float* weights, Stream s, RoutingCopy copy = {});
 
 // The device top-k of `scoring` (route_topk's): launch_router_topk (softmax; norm_topk and
 // expert_scale apply) or launch_router_topk_sigmoid. Host code; defined in cuda_moe.cpp.
 void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk,
-                   int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr);
+                   int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
+                   RoutingCopy copy = {});
 
 // The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
 // x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as

@@ -36,12 +36,11 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   if (host && opt.host_cache_preload) preload_host_tier();
   hs = std::make_unique<cuda::Handshake>(n_layers);
   calls.assign(static_cast<size_t>(n_layers), 0);
-  d_table = cuda::DeviceBuffer(static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), "the expert table");
   wave_tables = cuda::MappedHostBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                        "the prefill wave tables");
   d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                      "the prefill wave tables");
-  d_copies = cuda::DeviceBuffer(copy_list_bytes() + sizeof(uint32_t), "the copy list");
+  d_phase = cuda::DeviceBuffer(phase_list_bytes(), "the expert table and copy list");
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
@@ -71,13 +70,11 @@ CudaStreamer::Impl::~Impl() {
     for (int64_t L = 0; L < n_layers; ++L) {
       const uint64_t v = calls[static_cast<size_t>(L)];
       if (hs->load(L, cuda::Signal::resident_ready) < v) {
-        *layer_view(L).count1 = 0;
-        std::fill(layer_view(L).table1, layer_view(L).table1 + n_expert, cuda::ExpertRef{});
+        clear_phase(layer_view(L).phase1);
         hs->store(L, cuda::Signal::resident_ready, v);
       }
       if (hs->load(L, cuda::Signal::misses_ready) < v) {
-        *layer_view(L).count2 = 0;
-        std::fill(layer_view(L).table2, layer_view(L).table2 + n_expert, cuda::ExpertRef{});
+        clear_phase(layer_view(L).phase2);
         hs->store(L, cuda::Signal::misses_ready, v);
       }
     }
@@ -134,14 +131,8 @@ CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L) const {
   v.weights = reinterpret_cast<float*>(base + nk);
   v.pred_ids = reinterpret_cast<int32_t*>(base + 2 * nk);
   v.pred_weights = reinterpret_cast<float*>(base + 3 * nk);
-  v.table1 = reinterpret_cast<cuda::ExpertRef*>(base + 4 * nk);
-  v.table2 = v.table1 + n_expert;
-  const size_t copies = static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc);
-  uint8_t* c = base + 4 * nk + round_up(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), 64);
-  v.copies1 = reinterpret_cast<cuda::CopyDesc*>(c);
-  v.copies2 = reinterpret_cast<cuda::CopyDesc*>(c + round_up(copies, 64));
-  v.count1 = reinterpret_cast<uint32_t*>(c + 2 * round_up(copies, 64));
-  v.count2 = v.count1 + 16;
+  v.phase1 = phase_list_at(base + 4 * nk);
+  v.phase2 = phase_list_at(base + 4 * nk + phase_list_bytes());
   return v;
 }
 
@@ -163,8 +154,7 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   const int64_t cap = std::max<int64_t>(n, 16);
   const size_t pairs = static_cast<size_t>(cap * top_k);
   const size_t nk = round_up(pairs * 4, 64);
-  layer_stride = 4 * nk + round_up(2 * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), 64) +
-                 2 * round_up(static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc), 64) + 128;
+  layer_stride = 4 * nk + 2 * phase_list_bytes();
   layer_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_layers) * layer_stride, "the expert handshake tables");
   d_ids = cuda::DeviceBuffer(pairs * 4, "routing ids");
   d_w = cuda::DeviceBuffer(pairs * 4, "routing weights");
@@ -259,8 +249,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
   const RouterScoring scoring = c.router->scoring;
+  const Impl::LayerView lv = m.layer_view(L);
+  // The routing goes to the host-mapped handshake memory too, where the service thread reads it.
   cuda::launch_router(scoring, c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
-                      m.expert_scale_on_device(L, c.expert_scale));
+                      m.expert_scale_on_device(L, c.expert_scale), {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)});
   // Weights that scale the experts' inputs (Llama 4): each pair's input row is its own
   // (Impl::d_x), computed as a top-1 row, and the pairs' outputs are summed with weight 1.
   if (c.math.scale_input)
@@ -277,7 +269,6 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     m.grouped(c, shape);
     return;
   }
-  const Impl::LayerView lv = m.layer_view(L);
   const size_t nk = static_cast<size_t>(n * k);
   const bool look = m.opt.lookahead && !c.next_router.empty() && L + 1 < m.n_layers &&
                     m.residency->speculative_capacity() > 0;
@@ -285,14 +276,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     Tensor plog(DType::f32, {n, E}, m.d_plog.as());
     be.matmul(c.h, c.next_router, plog);
     if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
-    cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s);
-    CUDA_CHECK(cudaMemcpyAsync(lv.pred_ids, m.d_pids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaMemcpyAsync(lv.pred_weights, m.d_pw.as(), nk * 4, cudaMemcpyDeviceToHost, s));
+    cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s,
+                        nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)});
   }
-  CUDA_CHECK(cudaMemcpyAsync(lv.ids, m.d_ids.as(), nk * 4, cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaMemcpyAsync(lv.weights, m.d_w.as(), nk * 4, cudaMemcpyDeviceToHost, s));
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
-  const size_t table_bytes = static_cast<size_t>(E) * sizeof(cuda::ExpertRef);
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
   const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};
@@ -303,20 +290,18 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.q_cv.notify_all();
   m.hs->device_write(s, L, cuda::Signal::router_ready, v);
   m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
-  // Everything below reads what the host published before the signal: the landed records'
-  // copies, then the table (copied to the device when the stream gets there).
-  m.enqueue_copies(lv.copies1, lv.count1);
-  CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table1, table_bytes, cudaMemcpyHostToDevice, s));
-  CUDA_CHECK(cudaMemsetAsync(m.d_done.as(), 0, nk, s));
+  // Everything below reads what the host published before the signal: the phase's list
+  // (copied to the device when the stream gets there), then the landed records' copies by the
+  // copy kernel, which zeroes the pairs' done flags before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
-  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
-                           m.d_act.as<float>(), m.d_pair.as<float>(), in.shape, s);
+  const cuda::ExpertRef* table = m.enqueue_phase(lv.phase1, m.d_done.as(), static_cast<uint32_t>(nk));
+  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
+                           m.d_pair.as<float>(), in.shape, s);
   m.hs->device_write(s, L, cuda::Signal::resident_done, v);
   m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
-  m.enqueue_copies(lv.copies2, lv.count2);
-  CUDA_CHECK(cudaMemcpyAsync(m.d_table.as(), lv.table2, table_bytes, cudaMemcpyHostToDevice, s));
-  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), m.d_table.as<cuda::ExpertRef>(), m.d_done.as(),
-                           m.d_act.as<float>(), m.d_pair.as<float>(), in.shape, s);
+  table = m.enqueue_phase(lv.phase2, nullptr, 0);
+  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
+                           m.d_pair.as<float>(), in.shape, s);
   cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,

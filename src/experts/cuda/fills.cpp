@@ -146,12 +146,21 @@ size_t CudaStreamer::Impl::list_landed(cuda::CopyDesc* descs, uint32_t& count) {
   return n;
 }
 
-void CudaStreamer::Impl::enqueue_copies(const cuda::CopyDesc* descs, const uint32_t* count) {
-  auto* d_descs = d_copies.as<cuda::CopyDesc>();
-  auto* d_count = reinterpret_cast<uint32_t*>(d_copies.as() + copy_list_bytes());
-  CUDA_CHECK(cudaMemcpyAsync(d_count, count, sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaMemcpyAsync(d_descs, descs, copy_list_bytes(), cudaMemcpyHostToDevice, stream));
-  cuda::launch_expert_copies(d_descs, d_count, stream);
+CudaStreamer::Impl::PhaseList CudaStreamer::Impl::phase_list_at(uint8_t* base) const {
+  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<cuda::ExpertRef*>(base + phase_table_offset()),
+          reinterpret_cast<cuda::CopyDesc*>(base + phase_copies_offset())};
+}
+
+void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
+  *p.count = 0;
+  std::fill(p.table, p.table + n_expert, cuda::ExpertRef{});
+}
+
+const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(const PhaseList& host, uint8_t* clear, uint32_t clear_bytes) {
+  const PhaseList dev = device_phase();
+  CUDA_CHECK(cudaMemcpyAsync(dev.count, host.count, phase_list_bytes(), cudaMemcpyHostToDevice, stream));
+  cuda::launch_expert_copies(dev.copies, dev.count, stream, clear, clear_bytes);
+  return dev.table;
 }
 
 void CudaStreamer::Impl::copy_fill(const Fill& f, cudaStream_t on) {

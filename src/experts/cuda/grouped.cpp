@@ -287,8 +287,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   throw_if_failed();
   const LayerView lv = layer_view(L);
   const size_t nk = static_cast<size_t>(n * k);
-  CUDA_CHECK(cudaMemcpyAsync(lv.ids, d_ids.as(), nk * 4, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(lv.weights, d_w.as(), nk * 4, cudaMemcpyDeviceToHost, stream));
+  // The top-k kernel wrote the routing into lv too (moe()): it is there once the stream drained.
   CUDA_CHECK(cudaMemsetAsync(d_done.as(), 0, nk, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::lock_guard<std::mutex> g(mu);
@@ -310,7 +309,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
     cuda::MoeGroupedParams group_rows{in.h,
                                       d_ids.as<int32_t>() + row0 * k,
                                       in.combine_weights,
-                                      d_table.as<cuda::ExpertRef>(),
+                                      device_phase().table,
                                       d_group.as(),
                                       d_act.as<float>(),
                                       d_pair.as<float>(),
@@ -323,11 +322,11 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
       const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
       std::vector<size_t> all(plan.experts.size());
       std::iota(all.begin(), all.end(), size_t{0});
-      upload_table(plan, all, lv.table1, d_table.as<cuda::ExpertRef>());
+      upload_table(plan, all, lv.phase1.table, device_phase().table);
       if (grouped_kernels)
         cuda::launch_moe_experts_grouped(group_rows, stream);
       else
-        cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), d_table.as<cuda::ExpertRef>(), d_done.as(),
+        cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), device_phase().table, d_done.as(),
                                  d_act.as<float>(), d_pair.as<float>(), all_rows.shape, stream);
     }
     retire_group();

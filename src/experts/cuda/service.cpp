@@ -82,13 +82,11 @@ void CudaStreamer::Impl::service_loop() {
 void CudaStreamer::Impl::release_device(const Job& j) {
   const LayerView lv = layer_view(j.layer);
   if (!published_resident) {
-    *lv.count1 = 0;
-    std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+    clear_phase(lv.phase1);
     hs->store(j.layer, cuda::Signal::resident_ready, j.value);
   }
   if (!published_misses) {
-    *lv.count2 = 0;
-    std::fill(lv.table2, lv.table2 + n_expert, cuda::ExpertRef{});
+    clear_phase(lv.phase2);
     hs->store(j.layer, cuda::Signal::misses_ready, j.value);
   }
   published_resident = published_misses = true;
@@ -142,18 +140,18 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   plan.set_union(std::span<const int32_t>(lv.ids, nk), std::span<const float>(lv.weights, nk), k, 0, n, n_expert);
   ls.unique += plan.experts.size();
   uint32_t n1 = 0, n2 = 0;
-  Fills fills(*this, [&] { return list_landed(lv.copies1, n1); });
+  Fills fills(*this, [&] { return list_landed(lv.phase1.copies, n1); });
   plan.acquire_and_read(fills, ls, pins);
   lookahead(j, lv, fills);
   pump();
 
   // Phase 1: the experts resident now, with the records that landed copied first.
-  list_landed(lv.copies1, n1);
-  *lv.count1 = n1;
-  std::fill(lv.table1, lv.table1 + n_expert, cuda::ExpertRef{});
+  list_landed(lv.phase1.copies, n1);
+  *lv.phase1.count = n1;
+  std::fill(lv.phase1.table, lv.phase1.table + n_expert, cuda::ExpertRef{});
   for (PlannedExpert& w : plan.experts) {
     if (!plan.in_phase1(w)) continue;
-    lv.table1[w.expert] = ref(w.slot, kind);
+    lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
   hs->store(L, cuda::Signal::resident_ready, v);
@@ -175,14 +173,14 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     const auto t0 = StreamerClock::now();
     while (!resident(w.low_slot, w.record, *opt.miss_kind)) {
       if (pump() == 0) cuda::host_idle(wait_mode);
-      list_landed(lv.copies2, n2);
+      list_landed(lv.phase2.copies, n2);
       SLUICE_CHECK(StreamerClock::now() - t0 < opt.wait_timeout, Status::timeout, "MoE layer ", L,
                    ": the low-bit copy of ", describe(w.record, *opt.miss_kind), " did not land");
     }
   };
   for (;;) {
     size_t progress = pump();
-    list_landed(lv.copies2, n2);
+    list_landed(lv.phase2.copies, n2);
     if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) {
       phase1_done = StreamerClock::now();
       retire(listed_for_phase1);
@@ -213,12 +211,12 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
            " s (", reading.size(), " reads in flight, ", waiting.size(), " waiting for staging; misses_ready not sent)");
     }
   }
-  list_landed(lv.copies2, n2);
-  *lv.count2 = n2;
-  std::copy(lv.table1, lv.table1 + n_expert, lv.table2);
+  list_landed(lv.phase2.copies, n2);
+  *lv.phase2.count = n2;
+  std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
   for (const PlannedExpert& w : plan.experts) {
     if (w.dropped) continue;
-    lv.table2[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
+    lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
   }
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;

@@ -29,6 +29,7 @@
 #include "backends/cuda/cuda_memory.h"
 #include "backends/cuda/expert_copy.h"
 #include "backends/cuda/moe_kernels.h"
+#include "core/bits.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "experts/cuda/handshake.h"
 #include "experts/io_engine.h"
@@ -64,20 +65,23 @@ struct CudaStreamer::Impl : StreamState {
     bool lookahead = false;
     StreamPhase phase = StreamPhase::decode;
   };
+  // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
+  // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
+  // [n_expert], the copy list [n_slots]. The host publishes it in the layer's handshake memory;
+  // the stream copies it into d_phase behind the signal.
+  struct PhaseList {
+    uint32_t* count;
+    cuda::ExpertRef* table;
+    cuda::CopyDesc* copies;
+  };
   // The host-mapped per-layer handshake memory: ids, weights, predicted ids and weights
-  // [cap * k], table 1 and table 2 [n_expert], the copy lists of both phases [n_slots] and
-  // their lengths.
+  // [cap * k] (written there by the top-k kernels, RoutingCopy), the two phases' lists.
   struct LayerView {
     int32_t* ids;
     float* weights;
     int32_t* pred_ids;
     float* pred_weights;
-    cuda::ExpertRef* table1;
-    cuda::ExpertRef* table2;
-    cuda::CopyDesc* copies1;
-    cuda::CopyDesc* copies2;
-    uint32_t* count1;
-    uint32_t* count2;
+    PhaseList phase1, phase2;
   };
   // The plan's fills and waits (StepFills): start_fill, and progress = the landed reads plus
   // what `land` (the phase's copy listing) made of them; an idle step when nothing moved.
@@ -112,11 +116,22 @@ struct CudaStreamer::Impl : StreamState {
   void submit_waiting();
   // Lists every landed fill in a copy list (descs[*count ...]) and counts its slot resident.
   size_t list_landed(cuda::CopyDesc* descs, uint32_t& count);
-  // Bytes of one phase's copy list: a descriptor per slot.
-  size_t copy_list_bytes() const { return static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc); }
-  // Model thread: enqueues, behind the signal that publishes it, the copy of a phase's list
-  // (host-mapped) to the device and the copy kernel that reads it there.
-  void enqueue_copies(const cuda::CopyDesc* descs, const uint32_t* count);
+  // Bytes of a PhaseList and where its table and copy list start.
+  size_t phase_table_offset() const { return 64; }
+  size_t phase_copies_offset() const {
+    return phase_table_offset() + round_up(static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef), 64);
+  }
+  size_t phase_list_bytes() const {
+    return phase_copies_offset() + round_up(static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc), 64);
+  }
+  PhaseList phase_list_at(uint8_t* base) const;
+  // A phase that computes and copies nothing (every table entry unavailable).
+  void clear_phase(const PhaseList& p) const;
+  // Model thread: enqueues, behind the signal that publishes it, one copy of a phase's list
+  // (host-mapped) into d_phase and the copy kernel that reads it there, which also zeroes
+  // clear[0, clear_bytes) (the pairs' done flags before phase 1; null: nothing). Returns the
+  // phase's expert table on the device.
+  const cuda::ExpertRef* enqueue_phase(const PhaseList& host, uint8_t* clear, uint32_t clear_bytes);
   // The model thread's variant: copies landed fills on the stream itself.
   void copy_landed_on_stream();
   // One landed fill copied into its slot on `on` (cudaMemcpyAsync), its slot resident, the
@@ -264,7 +279,7 @@ struct CudaStreamer::Impl : StreamState {
   int64_t cap_rows = 0;
   size_t layer_stride = 0;
   cuda::MappedHostBuffer layer_mem;  // [n_layers * layer_stride]
-  cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog, d_table;
+  cuda::DeviceBuffer d_ids, d_w, d_pids, d_pw, d_done, d_act, d_pair, d_plog;
   cuda::DeviceBuffer d_group;  // the grouped expert kernels' scratch (moe_grouped_scratch_bytes)
   // With inputs scaled by the routing weights (Llama 4, ExpertMath::scale_input; allocated
   // only then): each pair's input row [cap * k, n_embd] and the pairs' combined rows of a
@@ -293,7 +308,10 @@ struct CudaStreamer::Impl : StreamState {
   cudaEvent_t copy_order = nullptr;  // the stream's position the copy stream waits for at a group's start
   std::vector<cudaEvent_t> pending_copies;
   std::vector<cudaEvent_t> free_copy_events;
-  cuda::DeviceBuffer d_copies;  // [n_slots] CopyDesc then the count: a phase's copy list on the device
+  // A phase's list on the device (PhaseList's layout, phase_list_bytes): the decode phases'
+  // and the grouped path's expert table and copy list.
+  cuda::DeviceBuffer d_phase;
+  PhaseList device_phase() const { return phase_list_at(d_phase.as()); }
 
   // The service thread and its queue.
   std::mutex q_mu;
