@@ -63,6 +63,9 @@ struct StreamerOptions {
   // waits this long before each chunk, so that a wave not ordered after its copies reads
   // stale slots and the result shows it.
   uint32_t test_copy_delay_us = 0;
+  // Tests only (CUDA streamer): the service thread waits this long before it publishes the
+  // first table of the run (a host that answers late), so that the device's own wait times out.
+  uint32_t test_publish_delay_us = 0;
 
   bool enabled() const { return cache_bytes > 0 || slots > 0; }
   // Whether a step may differ from the exact (resident) one: a deadline cut or a low-bit copy

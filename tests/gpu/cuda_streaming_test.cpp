@@ -12,8 +12,10 @@
 //  - a host-RAM tier, blocking waits, --miss-kind with the worst-case deadline, and
 //    --fake-experts run to the end (the last with the slots' bytes as they are);
 //  - errors: a corrupted record (verification on) is an error naming the record, raised on
-//    the model thread within seconds (no hang), and the streamer stays failed; a cache below
-//    top_k slots is a start-up error that states the minimum.
+//    the model thread within seconds (no hang), and the streamer stays failed; tables the
+//    host publishes after the wait timeout are an error naming the layer (the device's own
+//    wait gives up), not a hang or a silent answer; a cache below top_k slots is a start-up
+//    error that states the minimum.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -488,6 +490,29 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
   // The streamer stays failed: the next forward says so at once.
   const std::string again = error_of([&] { run_logits(*m.model, ids); });
   EXPECT_NE(again.find("checksum mismatch"), std::string::npos) << again;
+}
+
+// The device's own wait for a phase's tables (docs/streamed-step.md step 3, the default) gives
+// up after the wait timeout: the forward fails with an error naming the layer, instead of a
+// hang or an answer computed without the layer's experts.
+TEST(CudaStreaming, LateTablesAreATimedErrorNamingTheLayer) {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  if (waits && std::string(waits) == "0") GTEST_SKIP() << "stream memory operations wait without a bound";
+  MixtralThreeSlots t;
+  StreamerOptions so = t.base;
+  so.wait_timeout = std::chrono::milliseconds(300);
+  so.test_publish_delay_us = 1'500'000;
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] { run_logits(*mg.model, t.ids); });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t layer = Pack::open(t.pack, false)->manifest().moe_layers[0];
+  EXPECT_NE(err.find(str("MoE layer 0 (model layer ", layer, "): the device waited more than 0.3 s")), std::string::npos)
+      << err;
+  EXPECT_LT(s, 10.0) << "the error took " << s << " s";
+  // The streamer stays failed: the next forward says so at once.
+  const std::string again = error_of([&] { run_logits(*mg.model, t.ids); });
+  EXPECT_NE(again.find("the device waited"), std::string::npos) << again;
 }
 
 TEST(CudaStreaming, TooFewSlotsIsAStartupError) {

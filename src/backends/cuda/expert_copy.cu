@@ -5,6 +5,7 @@
 // cost milliseconds per launch over PCIe.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/expert_copy.h"
+#include "backends/cuda/grid_barrier.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -23,6 +24,67 @@ __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* coun
   }
 }
 
+__device__ __forceinline__ uint64_t load_system(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// One block (kHandshakeThreads threads). Thread 0 signals and waits; then the block copies the
+// list: the count, count descriptors, and the table entries of the pairs, a warp a pair (an
+// ExpertRef is 11 u64). Host-mapped reads go through __ldcv (fetched again every time: the
+// host rewrites these buffers every call).
+constexpr int kHandshakeThreads = 256;
+static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
+
+__global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(PhaseHandshake p) {
+  __shared__ uint32_t count_s;
+  __shared__ int ok_s;
+  if (threadIdx.x == 0) {
+    const uint64_t v = p.next_call ? ++*p.calls : *p.calls;
+    // The kernels before this one finished (a plain launch starts after them); their writes to
+    // host memory (the routing) reach the host before the signal.
+    __threadfence_system();
+    store_system(p.signals + p.signal_out, v);
+    const uint64_t t0 = global_timer_ns();
+    int ok = 1;
+    for (uint32_t spin = 1; load_system(p.signals + p.signal_in) < v; ++spin) {
+      __nanosleep(256);
+      if (spin % 64 == 0 && global_timer_ns() - t0 > p.timeout_ns) {
+        ok = 0;
+        atomicCAS_system(p.failed, 0u, static_cast<uint32_t>(p.layer + 1));
+        break;
+      }
+    }
+    count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
+    ok_s = ok;
+  }
+  for (uint32_t i = threadIdx.x; i < p.clear_bytes; i += blockDim.x) p.clear[i] = 0;
+  __syncthreads();
+  const uint32_t count = count_s;
+  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
+  const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
+  auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
+  constexpr uint32_t kDescWords = sizeof(CopyDesc) / 8, kRefWords = sizeof(ExpertRef) / 8;
+  for (uint32_t w = threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
+  const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
+  auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
+    const int32_t e = p.ids[q];
+    if (ok_s) {
+      if (lane < kRefWords)
+        reinterpret_cast<uint64_t*>(dev_table + e)[lane] = __ldcv(host_table + static_cast<uint64_t>(e) * kRefWords + lane);
+    } else if (lane == 0) {
+      dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
+    }
+  }
+}
+
 __global__ void stream_delay_kernel(uint32_t us) {
   uint64_t t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -36,6 +98,11 @@ __global__ void stream_delay_kernel(uint32_t us) {
 
 void launch_stream_delay(uint32_t us, Stream s) {
   stream_delay_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(us);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_phase_handshake(const PhaseHandshake& p, Stream s) {
+  phase_handshake_kernel<<<1, kHandshakeThreads, 0, static_cast<cudaStream_t>(s)>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe_kernels.h"
 
 namespace sluice::cuda {
 
@@ -27,6 +28,36 @@ struct CopyDesc {
 // on the stream.
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s, uint8_t* clear = nullptr,
                           uint32_t clear_bytes = 0);
+
+// One phase of a streamed decode MoE layer's handshake done by the device (docs/streamed-step.md,
+// step 3): one block stores the layer's outgoing signal (router_ready before phase 1,
+// resident_done before phase 2), waits on the incoming one (resident_ready, misses_ready) in
+// host-mapped memory, then takes the phase's list the host published there into device
+// memory: the copy list's length and descriptors, and the expert table's entries of the call's
+// pairs (the only ones the expert kernels read). No stream memory operation and no copy on the
+// stream: the step is kernels only, which a graph can hold. The call's value comes from a
+// counter on the device (next_call increments it first), so a replayed graph signals each call
+// with its own value, in step with the host's count of calls.
+struct PhaseHandshake {
+  uint64_t* signals = nullptr;  // the layer's kSignalCount signals (handshake.h), host-mapped, device address
+  int signal_out = 0;           // index stored with the call's value
+  int signal_in = 0;            // index awaited (>= the call's value)
+  uint64_t* calls = nullptr;    // device memory: the layer's calls so far
+  bool next_call = false;       // this phase starts a call: calls is incremented first
+  const uint8_t* host_list = nullptr;  // the phase's list, host-mapped, device address:
+  uint8_t* dev_list = nullptr;         // and its copy in device memory; both laid out as
+  uint32_t table_offset = 0;           // [u32 count][...][ExpertRef table at table_offset]
+  uint32_t copies_offset = 0;          // [CopyDesc list at copies_offset, max_copies of them]
+  uint32_t max_copies = 0;
+  const int32_t* ids = nullptr;  // the call's routing [pairs] (device memory): the table entries taken
+  int32_t pairs = 0;
+  uint8_t* clear = nullptr;  // zeroed (the pairs' done flags before phase 1), or null
+  uint32_t clear_bytes = 0;
+  uint32_t* failed = nullptr;  // host-mapped, device address: set to layer + 1 when the wait timed out
+  int64_t layer = 0;
+  uint64_t timeout_ns = 0;  // after this long without the incoming signal the phase computes nothing
+};
+void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 
 // A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
 // tests delay a stream with it so that a missing ordering between two streams shows

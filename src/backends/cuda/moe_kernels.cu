@@ -53,6 +53,7 @@ __device__ __forceinline__ void copy_routing_row(const int32_t* ids, const float
     copy.ids[row * k + r] = ids[row * k + r];
     copy.weights[row * k + r] = weights[row * k + r];
   }
+  __threadfence_system();  // in host memory before whatever signals the host after this kernel
 }
 
 // One warp per row: softmax over n_expert logits (kept in shared memory), then k rounds of a

@@ -4,6 +4,9 @@
 #include "experts/cuda/cuda_streamer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/cuda_check.h"
 #include "core/bits.h"
@@ -41,6 +44,10 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                      "the prefill wave tables");
   d_phase = cuda::DeviceBuffer(phase_list_bytes(), "the expert table and copy list");
+  d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
+  CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
+  device_failed = cuda::MappedHostBuffer(64, "the device-side wait's failure flag");
+  *reinterpret_cast<volatile uint32_t*>(device_failed.data()) = 0;
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
@@ -104,9 +111,26 @@ CudaStreamer::Impl::~Impl() {
 // ---- the model thread ----
 
 void CudaStreamer::Impl::throw_if_failed() {
-  if (!failed) return;
-  std::lock_guard<std::mutex> lk(q_mu);
-  throw *error;
+  if (failed) {
+    std::lock_guard<std::mutex> lk(q_mu);
+    throw *error;
+  }
+  throw_if_device_timed_out();
+}
+
+bool CudaStreamer::Impl::device_waits_enabled() {
+  const char* v = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  return !(v && std::string_view(v) == "0");
+}
+
+void CudaStreamer::Impl::throw_if_device_timed_out() const {
+  const uint32_t layer1 = std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(device_failed.data()))
+                              .load(std::memory_order_acquire);
+  if (layer1 == 0) return;
+  const int64_t L = static_cast<int64_t>(layer1) - 1;
+  fail(Status::timeout, "MoE layer ", L, " (model layer ", model_layer(L), "): the device waited more than ",
+       std::chrono::duration<double>(opt.wait_timeout).count(),
+       " s for the expert streamer's tables and computed the layer without its experts");
 }
 
 void CudaStreamer::Impl::barrier() {
@@ -288,18 +312,29 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     m.jobs.push_back(j);
   }
   m.q_cv.notify_all();
-  m.hs->device_write(s, L, cuda::Signal::router_ready, v);
-  m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
-  // Everything below reads what the host published before the signal: the phase's list
-  // (copied to the device when the stream gets there), then the landed records' copies by the
-  // copy kernel, which zeroes the pairs' done flags before phase 1.
+  // Everything after each wait reads what the host published before the signal: the phase's
+  // list (taken to the device), then the landed records' copies by the copy kernel; the pairs'
+  // done flags are zeroed before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
-  const cuda::ExpertRef* table = m.enqueue_phase(lv.phase1, m.d_done.as(), static_cast<uint32_t>(nk));
+  const cuda::ExpertRef* table = nullptr;
+  if (m.device_waits) {
+    table = m.enqueue_phase_waiting(L, lv.phase1, cuda::Signal::router_ready, cuda::Signal::resident_ready,
+                                    /*next_call=*/true, nk, m.d_done.as());
+  } else {
+    m.hs->device_write(s, L, cuda::Signal::router_ready, v);
+    m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
+    table = m.enqueue_phase(lv.phase1, m.d_done.as(), static_cast<uint32_t>(nk));
+  }
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s);
-  m.hs->device_write(s, L, cuda::Signal::resident_done, v);
-  m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
-  table = m.enqueue_phase(lv.phase2, nullptr, 0);
+  if (m.device_waits) {
+    table = m.enqueue_phase_waiting(L, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready,
+                                    /*next_call=*/false, nk, nullptr);
+  } else {
+    m.hs->device_write(s, L, cuda::Signal::resident_done, v);
+    m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
+    table = m.enqueue_phase(lv.phase2, nullptr, 0);
+  }
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s);
   cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);

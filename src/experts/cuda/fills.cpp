@@ -163,6 +163,33 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(const PhaseList& host, 
   return dev.table;
 }
 
+const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase_waiting(int64_t L, const PhaseList& host, cuda::Signal out,
+                                                                  cuda::Signal in, bool next_call, size_t nk,
+                                                                  uint8_t* clear) {
+  const PhaseList dev = device_phase();
+  cuda::PhaseHandshake h;
+  h.signals = hs->device_signals(L);
+  h.signal_out = static_cast<int>(out);
+  h.signal_in = static_cast<int>(in);
+  h.calls = d_calls.as<uint64_t>() + L;
+  h.next_call = next_call;
+  h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
+  h.dev_list = d_phase.as();
+  h.table_offset = static_cast<uint32_t>(phase_table_offset());
+  h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
+  h.max_copies = static_cast<uint32_t>(residency->n_slots());
+  h.ids = d_ids.as<int32_t>();
+  h.pairs = static_cast<int32_t>(nk);
+  h.clear = clear;
+  h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
+  h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
+  h.layer = L;
+  h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
+  cuda::launch_phase_handshake(h, stream);
+  cuda::launch_expert_copies(dev.copies, dev.count, stream);
+  return dev.table;
+}
+
 void CudaStreamer::Impl::copy_fill(const Fill& f, cudaStream_t on) {
   const uint64_t bytes = pack->kind(f.kind).record_bytes;
   CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, on));

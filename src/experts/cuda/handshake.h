@@ -40,6 +40,12 @@ class Handshake {
   void device_write(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
   void device_wait(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
 
+  // The layer's kSignalCount signals as the device addresses them (the device-side waits of
+  // expert_copy.h's PhaseHandshake).
+  uint64_t* device_signals(int64_t layer) const {
+    return reinterpret_cast<uint64_t*>(dev_) + layer * kSignalCount;
+  }
+
   // Host side.
   uint64_t load(int64_t layer, Signal sig) const;             // acquire
   void store(int64_t layer, Signal sig, uint64_t value) const;  // after a full fence

@@ -5,6 +5,7 @@
 // publish table 2 and answer misses_ready. It never calls the CUDA API (expert_copy.h says
 // why): copies go out as lists the device's copy kernel reads.
 #include <algorithm>
+#include <thread>
 
 #include "core/log.h"
 #include "experts/cuda/streamer_impl.h"
@@ -145,6 +146,10 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   lookahead(j, lv, fills);
   pump();
 
+  if (opt.test_publish_delay_us > 0 && !delayed_publish) {
+    delayed_publish = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
+  }
   // Phase 1: the experts resident now, with the records that landed copied first.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;

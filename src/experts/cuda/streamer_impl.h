@@ -132,6 +132,20 @@ struct CudaStreamer::Impl : StreamState {
   // clear[0, clear_bytes) (the pairs' done flags before phase 1; null: nothing). Returns the
   // phase's expert table on the device.
   const cuda::ExpertRef* enqueue_phase(const PhaseList& host, uint8_t* clear, uint32_t clear_bytes);
+  // The same with the device's own wait (device_waits): a handshake kernel stores `out`, waits
+  // for `in` and takes the list (the table entries of the call's nk pairs in d_ids), then the
+  // copy kernel; next_call: the phase that starts a call (router_ready out).
+  const cuda::ExpertRef* enqueue_phase_waiting(int64_t L, const PhaseList& host, cuda::Signal out, cuda::Signal in,
+                                               bool next_call, size_t nk, uint8_t* clear);
+  // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
+  // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
+  // off, to compare. Read once, at construction: the device's call counters (d_calls) count
+  // only the calls of this path.
+  static bool device_waits_enabled();
+  const bool device_waits = device_waits_enabled();
+  // A device-side wait that timed out (host-mapped u32: the MoE layer + 1, 0: none) as an
+  // error naming the layer; nothing when none did.
+  void throw_if_device_timed_out() const;
   // The model thread's variant: copies landed fills on the stream itself.
   void copy_landed_on_stream();
   // One landed fill copied into its slot on `on` (cudaMemcpyAsync), its slot resident, the
@@ -311,6 +325,8 @@ struct CudaStreamer::Impl : StreamState {
   // A phase's list on the device (PhaseList's layout, phase_list_bytes): the decode phases'
   // and the grouped path's expert table and copy list.
   cuda::DeviceBuffer d_phase;
+  cuda::DeviceBuffer d_calls;         // [n_layers] u64: the device's count of each layer's calls (device_waits)
+  cuda::MappedHostBuffer device_failed;  // u32: the first layer (+ 1) whose device-side wait timed out
   PhaseList device_phase() const { return phase_list_at(d_phase.as()); }
 
   // The service thread and its queue.
@@ -322,7 +338,8 @@ struct CudaStreamer::Impl : StreamState {
   std::atomic<bool> failed{false};
   std::thread service;
   bool published_resident = false, published_misses = false;  // of the job in progress
-  bool warned_lossy_host_routed = false;  // host_routed.cpp: lossy options do not apply there (said once)
+  bool warned_lossy_host_routed = false;
+  bool delayed_publish = false;  // StreamerOptions::test_publish_delay_us was waited (service thread)  // host_routed.cpp: lossy options do not apply there (said once)
 
   // The cache state: residency, host tier, fills, pins, statistics. The service thread holds
   // it while it works; the model thread only between barriers (the grouped path).
