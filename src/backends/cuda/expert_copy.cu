@@ -11,6 +11,7 @@ namespace sluice::cuda {
 namespace {
 
 __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* count, uint8_t* clear, uint32_t clear_bytes) {
+  chained_kernel_entry();
   const uint32_t n = *count;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -42,12 +43,14 @@ constexpr int kHandshakeThreads = 256;
 static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
 
 __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(PhaseHandshake p) {
+  // Launched chained: the copy kernel and the experts' after it launch while this one waits.
+  chained_kernel_entry();
   __shared__ uint32_t count_s;
   __shared__ int ok_s;
   if (threadIdx.x == 0) {
     const uint64_t v = p.next_call ? ++*p.calls : *p.calls;
-    // The kernels before this one finished (a plain launch starts after them); their writes to
-    // host memory (the routing) reach the host before the signal.
+    // The kernels before this one finished (chained_kernel_entry waited for them); their
+    // writes to host memory (the routing) reach the host before the signal.
     __threadfence_system();
     store_system(p.signals + p.signal_out, v);
     const uint64_t t0 = global_timer_ns();
@@ -102,13 +105,14 @@ void launch_stream_delay(uint32_t us, Stream s) {
 }
 
 void launch_phase_handshake(const PhaseHandshake& p, Stream s) {
-  phase_handshake_kernel<<<1, kHandshakeThreads, 0, static_cast<cudaStream_t>(s)>>>(p);
+  launch_chained(phase_handshake_kernel, dim3(1), dim3(kHandshakeThreads), 0, static_cast<cudaStream_t>(s), p);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s, uint8_t* clear, uint32_t clear_bytes) {
   // Enough blocks to keep many PCIe reads in flight (a few per SM); most launches copy little.
-  expert_copies_kernel<<<528, 256, 0, static_cast<cudaStream_t>(s)>>>(descs, count, clear, clear_bytes);
+  launch_chained(expert_copies_kernel, dim3(528), dim3(256), 0, static_cast<cudaStream_t>(s), descs, count, clear,
+                 clear_bytes);
   CUDA_CHECK(cudaGetLastError());
 }
 
