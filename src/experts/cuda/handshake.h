@@ -1,7 +1,9 @@
 // The host/device handshake of the CUDA streamer (DESIGN.md, "The streamed decode step"):
 // four monotonic 64-bit signals per MoE layer in host-mapped memory, written and awaited by
-// the device with stream memory operations (cuStreamWriteValue64 / cuStreamWaitValue64), and
-// read and written by the host's service thread with plain atomic loads and stores:
+// the device (by default a handshake kernel, expert_copy.h's PhaseHandshake, through
+// device_signals; with SLUICE_CUDA_DEVICE_WAITS=0 stream memory operations,
+// cuStreamWriteValue64 / cuStreamWaitValue64), and read and written by the host's service
+// thread with plain atomic loads and stores:
 //
 //   router_ready    device -> host   the layer's top-k ids and weights are in host memory
 //   resident_ready  host -> device   the phase-1 table (resident experts) is published
