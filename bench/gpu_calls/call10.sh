@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 13, sixteenth session, after call9: the side by side at this commit (the streamed step
+# with the device-side waits, the default), then on its pack sluice's host-RAM row with
+# SLUICE_CUDA_DEVICE_WAITS=0 (step 1 alone) and =1, alternating, for the in-call ratio. About
+# 6.5 minutes. Build here: make build && scripts/carry-build sluice bench_cuda; carry .carry
+# (with the peer's folder, ../shared/peer, copied to .carry/peer).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ -x .carry/bin/sluice ] || tar xJf .carry/bins.txz -C .carry
+export LD_LIBRARY_PATH=$PWD/.carry/lib
+T0=$(date +%s)
+nvidia-smi --query-gpu=name --format=csv,noheader
+OUT=$OUT/sbs bash .carry/peer/side_by_side.sh .carry/bin 12
+echo "side by side done at $(( $(date +%s)-T0 )) s"
+cache=$(( $(stat -c %s /tmp/sbs/pack/experts.q4.bin) / 10 ))
+echo "| device waits | host tier, 10% cache, decode 128 |"
+echo "|---|---|"
+for w in 0 1 0 1; do
+  [ $(( $(date +%s)-T0 )) -lt 560 ] || break
+  echo "| $w | $(SLUICE_CUDA_DEVICE_WAITS=$w timeout 60 .carry/bin/sluice run --model /tmp/sbs/pack --backend cuda --ignore-eos --temperature 0 -n 128 --tokens 1 \
+    --expert-cache $cache --host-cache 16G --host-cache-preload 2>&1 >/dev/null | grep -o "generated [0-9]* tokens, [0-9.]* tok/s" | grep -o "[0-9.]* tok/s") |"
+done
+echo "total $(( $(date +%s)-T0 )) s"
