@@ -59,7 +59,11 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
       __nanosleep(256);
       if (spin % 64 == 0 && global_timer_ns() - t0 > p.timeout_ns) {
         ok = 0;
-        atomicCAS_system(p.failed, 0u, static_cast<uint32_t>(p.layer + 1));
+        // A plain store, not a system atomic (those on host memory need PCIe atomics): the
+        // first layer to time out is kept, give or take a race between two layers' waits.
+        volatile uint32_t* failed = p.failed;
+        if (*failed == 0) *failed = static_cast<uint32_t>(p.layer + 1);
+        __threadfence_system();
         break;
       }
     }
