@@ -2,7 +2,9 @@
 // host memory over PCIe with cache-volatile loads (the same pinned buffers are refilled with
 // other records between launches). The list itself is in device memory: every thread reads
 // the count and the descriptors, and thousands of warps reading one host-mapped word each
-// cost milliseconds per launch over PCIe.
+// cost milliseconds per launch over PCIe. launch_phase_handshake: the device's side of a
+// phase's handshake in one block, which is also what takes the list into device memory (one
+// block's reads of it, not thousands).
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/expert_copy.h"
 #include "backends/cuda/grid_barrier.cuh"

@@ -3,7 +3,9 @@
 // answers the handshake publishes the list in host-mapped memory and never calls the CUDA API
 // (a CUDA call on the service thread can wait on a lock held by the model thread, whose own
 // call waits for the stream, which waits for the service thread: a deadlock). The model
-// thread enqueues the kernel ahead, behind the handshake signal that publishes the list.
+// thread enqueues the kernel ahead, behind the handshake signal that publishes the list; by
+// default that signal is awaited on the device too, by the handshake kernel below, which
+// also takes the list into device memory.
 #pragma once
 
 #include <cstdint>
