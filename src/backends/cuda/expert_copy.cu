@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
     ok_s = ok;
   }
-  for (uint32_t i = threadIdx.x; i < p.clear_bytes; i += blockDim.x) p.clear[i] = 0;
   __syncthreads();
   const uint32_t count = count_s;
   if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;

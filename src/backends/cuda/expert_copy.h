@@ -53,8 +53,6 @@ struct PhaseHandshake {
   uint32_t max_copies = 0;
   const int32_t* ids = nullptr;  // the call's routing [pairs] (device memory): the table entries taken
   int32_t pairs = 0;
-  uint8_t* clear = nullptr;  // zeroed (the pairs' done flags before phase 1), or null
-  uint32_t clear_bytes = 0;
   uint32_t* failed = nullptr;  // host-mapped, device address: set to layer + 1 when the wait timed out
   int64_t layer = 0;
   uint64_t timeout_ns = 0;  // after this long without the incoming signal the phase computes nothing

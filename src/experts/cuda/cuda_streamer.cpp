@@ -316,25 +316,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // list (taken to the device), then the landed records' copies by the copy kernel; the pairs'
   // done flags are zeroed before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
-  const cuda::ExpertRef* table = nullptr;
-  if (m.device_waits) {
-    table = m.enqueue_phase_waiting(L, lv.phase1, cuda::Signal::router_ready, cuda::Signal::resident_ready,
-                                    /*next_call=*/true, nk, m.d_done.as());
-  } else {
-    m.hs->device_write(s, L, cuda::Signal::router_ready, v);
-    m.hs->device_wait(s, L, cuda::Signal::resident_ready, v);
-    table = m.enqueue_phase(lv.phase1, m.d_done.as(), static_cast<uint32_t>(nk));
-  }
+  const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
+                                                 cuda::Signal::resident_ready, nk, m.d_done.as());
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s);
-  if (m.device_waits) {
-    table = m.enqueue_phase_waiting(L, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready,
-                                    /*next_call=*/false, nk, nullptr);
-  } else {
-    m.hs->device_write(s, L, cuda::Signal::resident_done, v);
-    m.hs->device_wait(s, L, cuda::Signal::misses_ready, v);
-    table = m.enqueue_phase(lv.phase2, nullptr, 0);
-  }
+  table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s);
   cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);

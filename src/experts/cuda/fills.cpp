@@ -156,37 +156,34 @@ void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
   std::fill(p.table, p.table + n_expert, cuda::ExpertRef{});
 }
 
-const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(const PhaseList& host, uint8_t* clear, uint32_t clear_bytes) {
+const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, const PhaseList& host,
+                                                          cuda::Signal out, cuda::Signal in, size_t nk,
+                                                          uint8_t* clear) {
   const PhaseList dev = device_phase();
-  CUDA_CHECK(cudaMemcpyAsync(dev.count, host.count, phase_list_bytes(), cudaMemcpyHostToDevice, stream));
-  cuda::launch_expert_copies(dev.copies, dev.count, stream, clear, clear_bytes);
-  return dev.table;
-}
-
-const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase_waiting(int64_t L, const PhaseList& host, cuda::Signal out,
-                                                                  cuda::Signal in, bool next_call, size_t nk,
-                                                                  uint8_t* clear) {
-  const PhaseList dev = device_phase();
-  cuda::PhaseHandshake h;
-  h.signals = hs->device_signals(L);
-  h.signal_out = static_cast<int>(out);
-  h.signal_in = static_cast<int>(in);
-  h.calls = d_calls.as<uint64_t>() + L;
-  h.next_call = next_call;
-  h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
-  h.dev_list = d_phase.as();
-  h.table_offset = static_cast<uint32_t>(phase_table_offset());
-  h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
-  h.max_copies = static_cast<uint32_t>(residency->n_slots());
-  h.ids = d_ids.as<int32_t>();
-  h.pairs = static_cast<int32_t>(nk);
-  h.clear = clear;
-  h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
-  h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
-  h.layer = L;
-  h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
-  cuda::launch_phase_handshake(h, stream);
-  cuda::launch_expert_copies(dev.copies, dev.count, stream);
+  if (device_waits) {
+    cuda::PhaseHandshake h;
+    h.signals = hs->device_signals(L);
+    h.signal_out = static_cast<int>(out);
+    h.signal_in = static_cast<int>(in);
+    h.calls = d_calls.as<uint64_t>() + L;
+    h.next_call = out == cuda::Signal::router_ready;  // the phase that starts a call
+    h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
+    h.dev_list = d_phase.as();
+    h.table_offset = static_cast<uint32_t>(phase_table_offset());
+    h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
+    h.max_copies = static_cast<uint32_t>(residency->n_slots());
+    h.ids = d_ids.as<int32_t>();
+    h.pairs = static_cast<int32_t>(nk);
+    h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
+    h.layer = L;
+    h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
+    cuda::launch_phase_handshake(h, stream);
+  } else {
+    hs->device_write(stream, L, out, v);
+    hs->device_wait(stream, L, in, v);
+    CUDA_CHECK(cudaMemcpyAsync(dev.count, host.count, phase_list_bytes(), cudaMemcpyHostToDevice, stream));
+  }
+  cuda::launch_expert_copies(dev.copies, dev.count, stream, clear, clear ? static_cast<uint32_t>(nk) : 0);
   return dev.table;
 }
 

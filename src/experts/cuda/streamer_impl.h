@@ -127,16 +127,14 @@ struct CudaStreamer::Impl : StreamState {
   PhaseList phase_list_at(uint8_t* base) const;
   // A phase that computes and copies nothing (every table entry unavailable).
   void clear_phase(const PhaseList& p) const;
-  // Model thread: enqueues, behind the signal that publishes it, one copy of a phase's list
-  // (host-mapped) into d_phase and the copy kernel that reads it there, which also zeroes
-  // clear[0, clear_bytes) (the pairs' done flags before phase 1; null: nothing). Returns the
-  // phase's expert table on the device.
-  const cuda::ExpertRef* enqueue_phase(const PhaseList& host, uint8_t* clear, uint32_t clear_bytes);
-  // The same with the device's own wait (device_waits): a handshake kernel stores `out`, waits
-  // for `in` and takes the list (the table entries of the call's nk pairs in d_ids), then the
-  // copy kernel; next_call: the phase that starts a call (router_ready out).
-  const cuda::ExpertRef* enqueue_phase_waiting(int64_t L, const PhaseList& host, cuda::Signal out, cuda::Signal in,
-                                               bool next_call, size_t nk, uint8_t* clear);
+  // Model thread: one phase of call v of MoE layer L, enqueued. The device stores `out`
+  // (router_ready starts a call, resident_done the second phase) and waits for `in`, then
+  // takes the phase's list the host published in `host`: by default a handshake kernel does
+  // both (device_waits), else stream memory operations and one copy of the list. Then the copy
+  // kernel over the landed records, which also zeroes clear[0, nk) (the pairs' done flags
+  // before phase 1; null: nothing). Returns the phase's expert table on the device.
+  const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
+                                       size_t nk, uint8_t* clear);
   // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
   // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
   // off, to compare. Read once, at construction: the device's call counters (d_calls) count
