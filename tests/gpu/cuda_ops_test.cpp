@@ -1063,4 +1063,88 @@ TEST(CudaOps, MatmulQuantized) {
       }
 }
 
+// Backend::attention_with_inputs on CUDA (the decode GQA kernel takes the attention inputs
+// itself, GqaInputs) gives the bits of attention_inputs then attention: the output and both
+// caches, whole, for grouped-query shapes of 2 to 32 query heads a kv head and head dims 64,
+// 128 and 256, positions at every place in a stage and a split (the first and last row of a
+// stage, the last of the context, one split and many), f32 and bf16 caches, norms off / bf16
+// / f32, full, partial and no rotary in both layouts, the position from the host and from a
+// positions tensor, sliding windows and sinks; and it is taken where supported (the query
+// rows stay as they were: the two ops rotate them in place). The CPU's default (the two ops)
+// within the op tests' bound.
+TEST(CudaOps, AttentionWithInputsIsTheTwoOpsBitForBit) {
+  Pair p;
+  struct Shape {
+    int64_t hq, hkv, d;
+  };
+  int taken = 0, cases = 0;
+  for (const Shape sh : {Shape{32, 4, 128}, Shape{8, 2, 64}, Shape{16, 2, 256}, Shape{12, 4, 64}, Shape{64, 2, 128},
+                         Shape{16, 8, 128}})
+    for (int64_t ctx : {40, 1100, 4100})
+      for (int64_t n_past : {int64_t{0}, int64_t{31}, int64_t{32}, int64_t{63}, int64_t{64}, int64_t{65}, ctx / 2,
+                             ctx - 1})
+        for (DType kvt : {DType::f32, DType::bf16}) {
+          if (n_past >= ctx) continue;
+          const int64_t hq = sh.hq, hkv = sh.hkv, d = sh.d;
+          const int variant = cases++;
+          const int norms = variant % 3;                                         // 0 none, 1 bf16, 2 f32
+          const int64_t rot = variant % 5 == 4 ? 0 : variant % 2 ? d : d / 2;  // full, partial, none
+          const bool inter = variant % 4 >= 2, at = variant % 7 < 4;
+          const int64_t window = variant % 6 == 5 ? 37 : 0;
+          const bool sinks = variant % 8 == 3;
+          const uint32_t seed = static_cast<uint32_t>(7919 * variant + 1);
+          auto qv = random_vec(hq * d, seed), kv = random_vec(hkv * d, seed + 1), vv = random_vec(hkv * d, seed + 2);
+          auto cv = random_vec(std::max<int64_t>(1, rot / 2), seed + 3), sv = random_vec(std::max<int64_t>(1, rot / 2), seed + 4);
+          auto kc0 = random_vec(ctx * hkv * d, seed + 5), vc0 = random_vec(ctx * hkv * d, seed + 6);
+          auto qn = random_vec(d, seed + 7), kn = random_vec(d, seed + 8), snk = random_vec(hq, seed + 9);
+          HostTensor qw(norms == 2 ? DType::f32 : DType::bf16, {d}, qn), kw(norms == 2 ? DType::f32 : DType::bf16, {d}, kn);
+          const std::string what = str("attention_with_inputs hq=", hq, " hkv=", hkv, " d=", d, " ctx=", ctx,
+                                       " n_past=", n_past, " ", dtype_name(kvt), " norms=", norms, " rot=", rot,
+                                       inter ? " gpt-j" : " neox", at ? " at" : "", " window=", window,
+                                       sinks ? " sinks" : "");
+          // fused: attention_with_inputs; else the two ops. Returns out, q, k cache, v cache.
+          auto run = [&](Backend& be, bool gpu, bool fused) {
+            auto t = [&](std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+              return gpu ? gpu_f32(be, shape, v) : cpu_f32(be, shape, v);
+            };
+            Tensor q = t({1, hq, d}, qv), k = t({1, hkv, d}, kv), v = t({1, hkv, d}, vv);
+            Tensor kc = tensor_of(be, kvt, {ctx, hkv, d}, kc0), vc = tensor_of(be, kvt, {ctx, hkv, d}, vc0);
+            Tensor positions;
+            if (at) {
+              const int32_t pos = static_cast<int32_t>(n_past);
+              positions = be.alloc(DType::i32, {1});
+              be.from_host(positions, &pos);
+            }
+            const Tensor qnt = norms ? (gpu ? be.upload(qw.t) : qw.t) : Tensor{};
+            const Tensor knt = norms ? (gpu ? be.upload(kw.t) : kw.t) : Tensor{};
+            const Tensor cs = t({1, std::max<int64_t>(1, rot / 2)}, cv), sn = t({1, std::max<int64_t>(1, rot / 2)}, sv);
+            AttentionParams ap = attention_params(n_past, 1.0f / std::sqrt(static_cast<float>(d)), window,
+                                                  sinks ? t({hq}, snk) : Tensor{});
+            ap.n_past_at = positions;
+            Tensor out = t({1, hq, d}, {});
+            if (fused) {
+              be.attention_with_inputs(q, k, v, qnt, knt, 1e-6f, cs, sn, rot, inter, kc, vc, out, ap);
+            } else {
+              be.attention_inputs(q, k, v, qnt, knt, 1e-6f, cs, sn, rot, inter, kc, vc, n_past, positions);
+              be.attention(q, kc, vc, out, ap);
+            }
+            return std::vector<Tensor>{out, q, kc, vc};
+          };
+          const auto two = run(*p.gpu, true, false), one = run(*p.gpu, true, true);
+          EXPECT_EQ(read(*p.gpu, one[0]), read(*p.gpu, two[0])) << what << ": out";
+          EXPECT_EQ(read_f32(*p.gpu, one[2]), read_f32(*p.gpu, two[2])) << what << ": k cache";
+          EXPECT_EQ(read_f32(*p.gpu, one[3]), read_f32(*p.gpu, two[3])) << what << ": v cache";
+          if (norms != 0 || rot != 0) {  // else the two ops leave the query rows as they are too
+            const bool raw_q = read(*p.gpu, one[1]) == qv;
+            EXPECT_TRUE(raw_q) << what << ": the fused kernel not taken";
+            taken += raw_q;
+          }
+          if (variant % 5 == 0) {
+            const auto cpu = run(*p.cpu, false, true);
+            expect_close(read_with_guard(*p.gpu, one[0]), read(*p.cpu, cpu[0]), (what + " against the CPU").c_str());
+          }
+        }
+  EXPECT_GT(taken, cases / 2);  // most variants norm or rotate
+}
+
 }  // namespace
