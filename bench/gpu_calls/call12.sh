@@ -6,7 +6,9 @@
 # after 512 and 8192 tokens on the 12-layer qwen3-30b-a3b q4 synthetic with both off, each
 # alone and both on, interleaved, two rounds; 3) the decode graph's kernels at 512 with both
 # (SLUICE_CUDA_PROFILE=1). About 4 minutes.
-# Build here first (no PTX: CARRY_FROM=build-carry scripts/carry-build); carry .carry/bins.txz.
+# Runs on the binaries of 36b8c8d (the switches and tests it names were removed after this call,
+# bench/RESULTS.md "The seventeenth session's GPU calls"): check that commit out, build there
+# without PTX, CARRY_FROM=build-carry scripts/carry-build; carry .carry/bins.txz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tar xJf .carry/bins.txz -C .carry

@@ -47,13 +47,6 @@ class SyncReadback final : public HostReadback {
 
 std::unique_ptr<HostReadback> Backend::make_readback(size_t bytes) { return std::make_unique<SyncReadback>(*this, bytes); }
 
-void Backend::moe_routed_product(const ExpertTable& table, const Tensor& router_w, int64_t n_expert_used,
-                                 bool norm_topk, const Tensor& h, const Tensor& out) {
-  Tensor logits = alloc(DType::f32, {h.rows(), router_w.rows()});
-  matmul(h, router_w, logits);
-  moe_routed(table, logits, n_expert_used, norm_topk, h, out);
-}
-
 void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&) {
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
 }
@@ -129,15 +122,6 @@ void Backend::attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v
     scatter_rows_at(kr.reshape({n, nkv * d}), positions, k_cache.reshape({n_ctx, nkv * d}));
     scatter_rows_at(vr.reshape({n, nkv * d}), positions, v_cache.reshape({n_ctx, nkv * d}));
   }
-}
-
-void Backend::attention_with_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                                    const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
-                                    int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
-                                    const Tensor& out, const AttentionParams& params) {
-  attention_inputs(q, k, v, q_norm, k_norm, eps, cos, sin, rot_dim, interleaved, k_cache, v_cache, params.n_past,
-                   params.n_past_at);
-  attention(q, k_cache, v_cache, out, params);
 }
 
 void Backend::attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,

@@ -138,14 +138,6 @@ class Backend {
                                 const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
                                 int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
                                 int64_t n_past, const Tensor& positions);
-  // attention_inputs, then attention of q against the caches: params are the attention's, and
-  // its n_past and n_past_at the inputs' position. Default: the two ops; CUDA takes a one-row
-  // decode's inputs inside its grouped-query attention kernel (one launch fewer a layer), with
-  // the same bits.
-  virtual void attention_with_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                                     const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
-                                     int64_t rot_dim, bool interleaved, const Tensor& k_cache, const Tensor& v_cache,
-                                     const Tensor& out, const AttentionParams& params);
   // The caches of a batch decode step (attention_inputs_rows, attention_rows): row b of the
   // batch is one token of a sequence of its own, with caches k[b], v[b] [n_ctx_b, n_kv, d] and
   // position n_past[b]; positions (i32 [B] on this backend, or empty) holds the same, read when
@@ -221,11 +213,6 @@ class Backend {
   // table: from this backend's make_expert_table.
   virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                           const Tensor& h, const Tensor& out);
-  // moe_routed of the router product's logits, h . router_w^T (router_w [n_expert, n_embd], no
-  // bias). Default: matmul, then moe_routed; CUDA computes a decode row's product and top-k in
-  // one launch (the same bits).
-  virtual void moe_routed_product(const ExpertTable& table, const Tensor& router_w, int64_t n_expert_used,
-                                  bool norm_topk, const Tensor& h, const Tensor& out);
 
   // ---- captured graphs (CUDA graphs; optional) ----
   // True when this backend can capture the ops between graph_begin and graph_end into a

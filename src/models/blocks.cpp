@@ -69,6 +69,8 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   const int64_t m = q3.shape[0];
   SLUICE_CHECK(n_past + m <= kv.k.shape[0], Status::invalid_argument, "context full: ", n_past + m,
                " tokens exceed the context size ", kv.k.shape[0]);
+  be.attention_inputs(q3, k3, v3, norms_inside ? w.q_norm : Tensor{}, norms_inside ? w.k_norm : Tensor{},
+                      spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, n_past, positions);
   AttentionParams params;
   params.n_past = n_past;
   params.n_past_at = positions;
@@ -78,8 +80,7 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   params.chunk = spec.chunk;
   params.temperature_floor_scale = spec.temperature_floor_scale;
   params.temperature_attn_scale = spec.temperature_attn_scale;
-  be.attention_with_inputs(q3, k3, v3, norms_inside ? w.q_norm : Tensor{}, norms_inside ? w.k_norm : Tensor{},
-                           spec.norm_eps, cos, sin, rope.rot_dim, rope.interleaved, kv.k, kv.v, att, params);
+  be.attention(q3, kv.k, kv.v, att, params);
 }
 
 // out = att . o^T (+ bias); with then, the residual add and the next norm after it (fused

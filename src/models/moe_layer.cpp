@@ -8,12 +8,6 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   const RouterSpec& spec = *refs.router;
   const int64_t n = h.rows(), E = spec.n_expert;
   Tensor logits = refs.logits;  // [n, n_expert]
-  // Every expert resident and routed on the device: the router product and the experts in one
-  // backend op (CUDA: the product and the top-k in one launch).
-  if (logits.empty() && refs.router_bias.empty() && !provider && refs.table != nullptr && !observer) {
-    be.moe_routed_product(*refs.table, refs.router_w, spec.n_expert_used, spec.norm_topk_prob, h, y);
-    return;
-  }
   if (logits.empty()) {
     logits = be.alloc(DType::f32, {n, E});
     be.matmul(h, refs.router_w, logits);

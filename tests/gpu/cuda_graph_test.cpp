@@ -127,26 +127,6 @@ TEST_P(CudaGraph, EarlyLaunchesDecodeBitForBit) {
   }
 }
 
-// The attention inputs inside the decode GQA kernel (Backend::attention_with_inputs, on by
-// default) decode to the same logits, bit for bit, as the two ops (SLUICE_CUDA_FUSED_INPUTS=0),
-// eagerly and from the graphs.
-TEST_P(CudaGraph, AttentionInputsInsideTheKernelDecodeBitForBit) {
-  FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv fused("SLUICE_CUDA_FUSED_INPUTS", nullptr);
-  for (bool graphs : {false, true}) {
-    std::vector<std::vector<float>> got[2];
-    for (int off = 0; off < 2; ++off) {
-      fused.set(off ? "0" : "1");
-      auto be = cuda_backend(graphs);
-      LoadedModel m = load_model(fixture_dir(GetParam()), *be);
-      got[off] = greedy_logits(*m.model, ref.prompt_ids, 12);
-    }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " graphs " << graphs << " step " << s;
-  }
-}
-
 // Four sequences at different positions decode `steps` tokens each: the batch of step t
 // holds the sequences live at t (0 and 1 throughout, 2 from step 2, 3 until step steps - 3,
 // then 3 again for the last step: a set seen before comes back). With forward_batch each

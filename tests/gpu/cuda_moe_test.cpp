@@ -599,52 +599,6 @@ TEST(CudaMoe, BackendMoeRoutedMatchesHostPath) {
     }
 }
 
-// Backend::moe_routed_product on CUDA (a decode row's router product and top-k in one
-// cluster launch, launch_router_product_topk) gives the bits of the router matmul then
-// moe_routed (SLUICE_CUDA_ROUTER_CLUSTER=0): routers of every type it takes (f32, f16, bf16,
-// q8, q4), 8 to 512 experts (one pass of the cluster and several), top-1 to top-32, rows of
-// 64 to 4096, with and without the renormalization and Gemma 4's per-expert scales; and the
-// cluster launch is taken.
-TEST(CudaMoe, RouterProductTopkIsTheTwoLaunchesBitForBit) {
-  struct Case {
-    int64_t E, k, n_embd;
-  };
-  const ScopedEnv cluster("SLUICE_CUDA_ROUTER_CLUSTER", nullptr);
-  for (DType rt : {DType::bf16, DType::f32, DType::f16, DType::q8, DType::q4})
-    for (Case c : {Case{8, 2, 256}, Case{128, 8, 2048}, Case{60, 4, 512}, Case{200, 10, 256}, Case{512, 32, 1024},
-                   Case{128, 1, 4096}, Case{129, 8, 64}}) {
-      auto gpu = make_cuda_backend(0);
-      ExpertLayer layer(*gpu, DType::q4, c.E, c.n_embd, 64);
-      const std::vector<float> scale = random_vec(c.E, 41 + static_cast<uint32_t>(c.E), 1.0f);
-      for (bool scaled : {false, true}) {
-        TableRouting routing;
-        if (scaled) routing.expert_scale = scale;
-        auto table = gpu->make_expert_table(layer.device, ExpertMath{}, routing);
-        ASSERT_NE(table, nullptr);
-        HostWeight router(rt, c.E, c.n_embd, 7 + static_cast<uint32_t>(c.E));
-        const Tensor rw = gpu->upload(router.t);
-        const auto hv = random_vec(c.n_embd, 9 + static_cast<uint32_t>(c.n_embd));
-        Tensor h = gpu->alloc(DType::f32, {1, c.n_embd});
-        gpu->from_host(h, hv.data());
-        for (bool norm : {true, false}) {
-          std::vector<float> out[2];
-          for (int off = 0; off < 2; ++off) {
-            cluster.set(off ? "0" : "1");
-            Tensor o = gpu->alloc(DType::f32, {1, c.n_embd});
-            const int64_t before = cuda::router_product_launches();
-            gpu->moe_routed_product(*table, rw, c.k, norm, h, o);
-            const int64_t taken = cuda::router_product_launches() - before;
-            EXPECT_EQ(taken, off ? 0 : 1) << "E " << c.E;
-            out[off].resize(static_cast<size_t>(c.n_embd));
-            gpu->to_host(o, out[off].data());
-          }
-          EXPECT_EQ(out[0], out[1]) << "router " << dtype_name(rt) << " E=" << c.E << " k=" << c.k << " n_embd="
-                                    << c.n_embd << (norm ? " norm" : "") << (scaled ? " scaled" : "");
-        }
-      }
-    }
-}
-
 // Backend::make_expert_table for gpt-oss's experts, Gemma 4's (with per-expert routing
 // scales) and Llama 4's (sigmoid routing whose weights scale the inputs): none with
 // SLUICE_CUDA_HOST_ROUTED=1 (they are routed on the host); without it, moe_routed from router

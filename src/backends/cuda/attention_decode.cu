@@ -45,7 +45,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda/attention_inputs.cuh"
 #include "backends/cuda/common.cuh"
 
 namespace sluice::cuda {
@@ -189,24 +188,13 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
 // kEarly (one sequence only; a compile-time choice, since the early path's registers would
 // otherwise cost the plain kernel blocks an SM): the stages before the position go before the
 // wait (early_attention_enabled).
-//
-// kInputs (one sequence only; GqaInputs): q holds the raw query rows, and the block takes the
-// attention inputs itself after its first stages are in flight: a warp a query head of its kv
-// head normalizes and rotates it into qs as attention_inputs_kernel does; the block whose last
-// stage holds the position (block (n_stages - 1) mod S) also makes the new key row (normed,
-// rotated) and value row, as cache elements, into the scratch at inputs_smem bytes (kf[d]
-// floats, then the key and value rows [2][d] KV), writes them to the caches (k, v: this
-// block is their only writer and no block of the launch reads the position from memory), and
-// puts them in its last stage's buffer in place of the copy it skips.
-template <int DPL, int HPW, bool kPerRow, typename KV, bool kEarly = false, bool kInputs = false>
+template <int DPL, int HPW, bool kPerRow, typename KV, bool kEarly = false>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
-                                const RowCachePtrs row_caches, const float* __restrict__ sinks,
-                                const GqaInputs inputs, int inputs_smem) {
+                                const RowCachePtrs row_caches, const float* __restrict__ sinks) {
   static_assert(!kEarly || !kPerRow, "early: one sequence");
-  static_assert(!kInputs || !kPerRow, "inputs: one sequence");
   if constexpr (kEarly) griddep_launch_dependents();
   else chained_kernel_entry();
   constexpr int d = 32 * DPL;
@@ -238,11 +226,9 @@ __global__ void __launch_bounds__(256)
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
-  // The block whose last stage holds the position (kInputs: it makes the new key and value).
-  const bool holds_pos = n_stages > 0 && s == (n_stages - 1) % S;
   // Not early: the kv head's G query rows, copied with stage 0 (group 0), so that no load of
   // this block waits for another before the first stages are in flight.
-  if constexpr (!kEarly && !kInputs)
+  if constexpr (!kEarly)
     for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
       cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
@@ -256,7 +242,6 @@ __global__ void __launch_bounds__(256)
       for (int idx = threadIdx.x; idx < rows * (d / EPC); idx += blockDim.x) {
         const int row = idx / (d / EPC), col = EPC * (idx % (d / EPC));
         const int64_t j = j_base + row;
-        if (kInputs && j == pos) continue;  // the new rows, put there from shared memory
         const bool valid = j <= pos;
         const int64_t off = (valid ? j * stride : 0) + static_cast<int64_t>(kvh) * d + col;
         cp_async16(ks + row * ds + col, k + off, valid);
@@ -276,68 +261,7 @@ __global__ void __launch_bounds__(256)
     griddep_wait();
   }
   for (; issued < NST - 1; ++issued) stage_load(issued);
-  float* kf = nullptr;  // kInputs: [d] the new key row as floats, then newk [d], newv [d] KV
-  KV* newk = nullptr;
-  if constexpr (kInputs) {
-    kf = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + inputs_smem);
-    newk = reinterpret_cast<KV*>(kf + d);
-    const int items = G + (holds_pos ? 2 : 0);  // the query heads, then the key and the value
-    for (int it = warp; it < items; it += W) {
-      if (it == G + 1) {  // the value row: into the caches as it is
-        KV* vc = const_cast<KV*>(v) + pos * stride + static_cast<int64_t>(kvh) * d;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int c = lane + 32 * e;
-          const KV val = kv_from_f32<KV>(__ldcg(inputs.v_new + static_cast<int64_t>(kvh) * d + c));
-          newk[d + c] = val;
-          vc[c] = val;
-        }
-        continue;
-      }
-      const bool is_q = it < G;
-      const float* src = is_q ? q + (static_cast<int64_t>(kvh) * G + it) * d : inputs.k_new + static_cast<int64_t>(kvh) * d;
-      float* xs = is_q ? qs + it * d : kf;
-      const void* w = is_q ? inputs.q_norm : inputs.k_norm;
-      const WType wt = is_q ? inputs.q_norm_wtype : inputs.k_norm_wtype;
-      float x[DPL];
-#pragma unroll
-      for (int e = 0; e < DPL; ++e) x[e] = __ldcg(src + lane + 32 * e);
-      if (w) {
-        // attention_inputs_kernel's sum: its thread t (4 warps of 128) adds elements t, t + 128,
-        // ..., each warp's sum reduced, the four added in order; here lane l's element
-        // l + 32 e is that kernel's thread l + 32 (e % 4).
-        float total = 0.0f;
-#pragma unroll
-        for (int wq = 0; wq < 4; ++wq) {
-          float ss = 0.0f;
-#pragma unroll
-          for (int e = wq; e < DPL; e += 4) ss = fmaf(x[e], x[e], ss);
-          total += warp_sum(ss);
-        }
-        const float inv = rsqrtf(total / static_cast<float>(d) + inputs.eps);
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) x[e] = x[e] * inv * norm_weight_at(w, wt, lane + 32 * e);
-      }
-#pragma unroll
-      for (int e = 0; e < DPL; ++e) xs[lane + 32 * e] = x[e];
-      __syncwarp();
-#pragma unroll
-      for (int e = 0; e < DPL; ++e) x[e] = rope_at(xs, lane + 32 * e, inputs.cos, inputs.sin, inputs.rot, inputs.interleaved);
-      __syncwarp();
-      if (is_q) {
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) xs[lane + 32 * e] = x[e];
-      } else {
-        KV* kc = const_cast<KV*>(k) + pos * stride + static_cast<int64_t>(kvh) * d;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const KV val = kv_from_f32<KV>(x[e]);
-          newk[lane + 32 * e] = val;
-          kc[lane + 32 * e] = val;
-        }
-      }
-    }
-  } else if constexpr (kEarly) {
+  if constexpr (kEarly) {
     const float4* q4 = reinterpret_cast<const float4*>(q + static_cast<int64_t>(kvh) * G * d);
     for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
   }
@@ -360,16 +284,6 @@ __global__ void __launch_bounds__(256)
     stage_load(i + NST - 1);         // into that buffer
     const KV* ks = stage + (i % NST) * 2 * rows * ds;
     const KV* vs = ks + rows * ds;
-    if constexpr (kInputs) {
-      if (holds_pos && i == mine - 1) {  // the position's rows, whose copies were skipped
-        const int64_t row = pos - (lo + 32 * C * (i * S + s));
-        for (int c = threadIdx.x; c < d; c += blockDim.x) {
-          const_cast<KV*>(ks)[row * ds + c] = newk[c];
-          const_cast<KV*>(vs)[row * ds + c] = newk[d + c];
-        }
-        __syncthreads();
-      }
-    }
     const int64_t j = lo + 32 * ((i * S + s) * C + r) + lane;  // this lane's key
     // Scores of key j for the warp's heads: each 8 elements of the key row read once (one or
     // two 16-byte loads), for all of them; four products summed apart from the running sum
@@ -573,14 +487,9 @@ std::array<int, 4> gqa_shape_override() {
   return o;
 }
 
-// The scratch a kernel taking the attention inputs needs past the stage buffers (the new key
-// row as floats, then the new key and value rows as cache elements), 16-byte aligned.
-int64_t gqa_inputs_bytes(int64_t d, int64_t kv_bytes) { return (d * 4 + 2 * d * kv_bytes + 15) / 16 * 16; }
-
 // kv_bytes: a cache element's (4: f32, 2: bf16); the stage buffers hold such elements, rows of
-// d + 16 / kv_bytes. inputs: the kernel takes the attention inputs (its scratch at the end,
-// within the same budget; the number of buffers may be fewer, the splits are the same).
-GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv_bytes, bool inputs = false) {
+// d + 16 / kv_bytes.
+GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv_bytes) {
   GqaShape g;
   const auto o = gqa_shape_override();
   const int64_t G = hq / hkv, ds = d + 16 / kv_bytes;
@@ -595,8 +504,7 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
   // 20.0; with f32 rows the larger stage costs a block an SM (22.8 -> 25.5 us).
   if (o[1] <= 0 && kv_bytes == 2 && 2 * g.C * groups <= 8) g.C *= 2;
   g.W = static_cast<int>(g.C * groups);
-  const int64_t extra = inputs ? gqa_inputs_bytes(d, kv_bytes) : 0;
-  const int64_t fixed = (G * d + static_cast<int64_t>(g.W) * g.HPW * 32) * 4 + extra;  // bytes: qs, ps, scratch
+  const int64_t fixed = (G * d + static_cast<int64_t>(g.W) * g.HPW * 32) * 4;  // bytes: qs, ps
   const int64_t stage = 2 * 32 * g.C * ds * kv_bytes;                          // bytes: K and V
   const int64_t fit = (static_cast<int64_t>(kGqaSmemBudget) - fixed) / stage;
   g.NST = o[2] >= 2 && o[2] <= 5 ? o[2] : static_cast<int>(std::clamp<int64_t>(fit, 2, 4));
@@ -613,40 +521,25 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
 
 template <int DPL, int HPW, bool kPerRow, typename KV>
 void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
-  // The plain kernel and, for one sequence, the early one (kEarly) and those taking the
-  // attention inputs (kInputs).
+  // The plain kernel and, for one sequence, the early one (kEarly).
   static const bool smem_set = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-    if constexpr (!kPerRow) {
+    if constexpr (!kPerRow)
       CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, false, true>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true, true>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-    }
     return true;
   }();
   (void)smem_set;
   const RowCachePtrs none{};
   auto kernel = attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>;
-  if constexpr (!kPerRow) {
-    const bool early = early_attention_enabled();
-    if (a.inputs)
-      kernel = early ? attention_decode_gqa_kernel<DPL, HPW, false, KV, true, true>
-                     : attention_decode_gqa_kernel<DPL, HPW, false, KV, false, true>;
-    else if (early)
-      kernel = attention_decode_gqa_kernel<DPL, HPW, false, KV, true>;
-  }
-  // kInputs: the scratch is the shape's last bytes (gqa_shape with inputs).
-  const int inputs_smem = a.inputs ? static_cast<int>(g.smem - gqa_inputs_bytes(a.d, sizeof(KV))) : 0;
+  if constexpr (!kPerRow)
+    if (early_attention_enabled()) kernel = attention_decode_gqa_kernel<DPL, HPW, false, KV, true>;
   launch_chained(kernel,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
-                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks, a.inputs ? *a.inputs : GqaInputs{},
-                 inputs_smem);
+                 a.scale, a.span(), kPerRow ? *a.rows : none, a.sinks);
 }
 
 template <int DPL, int HPW, typename KV>
@@ -691,10 +584,8 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
 // Either kernel for the cache's element type.
 template <typename KV>
 void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
-  SLUICE_CHECK(!a.inputs || (!a.rows && gqa_applies(a.hq, a.hkv, a.d)), Status::internal,
-               "cuda attention_decode: the attention inputs of a shape the grouped-query kernel does not take");
   if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
-    const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, sizeof(KV), a.inputs != nullptr);
+    const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, sizeof(KV));
     SLUICE_CHECK(g.W <= 8 && g.smem <= kGqaMaxSmem &&
                      g.S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx),
                  Status::internal, "cuda attention_decode: GQA shape of ", g.W, " warps, ", g.smem, " bytes, ", g.S,
@@ -720,13 +611,6 @@ bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* 
   const bool aligned =
       ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
   return aligned && hkv > 0 && hq % hkv == 0 && hq <= kAttentionDecodeMaxHeads && (d == 64 || d == 128 || d == 256);
-}
-
-bool attention_decode_inputs_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k,
-                                       const void* v) {
-  const char* e = std::getenv("SLUICE_CUDA_FUSED_INPUTS");
-  if (e && std::strcmp(e, "0") == 0) return false;
-  return attention_decode_supported(hq, hkv, d, q, k, v) && gqa_applies(hq, hkv, d);
 }
 
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {

@@ -11,25 +11,6 @@ namespace sluice::cuda {
 
 constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // query heads (times batch rows) a launch serves
 
-// The attention inputs of a one-row decode taken inside the grouped-query kernel
-// (Backend::attention_with_inputs): the kernel norms and rotates the kv head's query rows
-// itself, as attention_inputs_kernel does (the same bits), and the block whose stage holds the
-// position norms and rotates the new key row, appends it and the new value row to the caches
-// (k, v of the args) and scores them from shared memory. One launch fewer a layer.
-struct GqaInputs {
-  const float* k_new = nullptr;      // [hkv, d] the row's keys as the q/k/v product wrote them
-  const float* v_new = nullptr;      // [hkv, d] its values
-  const void* q_norm = nullptr;      // [d] per-head norm weights (f32, f16 or bf16), or null
-  WType q_norm_wtype = WType::f32;
-  const void* k_norm = nullptr;      // [d], or null
-  WType k_norm_wtype = WType::f32;
-  float eps = 1e-6f;
-  const float* cos = nullptr;        // [rot / 2] the position's rotary tables
-  const float* sin = nullptr;
-  int64_t rot = 0;                   // rotated dims of a head (even, <= d; 0: none)
-  bool interleaved = false;          // GPT-J pairs, else neox
-};
-
 struct AttentionDecodeArgs {
   const float* q = nullptr;  // [1, hq, d]
   const void* k = nullptr;   // [n_ctx, hkv, d] f32, or bf16 when kv_bf16
@@ -53,9 +34,6 @@ struct AttentionDecodeArgs {
   // capacity; partials n_rows times as many.
   int64_t n_rows = 1;
   const RowCachePtrs* rows = nullptr;
-  // Set: q holds the raw query rows and the kernel takes the attention inputs itself (one
-  // row, no rows; attention_decode_inputs_supported).
-  const GqaInputs* inputs = nullptr;
 };
 
 // Whether the split kernel serves these heads (head_dim 64, 128 or 256; up to
@@ -66,11 +44,6 @@ bool attention_decode_supported(int64_t hq, int64_t hkv, int64_t d, const void* 
 bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t n_rows);
 // Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
 // of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
-// Whether the grouped-query kernel takes the attention inputs of one row of these heads
-// (GqaInputs; attention_decode_supported's shapes with 2 to 32 query heads a kv head), and
-// SLUICE_CUDA_FUSED_INPUTS is not 0 (read at each call, to compare).
-bool attention_decode_inputs_supported(int64_t hq, int64_t hkv, int64_t d, const void* q, const void* k,
-                                       const void* v);
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);

@@ -10,7 +10,6 @@
 // a warp per item, kWarps items a block (a block an item made a prefill of 8192 tokens
 // 327,680 blocks of two barriers each: 480 us a layer, 218 us a warp an item; the warp form at
 // decode cost 0.5 us a layer more).
-#include "backends/cuda/attention_inputs.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -21,6 +20,14 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kMaxDim = 1024;
 constexpr int64_t kBlockItemRows = 64;
+
+__device__ __forceinline__ float load_any(const void* w, WType wtype, int64_t i) {
+  switch (wtype) {
+    case WType::f32: return load_w<WType::f32>(w, i);
+    case WType::f16: return load_w<WType::f16>(w, i);
+    default: return load_w<WType::bf16>(w, i);
+  }
+}
 
 // kWarpItems: an item a warp (else an item a block); items run (row, head) row-major.
 // early: the decode attention after it launches at this kernel's entry
@@ -78,13 +85,22 @@ __global__ void __launch_bounds__(kThreads) attention_inputs_kernel(
       for (int i = 0; i < kWarps; ++i) total += partial[i];
     }
     const float inv = rsqrtf(total / static_cast<float>(d) + eps);
-    for (int64_t c = lane; c < d; c += kLanes) xs[c] = xs[c] * inv * norm_weight_at(w, wtype, c);
+    for (int64_t c = lane; c < d; c += kLanes) xs[c] = xs[c] * inv * load_any(w, wtype, c);
   }
   sync();
   // Rotary over the first rot dims (pairs as launch_rope), the rest unchanged.
+  const int64_t half = rot / 2;
   KV* cache = is_q ? nullptr : k_cache + (pos * nkv + hh) * d;
   for (int64_t c = lane; c < d; c += kLanes) {
-    const float out = rope_at(xs, c, cos + row * (rot / 2), sin + row * (rot / 2), rot, interleaved);
+    float out = xs[c];
+    if (c < rot) {
+      const int64_t p = interleaved ? c / 2 : c % half;
+      const bool first = interleaved ? c % 2 == 0 : c < half;
+      const int64_t a = interleaved ? 2 * p : p, b = interleaved ? 2 * p + 1 : p + half;
+      const float cs = cos[row * half + p], sn = sin[row * half + p];
+      const float x1 = xs[a], x2 = xs[b];
+      out = first ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+    }
     x[c] = out;
     if (cache) cache[c] = kv_from_f32<KV>(out);
   }

@@ -350,45 +350,6 @@ void CudaBackend::attention_inputs_launch(const Tensor& q, const Tensor& k, cons
   cuda::launch_attention_inputs(a, stream_);
 }
 
-void CudaBackend::attention_with_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                                        const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin,
-                                        int64_t rot_dim, bool interleaved, const Tensor& k_cache,
-                                        const Tensor& v_cache, const Tensor& out, const AttentionParams& p) {
-  // One row whose heads the grouped-query decode kernel takes: the inputs inside it
-  // (attention_decode.h, GqaInputs); else the two ops.
-  const bool one = q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && k_cache.ndim == 3 && q.shape[0] == 1 &&
-                   q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32;
-  if (!one || !cuda::attention_decode_inputs_supported(q.shape[1], k.shape[1], q.shape[2], q.data, k_cache.data,
-                                                       v_cache.data)) {
-    Backend::attention_with_inputs(q, k, v, q_norm, k_norm, eps, cos, sin, rot_dim, interleaved, k_cache, v_cache,
-                                   out, p);
-    return;
-  }
-  const int64_t hq = q.shape[1], hkv = k.shape[1], d = q.shape[2], n_ctx = k_cache.shape[0];
-  SLUICE_CHECK(k.shape[0] == 1 && v.shape[0] == 1 && k.shape[2] == d && v.shape[1] == hkv && v.shape[2] == d &&
-                   k_cache.shape[1] == hkv && k_cache.shape[2] == d && v_cache.numel() == k_cache.numel() &&
-                   out.numel() == q.numel() && rot_dim >= 0 && rot_dim <= d && rot_dim % 2 == 0 &&
-                   (rot_dim == 0 || cos.numel() >= rot_dim / 2) && (q_norm.empty() || q_norm.numel() == d) &&
-                   (k_norm.empty() || k_norm.numel() == d) &&
-                   (p.n_past_at.empty() ? p.n_past + 1 <= n_ctx : p.n_past_at.dtype == DType::i32),
-               Status::internal, "cuda attention_with_inputs: q ", q.shape_str(), ", k ", k.shape_str(), ", cache ",
-               k_cache.shape_str(), ", rot ", rot_dim, ", n_past ", p.n_past);
-  const cuda::GqaInputs in{.k_new = k.ptr<float>(), .v_new = v.ptr<float>(),
-                           .q_norm = q_norm.empty() ? nullptr : q_norm.data,
-                           .q_norm_wtype = q_norm.empty() ? cuda::WType::f32 : wtype_of(q_norm, "attention_with_inputs"),
-                           .k_norm = k_norm.empty() ? nullptr : k_norm.data,
-                           .k_norm_wtype = k_norm.empty() ? cuda::WType::f32 : wtype_of(k_norm, "attention_with_inputs"),
-                           .eps = eps, .cos = rot_dim ? cos.ptr<float>() : nullptr,
-                           .sin = rot_dim ? sin.ptr<float>() : nullptr, .rot = rot_dim, .interleaved = interleaved};
-  decode_attention({.q = q.ptr<float>(), .k = k_cache.data, .v = v_cache.data,
-                    .kv_bf16 = kv_bf16_of(k_cache, v_cache, "attention_with_inputs"), .out = out.ptr<float>(),
-                    .hq = hq, .hkv = hkv, .d = d, .n_ctx = n_ctx, .n_past = p.n_past,
-                    .n_past_dev = p.n_past_at.empty() ? nullptr : p.n_past_at.ptr<int32_t>(), .scale = p.scale,
-                    .window = p.sliding_window, .sinks = sinks_of(p.sinks, hq), .chunk = p.chunk,
-                    .temperature_floor_scale = p.temperature_floor_scale,
-                    .temperature_attn_scale = p.temperature_attn_scale, .inputs = &in});
-}
-
 // A batch step's positions on the device: caches.positions, or n_past staged (eagerly only).
 std::shared_ptr<void> CudaBackend::row_positions(const RowCaches& caches, int64_t n, const int32_t** dev) {
   if (!caches.positions.empty()) {

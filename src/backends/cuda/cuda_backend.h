@@ -49,10 +49,6 @@ class CudaBackend final : public Backend {
   void attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                         float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim, bool interleaved,
                         const Tensor& k_cache, const Tensor& v_cache, int64_t n_past, const Tensor& positions) override;
-  void attention_with_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                             const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
-                             bool interleaved, const Tensor& k_cache, const Tensor& v_cache, const Tensor& out,
-                             const AttentionParams& params) override;
   void attention_inputs_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                              const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,
                              bool interleaved, const RowCaches& caches) override;
@@ -91,8 +87,6 @@ class CudaBackend final : public Backend {
   // moe_routed's path when the routing weights scale the experts' inputs (cuda_moe.cpp).
   void moe_scaled_inputs(const ExpertTable& table, const Tensor& ids, const Tensor& weights, const Tensor& h,
                          const Tensor& out, const cuda::MoeShape& shape);
-  void moe_routed_product(const ExpertTable& table, const Tensor& router_w, int64_t n_expert_used, bool norm_topk,
-                          const Tensor& h, const Tensor& out) override;
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
                   const Tensor& h, const Tensor& out) override;
 

@@ -148,40 +148,6 @@ void CudaBackend::moe_scaled_inputs(const ExpertTable& table_base, const Tensor&
                                 out.ptr<float>(), shape, stream_);  // weight 1
 }
 
-void CudaBackend::moe_routed_product(const ExpertTable& table_base, const Tensor& router_w, int64_t k,
-                                     bool norm_topk, const Tensor& h, const Tensor& out) {
-  // One decode row of softmax routing over fixed router weights, every expert resident (no
-  // persistent step): the product and the top-k in one launch, then the experts as moe_routed.
-  const auto* table = dynamic_cast<const CudaExpertTable*>(&table_base);
-  const int64_t n = h.rows();
-  cuda::RouterProductParams rp;
-  if (table && n == 1 && h.dtype == DType::f32 && out.dtype == DType::f32 && router_w.uploaded &&
-      (!dtype_is_quantized(router_w.dtype) || router_w.scales != nullptr) && router_w.rows() == table->n_expert &&
-      router_w.cols() == h.cols() && h.cols() == table->n_embd && out.numel() == table->n_embd &&
-      table->scoring == RouterScoring::softmax && !table->scale_input && !cuda::moe_persistent_requested()) {
-    rp = {.x = h.ptr<float>(), .w = router_w.data, .scales = router_w.scales,
-          .wtype = cuda::matmul_wtype_of(router_w.dtype, "moe_routed_product"), .kdim = h.cols(),
-          .n_expert = table->n_expert, .k = k, .norm_topk = norm_topk,
-          .expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>()};
-  }
-  if (rp.x == nullptr || !cuda::router_product_topk_supported(rp)) {
-    Backend::moe_routed_product(table_base, router_w, k, norm_topk, h, out);
-    return;
-  }
-  const cuda::MoeShape shape{n, k, table->n_embd, table->n_ff, table->n_expert, table->wtype};
-  Tensor ids = alloc(DType::i32, {k});
-  Tensor weights = alloc(DType::f32, {k});
-  Tensor act = alloc(DType::f32, {k, table->n_ff});
-  rp.ids = ids.ptr<int32_t>();
-  rp.weights = weights.ptr<float>();
-  cuda::launch_router_product_topk(rp, stream_);
-  SLUICE_CHECK(n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert, Status::internal,
-               "cuda moe_routed_product: ", k, " pairs of ", table->n_expert, " experts");
-  cuda::launch_moe_experts_combine(h.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(),
-                                   static_cast<const cuda::ExpertRef*>(table->refs.data), act.ptr<float>(),
-                                   out.ptr<float>(), shape, stream_);
-}
-
 void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits, int64_t k, bool norm_topk,
                              const Tensor& h, const Tensor& out) {
   const auto* table = dynamic_cast<const CudaExpertTable*>(&table_base);

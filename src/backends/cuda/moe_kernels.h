@@ -78,27 +78,6 @@ void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_
                    int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
                    RoutingCopy copy = {});
 
-// The router product of one row (logits = x . w^T, w [n_expert, kdim] of a matvec weight type)
-// and its softmax top-k (launch_router_topk's) in one launch (router_product.cu): the bits of
-// launch_matvec then launch_router_topk, one launch boundary and one round trip fewer, the
-// router's weights loaded before the kernel waits for x.
-struct RouterProductParams {
-  const float* x = nullptr;     // [kdim] the normed hidden row
-  const void* w = nullptr;      // [n_expert, kdim] router weights (no op of a step writes them)
-  const void* scales = nullptr; // quantized kinds' scales, or null
-  WType wtype = WType::bf16;
-  int64_t kdim = 0, n_expert = 0, k = 0;
-  bool norm_topk = false;
-  const float* expert_scale = nullptr;  // [n_expert] or null (launch_router_topk's)
-  int32_t* ids = nullptr;               // [k]
-  float* weights = nullptr;             // [k]
-};
-// f32, f16, bf16, q8 or q4 rows in 16-byte chunks (row_dot_vec_ok), n_expert <= 512, k <= 32,
-// and SLUICE_CUDA_ROUTER_CLUSTER is not 0 (read at each call, to compare).
-bool router_product_topk_supported(const RouterProductParams& p);
-void launch_router_product_topk(const RouterProductParams& p, Stream s);
-int64_t router_product_launches();  // launches so far (tests: that the path is taken)
-
 // The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
 // x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as
 // expert_pairs_forward's mul. The expert kernels then take x's rows as rows of their own
