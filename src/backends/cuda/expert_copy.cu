@@ -40,12 +40,8 @@ __device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
 // One block (kHandshakeThreads threads). Thread 0 signals and waits; then the block copies the
 // list: the count, count descriptors, and the table entries of the pairs, a warp a pair (an
 // ExpertRef is 11 u64). Host-mapped reads go through __ldcv (fetched again every time: the
-// host rewrites these buffers every call). The count, the first kEarlyDescs descriptors and
-// the entries are read in one round (the host wrote them all before the signal; descriptors
-// past the count are copied and not used), so that a phase waits for one PCIe round trip after
-// the signal instead of two; only a phase with more copies reads the rest after the count.
+// host rewrites these buffers every call).
 constexpr int kHandshakeThreads = 256;
-constexpr uint32_t kEarlyDescs = 16;
 static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
 
 __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(PhaseHandshake p) {
@@ -73,16 +69,16 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
         break;
       }
     }
+    count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
     ok_s = ok;
   }
   __syncthreads();
+  const uint32_t count = count_s;
+  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
   const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
   auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
   constexpr uint32_t kDescWords = sizeof(CopyDesc) / 8, kRefWords = sizeof(ExpertRef) / 8;
-  const uint32_t early = ok_s ? min(p.max_copies, kEarlyDescs) * kDescWords : 0u;
-  if (threadIdx.x == 0)
-    count_s = ok_s ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
-  for (uint32_t w = threadIdx.x; w < early; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
+  for (uint32_t w = threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
   const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
   auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -95,10 +91,6 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
       dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
     }
   }
-  __syncthreads();
-  const uint32_t count = count_s;
-  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
-  for (uint32_t w = early + threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
 }
 
 __global__ void stream_delay_kernel(uint32_t us) {

@@ -153,13 +153,9 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // Phase 1: the experts resident now, with the records that landed copied first.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;
-  // The device reads the entries of the call's pairs only (the handshake kernel copies those):
-  // the union's entries are set, each either the expert's slot or unavailable.
+  std::fill(lv.phase1.table, lv.phase1.table + n_expert, cuda::ExpertRef{});
   for (PlannedExpert& w : plan.experts) {
-    if (!plan.in_phase1(w)) {
-      lv.phase1.table[w.expert] = cuda::ExpertRef{};
-      continue;
-    }
+    if (!plan.in_phase1(w)) continue;
     lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
@@ -222,10 +218,11 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   }
   list_landed(lv.phase2.copies, n2);
   *lv.phase2.count = n2;
-  for (const PlannedExpert& w : plan.experts)  // the union's entries, as in phase 1
-    lv.phase2.table[w.expert] = w.dropped ? lv.phase1.table[w.expert]
-                                : w.low   ? ref(w.low_slot, *opt.miss_kind)
-                                          : ref(w.slot, kind);
+  std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
+  for (const PlannedExpert& w : plan.experts) {
+    if (w.dropped) continue;
+    lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
+  }
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", plan.experts.size(), " experts, ", n1, " + ", n2,
