@@ -49,7 +49,9 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   chained_kernel_entry();
   __shared__ uint32_t count_s;
   __shared__ int ok_s;
+  uint64_t t_entry = 0, t_seen = 0;  // thread 0's, for p.times
   if (threadIdx.x == 0) {
+    t_entry = global_timer_ns();
     const uint64_t v = p.next_call ? ++*p.calls : *p.calls;
     // The kernels before this one finished (chained_kernel_entry waited for them); their
     // writes to host memory (the routing) reach the host before the signal.
@@ -69,6 +71,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
         break;
       }
     }
+    t_seen = global_timer_ns();
     count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
     ok_s = ok;
   }
@@ -89,6 +92,18 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
         reinterpret_cast<uint64_t*>(dev_table + e)[lane] = __ldcv(host_table + static_cast<uint64_t>(e) * kRefWords + lane);
     } else if (lane == 0) {
       dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
+    }
+  }
+  if (p.times != nullptr) {  // launches on one stream: one phase at a time adds
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const uint64_t t_end = global_timer_ns(), last = p.times[0];
+      uint64_t* sums = p.times + 1 + (p.layer * 2 + p.phase) * 4;
+      if (last != 0) sums[0] += t_entry - last;
+      sums[1] += t_seen - t_entry;
+      sums[2] += t_end - t_seen;
+      sums[3] += 1;
+      p.times[0] = t_end;
     }
   }
 }

@@ -56,6 +56,14 @@ struct PhaseHandshake {
   uint32_t* failed = nullptr;  // host-mapped, device address: set to layer + 1 when the wait timed out
   int64_t layer = 0;
   uint64_t timeout_ns = 0;  // after this long without the incoming signal the phase computes nothing
+  // Null, or the handshake timeline's sums (device memory, SLUICE_CUDA_HANDSHAKE_TIMES):
+  // [0] the last phase's end on the device's global timer (ns), then per (layer, phase) four
+  // u64: the sums over calls of the time from the phase before's end to this one's start (the
+  // kernels between: copies, experts, the combine, the next layer's dense part), from its
+  // start to the incoming signal (the host's turn and the PCIe crossings), and from the signal
+  // to its end (the list read), and the count of calls.
+  uint64_t* times = nullptr;
+  int phase = 0;  // 0: the phase that starts a call (router_ready out), 1: the misses' phase
 };
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 

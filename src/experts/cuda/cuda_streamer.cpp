@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "core/bits.h"
@@ -46,6 +49,11 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   d_phase = cuda::DeviceBuffer(phase_list_bytes(), "the expert table and copy list");
   d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
   CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
+  if (const char* t = std::getenv("SLUICE_CUDA_HANDSHAKE_TIMES"); device_waits && t && std::string_view(t) == "1") {
+    const size_t bytes = (1 + static_cast<size_t>(n_layers) * 2 * 4) * sizeof(uint64_t);
+    d_times = cuda::DeviceBuffer(bytes, "the handshake timeline");
+    CUDA_CHECK(cudaMemset(d_times.as(), 0, bytes));
+  }
   device_failed = cuda::MappedHostBuffer(64, "the device-side wait's failure flag");
   *reinterpret_cast<volatile uint32_t*>(device_failed.data()) = 0;
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
@@ -87,6 +95,7 @@ CudaStreamer::Impl::~Impl() {
     }
   }
   cudaStreamSynchronize(stream);
+  print_handshake_times();
   if (copy_stream) {
     cudaStreamSynchronize(copy_stream);
     cudaStreamDestroy(copy_stream);
@@ -106,6 +115,40 @@ CudaStreamer::Impl::~Impl() {
     host_mem.leak();
     staging_mem.leak();
   }
+}
+
+// The handshake timeline (d_times) as a table on stderr: for each MoE layer and phase, the
+// mean microseconds a call from the phase before's end to this one's start, waiting for the
+// host, and reading the list; then the means over the layers. Nothing when off, or on error.
+void CudaStreamer::Impl::print_handshake_times() {
+  if (!d_times.as()) return;
+  std::vector<uint64_t> t(1 + static_cast<size_t>(n_layers) * 2 * 4);
+  if (cudaMemcpy(t.data(), d_times.as(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  std::string out = "| MoE layer | phase | calls | before it, us | waiting for the host, us | list read, us |\n|---|---|---|---|---|---|\n";
+  double sum[2][3] = {}, n[2] = {};
+  auto fixed = [](double v, int digits) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return std::string(b);
+  };
+  for (int64_t L = 0; L < n_layers; ++L)
+    for (int ph = 0; ph < 2; ++ph) {
+      const uint64_t* s = t.data() + 1 + (L * 2 + ph) * 4;
+      if (s[3] == 0) continue;
+      const double c = static_cast<double>(s[3]);
+      out += str("| ", L, " | ", ph + 1, " | ", s[3]);
+      for (int i = 0; i < 3; ++i) {
+        out += str(" | ", fixed(static_cast<double>(s[i]) / c / 1e3, 2));
+        sum[ph][i] += static_cast<double>(s[i]) / 1e3;
+      }
+      n[ph] += c;
+      out += " |\n";
+    }
+  for (int ph = 0; ph < 2; ++ph)
+    if (n[ph] > 0)
+      out += str("| all | ", ph + 1, " | ", static_cast<uint64_t>(n[ph]), " | ", fixed(sum[ph][0] / n[ph], 2), " | ",
+                 fixed(sum[ph][1] / n[ph], 2), " | ", fixed(sum[ph][2] / n[ph], 2), " |\n");
+  std::fprintf(stderr, "cuda streamer: the handshake timeline (SLUICE_CUDA_HANDSHAKE_TIMES)\n%s", out.c_str());
 }
 
 // ---- the model thread ----

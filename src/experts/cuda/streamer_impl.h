@@ -324,6 +324,10 @@ struct CudaStreamer::Impl : StreamState {
   // and the grouped path's expert table and copy list.
   cuda::DeviceBuffer d_phase;
   cuda::DeviceBuffer d_calls;         // [n_layers] u64: the device's count of each layer's calls (device_waits)
+  // SLUICE_CUDA_HANDSHAKE_TIMES=1 (device waits only): the handshake kernels' timeline sums
+  // (PhaseHandshake::times), printed as a table on stderr when the streamer is destroyed.
+  cuda::DeviceBuffer d_times;
+  void print_handshake_times();
   cuda::MappedHostBuffer device_failed;  // u32: the first layer (+ 1) whose device-side wait timed out
   PhaseList device_phase() const { return phase_list_at(d_phase.as()); }
 
