@@ -148,6 +148,10 @@ void CudaStreamer::Impl::print_handshake_times() {
     if (n[ph] > 0)
       out += str("| all | ", ph + 1, " | ", static_cast<uint64_t>(n[ph]), " | ", fixed(sum[ph][0] / n[ph], 2), " | ",
                  fixed(sum[ph][1] / n[ph], 2), " | ", fixed(sum[ph][2] / n[ph], 2), " |\n");
+  if (barriers_timed > 0)
+    out += str("forward_done's barrier (the model thread waiting for the service thread after a forward): ",
+               fixed(barrier_seconds / static_cast<double>(barriers_timed) * 1e6, 2), " us a forward over ",
+               barriers_timed, "\n");
   std::fprintf(stderr, "cuda streamer: the handshake timeline (SLUICE_CUDA_HANDSHAKE_TIMES)\n%s", out.c_str());
 }
 
@@ -374,7 +378,14 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
 }
 
 void CudaStreamer::forward_done() {
-  impl_->barrier();
+  if (impl_->d_times.as()) {  // SLUICE_CUDA_HANDSHAKE_TIMES: the barrier's share of the token boundary
+    const auto t0 = StreamerClock::now();
+    impl_->barrier();
+    impl_->barrier_seconds += seconds_between(t0, StreamerClock::now());
+    ++impl_->barriers_timed;
+  } else {
+    impl_->barrier();
+  }
   impl_->throw_if_failed();
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->retire();  // the logits reached the host: the device is idle

@@ -327,6 +327,8 @@ struct CudaStreamer::Impl : StreamState {
   // SLUICE_CUDA_HANDSHAKE_TIMES=1 (device waits only): the handshake kernels' timeline sums
   // (PhaseHandshake::times), printed as a table on stderr when the streamer is destroyed.
   cuda::DeviceBuffer d_times;
+  double barrier_seconds = 0;  // with d_times: forward_done's waits for the service thread (model thread)
+  uint64_t barriers_timed = 0;
   void print_handshake_times();
   cuda::MappedHostBuffer device_failed;  // u32: the first layer (+ 1) whose device-side wait timed out
   PhaseList device_phase() const { return phase_list_at(d_phase.as()); }
