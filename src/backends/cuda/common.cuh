@@ -187,9 +187,9 @@ inline bool chained_launches_enabled() {
 // Whether the kernels that take an `early` flag launch early (chained_kernel_entry(bool);
 // SLUICE_CUDA_EARLY=1 turns it on for all of them, SLUICE_CUDA_EARLY=attention for the decode
 // attention's two (its inputs and the GQA kernel: the cache rows before the position in
-// flight early) only; off by default: measured 0.96x after 512 tokens and 1.02x after 8192 with
-// all of them, bench/RESULTS.md). Read at each launch, so that a test can capture graphs
-// both ways in one process.
+// flight early) only; off by default: on an H100, 0.92x after 512 tokens and 0.95x after 8192
+// with all of them, 0.99x and 0.98x with the attention's alone, bench/RESULTS.md). Read at each
+// launch, so that a test can capture graphs both ways in one process.
 inline const char* early_launch_setting() {  // "" when off or unset
   const char* e = std::getenv("SLUICE_CUDA_EARLY");
   return chained_launches_enabled() && e ? e : "";

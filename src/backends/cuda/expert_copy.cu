@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     __syncthreads();
     if (threadIdx.x == 0) {
       const uint64_t t_end = global_timer_ns(), last = p.times[0];
-      uint64_t* sums = p.times + 1 + (p.layer * 2 + p.phase) * 4;
+      uint64_t* sums = p.times + 1 + (p.layer * 2 + (p.next_call ? 0 : 1)) * 4;
       if (last != 0) sums[0] += t_entry - last;
       sums[1] += t_seen - t_entry;
       sums[2] += t_end - t_seen;
@@ -109,12 +109,9 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
 }
 
 __global__ void stream_delay_kernel(uint32_t us) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < uint64_t{us} * 1000);
+  const uint64_t t0 = global_timer_ns();
+  do __nanosleep(1000);
+  while (global_timer_ns() - t0 < uint64_t{us} * 1000);
 }
 
 }  // namespace

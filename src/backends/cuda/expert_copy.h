@@ -61,9 +61,8 @@ struct PhaseHandshake {
   // u64: the sums over calls of the time from the phase before's end to this one's start (the
   // kernels between: copies, experts, the combine, the next layer's dense part), from its
   // start to the incoming signal (the host's turn and the PCIe crossings), and from the signal
-  // to its end (the list read), and the count of calls.
+  // to its end (the list read), and the count of calls. The phase: 0 when next_call, else 1.
   uint64_t* times = nullptr;
-  int phase = 0;  // 0: the phase that starts a call (router_ready out), 1: the misses' phase
 };
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 

@@ -378,13 +378,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
 }
 
 void CudaStreamer::forward_done() {
+  const auto t0 = StreamerClock::now();
+  impl_->barrier();
   if (impl_->d_times.as()) {  // SLUICE_CUDA_HANDSHAKE_TIMES: the barrier's share of the token boundary
-    const auto t0 = StreamerClock::now();
-    impl_->barrier();
     impl_->barrier_seconds += seconds_between(t0, StreamerClock::now());
     ++impl_->barriers_timed;
-  } else {
-    impl_->barrier();
   }
   impl_->throw_if_failed();
   std::lock_guard<std::mutex> g(impl_->mu);

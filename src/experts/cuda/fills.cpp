@@ -178,7 +178,6 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
     h.layer = L;
     h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
     h.times = d_times.as<uint64_t>();
-    h.phase = out == cuda::Signal::router_ready ? 0 : 1;
     cuda::launch_phase_handshake(h, stream);
   } else {
     hs->device_write(stream, L, out, v);

@@ -68,7 +68,8 @@ struct CudaStreamer::Impl : StreamState {
   // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
   // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
   // [n_expert], the copy list [n_slots]. The host publishes it in the layer's handshake memory;
-  // the stream copies it into d_phase behind the signal.
+  // the handshake kernel (or, with SLUICE_CUDA_DEVICE_WAITS=0, one copy on the stream behind
+  // the signal) takes it into d_phase.
   struct PhaseList {
     uint32_t* count;
     cuda::ExpertRef* table;
@@ -342,8 +343,8 @@ struct CudaStreamer::Impl : StreamState {
   std::atomic<bool> failed{false};
   std::thread service;
   bool published_resident = false, published_misses = false;  // of the job in progress
-  bool warned_lossy_host_routed = false;
-  bool delayed_publish = false;  // StreamerOptions::test_publish_delay_us was waited (service thread)  // host_routed.cpp: lossy options do not apply there (said once)
+  bool warned_lossy_host_routed = false;  // host_routed.cpp: lossy options do not apply there (said once)
+  bool delayed_publish = false;  // StreamerOptions::test_publish_delay_us was waited (service thread)
 
   // The cache state: residency, host tier, fills, pins, statistics. The service thread holds
   // it while it works; the model thread only between barriers (the grouped path).
