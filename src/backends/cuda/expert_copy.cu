@@ -114,6 +114,11 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   }
   const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
   auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
+  if (p.mark_done != nullptr) {  // all of phase 1's entries read before any is replaced
+    for (int32_t q = threadIdx.x; q < p.pairs; q += blockDim.x)
+      p.mark_done[q] = dev_table[p.ids[q]].wtype != WType::unavailable ? 1 : 0;
+    __syncthreads();
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
     const int32_t e = p.ids[q];

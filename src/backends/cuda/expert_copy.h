@@ -78,6 +78,10 @@ struct PhaseHandshake {
   // beside phase 1 landed, so phase 2 may compute their experts.
   const uint64_t* copied = nullptr;
   uint64_t copied_seq = 0;
+  // Phase 2 (null: nothing): mark_done[q] = 1 for each pair q phase 1 computed (its expert's
+  // entry available in the table the device holds, phase 1's, read before this phase's
+  // entries replace it), 0 for the others, so that no mark kernel runs after phase 1.
+  uint8_t* mark_done = nullptr;
 };
 // `started` (null: none) is recorded programmatically once the kernel's block runs (a
 // cudaLaunchAttributeProgrammaticEvent: no operation on the stream between this kernel and

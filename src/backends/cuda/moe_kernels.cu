@@ -314,15 +314,18 @@ __global__ void moe_mark_kernel(const int32_t* __restrict__ ids, const ExpertRef
 }
 
 __global__ void moe_combine_done_kernel(const float* __restrict__ pair_out, const float* __restrict__ w,
-                                        const uint8_t* __restrict__ done, float* __restrict__ out, int64_t n,
+                                        const uint8_t* __restrict__ done, const int32_t* __restrict__ ids,
+                                        const ExpertRef* __restrict__ table, float* __restrict__ out, int64_t n,
                                         int64_t k, int64_t cols) {
+  chained_kernel_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n * cols) return;
   const int64_t row = t / cols, c = t % cols;
   float acc = 0.0f;
   for (int64_t r = 0; r < k; ++r) {
     const int64_t p = row * k + r;
-    const float e = done[p] ? pair_out[p * cols + c] : 0.0f;
+    const bool computed = done != nullptr ? done[p] != 0 : table[ids[p]].wtype != WType::unavailable;
+    const float e = computed ? pair_out[p * cols + c] : 0.0f;
     acc = fmaf(w ? w[p] : 1.0f, e, acc);  // as launch_moe_combine
   }
   out[t] = acc;
@@ -841,12 +844,12 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
 }  // namespace
 
 void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                        float* pair_out, const MoeShape& shape, Stream s) {
+                        float* pair_out, const MoeShape& shape, Stream s, bool mark) {
   const int64_t pairs = shape.n_rows * shape.k;
   if (pairs == 0) return;
   auto st = static_cast<cudaStream_t>(s);
   SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st))
-  moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
+  if (mark) moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -861,11 +864,13 @@ void launch_moe_experts_combine(const float* h, const int32_t* ids, const float*
 }
 
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
-                             const MoeShape& shape, Stream s) {
+                             const MoeShape& shape, Stream s, const int32_t* ids, const ExpertRef* table) {
   const int64_t total = shape.n_rows * shape.n_embd;
   if (total == 0) return;
-  moe_combine_done_kernel<<<blocks_for(total, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
-      pair_out, weights, done, out, shape.n_rows, shape.k, shape.n_embd);
+  SLUICE_CHECK(done != nullptr || (ids != nullptr && table != nullptr), Status::internal,
+               "launch_moe_combine_done: neither done flags nor a table");
+  launch_chained(moe_combine_done_kernel, dim3(blocks_for(total, 256)), dim3(256), 0, static_cast<cudaStream_t>(s),
+                 pair_out, weights, done, ids, table, out, shape.n_rows, shape.k, shape.n_embd);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -100,14 +100,18 @@ inline MoeShape pairs_as_rows(MoeShape shape) {
 // wrote before the stream reached this launch. act: scratch [n_rows * k, n_ff] f32.
 // A pair's result depends only on its row and its expert's weights (not on the batch, the
 // phase or which other pairs ran), so resident and streamed runs agree bit for bit.
+// mark false: done is left as it is (one launch fewer: the CUDA streamer's phase-2 handshake
+// kernel marks the pairs phase 1 computed, and its combine counts the pairs by the table).
 void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                        float* pair_out, const MoeShape& shape, Stream s);
+                        float* pair_out, const MoeShape& shape, Stream s, bool mark = true);
 
 // out[row, :] = sum over rank r = 0..k-1 of weights[p] * (done[p] ? pair_out[p, :] : 0),
 // p = row * k + r, accumulated in rank order (Backend::moe_combine with cut pairs as zero);
-// weights null: 1 (as launch_moe_combine).
+// weights null: 1 (as launch_moe_combine). done null: a pair counts when its expert's entry
+// table[ids[p]] is available (the last phase's table, which holds every computed pair's).
 void launch_moe_combine_done(const float* pair_out, const float* weights, const uint8_t* done, float* out,
-                             const MoeShape& shape, Stream s);
+                             const MoeShape& shape, Stream s, const int32_t* ids = nullptr,
+                             const ExpertRef* table = nullptr);
 
 // The fully resident case in two launches (every table entry available, no done flags):
 // act as launch_moe_experts' first step, then out[row, :] = sum over ranks r in order of

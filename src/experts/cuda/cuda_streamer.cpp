@@ -388,15 +388,23 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // list (taken to the device), then the landed records' copies by the copy kernel (phase 1's
   // beside it, by default); the pairs' done flags are zeroed before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
+  // With the device-side waits no kernel marks the pairs done: phase 2's handshake kernel
+  // marks phase 1's (from the table before it takes phase 2's), and the combine counts the
+  // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
+  const bool mark = !m.device_waits;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
                                                  cuda::Signal::resident_ready, nk, m.d_done.as(), beside);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                           m.d_pair.as<float>(), in.shape, s);
+                           m.d_pair.as<float>(), in.shape, s, mark);
   table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr,
                           beside);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                           m.d_pair.as<float>(), in.shape, s);
-  cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);
+                           m.d_pair.as<float>(), in.shape, s, mark);
+  if (mark)
+    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);
+  else
+    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, nullptr, c.out.ptr<float>(), shape, s,
+                                  m.d_ids.as<int32_t>(), table);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,
             " ms, ", seconds_between(m.last_enqueue, enqueue0) * 1e3, " ms after the previous layer's");

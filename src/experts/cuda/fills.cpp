@@ -191,9 +191,12 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
     }
     h.copied = flags + 1;
     h.copied_seq = beside_seq;
+    h.mark_done = d_done.as();
     cuda::launch_phase_handshake(h, stream);
   } else if (device_waits) {
-    cuda::launch_phase_handshake(phase_handshake(L, out, in, host, nk), stream);
+    cuda::PhaseHandshake h = phase_handshake(L, out, in, host, nk);
+    if (!first) h.mark_done = d_done.as();
+    cuda::launch_phase_handshake(h, stream);
   } else {
     hs->device_write(stream, L, out, v);
     hs->device_wait(stream, L, in, v);
