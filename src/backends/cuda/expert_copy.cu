@@ -37,41 +37,12 @@ __device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// The same within the device (flags in device memory between kernels of two streams).
-__device__ __forceinline__ uint64_t load_gpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_gpu(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// Spins (thread 0) until load(flag) >= v; false after timeout_ns, with failed set to layer + 1
-// (a plain store, not a system atomic: those on host memory need PCIe atomics; the first
-// layer to time out is kept, give or take a race between two layers' waits).
-template <typename Load>
-__device__ bool wait_at_least(Load load, uint64_t v, uint64_t timeout_ns, uint32_t* failed, int64_t layer) {
-  const uint64_t t0 = global_timer_ns();
-  for (uint32_t spin = 1; load() < v; ++spin) {
-    __nanosleep(256);
-    if (spin % 64 == 0 && global_timer_ns() - t0 > timeout_ns) {
-      volatile uint32_t* f = failed;
-      if (*f == 0) *f = static_cast<uint32_t>(layer + 1);
-      __threadfence_system();
-      return false;
-    }
-  }
-  return true;
-}
-
 // One block (kHandshakeThreads threads). Thread 0 signals and waits; then the block copies the
 // list: the count, count descriptors, and the table entries of the pairs, a warp a pair (an
 // ExpertRef is 11 u64). Host-mapped reads go through __ldcv (fetched again every time: the
 // host rewrites these buffers every call).
 constexpr int kHandshakeThreads = 256;
-static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) == 24, "copied as u64 words: src, dst, bytes");
+static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
 
 __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(PhaseHandshake p) {
   // Launched chained: the copy kernel and the experts' after it launch while this one waits.
@@ -86,32 +57,31 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     // writes to host memory (the routing) reach the host before the signal.
     __threadfence_system();
     store_system(p.signals + p.signal_out, v);
-    const uint64_t* in = p.signals + p.signal_in;
-    int ok = wait_at_least([&] { return load_system(in); }, v, p.timeout_ns, p.failed, p.layer);
-    if (ok && p.copied != nullptr)  // the copies beside phase 1 (their experts are phase 2's)
-      ok = wait_at_least([&] { return load_gpu(p.copied); }, p.copied_seq, p.timeout_ns, p.failed, p.layer);
+    const uint64_t t0 = global_timer_ns();
+    int ok = 1;
+    for (uint32_t spin = 1; load_system(p.signals + p.signal_in) < v; ++spin) {
+      __nanosleep(256);
+      if (spin % 64 == 0 && global_timer_ns() - t0 > p.timeout_ns) {
+        ok = 0;
+        // A plain store, not a system atomic (those on host memory need PCIe atomics): the
+        // first layer to time out is kept, give or take a race between two layers' waits.
+        volatile uint32_t* failed = p.failed;
+        if (*failed == 0) *failed = static_cast<uint32_t>(p.layer + 1);
+        __threadfence_system();
+        break;
+      }
+    }
     t_seen = global_timer_ns();
     count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
     ok_s = ok;
   }
   __syncthreads();
   const uint32_t count = count_s;
-  for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
-  // The copies go to the stream's copy kernel, or to the copy kernel beside phase 1.
-  uint8_t* copies_to = p.beside_list != nullptr ? p.beside_list : p.dev_list;
-  if (threadIdx.x == 0) {
-    *reinterpret_cast<uint32_t*>(copies_to) = count;
-    if (copies_to != p.dev_list) *reinterpret_cast<uint32_t*>(p.dev_list) = 0;
-  }
+  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
   const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
-  auto* dev_descs = reinterpret_cast<uint64_t*>(copies_to + p.copies_offset);
+  auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
   constexpr uint32_t kDescWords = sizeof(CopyDesc) / 8, kRefWords = sizeof(ExpertRef) / 8;
   for (uint32_t w = threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
-  if (p.beside_go != nullptr) {  // the list is in device memory: the copies beside may start
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) store_gpu(p.beside_go, p.beside_seq);
-  }
   const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
   auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
   if (p.mark_done != nullptr) {  // all of phase 1's entries read before any is replaced
@@ -143,48 +113,6 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   }
 }
 
-// Many PCIe reads in flight from a few blocks: each thread holds kBesideUnroll 16-byte loads
-// before it stores them (64 blocks x 256 threads x 4 x 16 B = 1 MiB in flight).
-constexpr int kBesideBlocks = 64, kBesideThreads = 256, kBesideUnroll = 4;
-
-__global__ void __launch_bounds__(kBesideThreads) beside_copies_kernel(BesideCopies p) {
-  __shared__ uint32_t count_s;
-  if (threadIdx.x == 0) {
-    const bool ok = wait_at_least([&] { return load_gpu(p.go); }, p.seq, p.timeout_ns, p.failed, p.layer);
-    count_s = ok ? min(__ldcg(reinterpret_cast<const uint32_t*>(p.list)), p.max_copies) : 0u;
-  }
-  __syncthreads();
-  const uint32_t n = count_s;
-  const auto* descs = reinterpret_cast<const CopyDesc*>(p.list + p.copies_offset);
-  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint32_t i = 0; i < n; ++i) {
-    // Read at L2 (__ldcg): another kernel wrote the list while this one ran.
-    const auto* w = reinterpret_cast<const unsigned long long*>(descs + i);
-    const auto* src = reinterpret_cast<const uint4*>(__ldcg(w));
-    auto* dst = reinterpret_cast<uint4*>(__ldcg(w + 1));
-    const uint64_t chunks = __ldcg(w + 2) / 16;
-    for (uint64_t c = tid; c < chunks; c += kBesideUnroll * stride) {
-      uint4 v[kBesideUnroll];
-#pragma unroll
-      for (int u = 0; u < kBesideUnroll; ++u)
-        if (c + u * stride < chunks) v[u] = __ldcv(src + c + u * stride);
-#pragma unroll
-      for (int u = 0; u < kBesideUnroll; ++u)
-        if (c + u * stride < chunks) dst[c + u * stride] = v[u];
-    }
-  }
-  // The last block to finish tells phase 2 (device memory) and the host (host-mapped).
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(p.arrived, 1u) == gridDim.x - 1) {
-    *p.arrived = 0;
-    __threadfence_system();
-    store_gpu(p.copied, p.seq);
-    store_system(p.copied_host, p.seq);
-  }
-}
-
 __global__ void stream_delay_kernel(uint32_t us) {
   const uint64_t t0 = global_timer_ns();
   do __nanosleep(1000);
@@ -198,30 +126,8 @@ void launch_stream_delay(uint32_t us, Stream s) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_phase_handshake(const PhaseHandshake& p, Stream s, Event started) {
-  if (started == nullptr) {
-    launch_chained(phase_handshake_kernel, dim3(1), dim3(kHandshakeThreads), 0, static_cast<cudaStream_t>(s), p);
-  } else {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(kHandshakeThreads);
-    cfg.stream = static_cast<cudaStream_t>(s);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticEvent;
-    attr[0].val.programmaticEvent.event = static_cast<cudaEvent_t>(started);
-    attr[0].val.programmaticEvent.flags = 0;
-    attr[0].val.programmaticEvent.triggerAtBlockStart = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = chained_launches_enabled() ? 2 : 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, phase_handshake_kernel, p));
-  }
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_beside_copies(const BesideCopies& p, Stream s) {
-  beside_copies_kernel<<<kBesideBlocks, kBesideThreads, 0, static_cast<cudaStream_t>(s)>>>(p);
+void launch_phase_handshake(const PhaseHandshake& p, Stream s) {
+  launch_chained(phase_handshake_kernel, dim3(1), dim3(kHandshakeThreads), 0, static_cast<cudaStream_t>(s), p);
   CUDA_CHECK(cudaGetLastError());
 }
 

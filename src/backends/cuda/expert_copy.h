@@ -63,56 +63,12 @@ struct PhaseHandshake {
   // start to the incoming signal (the host's turn and the PCIe crossings), and from the signal
   // to its end (the list read), and the count of calls. The phase: 0 when next_call, else 1.
   uint64_t* times = nullptr;
-  // Zeroed by the block before the phase computes (device memory; null: nothing): the pairs'
-  // done flags, when no copy kernel on the stream does it (the copies beside, below).
-  uint8_t* clear = nullptr;
-  uint32_t clear_bytes = 0;
-  // The copies beside phase 1 (BesideCopies; phase 1 only, null: off): the list's copies go
-  // to beside_list (device memory, [u32 count][..][CopyDesc at copies_offset]) instead of
-  // dev_list, and beside_go is set to beside_seq once they are there (also after a timeout,
-  // with no copies), which starts the copy kernel waiting on another stream.
-  uint8_t* beside_list = nullptr;
-  uint64_t* beside_go = nullptr;
-  uint64_t beside_seq = 0;
-  // Phase 2 also waits until *copied >= copied_seq (device memory, null: no wait): the copies
-  // beside phase 1 landed, so phase 2 may compute their experts.
-  const uint64_t* copied = nullptr;
-  uint64_t copied_seq = 0;
   // Phase 2 (null: nothing): mark_done[q] = 1 for each pair q phase 1 computed (its expert's
   // entry available in the table the device holds, phase 1's, read before this phase's
   // entries replace it), 0 for the others, so that no mark kernel runs after phase 1.
   uint8_t* mark_done = nullptr;
 };
-// `started` (null: none) is recorded programmatically once the kernel's block runs (a
-// cudaLaunchAttributeProgrammaticEvent: no operation on the stream between this kernel and
-// the next, which would end their overlap); another stream waits for it to start the copies
-// beside without waiting through the whole step.
-using Event = void*;  // cudaEvent_t, created with cudaEventDisableTiming
-void launch_phase_handshake(const PhaseHandshake& p, Stream s, Event started = nullptr);
-
-// The copies beside phase 1 of a streamed decode MoE layer (docs/streamed-step.md): a kernel on
-// a stream of its own, so the copy of the records the host tier had at the plan runs while
-// phase 1 computes the resident experts (on the stream, the copies ran before it). Its blocks
-// wait until *go >= seq (the phase-1 handshake kernel sets it once the list is in device
-// memory; a timeout marks `failed` with the layer and copies nothing), copy list[0 .. count),
-// and the last block to finish stores seq to *copied (device memory, what phase 2's handshake
-// waits for) and *copied_host (host-mapped, device address: the service thread frees the
-// records' host memory once it sees it). `arrived` (device u32, 0 between launches) counts
-// the finished blocks.
-struct BesideCopies {
-  const uint8_t* list = nullptr;  // [u32 count][..][CopyDesc at copies_offset], device memory
-  uint32_t copies_offset = 0;
-  uint32_t max_copies = 0;
-  const uint64_t* go = nullptr;
-  uint64_t seq = 0;
-  uint64_t* copied = nullptr;
-  uint64_t* copied_host = nullptr;
-  uint32_t* arrived = nullptr;
-  uint32_t* failed = nullptr;  // as PhaseHandshake's
-  int64_t layer = 0;
-  uint64_t timeout_ns = 0;
-};
-void launch_beside_copies(const BesideCopies& p, Stream s);
+void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 
 // A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
 // tests delay a stream with it so that a missing ordering between two streams shows

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -57,15 +58,6 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   device_failed = cuda::MappedHostBuffer(64, "the device-side wait's failure flag");
   *reinterpret_cast<volatile uint32_t*>(device_failed.data()) = 0;
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
-  if (copies_beside) {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&beside_stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&beside_started, cudaEventDisableTiming));
-    d_beside = cuda::DeviceBuffer(phase_list_bytes(), "the copy list beside phase 1");
-    d_beside_flags = cuda::DeviceBuffer(64, "the flags of the copies beside phase 1");
-    CUDA_CHECK(cudaMemset(d_beside_flags.as(), 0, 64));
-    beside_copied = cuda::MappedHostBuffer(64, "the count of the copies beside phase 1");
-    *reinterpret_cast<volatile uint64_t*>(beside_copied.data()) = 0;
-  }
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
   if (opt.fake_experts)
@@ -104,11 +96,6 @@ CudaStreamer::Impl::~Impl() {
     }
   }
   cudaStreamSynchronize(stream);
-  if (beside_stream) {  // each copy kernel there was released by its handshake kernel
-    cudaStreamSynchronize(beside_stream);
-    cudaStreamDestroy(beside_stream);
-  }
-  if (beside_started) cudaEventDestroy(beside_started);
   print_handshake_times();
   if (copy_stream) {
     cudaStreamSynchronize(copy_stream);
@@ -163,7 +150,7 @@ void CudaStreamer::Impl::print_handshake_times() {
       out += str("| all | ", ph + 1, " | ", static_cast<uint64_t>(n[ph]), " | ", fixed(sum[ph][0] / n[ph], 2), " | ",
                  fixed(sum[ph][1] / n[ph], 2), " | ", fixed(sum[ph][2] / n[ph], 2), " |\n");
   if (barriers_timed > 0)
-    out += str("forward_done's barrier (the model thread waiting for the service thread after a forward): ",
+    out += str("forward_done (the model thread waiting for the service thread after a forward): ",
                fixed(barrier_seconds / static_cast<double>(barriers_timed) * 1e6, 2), " us a forward over ",
                barriers_timed, "\n");
   std::fprintf(stderr, "cuda streamer: the handshake timeline (SLUICE_CUDA_HANDSHAKE_TIMES)\n%s", out.c_str());
@@ -182,16 +169,6 @@ void CudaStreamer::Impl::throw_if_failed() {
 bool CudaStreamer::Impl::device_waits_enabled() {
   const char* v = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
   return !(v && std::string_view(v) == "0");
-}
-
-bool CudaStreamer::Impl::copies_beside_enabled() {
-  const char* v = std::getenv("SLUICE_CUDA_COPIES_BESIDE");
-  return !(v && std::string_view(v) == "0");
-}
-
-bool CudaStreamer::Impl::beside_landed(uint64_t seq) const {
-  return seq == 0 || std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(beside_copied.data()))
-                             .load(std::memory_order_acquire) >= seq;
 }
 
 void CudaStreamer::Impl::throw_if_device_timed_out() const {
@@ -375,29 +352,27 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
                         nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)});
   }
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
-  const uint64_t beside = m.copies_beside ? ++m.beside_seq : 0;
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
-  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase, beside};
+  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};
   {
     std::lock_guard<std::mutex> lk(m.q_mu);
     m.jobs.push_back(j);
   }
   m.q_cv.notify_all();
   // Everything after each wait reads what the host published before the signal: the phase's
-  // list (taken to the device), then the landed records' copies by the copy kernel (phase 1's
-  // beside it, by default); the pairs' done flags are zeroed before phase 1.
+  // list (taken to the device), then the landed records' copies by the copy kernel; the pairs'
+  // done flags are zeroed before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
   // With the device-side waits no kernel marks the pairs done: phase 2's handshake kernel
   // marks phase 1's (from the table before it takes phase 2's), and the combine counts the
   // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
   const bool mark = !m.device_waits;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
-                                                 cuda::Signal::resident_ready, nk, m.d_done.as(), beside);
+                                                 cuda::Signal::resident_ready, nk, m.d_done.as());
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark);
-  table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr,
-                          beside);
+  table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark);
   if (mark)
@@ -411,16 +386,36 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   m.last_enqueue = enqueue1;
 }
 
+void CudaStreamer::Impl::end_forward() {
+  const auto until = StreamerClock::now() + std::chrono::microseconds(100);
+  for (;;) {
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lk(q_mu);
+      idle = jobs.empty() && !layer_job_running;
+    }
+    if (idle) {  // only this thread queues jobs: none comes before the lock below
+      std::lock_guard<std::mutex> g(mu);
+      release_pins();
+      retire();  // the logits reached the host: the device is idle
+      return;
+    }
+    if (StreamerClock::now() >= until) break;
+    std::this_thread::yield();
+  }
+  barrier();
+  std::lock_guard<std::mutex> g(mu);
+  retire();
+}
+
 void CudaStreamer::forward_done() {
   const auto t0 = StreamerClock::now();
-  impl_->barrier();
-  if (impl_->d_times.as()) {  // SLUICE_CUDA_HANDSHAKE_TIMES: the barrier's share of the token boundary
+  impl_->end_forward();
+  if (impl_->d_times.as()) {  // SLUICE_CUDA_HANDSHAKE_TIMES: the wait's share of the token boundary
     impl_->barrier_seconds += seconds_between(t0, StreamerClock::now());
     ++impl_->barriers_timed;
   }
   impl_->throw_if_failed();
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->retire();  // the logits reached the host: the device is idle
 }
 
 RunStats CudaStreamer::stats() const {

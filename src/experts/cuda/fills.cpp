@@ -158,44 +158,27 @@ void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
 
 const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, const PhaseList& host,
                                                           cuda::Signal out, cuda::Signal in, size_t nk,
-                                                          uint8_t* clear, uint64_t beside_seq) {
+                                                          uint8_t* clear) {
   const PhaseList dev = device_phase();
-  const bool first = out == cuda::Signal::router_ready;  // the phase that starts a call
-  auto* flags = d_beside_flags.as<uint64_t>();  // go, copied, arrived (u32)
-  if (beside_seq != 0) {
-    SLUICE_ASSERT(device_waits);
-    cuda::PhaseHandshake h = phase_handshake(L, out, in, host, nk);
-    if (first) {
-      h.clear = clear;
-      h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
-      h.beside_list = d_beside.as();
-      h.beside_go = flags;
-      h.beside_seq = beside_seq;
-      cuda::launch_phase_handshake(h, stream, beside_started);
-      CUDA_CHECK(cudaStreamWaitEvent(beside_stream, beside_started, 0));
-      if (opt.test_copy_delay_us > 0) cuda::launch_stream_delay(opt.test_copy_delay_us, beside_stream);
-      cuda::BesideCopies b;
-      b.list = d_beside.as();
-      b.copies_offset = static_cast<uint32_t>(phase_copies_offset());
-      b.max_copies = static_cast<uint32_t>(residency->n_slots());
-      b.go = flags;
-      b.seq = beside_seq;
-      b.copied = flags + 1;
-      b.copied_host = beside_copied.dev(reinterpret_cast<uint64_t*>(beside_copied.data()));
-      b.arrived = reinterpret_cast<uint32_t*>(flags + 2);
-      b.failed = h.failed;
-      b.layer = L;
-      b.timeout_ns = h.timeout_ns;
-      cuda::launch_beside_copies(b, beside_stream);
-      return dev.table;  // no copy kernel on the stream: phase 1 computes what was resident
-    }
-    h.copied = flags + 1;
-    h.copied_seq = beside_seq;
-    h.mark_done = d_done.as();
-    cuda::launch_phase_handshake(h, stream);
-  } else if (device_waits) {
-    cuda::PhaseHandshake h = phase_handshake(L, out, in, host, nk);
-    if (!first) h.mark_done = d_done.as();
+  if (device_waits) {
+    cuda::PhaseHandshake h;
+    h.signals = hs->device_signals(L);
+    h.signal_out = static_cast<int>(out);
+    h.signal_in = static_cast<int>(in);
+    h.calls = d_calls.as<uint64_t>() + L;
+    h.next_call = out == cuda::Signal::router_ready;  // the phase that starts a call
+    h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
+    h.dev_list = d_phase.as();
+    h.table_offset = static_cast<uint32_t>(phase_table_offset());
+    h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
+    h.max_copies = static_cast<uint32_t>(residency->n_slots());
+    h.ids = d_ids.as<int32_t>();
+    h.pairs = static_cast<int32_t>(nk);
+    h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
+    h.layer = L;
+    h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
+    h.times = d_times.as<uint64_t>();
+    if (!h.next_call) h.mark_done = d_done.as();  // phase 2 marks phase 1's pairs
     cuda::launch_phase_handshake(h, stream);
   } else {
     hs->device_write(stream, L, out, v);
@@ -204,28 +187,6 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
   }
   cuda::launch_expert_copies(dev.copies, dev.count, stream, clear, clear ? static_cast<uint32_t>(nk) : 0);
   return dev.table;
-}
-
-cuda::PhaseHandshake CudaStreamer::Impl::phase_handshake(int64_t L, cuda::Signal out, cuda::Signal in,
-                                                         const PhaseList& host, size_t nk) const {
-  cuda::PhaseHandshake h;
-  h.signals = hs->device_signals(L);
-  h.signal_out = static_cast<int>(out);
-  h.signal_in = static_cast<int>(in);
-  h.calls = d_calls.as<uint64_t>() + L;
-  h.next_call = out == cuda::Signal::router_ready;  // the phase that starts a call
-  h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
-  h.dev_list = d_phase.as();
-  h.table_offset = static_cast<uint32_t>(phase_table_offset());
-  h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
-  h.max_copies = static_cast<uint32_t>(residency->n_slots());
-  h.ids = d_ids.as<int32_t>();
-  h.pairs = static_cast<int32_t>(nk);
-  h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
-  h.layer = L;
-  h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
-  h.times = d_times.as<uint64_t>();
-  return h;
 }
 
 void CudaStreamer::Impl::copy_fill(const Fill& f, cudaStream_t on) {

@@ -3,18 +3,14 @@
 // the step (experts/plan.h: acquire, reads, --miss-kind copies, lookahead), publish table 1
 // (the resident experts), land the misses (at resident_done the plan decides what is cut),
 // publish table 2 and answer misses_ready. It never calls the CUDA API (expert_copy.h says
-// why): copies go out as lists the device's copy kernels read.
+// why): copies go out as lists the device's copy kernel reads.
 #include <algorithm>
-#include <atomic>
 #include <thread>
 
 #include "core/log.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
-
-std::atomic<int64_t> g_decode_copies_beside{0};  // CudaStreamer::decode_copies_beside
-int64_t CudaStreamer::decode_copies_beside() { return g_decode_copies_beside.load(std::memory_order_relaxed); }
 
 void CudaStreamer::Impl::set_error(const Error& e) {
   {
@@ -50,6 +46,7 @@ void CudaStreamer::Impl::service_loop() {
       }
       j = jobs.front();
       jobs.pop_front();
+      layer_job_running = j.kind == Job::Kind::layer;
     }
     if (j.kind == Job::Kind::stop) return;
     if (j.kind == Job::Kind::barrier) {
@@ -67,18 +64,20 @@ void CudaStreamer::Impl::service_loop() {
     published_resident = published_misses = false;
     if (failed) {
       release_device(j);
-      continue;
+    } else {
+      try {
+        std::lock_guard<std::mutex> g(mu);
+        run_layer(j);
+      } catch (const Error& e) {
+        set_error(e);
+        release_device(j);
+      } catch (const std::exception& e) {
+        set_error(Error(Status::internal, str("cuda expert streamer: ", e.what())));
+        release_device(j);
+      }
     }
-    try {
-      std::lock_guard<std::mutex> g(mu);
-      run_layer(j);
-    } catch (const Error& e) {
-      set_error(e);
-      release_device(j);
-    } catch (const std::exception& e) {
-      set_error(Error(Status::internal, str("cuda expert streamer: ", e.what())));
-      release_device(j);
-    }
+    std::lock_guard<std::mutex> lk(q_mu);
+    layer_job_running = false;
   }
 }
 
@@ -154,32 +153,21 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     delayed_publish = true;
     std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
   }
-  // Phase 1: the experts resident now, with the records that landed copied first; with the
-  // copies beside (j.beside_seq), those records are copied while phase 1 computes the others,
-  // and their experts are phase 2's.
+  // Phase 1: the experts resident now, with the records that landed copied first.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;
-  std::vector<int32_t> beside_slots;
-  if (j.beside_seq != 0) {
-    for (uint32_t i = 0; i < n1; ++i) beside_slots.push_back(slot_of(lv.phase1.copies[i]));
-    if (n1 > 0) g_decode_copies_beside.fetch_add(1, std::memory_order_relaxed);
-  }
-  auto copied_beside = [&](int32_t slot) {
-    return std::find(beside_slots.begin(), beside_slots.end(), slot) != beside_slots.end();
-  };
   std::fill(lv.phase1.table, lv.phase1.table + n_expert, cuda::ExpertRef{});
   for (PlannedExpert& w : plan.experts) {
-    if (!plan.in_phase1(w) || copied_beside(w.slot)) continue;
+    if (!plan.in_phase1(w)) continue;
     lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
   hs->store(L, cuda::Signal::resident_ready, v);
   published_resident = true;
-  // Every copy listed so far runs before phase 1 on the stream (or beside it, done once
-  // beside_landed says so): at resident_done their host memory is free. Phase 2 may need those
-  // staging buffers for its own misses (a lookahead fill listed and evicted within the step
-  // holds a second one), so it must not wait for the next layer's router_ready to get them
-  // back.
+  // Every copy listed so far runs before phase 1 on the stream: at resident_done their host
+  // memory is free. Phase 2 may need those staging buffers for its own misses (a lookahead
+  // fill listed and evicted within the step holds a second one), so it must not wait for the
+  // next layer's router_ready to get them back.
   const size_t listed_for_phase1 = retiring.size();
   ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
   ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
@@ -187,7 +175,6 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // Phase 2: the misses as they land; with a deadline, the plan decides what is cut (or
   // takes its landed low-bit copy) once the device finished phase 1.
   std::optional<StreamerClock::time_point> phase1_done;
-  bool phase1_retired = false;
   bool decided = !plan.deadline();
   auto since = StreamerClock::now();
   auto wait_low = [&](const PlannedExpert& w) {
@@ -202,10 +189,9 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   for (;;) {
     size_t progress = pump();
     list_landed(lv.phase2.copies, n2);
-    if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) phase1_done = StreamerClock::now();
-    if (phase1_done && !phase1_retired && beside_landed(j.beside_seq)) {
+    if (!phase1_done && hs->load(L, cuda::Signal::resident_done) >= v) {
+      phase1_done = StreamerClock::now();
       retire(listed_for_phase1);
-      phase1_retired = true;
     }
     if (!decided && phase1_done) {
       plan.decide_deadline(ls, wait_low);

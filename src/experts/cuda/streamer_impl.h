@@ -64,7 +64,6 @@ struct CudaStreamer::Impl : StreamState {
     int64_t n = 0;
     bool lookahead = false;
     StreamPhase phase = StreamPhase::decode;
-    uint64_t beside_seq = 0;  // the call's copies beside phase 1 (0: none, copies_beside off)
   };
   // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
   // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
@@ -132,37 +131,18 @@ struct CudaStreamer::Impl : StreamState {
   // Model thread: one phase of call v of MoE layer L, enqueued. The device stores `out`
   // (router_ready starts a call, resident_done the second phase) and waits for `in`, then
   // takes the phase's list the host published in `host`: by default a handshake kernel does
-  // both (device_waits), else stream memory operations and one copy of the list. Then the copy
-  // kernel over the landed records, which also zeroes clear[0, nk) (the pairs' done flags
-  // before phase 1; null: nothing). Returns the phase's expert table on the device.
-  // With beside_seq (copies_beside): phase 1's copies go to the copy kernel beside it (on
-  // beside_stream, launch beside_seq) and the handshake kernel zeroes `clear`; phase 2 waits
-  // for those copies.
+  // both (device_waits; in phase 2 it also marks the pairs phase 1 computed done), else stream
+  // memory operations and one copy of the list. Then the copy kernel over the landed records,
+  // which also zeroes clear[0, nk) (the pairs' done flags before phase 1; null: nothing).
+  // Returns the phase's expert table on the device.
   const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
-                                       size_t nk, uint8_t* clear, uint64_t beside_seq);
-  // The handshake kernel's parameters of one phase (out: the signal it stores, in: the one it
-  // waits for) of MoE layer L, the phase's list published in `host`, nk pairs.
-  cuda::PhaseHandshake phase_handshake(int64_t L, cuda::Signal out, cuda::Signal in, const PhaseList& host,
-                                       size_t nk) const;
+                                       size_t nk, uint8_t* clear);
   // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
   // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
   // off, to compare. Read once, at construction: the device's call counters (d_calls) count
   // only the calls of this path.
   static bool device_waits_enabled();
   const bool device_waits = device_waits_enabled();
-  // Whether a decode MoE layer's phase-1 copies (the records landed by the plan: the host
-  // tier's misses) run beside phase 1 (expert_copy.h's BesideCopies; their experts then are
-  // phase 2's), instead of on the stream before it. Device waits only; on by default,
-  // SLUICE_CUDA_COPIES_BESIDE=0 turns it off, to compare. Read once, at construction.
-  static bool copies_beside_enabled();
-  const bool copies_beside = device_waits && copies_beside_enabled();
-  // Whether the copies beside launch beside_seq landed (the host-mapped count the copy
-  // kernel's last block stores); true without one.
-  bool beside_landed(uint64_t beside_seq) const;
-  // The device slot a copy descriptor writes to.
-  int32_t slot_of(const cuda::CopyDesc& d) const {
-    return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
-  }
   // A device-side wait that timed out (host-mapped u32: the MoE layer + 1, 0: none) as an
   // error naming the layer; nothing when none did.
   void throw_if_device_timed_out() const;
@@ -192,6 +172,11 @@ struct CudaStreamer::Impl : StreamState {
   // ---- the model thread (cuda_streamer.cpp, grouped.cpp) ----
   void throw_if_failed();
   void barrier();
+  // The end of a forward whose output the host has read (forward_done): the service thread
+  // has answered every layer of it, or is about to. Once it has (polled for up to 100 us) the
+  // last step's pins are released and the copies retired here, under mu, without a barrier
+  // job (whose two thread hand-offs cost ~35 us a token, bench/RESULTS.md); else the barrier.
+  void end_forward();
   void ensure_capacity(int64_t n);
   LayerView layer_view(int64_t L) const;
   void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
@@ -353,16 +338,6 @@ struct CudaStreamer::Impl : StreamState {
   uint64_t barriers_timed = 0;
   void print_handshake_times();
   cuda::MappedHostBuffer device_failed;  // u32: the first layer (+ 1) whose device-side wait timed out
-  // The copies beside phase 1 (copies_beside): their stream; the event the phase-1 handshake
-  // kernel records as it starts (the copy kernel waits for it, not for the whole step before);
-  // the list in device memory (PhaseList's layout: the count, the copies at
-  // phase_copies_offset); the flags go (u64), copied (u64) and arrived (u32) in device memory;
-  // copied again, host-mapped, for the service thread; the launches so far (model thread).
-  cudaStream_t beside_stream = nullptr;
-  cudaEvent_t beside_started = nullptr;
-  cuda::DeviceBuffer d_beside, d_beside_flags;
-  cuda::MappedHostBuffer beside_copied;
-  uint64_t beside_seq = 0;
   PhaseList device_phase() const { return phase_list_at(d_phase.as()); }
 
   // The service thread and its queue.
@@ -370,6 +345,7 @@ struct CudaStreamer::Impl : StreamState {
   std::condition_variable q_cv, done_cv;
   std::deque<Job> jobs;
   uint64_t barriers_asked = 0, barriers_done = 0;
+  bool layer_job_running = false;  // under q_mu: the service thread is answering a layer
   std::optional<Error> error;  // under q_mu
   std::atomic<bool> failed{false};
   std::thread service;
