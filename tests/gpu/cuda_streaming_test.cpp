@@ -374,6 +374,39 @@ TEST(CudaStreaming, HostTierAndBlockingWaits) {
   EXPECT_GT(mg.streamer->stats().totals().host_hits, 0u) << "the second pass should be served from the tier";
 }
 
+// The copies beside phase 1 (the default with the device-side waits): a preloaded host tier
+// answers every miss at the plan, so each miss is copied by blocks of phase 1's gate/up launch
+// and computed in phase 2: the logits equal those of the copies on the stream before phase 1
+// (SLUICE_CUDA_COPIES_BESIDE=0, the misses computed in phase 1) bit for bit, and the CPU
+// streamer's within 1e-3.
+TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  if (waits && std::string(waits) == "0") GTEST_SKIP() << "the copies beside need the device-side waits";
+  MixtralThreeSlots t;
+  StreamerOptions so = t.base;
+  so.host_cache_bytes = 1 << 30;
+  so.host_cache_preload = true;
+  const ScopedEnv beside("SLUICE_CUDA_COPIES_BESIDE", "0");
+  std::vector<float> sd, sp;
+  {
+    LoadedModel on_stream = load(t.pack, *t.gpu, DType::q4, so);
+    std::tie(sd, sp) = run_logits(*on_stream.model, t.ids);
+  }
+  beside.set("1");
+  const int64_t before = CudaStreamer::decode_copies_beside();
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
+  const auto [gd, gp] = run_logits(*mg.model, t.ids);
+  EXPECT_GT(CudaStreamer::decode_copies_beside(), before) << "no decode layer copied beside phase 1";
+  ASSERT_EQ(gd.size(), sd.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < gd.size(); ++i) differ += std::memcmp(&gd[i], &sd[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "decode logits differing from the copies on the stream (max |diff| "
+                        << max_abs_diff(gd, sd) << ")";
+  EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
+  EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
+  expect_consistent(*mg.streamer, t.stride, true);
+}
+
 TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;

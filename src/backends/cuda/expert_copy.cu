@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   }
   __syncthreads();
   const uint32_t count = count_s;
+  for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
   if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
   const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
   auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);

@@ -15,13 +15,7 @@
 
 namespace sluice::cuda {
 
-// One copy: bytes (a multiple of 16) from src (host memory mapped into the device's address
-// space, 16-byte aligned) to dst (device memory, 16-byte aligned).
-struct CopyDesc {
-  const void* src = nullptr;
-  void* dst = nullptr;
-  uint64_t bytes = 0;
-};
+// CopyDesc, the list's entry: moe_kernels.h.
 
 // Copies descs[0 .. *count) on `s`. descs and count are device memory (the streamer copies the
 // host's list there in stream order, behind the signal that publishes it); the sources are
@@ -67,6 +61,10 @@ struct PhaseHandshake {
   // entry available in the table the device holds, phase 1's, read before this phase's
   // entries replace it), 0 for the others, so that no mark kernel runs after phase 1.
   uint8_t* mark_done = nullptr;
+  // Zeroed by the block (device memory; null: nothing): the pairs' done flags before phase 1,
+  // when no copy kernel on the stream does it (the copies ride with phase 1's gate/up).
+  uint8_t* clear = nullptr;
+  uint32_t clear_bytes = 0;
 };
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 

@@ -40,6 +40,53 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kerne
   gate_up_block<T>(a, a.ids, blockIdx.x, blockIdx.y, xs);
 }
 
+// Blocks that copy beside the gate/up product (CopyList): so few that they and a decode
+// token's 384 product blocks fill one wave of 132 SMs at 3 blocks an SM, each thread holding
+// kCopyLoads 16-byte loads from host memory in flight (12 x 128 x 8 x 16 B = 192 KiB).
+constexpr int32_t kCopyBlocks = 12;
+constexpr int kCopyLoads = 8;
+
+// Block `b` of `blocks` copies its share of copies.descs[0 .. *copies.count): 16-byte chunks
+// b * blockDim.x + threadIdx.x, then a grid-stride of blocks * blockDim.x, read with
+// cache-volatile loads (the host refills the same pinned buffers between launches).
+__device__ void copy_listed(const CopyList& copies, int32_t b, int32_t blocks) {
+  const uint32_t n = *copies.count;
+  const uint64_t tid = static_cast<uint64_t>(b) * blockDim.x + threadIdx.x;
+  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
+  for (uint32_t i = 0; i < n; ++i) {
+    const CopyDesc d = copies.descs[i];
+    const auto* src = static_cast<const uint4*>(d.src);
+    auto* dst = static_cast<uint4*>(d.dst);
+    const uint64_t chunks = d.bytes / 16;
+    for (uint64_t c = tid; c < chunks; c += kCopyLoads * stride) {
+      uint4 v[kCopyLoads];
+#pragma unroll
+      for (int u = 0; u < kCopyLoads; ++u)
+        if (c + u * stride < chunks) v[u] = __ldcv(src + c + u * stride);
+#pragma unroll
+      for (int u = 0; u < kCopyLoads; ++u)
+        if (c + u * stride < chunks) dst[c + u * stride] = v[u];
+    }
+  }
+}
+
+// moe_decode_gate_up_kernel with copies: grid (copy_blocks + n_pairs * tiles); blocks
+// [0, copy_blocks) copy a.copies (first, so that they start at once), block copy_blocks + i
+// is the plain kernel's block (i % n_pairs, i / n_pairs), in the plain grid's order.
+template <WType T>
+__global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_copies_kernel(const DecodeParams a,
+                                                                                          const int32_t n_pairs) {
+  chained_kernel_entry();
+  extern __shared__ float4 xs[];  // h[p / k], staged
+  const int32_t b = static_cast<int32_t>(blockIdx.x);
+  if (b < a.copy_blocks) {
+    copy_listed(a.copies, b, a.copy_blocks);
+    return;
+  }
+  const int32_t i = b - a.copy_blocks;
+  gate_up_block<T>(a, a.ids, i % n_pairs, i / n_pairs, xs);
+}
+
 // grid (n_pairs, ceil(n_embd / (kDownWarps * kRowsPerWarp))); dynamic shared memory: n_ff floats.
 template <WType T>
 __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(const DecodeParams a) {
@@ -108,14 +155,24 @@ bool moe_decode_enabled() {
 }
 
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
-                               float* act, const MoeShape& shape, Stream s) {
+                               float* act, const MoeShape& shape, Stream s, const CopyList& copies) {
   const size_t smem = static_cast<size_t>(shape.n_embd) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_embd, h) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows));
-  const DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
-                       .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_gate_up_kernel<T>, grid, dim3(kGateUpWarps * 32), smem,
-                                                       static_cast<cudaStream_t>(s), a))
+  DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
+                 .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
+  const auto st = static_cast<cudaStream_t>(s);
+  if (copies.descs != nullptr) {
+    a.copies = copies;
+    a.copy_blocks = kCopyBlocks;
+    const dim3 flat(static_cast<unsigned>(kCopyBlocks) + grid.x * grid.y);
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_gate_up_copies_kernel<T>, flat,
+                                                         dim3(kGateUpWarps * 32), smem, st, a,
+                                                         static_cast<int32_t>(grid.x)))
+  } else {
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype,
+                             launch_chained(moe_decode_gate_up_kernel<T>, grid, dim3(kGateUpWarps * 32), smem, st, a))
+  }
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -23,8 +23,9 @@ bool moe_decode_enabled();
 // act[p, j] = act(gate_j . h[p / k] + gate_bias_j, up_j . h[p / k] + up_bias_j) for the active
 // pairs, act SwiGLU or the clamped variant as the table entry says (expert_gate_up; done as
 // launch_moe_experts' first step).
+// With copies (CopyList, descs not null) a few blocks more copy them beside the product.
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
-                               float* act, const MoeShape& shape, Stream s);
+                               float* act, const MoeShape& shape, Stream s, const CopyList& copies = {});
 // pair_out[p, i] = down_i . act[p] + down_bias_i for the active pairs.
 bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const uint8_t* done, const float* act,
                             float* pair_out, const MoeShape& shape, Stream s);

@@ -36,6 +36,8 @@ struct DecodeParams {
   float* pair_out = nullptr;         // [n_rows * k, n_embd] f32 (down)
   float* out = nullptr;              // [n_rows, n_embd] f32 (down + combine)
   int64_t k = 0, n_embd = 0, n_ff = 0;
+  CopyList copies;                   // gate/up with copies: the list its first copy_blocks copy
+  int32_t copy_blocks = 0;
 };
 
 // Chunks of each row a lane holds in flight at once (more spill registers). gate/up (n_embd

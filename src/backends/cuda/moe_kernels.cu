@@ -15,6 +15,7 @@
 // sizes.
 #include "backends/cuda/moe_kernels.h"
 
+#include "backends/cuda/expert_copy.h"
 #include "backends/cuda/kernels.h"
 
 #include "backends/cuda/common.cuh"
@@ -798,8 +799,9 @@ namespace {
 // gate/up of launch_moe_experts*: the decode kernel where it takes the shape, else the generic one.
 template <WType WT>
 void launch_gate_up_t(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
-                      const MoeShape& shape, cudaStream_t st) {
-  if (launch_moe_decode_gate_up(h, ids, table, done, act, shape, st)) return;
+                      const MoeShape& shape, cudaStream_t st, const CopyList& copies = {}) {
+  if (launch_moe_decode_gate_up(h, ids, table, done, act, shape, st, copies)) return;
+  if (copies.descs != nullptr) launch_expert_copies(copies.descs, copies.count, st);  // on the stream first
   launch_chained(moe_gate_up_kernel<WT>,
                  dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kExpertWarps * kGateRows)),
                  dim3(kExpertWarps * 32), 0, st, h, ids, table, done, act, shape.k, shape.n_embd, shape.n_ff);
@@ -808,8 +810,8 @@ void launch_gate_up_t(const float* h, const int32_t* ids, const ExpertRef* table
 
 template <WType WT>
 void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                      float* pair_out, const MoeShape& shape, cudaStream_t st) {
-  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st);
+                      float* pair_out, const MoeShape& shape, cudaStream_t st, const CopyList& copies) {
+  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies);
   if (launch_moe_decode_down(ids, table, done, act, pair_out, shape, st)) return;
   launch_chained(moe_down_kernel<WT>,
                  dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
@@ -844,11 +846,14 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
 }  // namespace
 
 void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                        float* pair_out, const MoeShape& shape, Stream s, bool mark) {
+                        float* pair_out, const MoeShape& shape, Stream s, bool mark, const CopyList& copies) {
   const int64_t pairs = shape.n_rows * shape.k;
-  if (pairs == 0) return;
   auto st = static_cast<cudaStream_t>(s);
-  SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st))
+  if (pairs == 0) {
+    if (copies.descs != nullptr) launch_expert_copies(copies.descs, copies.count, st);
+    return;
+  }
+  SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st, copies))
   if (mark) moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
   CUDA_CHECK(cudaGetLastError());
 }

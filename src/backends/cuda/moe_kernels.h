@@ -51,6 +51,25 @@ struct MoeShape {
   WType wtype = WType::unavailable;
 };
 
+// One copy: bytes (a multiple of 16) from src (host memory mapped into the device's address
+// space, 16-byte aligned) to dst (device memory, 16-byte aligned).
+struct CopyDesc {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  uint64_t bytes = 0;
+};
+
+// Copies that ride along with the gate/up launch of launch_moe_experts (the CUDA streamer's
+// records landed by the plan, whose experts a later phase computes): descs[0 .. *count), both
+// in device memory, written before the launch's stream position. Its first blocks copy while
+// the others compute (the decode kernel), so the copies take no launch of their own and
+// overlap the gate/up product; shapes the decode kernel does not take copy with the copy
+// kernel (expert_copy.h) on the stream first.
+struct CopyList {
+  const CopyDesc* descs = nullptr;
+  const uint32_t* count = nullptr;
+};
+
 // ids[n, k] (i32) and weights[n, k] (f32) = transformers' routing of logits[n, n_expert]:
 // f32 softmax over all experts, the k largest probabilities strongest first (equal values:
 // the lower expert id first), renormalized to sum 1 when norm_topk, then (expert_scale not
@@ -103,7 +122,8 @@ inline MoeShape pairs_as_rows(MoeShape shape) {
 // mark false: done is left as it is (one launch fewer: the CUDA streamer's phase-2 handshake
 // kernel marks the pairs phase 1 computed, and its combine counts the pairs by the table).
 void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                        float* pair_out, const MoeShape& shape, Stream s, bool mark = true);
+                        float* pair_out, const MoeShape& shape, Stream s, bool mark = true,
+                        const CopyList& copies = {});
 
 // out[row, :] = sum over rank r = 0..k-1 of weights[p] * (done[p] ? pair_out[p, :] : 0),
 // p = row * k + r, accumulated in rank order (Backend::moe_combine with cut pairs as zero);

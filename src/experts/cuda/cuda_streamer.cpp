@@ -171,6 +171,11 @@ bool CudaStreamer::Impl::device_waits_enabled() {
   return !(v && std::string_view(v) == "0");
 }
 
+bool CudaStreamer::Impl::copies_beside_enabled() {
+  const char* v = std::getenv("SLUICE_CUDA_COPIES_BESIDE");
+  return !(v && std::string_view(v) == "0");
+}
+
 void CudaStreamer::Impl::throw_if_device_timed_out() const {
   const uint32_t layer1 = std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(device_failed.data()))
                               .load(std::memory_order_acquire);
@@ -354,7 +359,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
-  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};
+  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase, m.copies_beside};
   {
     std::lock_guard<std::mutex> lk(m.q_mu);
     m.jobs.push_back(j);
@@ -369,9 +374,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
   const bool mark = !m.device_waits;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
-                                                 cuda::Signal::resident_ready, nk, m.d_done.as());
+                                                 cuda::Signal::resident_ready, nk, m.d_done.as(), m.copies_beside);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                           m.d_pair.as<float>(), in.shape, s, mark);
+                           m.d_pair.as<float>(), in.shape, s, mark,
+                           m.copies_beside ? m.device_copies() : cuda::CopyList{});
   table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark);

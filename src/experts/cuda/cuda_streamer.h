@@ -65,6 +65,9 @@ class CudaStreamer final : public StreamingProvider {
   // The chunks the streamed prefill has copied beside its compute in this process (the tests
   // ask whether a run took that path).
   static int64_t prefill_copy_chunks();
+  // The decode MoE layers whose phase-1 copies rode with phase 1's gate/up in this process
+  // (the tests ask whether a run took that path).
+  static int64_t decode_copies_beside();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
   DType kind() const override;

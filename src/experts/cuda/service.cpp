@@ -5,12 +5,16 @@
 // publish table 2 and answer misses_ready. It never calls the CUDA API (expert_copy.h says
 // why): copies go out as lists the device's copy kernel reads.
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "core/log.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
+
+std::atomic<int64_t> g_decode_copies_beside{0};  // CudaStreamer::decode_copies_beside
+int64_t CudaStreamer::decode_copies_beside() { return g_decode_copies_beside.load(std::memory_order_relaxed); }
 
 void CudaStreamer::Impl::set_error(const Error& e) {
   {
@@ -153,21 +157,31 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     delayed_publish = true;
     std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
   }
-  // Phase 1: the experts resident now, with the records that landed copied first.
+  // Phase 1: the experts resident now, with the records that landed copied first; with the
+  // copies beside (j.copies_beside) those records are copied while phase 1 computes the
+  // others, and their experts are phase 2's.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;
+  std::vector<int32_t> beside_slots;
+  if (j.copies_beside) {
+    for (uint32_t i = 0; i < n1; ++i) beside_slots.push_back(slot_of(lv.phase1.copies[i]));
+    if (n1 > 0) g_decode_copies_beside.fetch_add(1, std::memory_order_relaxed);
+  }
+  auto copied_beside = [&](int32_t slot) {
+    return std::find(beside_slots.begin(), beside_slots.end(), slot) != beside_slots.end();
+  };
   std::fill(lv.phase1.table, lv.phase1.table + n_expert, cuda::ExpertRef{});
   for (PlannedExpert& w : plan.experts) {
-    if (!plan.in_phase1(w)) continue;
+    if (!plan.in_phase1(w) || copied_beside(w.slot)) continue;
     lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
   hs->store(L, cuda::Signal::resident_ready, v);
   published_resident = true;
-  // Every copy listed so far runs before phase 1 on the stream: at resident_done their host
-  // memory is free. Phase 2 may need those staging buffers for its own misses (a lookahead
-  // fill listed and evicted within the step holds a second one), so it must not wait for the
-  // next layer's router_ready to get them back.
+  // Every copy listed so far runs before phase 1 on the stream (or with its gate/up): at
+  // resident_done their host memory is free. Phase 2 may need those staging buffers for its
+  // own misses (a lookahead fill listed and evicted within the step holds a second one), so it
+  // must not wait for the next layer's router_ready to get them back.
   const size_t listed_for_phase1 = retiring.size();
   ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
   ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;

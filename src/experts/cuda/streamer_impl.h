@@ -64,6 +64,7 @@ struct CudaStreamer::Impl : StreamState {
     int64_t n = 0;
     bool lookahead = false;
     StreamPhase phase = StreamPhase::decode;
+    bool copies_beside = false;  // phase 1's copies ride with its gate/up: their experts are phase 2's
   };
   // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
   // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
@@ -135,14 +136,32 @@ struct CudaStreamer::Impl : StreamState {
   // memory operations and one copy of the list. Then the copy kernel over the landed records,
   // which also zeroes clear[0, nk) (the pairs' done flags before phase 1; null: nothing).
   // Returns the phase's expert table on the device.
+  // With `beside` (phase 1, copies_beside) no copy kernel runs: the handshake kernel zeroes
+  // `clear`, and the copies go with phase 1's gate/up (device_copies()).
   const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
-                                       size_t nk, uint8_t* clear);
+                                       size_t nk, uint8_t* clear, bool beside = false);
+  // The phase's copy list in device memory, as launch_moe_experts takes it.
+  cuda::CopyList device_copies() const {
+    const PhaseList dev = device_phase();
+    return {dev.copies, dev.count};
+  }
   // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
   // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
   // off, to compare. Read once, at construction: the device's call counters (d_calls) count
   // only the calls of this path.
   static bool device_waits_enabled();
   const bool device_waits = device_waits_enabled();
+  // Whether a decode MoE layer's phase-1 copies (the records landed by the plan: the host
+  // tier's misses) ride with phase 1's gate/up launch, a few of its blocks copying while the
+  // others compute the resident experts (their experts then are phase 2's), instead of a copy
+  // kernel on the stream before phase 1. Device waits only; on by default,
+  // SLUICE_CUDA_COPIES_BESIDE=0 turns it off, to compare. Read once, at construction.
+  static bool copies_beside_enabled();
+  const bool copies_beside = device_waits && copies_beside_enabled();
+  // The device slot a copy descriptor writes to.
+  int32_t slot_of(const cuda::CopyDesc& d) const {
+    return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
+  }
   // A device-side wait that timed out (host-mapped u32: the MoE layer + 1, 0: none) as an
   // error naming the layer; nothing when none did.
   void throw_if_device_timed_out() const;
