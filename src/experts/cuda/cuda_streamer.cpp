@@ -366,8 +366,9 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   }
   m.q_cv.notify_all();
   // Everything after each wait reads what the host published before the signal: the phase's
-  // list (taken to the device), then the landed records' copies by the copy kernel; the pairs'
-  // done flags are zeroed before phase 1.
+  // list (taken to the device), then the landed records' copies by the copy kernel (phase 1's,
+  // with copies_beside, by leading blocks of its gate/up launch); the pairs' done flags are
+  // zeroed before phase 1.
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
   // With the device-side waits no kernel marks the pairs done: phase 2's handshake kernel
   // marks phase 1's (from the table before it takes phase 2's), and the combine counts the
