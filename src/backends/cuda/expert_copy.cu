@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     __syncthreads();
     if (threadIdx.x == 0) {
       const uint64_t t_end = global_timer_ns(), last = p.times[0];
-      uint64_t* sums = p.times + 1 + (p.layer * 2 + (p.next_call ? 0 : 1)) * 4;
+      uint64_t* sums = p.times + 1 + (p.layer * kTimelinePoints + (p.next_call ? 0 : 1)) * kTimelineSums;
       if (last != 0) sums[0] += t_entry - last;
       sums[1] += t_seen - t_entry;
       sums[2] += t_end - t_seen;
@@ -114,6 +114,14 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   }
 }
 
+__global__ void timeline_stamp_kernel(uint64_t* times, int64_t layer) {
+  const uint64_t now = global_timer_ns(), last = times[0];
+  uint64_t* sums = times + 1 + (layer * kTimelinePoints + 2) * kTimelineSums;
+  if (last != 0) sums[0] += now - last;
+  sums[3] += 1;
+  times[0] = now;
+}
+
 __global__ void stream_delay_kernel(uint32_t us) {
   const uint64_t t0 = global_timer_ns();
   do __nanosleep(1000);
@@ -121,6 +129,11 @@ __global__ void stream_delay_kernel(uint32_t us) {
 }
 
 }  // namespace
+
+void launch_timeline_stamp(uint64_t* times, int64_t layer, Stream s) {
+  timeline_stamp_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(times, layer);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_stream_delay(uint32_t us, Stream s) {
   stream_delay_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(us);

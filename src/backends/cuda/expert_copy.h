@@ -51,11 +51,12 @@ struct PhaseHandshake {
   int64_t layer = 0;
   uint64_t timeout_ns = 0;  // after this long without the incoming signal the phase computes nothing
   // Null, or the handshake timeline's sums (device memory, SLUICE_CUDA_HANDSHAKE_TIMES):
-  // [0] the last phase's end on the device's global timer (ns), then per (layer, phase) four
-  // u64: the sums over calls of the time from the phase before's end to this one's start (the
-  // kernels between: copies, experts, the combine, the next layer's dense part), from its
-  // start to the incoming signal (the host's turn and the PCIe crossings), and from the signal
-  // to its end (the list read), and the count of calls. The phase: 0 when next_call, else 1.
+  // [0] the last point's time on the device's global timer (ns), then per (layer, point)
+  // four u64: the sums over calls of the time from the point before to this one's start (the
+  // kernels between), from its start to the incoming signal (the host's turn and the PCIe
+  // crossings), and from the signal to its end (the list read), and the count of calls. The
+  // points of a layer (kTimelinePoints): 0 phase 1's handshake (next_call), 1 phase 2's, 2
+  // the combine's end (launch_timeline_stamp; its two later sums stay 0).
   uint64_t* times = nullptr;
   // Phase 2 (null: nothing): mark_done[q] = 1 for each pair q phase 1 computed (its expert's
   // entry available in the table the device holds, phase 1's, read before this phase's
@@ -67,6 +68,14 @@ struct PhaseHandshake {
   uint32_t clear_bytes = 0;
 };
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
+
+// The timeline's points a MoE layer (PhaseHandshake::times) and their u64 sums each.
+constexpr int kTimelinePoints = 3, kTimelineSums = 4;
+// SLUICE_CUDA_HANDSHAKE_TIMES: after a layer's combine, the time since phase 2's handshake
+// ended (phase 2's copy and expert kernels, the combine) into the layer's point 2, so that
+// phase 1's "before it" holds the next layer's dense part alone. One thread, launched plain
+// (it starts once the combine finished).
+void launch_timeline_stamp(uint64_t* times, int64_t layer, Stream s);
 
 // A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
 // tests delay a stream with it so that a missing ordering between two streams shows

@@ -51,7 +51,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
   CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
   if (const char* t = std::getenv("SLUICE_CUDA_HANDSHAKE_TIMES"); device_waits && t && std::string_view(t) == "1") {
-    const size_t bytes = (1 + static_cast<size_t>(n_layers) * 2 * 4) * sizeof(uint64_t);
+    const size_t bytes = (1 + static_cast<size_t>(n_layers) * cuda::kTimelinePoints * cuda::kTimelineSums) * sizeof(uint64_t);
     d_times = cuda::DeviceBuffer(bytes, "the handshake timeline");
     CUDA_CHECK(cudaMemset(d_times.as(), 0, bytes));
   }
@@ -118,37 +118,42 @@ CudaStreamer::Impl::~Impl() {
   }
 }
 
-// The handshake timeline (d_times) as a table on stderr: for each MoE layer and phase, the
-// mean microseconds a call from the phase before's end to this one's start, waiting for the
-// host, and reading the list; then the means over the layers. Nothing when off, or on error.
+// The handshake timeline (d_times) as a table on stderr: for each MoE layer and point (phase
+// 1's handshake, phase 2's, the combine's end), the mean microseconds a call from the point
+// before to this one's start, waiting for the host, and reading the list (the combine's end:
+// the first alone); then the means over the layers. Nothing when off, or on error.
 void CudaStreamer::Impl::print_handshake_times() {
   if (!d_times.as()) return;
-  std::vector<uint64_t> t(1 + static_cast<size_t>(n_layers) * 2 * 4);
+  constexpr int P = cuda::kTimelinePoints, S = cuda::kTimelineSums;
+  std::vector<uint64_t> t(1 + static_cast<size_t>(n_layers) * P * S);
   if (cudaMemcpy(t.data(), d_times.as(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost) != cudaSuccess) return;
-  std::string out = "| MoE layer | phase | calls | before it, us | waiting for the host, us | list read, us |\n|---|---|---|---|---|---|\n";
-  double sum[2][3] = {}, n[2] = {};
+  std::string out = "| MoE layer | point | calls | before it, us | waiting for the host, us | list read, us |\n|---|---|---|---|---|---|\n";
+  const char* names[P] = {"phase 1", "phase 2", "combine end"};
+  double sum[P][3] = {}, n[P] = {};
   auto fixed = [](double v, int digits) {
     char b[32];
     std::snprintf(b, sizeof b, "%.*f", digits, v);
     return std::string(b);
   };
+  auto columns = [&](int ph, const double* v, double c) {  // the point's means; the combine's end has one
+    std::string r = str(" | ", fixed(v[0] / c, 2));
+    for (int i = 1; i < 3; ++i) r += ph == 2 ? std::string(" | -") : str(" | ", fixed(v[i] / c, 2));
+    return r + " |\n";
+  };
   for (int64_t L = 0; L < n_layers; ++L)
-    for (int ph = 0; ph < 2; ++ph) {
-      const uint64_t* s = t.data() + 1 + (L * 2 + ph) * 4;
+    for (int ph = 0; ph < P; ++ph) {
+      const uint64_t* s = t.data() + 1 + (L * P + ph) * S;
       if (s[3] == 0) continue;
-      const double c = static_cast<double>(s[3]);
-      out += str("| ", L, " | ", ph + 1, " | ", s[3]);
+      double v[3];
       for (int i = 0; i < 3; ++i) {
-        out += str(" | ", fixed(static_cast<double>(s[i]) / c / 1e3, 2));
-        sum[ph][i] += static_cast<double>(s[i]) / 1e3;
+        v[i] = static_cast<double>(s[i]) / 1e3;
+        sum[ph][i] += v[i];
       }
-      n[ph] += c;
-      out += " |\n";
+      n[ph] += static_cast<double>(s[3]);
+      out += str("| ", L, " | ", names[ph], " | ", s[3]) + columns(ph, v, static_cast<double>(s[3]));
     }
-  for (int ph = 0; ph < 2; ++ph)
-    if (n[ph] > 0)
-      out += str("| all | ", ph + 1, " | ", static_cast<uint64_t>(n[ph]), " | ", fixed(sum[ph][0] / n[ph], 2), " | ",
-                 fixed(sum[ph][1] / n[ph], 2), " | ", fixed(sum[ph][2] / n[ph], 2), " |\n");
+  for (int ph = 0; ph < P; ++ph)
+    if (n[ph] > 0) out += str("| all | ", names[ph], " | ", static_cast<uint64_t>(n[ph])) + columns(ph, sum[ph], n[ph]);
   if (barriers_timed > 0)
     out += str("forward_done (the model thread waiting for the service thread after a forward): ",
                fixed(barrier_seconds / static_cast<double>(barriers_timed) * 1e6, 2), " us a forward over ",
@@ -387,6 +392,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   else
     cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, nullptr, c.out.ptr<float>(), shape, s,
                                   m.d_ids.as<int32_t>(), table);
+  if (m.d_times.as()) cuda::launch_timeline_stamp(m.d_times.as<uint64_t>(), L, s);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,
             " ms, ", seconds_between(m.last_enqueue, enqueue0) * 1e3, " ms after the previous layer's");
