@@ -364,7 +364,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
-  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase, m.copies_beside};
+  const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};
   {
     std::lock_guard<std::mutex> lk(m.q_mu);
     m.jobs.push_back(j);
@@ -380,18 +380,15 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
   const bool mark = !m.device_waits;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
-                                                 cuda::Signal::resident_ready, nk, m.d_done.as(), m.copies_beside);
+                                                 cuda::Signal::resident_ready, nk, m.d_done.as());
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark,
                            m.copies_beside ? m.device_copies() : cuda::CopyList{});
   table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark);
-  if (mark)
-    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, m.d_done.as(), c.out.ptr<float>(), shape, s);
-  else
-    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, nullptr, c.out.ptr<float>(), shape, s,
-                                  m.d_ids.as<int32_t>(), table);
+  cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, mark ? m.d_done.as() : nullptr,
+                                c.out.ptr<float>(), shape, s, m.d_ids.as<int32_t>(), table);
   if (m.d_times.as()) cuda::launch_timeline_stamp(m.d_times.as<uint64_t>(), L, s);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,

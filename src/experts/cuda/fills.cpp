@@ -158,7 +158,7 @@ void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
 
 const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, const PhaseList& host,
                                                           cuda::Signal out, cuda::Signal in, size_t nk,
-                                                          uint8_t* clear, bool beside) {
+                                                          uint8_t* clear) {
   const PhaseList dev = device_phase();
   if (device_waits) {
     cuda::PhaseHandshake h;
@@ -179,7 +179,7 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
     h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
     h.times = d_times.as<uint64_t>();
     if (!h.next_call) h.mark_done = d_done.as();  // phase 2 marks phase 1's pairs
-    if (beside) {  // no copy kernel: the handshake zeroes the flags, phase 1's gate/up copies
+    if (copies_beside && h.next_call) {  // no copy kernel: the handshake zeroes the flags, gate/up copies
       h.clear = clear;
       h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
       cuda::launch_phase_handshake(h, stream);

@@ -158,12 +158,12 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
   }
   // Phase 1: the experts resident now, with the records that landed copied first; with the
-  // copies beside (j.copies_beside) those records are copied while phase 1 computes the
+  // copies beside (copies_beside) those records are copied while phase 1 computes the
   // others, and their experts are phase 2's.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;
   std::vector<int32_t> beside_slots;
-  if (j.copies_beside) {
+  if (copies_beside) {
     for (uint32_t i = 0; i < n1; ++i) beside_slots.push_back(slot_of(lv.phase1.copies[i]));
     if (n1 > 0) g_decode_copies_beside.fetch_add(1, std::memory_order_relaxed);
   }

@@ -64,7 +64,6 @@ struct CudaStreamer::Impl : StreamState {
     int64_t n = 0;
     bool lookahead = false;
     StreamPhase phase = StreamPhase::decode;
-    bool copies_beside = false;  // phase 1's copies ride with its gate/up: their experts are phase 2's
   };
   // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
   // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
@@ -135,11 +134,11 @@ struct CudaStreamer::Impl : StreamState {
   // both (device_waits; in phase 2 it also marks the pairs phase 1 computed done), else stream
   // memory operations and one copy of the list. Then the copy kernel over the landed records,
   // which also zeroes clear[0, nk) (the pairs' done flags before phase 1; null: nothing).
-  // Returns the phase's expert table on the device.
-  // With `beside` (phase 1, copies_beside) no copy kernel runs: the handshake kernel zeroes
-  // `clear`, and the copies go with phase 1's gate/up (device_copies()).
+  // Returns the phase's expert table on the device. Phase 1 with copies_beside runs no copy
+  // kernel: the handshake kernel zeroes `clear`, and the copies go with phase 1's gate/up
+  // (device_copies()).
   const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
-                                       size_t nk, uint8_t* clear, bool beside = false);
+                                       size_t nk, uint8_t* clear);
   // The phase's copy list in device memory, as launch_moe_experts takes it.
   cuda::CopyList device_copies() const {
     const PhaseList dev = device_phase();
