@@ -407,6 +407,49 @@ TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
   expect_consistent(*mg.streamer, t.stride, true);
 }
 
+// Phase 2 settled at the plan (SLUICE_CUDA_SETTLED): with a preloaded host tier every miss is
+// ready at its plan, so phase 2's list goes out with phase 1's and the device's phase-2
+// handshake takes it from device memory. The same bits as with the host answering
+// misses_ready, and the same as with reads from disk (where layers settle only when nothing
+// missed), at 3 slots (most layers miss) and with the copies beside on and off.
+TEST(CudaStreaming, SettledAtThePlanSameBits) {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  if (waits && std::string(waits) == "0") GTEST_SKIP() << "settling at the plan needs the device-side waits";
+  MixtralThreeSlots t;
+  for (const char* beside_on : {"1", "0"}) {
+    const ScopedEnv beside("SLUICE_CUDA_COPIES_BESIDE", beside_on);
+    for (bool host_tier : {true, false}) {
+      StreamerOptions so = t.base;
+      if (host_tier) {
+        so.host_cache_bytes = 1 << 30;
+        so.host_cache_preload = true;
+      }
+      const ScopedEnv settled("SLUICE_CUDA_SETTLED", "0");
+      std::vector<float> sd, sp;
+      {
+        LoadedModel answered = load(t.pack, *t.gpu, DType::q4, so);
+        std::tie(sd, sp) = run_logits(*answered.model, t.ids);
+      }
+      settled.set("1");
+      const int64_t before = CudaStreamer::decode_settled_at_plan();
+      LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
+      const auto [gd, gp] = run_logits(*mg.model, t.ids);
+      SCOPED_TRACE(std::string("copies beside ") + beside_on + (host_tier ? ", host tier" : ", from disk"));
+      if (host_tier) {
+        EXPECT_GT(CudaStreamer::decode_settled_at_plan(), before) << "no decode layer settled at its plan";
+      }
+      ASSERT_EQ(gd.size(), sd.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < gd.size(); ++i) differ += std::memcmp(&gd[i], &sd[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << "decode logits differing from phase 2 answered by the host (max |diff| "
+                            << max_abs_diff(gd, sd) << ")";
+      EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
+      EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
+      expect_consistent(*mg.streamer, t.stride, true);
+    }
+  }
+}
+
 TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;

@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   // Launched chained: the copy kernel and the experts' after it launch while this one waits.
   chained_kernel_entry();
   __shared__ uint32_t count_s;
-  __shared__ int ok_s;
+  __shared__ int ok_s, settled_s, taken_s;
+  auto* dev_head = reinterpret_cast<uint32_t*>(p.dev_list);  // [count][settled]
   uint64_t t_entry = 0, t_seen = 0;  // thread 0's, for p.times
   if (threadIdx.x == 0) {
     t_entry = global_timer_ns();
@@ -57,9 +58,12 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     // writes to host memory (the routing) reach the host before the signal.
     __threadfence_system();
     store_system(p.signals + p.signal_out, v);
+    // Phase 2 settled at the plan: phase 1's kernel took its entries (this call's: it stores
+    // the word every call).
+    const bool taken = !p.next_call && p.settled_table_offset != 0 && dev_head[1] != 0;
     const uint64_t t0 = global_timer_ns();
     int ok = 1;
-    for (uint32_t spin = 1; load_system(p.signals + p.signal_in) < v; ++spin) {
+    for (uint32_t spin = 1; !taken && load_system(p.signals + p.signal_in) < v; ++spin) {
       __nanosleep(256);
       if (spin % 64 == 0 && global_timer_ns() - t0 > p.timeout_ns) {
         ok = 0;
@@ -72,19 +76,34 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
       }
     }
     t_seen = global_timer_ns();
-    count_s = ok ? min(__ldcv(reinterpret_cast<const uint32_t*>(p.host_list)), p.max_copies) : 0u;
+    uint32_t count = 0, settled = 0;
+    if (ok && !taken) {  // the header's two words in one read
+      const uint64_t head = __ldcv(reinterpret_cast<const unsigned long long*>(p.host_list));
+      count = min(static_cast<uint32_t>(head), p.max_copies);
+      settled = p.next_call && p.settled_table_offset != 0 && (head >> 32) != 0 ? 1u : 0u;
+    }
+    count_s = count;
     ok_s = ok;
+    settled_s = static_cast<int>(settled);
+    taken_s = taken;
   }
   __syncthreads();
   const uint32_t count = count_s;
   for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
-  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(p.dev_list) = count;
+  if (threadIdx.x == 0) {
+    dev_head[0] = count;
+    if (p.next_call && p.settled_table_offset != 0) dev_head[1] = static_cast<uint32_t>(settled_s);
+  }
   const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
   auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
   constexpr uint32_t kDescWords = sizeof(CopyDesc) / 8, kRefWords = sizeof(ExpertRef) / 8;
+  static_assert(kRefWords <= 16, "a warp takes a pair's two entries, lanes 0-15 and 16-31");
   for (uint32_t w = threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
   const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
   auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
+  // Phase 2's entries, taken by phase 1 when settled (from host memory) and by phase 2 (from here).
+  auto* settled_table = reinterpret_cast<uint64_t*>(p.dev_list + p.settled_table_offset);
+  const auto* next_host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.next_list_offset + p.table_offset);
   if (p.mark_done != nullptr) {  // all of phase 1's entries read before any is replaced
     for (int32_t q = threadIdx.x; q < p.pairs; q += blockDim.x)
       p.mark_done[q] = dev_table[p.ids[q]].wtype != WType::unavailable ? 1 : 0;
@@ -93,9 +112,12 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
     const int32_t e = p.ids[q];
+    const uint64_t word = static_cast<uint64_t>(e) * kRefWords + lane % 16;
     if (ok_s) {
       if (lane < kRefWords)
-        reinterpret_cast<uint64_t*>(dev_table + e)[lane] = __ldcv(host_table + static_cast<uint64_t>(e) * kRefWords + lane);
+        reinterpret_cast<uint64_t*>(dev_table + e)[lane] = taken_s ? settled_table[word] : __ldcv(host_table + word);
+      else if (settled_s && lane >= 16 && lane < 16 + kRefWords)
+        settled_table[word] = __ldcv(next_host_table + word);
     } else if (lane == 0) {
       dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
     }

@@ -66,6 +66,15 @@ struct PhaseHandshake {
   // when no copy kernel on the stream does it (the copies ride with phase 1's gate/up).
   uint8_t* clear = nullptr;
   uint32_t clear_bytes = 0;
+  // Phase 2 settled at the plan (0: never; docs/streamed-step.md): the list's header is [u32
+  // count][u32 settled]. When phase 1's host list says settled (the host left nothing to land
+  // or decide, so phase 2's list, host_list + next_list_offset, was final before
+  // resident_ready), phase 1's kernel also takes phase 2's table entries of the pairs, into
+  // dev_list + settled_table_offset, and stores the word in the device list's header (0 or 1,
+  // every call). Phase 2's kernel, seeing it there, stores its outgoing signal and takes those
+  // entries from device memory: no wait for the host and no read of host memory.
+  uint32_t next_list_offset = 0;
+  uint32_t settled_table_offset = 0;
 };
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 

@@ -47,7 +47,9 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
                                        "the prefill wave tables");
   d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                      "the prefill wave tables");
-  d_phase = cuda::DeviceBuffer(phase_list_bytes(), "the expert table and copy list");
+  d_phase = cuda::DeviceBuffer(settled_table_offset() + static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
+                               "the expert table and copy list");
+  CUDA_CHECK(cudaMemset(d_phase.as(), 0, settled_table_offset()));
   d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
   CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
   if (const char* t = std::getenv("SLUICE_CUDA_HANDSHAKE_TIMES"); device_waits && t && std::string_view(t) == "1") {
@@ -178,6 +180,11 @@ bool CudaStreamer::Impl::device_waits_enabled() {
 
 bool CudaStreamer::Impl::copies_beside_enabled() {
   const char* v = std::getenv("SLUICE_CUDA_COPIES_BESIDE");
+  return !(v && std::string_view(v) == "0");
+}
+
+bool CudaStreamer::Impl::settle_at_plan_enabled() {
+  const char* v = std::getenv("SLUICE_CUDA_SETTLED");
   return !(v && std::string_view(v) == "0");
 }
 

@@ -68,6 +68,9 @@ class CudaStreamer final : public StreamingProvider {
   // The decode MoE layers whose phase-1 copies rode with phase 1's gate/up in this process
   // (the tests ask whether a run took that path).
   static int64_t decode_copies_beside();
+  // Decode MoE layers (process-wide, for tests) whose plan settled phase 2 with phase 1:
+  // nothing left to land or decide, phase 2's list published before resident_ready.
+  static int64_t decode_settled_at_plan();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
   DType kind() const override;

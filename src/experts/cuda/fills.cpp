@@ -147,12 +147,13 @@ size_t CudaStreamer::Impl::list_landed(cuda::CopyDesc* descs, uint32_t& count) {
 }
 
 CudaStreamer::Impl::PhaseList CudaStreamer::Impl::phase_list_at(uint8_t* base) const {
-  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<cuda::ExpertRef*>(base + phase_table_offset()),
+  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<uint32_t*>(base) + 1,
+          reinterpret_cast<cuda::ExpertRef*>(base + phase_table_offset()),
           reinterpret_cast<cuda::CopyDesc*>(base + phase_copies_offset())};
 }
 
 void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
-  *p.count = 0;
+  *p.count = *p.settled = 0;
   std::fill(p.table, p.table + n_expert, cuda::ExpertRef{});
 }
 
@@ -179,6 +180,10 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
     h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
     h.times = d_times.as<uint64_t>();
     if (!h.next_call) h.mark_done = d_done.as();  // phase 2 marks phase 1's pairs
+    if (settle_at_plan) {
+      h.next_list_offset = static_cast<uint32_t>(phase_list_bytes());  // LayerView: phase 2's list follows
+      h.settled_table_offset = static_cast<uint32_t>(settled_table_offset());
+    }
     if (copies_beside && h.next_call) {  // no copy kernel: the handshake zeroes the flags, gate/up copies
       h.clear = clear;
       h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;

@@ -15,6 +15,8 @@ namespace sluice {
 
 std::atomic<int64_t> g_decode_copies_beside{0};  // CudaStreamer::decode_copies_beside
 int64_t CudaStreamer::decode_copies_beside() { return g_decode_copies_beside.load(std::memory_order_relaxed); }
+std::atomic<int64_t> g_decode_settled{0};  // CudaStreamer::decode_settled_at_plan
+int64_t CudaStreamer::decode_settled_at_plan() { return g_decode_settled.load(std::memory_order_relaxed); }
 
 void CudaStreamer::Impl::set_error(const Error& e) {
   {
@@ -176,8 +178,40 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
+  // Phase 2's table: phase 1's with the misses the plan took (their main or low-bit copy)
+  // and the cut ones left out; its copies, n2 records, listed before.
+  auto fill_phase2 = [&] {
+    *lv.phase2.count = n2;
+    std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
+    for (const PlannedExpert& w : plan.experts) {
+      if (w.dropped) continue;
+      lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
+    }
+  };
+  // Settled at the plan: every expert left is ready now (the host tier's misses, whose records
+  // phase 1's list copies), so nothing is left to land or decide and phase 2's list goes out
+  // before resident_ready, with no copies (a record landing later waits for the next layer's
+  // list). The device's phase-2 handshake then takes it from device memory.
+  bool decided = !plan.deadline();
+  const bool settled = settle_at_plan && std::all_of(plan.experts.begin(), plan.experts.end(), [&](const PlannedExpert& w) {
+                         return w.done || plan.ready(w, decided) != ReadyCopy::none;
+                       });
+  if (settled) {
+    g_decode_settled.fetch_add(1, std::memory_order_relaxed);
+    for (PlannedExpert& w : plan.experts)
+      if (!w.done) plan.take(w, plan.ready(w, decided), ls);
+    fill_phase2();
+  }
+  *lv.phase1.settled = settled ? 1 : 0;
   hs->store(L, cuda::Signal::resident_ready, v);
   published_resident = true;
+  if (settled) {
+    hs->store(L, cuda::Signal::misses_ready, v);  // for SLUICE_CUDA_DEVICE_WAITS=0 and release_device
+    published_misses = true;
+    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
+    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+    return;
+  }
   // Every copy listed so far runs before phase 1 on the stream (or with its gate/up): at
   // resident_done their host memory is free. Phase 2 may need those staging buffers for its
   // own misses (a lookahead fill listed and evicted within the step holds a second one), so it
@@ -189,7 +223,6 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // Phase 2: the misses as they land; with a deadline, the plan decides what is cut (or
   // takes its landed low-bit copy) once the device finished phase 1.
   std::optional<StreamerClock::time_point> phase1_done;
-  bool decided = !plan.deadline();
   auto since = StreamerClock::now();
   auto wait_low = [&](const PlannedExpert& w) {
     const auto t0 = StreamerClock::now();
@@ -234,12 +267,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     }
   }
   list_landed(lv.phase2.copies, n2);
-  *lv.phase2.count = n2;
-  std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
-  for (const PlannedExpert& w : plan.experts) {
-    if (w.dropped) continue;
-    lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
-  }
+  fill_phase2();
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", plan.experts.size(), " experts, ", n1, " + ", n2,

@@ -72,6 +72,7 @@ struct CudaStreamer::Impl : StreamState {
   // the signal) takes it into d_phase.
   struct PhaseList {
     uint32_t* count;
+    uint32_t* settled;  // the header's second word (phase 1's): phase 2's list was final with it
     cuda::ExpertRef* table;
     cuda::CopyDesc* copies;
   };
@@ -125,6 +126,9 @@ struct CudaStreamer::Impl : StreamState {
   size_t phase_list_bytes() const {
     return phase_copies_offset() + round_up(static_cast<size_t>(residency->n_slots()) * sizeof(cuda::CopyDesc), 64);
   }
+  // Where d_phase keeps phase 2's table entries that phase 1's handshake kernel took when the
+  // layer settled at the plan (PhaseHandshake::settled_table_offset), after the list.
+  size_t settled_table_offset() const { return phase_list_bytes(); }
   PhaseList phase_list_at(uint8_t* base) const;
   // A phase that computes and copies nothing (every table entry unavailable).
   void clear_phase(const PhaseList& p) const;
@@ -157,6 +161,13 @@ struct CudaStreamer::Impl : StreamState {
   // SLUICE_CUDA_COPIES_BESIDE=0 turns it off, to compare. Read once, at construction.
   static bool copies_beside_enabled();
   const bool copies_beside = device_waits && copies_beside_enabled();
+  // Whether a decode MoE layer whose plan leaves nothing to land or decide (every miss in the
+  // host tier, or none) publishes phase 2's list with phase 1's, so that the device's phase-2
+  // handshake neither waits for misses_ready nor reads host memory (PhaseHandshake's
+  // settled_table_offset). Device waits only; on by default, SLUICE_CUDA_SETTLED=0 turns it
+  // off, to compare. Read once, at construction.
+  static bool settle_at_plan_enabled();
+  const bool settle_at_plan = device_waits && settle_at_plan_enabled();
   // The device slot a copy descriptor writes to.
   int32_t slot_of(const cuda::CopyDesc& d) const {
     return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
