@@ -14,9 +14,13 @@ cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=$PWD/.carry/lib SLUICE_SOURCE_DIR=$PWD
 T0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 240 .carry/bin/sluice_gpu_tests --gtest_color=no > $OUT/gpu_tests.log 2>&1
-echo "GPU tests: rc $? at $(( $(date +%s)-T0 )) s"
-grep -E "^\[  (PASSED|FAILED) |^\[==========\]|^\[  FAILED  \] [A-Z]|Failure" $OUT/gpu_tests.log | head -20
+LIMIT=${LIMIT:-560}  # seconds this call may take (the device time left)
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+gtests() { local name=$1 filter=$2 t=$3
+  timeout $t .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter="$filter" > $OUT/$name.log 2>&1
+  echo "GPU tests $name: rc $? at $(( $(date +%s)-T0 )) s"
+  grep -E "^\[  (PASSED|FAILED) |^\[==========\]|^\[  FAILED  \] [A-Z]|Failure" $OUT/$name.log | head -20; }
+gtests streaming_moe 'CudaStreaming.*:CudaMoe.*' 150
 P=/tmp/q12
 timeout 120 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P --force -q > $OUT/synth12.log 2>&1 || tail -3 $OUT/synth12.log
 echo "synth 12 at $(( $(date +%s)-T0 )) s"
@@ -34,9 +38,10 @@ run host10 1 0 --expert-cache $c10 --host-cache 16G --host-cache-preload
 run host10 1 1 --expert-cache $c10 --host-cache 16G --host-cache-preload
 run host110fake 1 1 --expert-cache $c110 --host-cache 16G --host-cache-preload --fake-experts
 echo "12-layer runs done at $(( $(date +%s)-T0 )) s"
-if [ $(( $(date +%s)-T0 )) -lt 360 ]; then
+[ $(left) -gt 100 ] && gtests others '-CudaStreaming.*:CudaMoe.*' $(( $(left) - 20 < 200 ? $(left) - 20 : 200 ))
+if [ $(left) -gt 200 ]; then
   timeout 120 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 /tmp/q48 --force -q > $OUT/synth48.log 2>&1 || tail -3 $OUT/synth48.log
   echo "synth 48 at $(( $(date +%s)-T0 )) s: $(du -sh /tmp/q48 | cut -f1)"
-  timeout 150 .carry/bin/bench_cuda --model /tmp/q48 --prefill 512 --decode 128 --reps 2 --batch 1,8,32 2>&1 | tee $OUT/bench48.log | tail -30
+  timeout $(( $(left) - 5 )) .carry/bin/bench_cuda --model /tmp/q48 --prefill 512 --decode 128 --reps 2 --batch 1,8,32 2>&1 | tee $OUT/bench48.log | tail -30
 fi
 echo "total $(( $(date +%s)-T0 )) s"
