@@ -193,9 +193,8 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // before resident_ready, with no copies (a record landing later waits for the next layer's
   // list). The device's phase-2 handshake then takes it from device memory.
   bool decided = !plan.deadline();
-  const bool settled = settle_at_plan && std::all_of(plan.experts.begin(), plan.experts.end(), [&](const PlannedExpert& w) {
-                         return w.done || plan.ready(w, decided) != ReadyCopy::none;
-                       });
+  auto ready_now = [&](const PlannedExpert& w) { return w.done || plan.ready(w, decided) != ReadyCopy::none; };
+  const bool settled = settle_at_plan && std::all_of(plan.experts.begin(), plan.experts.end(), ready_now);
   if (settled) {
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);
     for (PlannedExpert& w : plan.experts)
