@@ -214,15 +214,28 @@ class MarkovPolicy : public EvictionPolicy {
     l.chance_valid = true;
     return l.chance;
   }
-  // The record's frequency brought to the layer's current step.
+  // The record's frequency brought to the layer's current step: decay^(steps since), from
+  // the table below when it holds that power (the same pow, computed once: the same bits).
   double decayed(size_t i, const Layer& l) const {
-    return freq_[i] * std::pow(decay_, static_cast<double>(l.steps - freq_step_[i]));
+    const uint64_t since = l.steps - freq_step_[i];
+    const double factor = since < decay_powers_.size() ? decay_powers_[since]
+                                                       : std::pow(decay_, static_cast<double>(since));
+    return freq_[i] * factor;
+  }
+  // decay^n for n < kDecayPowers: chance() brings every expert of a layer to its current step
+  // at each victim search after the layer's step, and a pow each took ~7% of `sluice simulate`.
+  static constexpr size_t kDecayPowers = 1024;
+  static std::vector<double> powers_of(double decay) {
+    std::vector<double> p(kDecayPowers);
+    for (size_t n = 0; n < p.size(); ++n) p[n] = std::pow(decay, static_cast<double>(n));
+    return p;
   }
 
   int32_t n_kinds_;
   int64_t n_expert_, n_layers_;
   int64_t current_ = -1;              // the layer of the latest step
   double decay_, weight_;
+  std::vector<double> decay_powers_ = powers_of(decay_);  // [kDecayPowers] decay_^n
   std::vector<Layer> layers_;         // [n_layers]
   std::vector<double> freq_;          // [n_records] decayed use count at freq_step_
   std::vector<uint64_t> freq_step_;   // [n_records] the layer's step count at the last update
