@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 
 #include "../models/fixture_util.h"
@@ -262,10 +261,8 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
         LoadedModel streamed = load(pack, *gpu, DType::q4, so);
         std::vector<float> got(want.size());
         streamed.model->forward(ids, *streamed.model->new_state(96), got, true);
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << "logits differing from the resident prefill's (max |diff| " << max_abs_diff(got, want)
-                              << ")";
+        EXPECT_EQ(floats_differing(got, want), 0u)
+            << "logits differing from the resident prefill's (max |diff| " << max_abs_diff(got, want) << ")";
         if (mode >= 2 && slots < all) {
           EXPECT_GT(CudaStreamer::prefill_copy_chunks(), chunks_before) << "the copies beside took no chunk";
         }
@@ -379,6 +376,33 @@ TEST(CudaStreaming, HostTierAndBlockingWaits) {
 // and computed in phase 2: the logits equal those of the copies on the stream before phase 1
 // (SLUICE_CUDA_COPIES_BESIDE=0, the misses computed in phase 1) bit for bit, and the CPU
 // streamer's within 1e-3.
+// The mixtral fixture at 3 slots streamed with `so` twice, the switch `name` set to "0" and
+// then to "1": the decode logits the same bits, both runs' logits within 1e-3 of the CPU's,
+// and the second run's streamer consistent. taken() counts the layers that took the switched
+// path in this process: with expect_taken, the second run must add some.
+void expect_switch_keeps_the_bits(const MixtralThreeSlots& t, const StreamerOptions& so, const char* name,
+                                  int64_t (*taken)(), bool expect_taken, const char* what) {
+  const ScopedEnv sw(name, "0");
+  std::vector<float> sd, sp;
+  {
+    LoadedModel off = load(t.pack, *t.gpu, DType::q4, so);
+    std::tie(sd, sp) = run_logits(*off.model, t.ids);
+  }
+  sw.set("1");
+  const int64_t before = taken();
+  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
+  const auto [gd, gp] = run_logits(*mg.model, t.ids);
+  if (expect_taken) {
+    EXPECT_GT(taken(), before) << "no decode layer took the path of " << name;
+  }
+  ASSERT_EQ(gd.size(), sd.size());
+  EXPECT_EQ(floats_differing(gd, sd), 0u) << "decode logits differing from " << what << " (max |diff| "
+                                          << max_abs_diff(gd, sd) << ")";
+  EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
+  EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
+  expect_consistent(*mg.streamer, t.stride, true);
+}
+
 TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
   const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
   if (waits && std::string(waits) == "0") GTEST_SKIP() << "the copies beside need the device-side waits";
@@ -386,25 +410,8 @@ TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
   StreamerOptions so = t.base;
   so.host_cache_bytes = 1 << 30;
   so.host_cache_preload = true;
-  const ScopedEnv beside("SLUICE_CUDA_COPIES_BESIDE", "0");
-  std::vector<float> sd, sp;
-  {
-    LoadedModel on_stream = load(t.pack, *t.gpu, DType::q4, so);
-    std::tie(sd, sp) = run_logits(*on_stream.model, t.ids);
-  }
-  beside.set("1");
-  const int64_t before = CudaStreamer::decode_copies_beside();
-  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
-  const auto [gd, gp] = run_logits(*mg.model, t.ids);
-  EXPECT_GT(CudaStreamer::decode_copies_beside(), before) << "no decode layer copied beside phase 1";
-  ASSERT_EQ(gd.size(), sd.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < gd.size(); ++i) differ += std::memcmp(&gd[i], &sd[i], sizeof(float)) != 0;
-  EXPECT_EQ(differ, 0u) << "decode logits differing from the copies on the stream (max |diff| "
-                        << max_abs_diff(gd, sd) << ")";
-  EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
-  EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
-  expect_consistent(*mg.streamer, t.stride, true);
+  expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_COPIES_BESIDE", &CudaStreamer::decode_copies_beside, true,
+                               "the copies on the stream");
 }
 
 // Phase 2 settled at the plan (SLUICE_CUDA_SETTLED): with a preloaded host tier every miss is
@@ -424,28 +431,9 @@ TEST(CudaStreaming, SettledAtThePlanSameBits) {
         so.host_cache_bytes = 1 << 30;
         so.host_cache_preload = true;
       }
-      const ScopedEnv settled("SLUICE_CUDA_SETTLED", "0");
-      std::vector<float> sd, sp;
-      {
-        LoadedModel answered = load(t.pack, *t.gpu, DType::q4, so);
-        std::tie(sd, sp) = run_logits(*answered.model, t.ids);
-      }
-      settled.set("1");
-      const int64_t before = CudaStreamer::decode_settled_at_plan();
-      LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
-      const auto [gd, gp] = run_logits(*mg.model, t.ids);
       SCOPED_TRACE(std::string("copies beside ") + beside_on + (host_tier ? ", host tier" : ", from disk"));
-      if (host_tier) {
-        EXPECT_GT(CudaStreamer::decode_settled_at_plan(), before) << "no decode layer settled at its plan";
-      }
-      ASSERT_EQ(gd.size(), sd.size());
-      size_t differ = 0;
-      for (size_t i = 0; i < gd.size(); ++i) differ += std::memcmp(&gd[i], &sd[i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0u) << "decode logits differing from phase 2 answered by the host (max |diff| "
-                            << max_abs_diff(gd, sd) << ")";
-      EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
-      EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
-      expect_consistent(*mg.streamer, t.stride, true);
+      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_SETTLED", &CudaStreamer::decode_settled_at_plan, host_tier,
+                                   "phase 2 answered by the host");
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 
 #include "format/json_file.h"
@@ -23,6 +24,13 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+size_t floats_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
 }
 
 void decode_in_chunks(Model& model, const std::vector<int32_t>& ids, size_t prompt_len, std::vector<float>& got) {

@@ -106,6 +106,9 @@ FixtureReference read_reference(const std::string& name);
 
 // max |a - b| over all elements.
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+// The elements of a and b whose bits differ (the larger size when the sizes differ): 0 is
+// bit for bit.
+size_t floats_differing(const std::vector<float>& a, const std::vector<float>& b);
 
 // The logits of every position of ids [n] into got [n, V], through one state: the first
 // prompt_len (>= 7) tokens in uneven chunks (5, 1, the rest), then one token at a time.

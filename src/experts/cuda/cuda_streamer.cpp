@@ -173,18 +173,8 @@ void CudaStreamer::Impl::throw_if_failed() {
   throw_if_device_timed_out();
 }
 
-bool CudaStreamer::Impl::device_waits_enabled() {
-  const char* v = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  return !(v && std::string_view(v) == "0");
-}
-
-bool CudaStreamer::Impl::copies_beside_enabled() {
-  const char* v = std::getenv("SLUICE_CUDA_COPIES_BESIDE");
-  return !(v && std::string_view(v) == "0");
-}
-
-bool CudaStreamer::Impl::settle_at_plan_enabled() {
-  const char* v = std::getenv("SLUICE_CUDA_SETTLED");
+bool CudaStreamer::Impl::switch_on(const char* name) {
+  const char* v = std::getenv(name);
   return !(v && std::string_view(v) == "0");
 }
 

@@ -18,10 +18,7 @@
 
 namespace sluice {
 
-bool CudaStreamer::Impl::prefill_waves_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_PREFILL_WAVES");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+bool CudaStreamer::Impl::prefill_waves_enabled() { return switch_on("SLUICE_CUDA_PREFILL_WAVES"); }
 
 // Landed records are copied on the stream; their staging buffers come back once it passed the
 // copies. A fill that waits for a staging buffer (a background fill landed, was copied and its

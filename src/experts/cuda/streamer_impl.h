@@ -148,26 +148,25 @@ struct CudaStreamer::Impl : StreamState {
     const PhaseList dev = device_phase();
     return {dev.copies, dev.count};
   }
+  // An environment switch that is on unless set to "0" (the paths below, to compare).
+  static bool switch_on(const char* name);
   // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
   // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
   // off, to compare. Read once, at construction: the device's call counters (d_calls) count
   // only the calls of this path.
-  static bool device_waits_enabled();
-  const bool device_waits = device_waits_enabled();
+  const bool device_waits = switch_on("SLUICE_CUDA_DEVICE_WAITS");
   // Whether a decode MoE layer's phase-1 copies (the records landed by the plan: the host
   // tier's misses) ride with phase 1's gate/up launch, a few of its blocks copying while the
   // others compute the resident experts (their experts then are phase 2's), instead of a copy
   // kernel on the stream before phase 1. Device waits only; on by default,
   // SLUICE_CUDA_COPIES_BESIDE=0 turns it off, to compare. Read once, at construction.
-  static bool copies_beside_enabled();
-  const bool copies_beside = device_waits && copies_beside_enabled();
+  const bool copies_beside = device_waits && switch_on("SLUICE_CUDA_COPIES_BESIDE");
   // Whether a decode MoE layer whose plan leaves nothing to land or decide (every miss in the
   // host tier, or none) publishes phase 2's list with phase 1's, so that the device's phase-2
   // handshake neither waits for misses_ready nor reads host memory (PhaseHandshake's
   // settled_table_offset). Device waits only; on by default, SLUICE_CUDA_SETTLED=0 turns it
   // off, to compare. Read once, at construction.
-  static bool settle_at_plan_enabled();
-  const bool settle_at_plan = device_waits && settle_at_plan_enabled();
+  const bool settle_at_plan = device_waits && switch_on("SLUICE_CUDA_SETTLED");
   // The device slot a copy descriptor writes to.
   int32_t slot_of(const cuda::CopyDesc& d) const {
     return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
