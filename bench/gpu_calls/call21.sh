@@ -5,9 +5,10 @@
 # device cache + preloaded host tier) with phase 2 settled at the plan off / on
 # (SLUICE_CUDA_SETTLED) interleaved, each with the handshake timeline (phase 2's kernels and
 # the combine now timed apart from the next layer's dense part), and --fake-experts at 110%
-# (nothing missed) with the timeline; 3) call20 (the 48-layer roofline, batch 1/8/32) if time
-# is left. About 7 minutes. Carry .carry/bins.txz (CARRY_FROM=build-carry scripts/carry-build sluice bench_cuda
-# sluice_gpu_tests).
+# (nothing missed) with the timeline; 3) the 48-layer roofline (bench_cuda --model on the
+# full synthetic: batch 1/8/32, the bytes a step touches against the copy bandwidth) if time
+# is left. About 7 minutes. Carry .carry/bins.txz (CARRY_FROM=build-carry
+# scripts/carry-build sluice bench_cuda sluice_gpu_tests).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -x .carry/bin/bench_cuda ] || tar xJf .carry/bins.txz -C .carry
