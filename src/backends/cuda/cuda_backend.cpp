@@ -240,7 +240,7 @@ void CudaBackend::prefetch_weights(std::span<const Tensor> weights) {
   }
   CUDA_CHECK(cudaEventRecord(prefetch_fork_, stream_));
   CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0));
-  cuda::launch_l2_prefetch(r, static_cast<int>(std::max<int64_t>(1, env_int("SLUICE_CUDA_L2_AHEAD_BLOCKS", 32))),
+  cuda::launch_l2_prefetch(r, static_cast<int>(std::max<int64_t>(1, env_int("SLUICE_CUDA_L2_AHEAD_BLOCKS", 64))),
                            prefetch_stream_);
   if (capture_pool_) prefetch_forked_in_capture_ = true;
 }

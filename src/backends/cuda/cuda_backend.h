@@ -41,7 +41,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   // SLUICE_CUDA_L2_AHEAD_MB=N (0 or unset: nothing): the weights' first N MB are fetched into
   // L2 by a prefetch kernel on a stream of its own, forked from the stream here (joined back
-  // at graph_end when captured); SLUICE_CUDA_L2_AHEAD_BLOCKS its blocks (default 32).
+  // at graph_end when captured); SLUICE_CUDA_L2_AHEAD_BLOCKS its blocks (default 64).
   void prefetch_weights(std::span<const Tensor> weights) override;
   std::optional<uint64_t> memory_available() const override;
 
