@@ -18,7 +18,7 @@ echo "l2 test: rc $? at $(( $(date +%s)-T0 )) s"; grep -E "^\[  (PASSED|FAILED) 
 # variant: L2 ahead MB / down ahead (0|1)
 b() { local mb=${1%/*} dn=${1#*/} pre=$2
   echo "L2 $mb MB, down $dn, prompt $pre: $(SLUICE_CUDA_L2_AHEAD_MB=$mb SLUICE_CUDA_DOWN_AHEAD=$dn timeout 40 .carry/bin/bench_cuda \
-    --model /tmp/q12 --prefill $pre --decode 128 --reps 2 2>&1 | tee $OUT/b.$mb.$dn.$pre.log | grep -i "decode" | tail -2 | tr '\n' ' ')"; }
+    --model /tmp/q12 --prefill $pre --decode 128 --reps 2 2>&1 | tee $OUT/b.$mb.$dn.$pre.log | grep -E "^\| [0-9]+ \|" | tail -1 | tr '\n' ' ')"; }
 for r in 1 2; do for v in 0/0 22/0 40/0 0/1 22/1; do [ $(left) -gt 30 ] || break 2; b $v 512; done; done
 for v in 0/0 22/1; do [ $(left) -gt 30 ] || break; b $v 8192; done
 echo "== call23 at $(( $(date +%s)-T0 )) s"
