@@ -54,13 +54,15 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   if (threadIdx.x == 0) {
     t_entry = global_timer_ns();
     const uint64_t v = p.next_call ? ++*p.calls : *p.calls;
-    // The kernels before this one finished (chained_kernel_entry waited for them); their
-    // writes to host memory (the routing) reach the host before the signal.
-    __threadfence_system();
-    store_system(p.signals + p.signal_out, v);
     // Phase 2 settled at the plan: phase 1's kernel took its entries (this call's: it stores
-    // the word every call).
+    // the word every call), and no host thread waits for resident_done.
     const bool taken = !p.next_call && p.settled_table_offset != 0 && dev_head[1] != 0;
+    if (!taken) {
+      // The kernels before this one finished (chained_kernel_entry waited for them); their
+      // writes to host memory (the routing) reach the host before the signal.
+      __threadfence_system();
+      store_system(p.signals + p.signal_out, v);
+    }
     const uint64_t t0 = global_timer_ns();
     int ok = 1;
     for (uint32_t spin = 1; !taken && load_system(p.signals + p.signal_in) < v; ++spin) {

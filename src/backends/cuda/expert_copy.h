@@ -71,8 +71,9 @@ struct PhaseHandshake {
   // or decide, so phase 2's list, host_list + next_list_offset, was final before
   // resident_ready), phase 1's kernel also takes phase 2's table entries of the pairs, into
   // dev_list + settled_table_offset, and stores the word in the device list's header (0 or 1,
-  // every call). Phase 2's kernel, seeing it there, stores its outgoing signal and takes those
-  // entries from device memory: no wait for the host and no read of host memory.
+  // every call). Phase 2's kernel, seeing it there, stores no signal (no host thread waits
+  // for it then) and takes those entries from device memory: no wait for the host and no
+  // read of host memory.
   uint32_t next_list_offset = 0;
   uint32_t settled_table_offset = 0;
 };

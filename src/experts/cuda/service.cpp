@@ -188,6 +188,16 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
       lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
     }
   };
+  // The same entries for the union's experts alone: the handshake kernels read the entries of
+  // the call's pairs only, and a settled list is read by no copy of the whole list
+  // (SLUICE_CUDA_DEVICE_WAITS=0 settles nothing).
+  auto fill_phase2_union = [&] {
+    *lv.phase2.count = 0;
+    for (const PlannedExpert& w : plan.experts)
+      lv.phase2.table[w.expert] = w.dropped ? cuda::ExpertRef{}
+                                  : w.low   ? ref(w.low_slot, *opt.miss_kind)
+                                            : ref(w.slot, kind);
+  };
   // Settled at the plan: every expert left is ready now (the host tier's misses, whose records
   // phase 1's list copies), so nothing is left to land or decide and phase 2's list goes out
   // before resident_ready, with no copies (a record landing later waits for the next layer's
@@ -199,7 +209,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);
     for (PlannedExpert& w : plan.experts)
       if (!w.done) plan.take(w, plan.ready(w, decided), ls);
-    fill_phase2();
+    fill_phase2_union();
   }
   *lv.phase1.settled = settled ? 1 : 0;
   hs->store(L, cuda::Signal::resident_ready, v);
