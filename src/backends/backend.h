@@ -101,10 +101,6 @@ class Backend {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;     // same dtype and numel
   virtual void fill(const Tensor& dst, float value) = 0;            // f32 dst
   virtual void synchronize() = 0;
-  // Weights a later op of this step reads (a decode token's next layer's attention weights
-  // while this layer's experts run), in order of need: a device backend may start fetching
-  // them into its cache beside the ops enqueued now. A hint: no result changes. Default: none.
-  virtual void prefetch_weights(std::span<const Tensor> weights) { (void)weights; }
   // Bytes alloc() can still hand out (host RAM the kernel reports available, free device
   // memory), to check a large allocation such as a long context before making it; nullopt
   // when the backend cannot tell.

@@ -301,13 +301,6 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
     const DecoderLayerWeights& lw = w_.layers[l];
     attention(l, h, y, ResidualNorm{x, lw.ffn_norm, spec_.norm_eps, h});
-    if (n == 1 && l + 1 < spec_.layers.size()) {  // a decode row: the next layer's dense weights, during this FFN
-      const DecoderLayerWeights& next = w_.layers[l + 1];
-      const AttentionWeights& a = next.attn;
-      const Tensor weights[] = {a.qkv.empty() ? a.q : a.qkv, a.qkv.empty() ? a.k : Tensor{},
-                                a.qkv.empty() ? a.v : Tensor{}, next.router, a.o};
-      be_.prefetch_weights(weights);
-    }
     if (spec_.layers[l].moe) {
       const int64_t next = next_moe_[l];
       moe_routed_half(be_,

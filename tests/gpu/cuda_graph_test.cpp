@@ -127,36 +127,6 @@ TEST_P(CudaGraph, EarlyLaunchesDecodeBitForBit) {
   }
 }
 
-// The next layer's attention weights fetched into L2 during each decode layer's FFN
-// (SLUICE_CUDA_L2_AHEAD_MB; a prefetch kernel forked onto a stream of its own, joined back at
-// the capture's end) and the routed experts' down weights during gate/up
-// (SLUICE_CUDA_DOWN_AHEAD): the same logits bit for bit, eager and from graphs, and the
-// prefetch kernels launched only when on.
-TEST_P(CudaGraph, L2PrefetchAheadDecodeBitForBit) {
-  FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv ahead("SLUICE_CUDA_L2_AHEAD_MB", nullptr), down("SLUICE_CUDA_DOWN_AHEAD", nullptr);
-  for (bool graphs : {false, true}) {
-    std::vector<std::vector<float>> got[2];
-    for (int off = 0; off < 2; ++off) {
-      ahead.set(off ? "0" : "64");
-      down.set(off ? "0" : "1");
-      auto be = cuda_backend(graphs);
-      LoadedModel m = load_model(fixture_dir(GetParam()), *be);
-      const int64_t before = cuda::l2_prefetch_launches();
-      got[off] = greedy_logits(*m.model, ref.prompt_ids, 12);
-      const int64_t taken = cuda::l2_prefetch_launches() - before;
-      if (off) {
-        EXPECT_EQ(taken, 0) << GetParam() << ": prefetches while off";
-      } else if (m.model->info().n_layer > 1) {
-        EXPECT_GT(taken, 0) << GetParam() << ": no prefetch";
-      }
-    }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " graphs " << graphs << " step " << s;
-  }
-}
-
 // Four sequences at different positions decode `steps` tokens each: the batch of step t
 // holds the sequences live at t (0 and 1 throughout, 2 from step 2, 3 until step steps - 3,
 // then 3 again for the last step: a set seen before comes back). With forward_batch each

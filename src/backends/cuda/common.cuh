@@ -175,27 +175,6 @@ __device__ __forceinline__ void chained_kernel_entry(bool early) {
   }
 }
 
-// Fetches bytes [p, p + n) into L2 without waiting (nothing tells when they are there): on
-// sm_90 one bulk prefetch a 16 KiB piece (p 16-byte aligned, n a multiple of 16), else a
-// prefetch a 128-byte line.
-__device__ __forceinline__ void prefetch_l2_bytes(const void* p, uint64_t n) {
-  const char* c = static_cast<const char*>(p);
-  for (uint64_t off = 0; off < n; off += 16384) {
-    const uint32_t piece = static_cast<uint32_t>(n - off < 16384 ? n - off : 16384);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + off), "r"(piece) : "memory");
-#else
-    for (uint32_t b = 0; b < piece; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off + b));
-#endif
-  }
-}
-// Share i of n of bytes [p, p + bytes) into L2 (the shares 16-byte aligned; p unaligned: none).
-__device__ __forceinline__ void prefetch_l2_share(const void* p, uint64_t bytes, int64_t i, int64_t n) {
-  if (p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) != 0) return;
-  const uint64_t b0 = bytes * i / n / 16 * 16, b1 = i + 1 == n ? bytes / 16 * 16 : bytes * (i + 1) / n / 16 * 16;
-  if (b1 > b0) prefetch_l2_bytes(static_cast<const char*>(p) + b0, b1 - b0);
-}
-
 // Whether launch_chained chains (SLUICE_CUDA_PDL=0 turns it off, e.g. to compare).
 inline bool chained_launches_enabled() {
   static const bool on = [] {

@@ -79,12 +79,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (prefetch_stream_) {
-    cudaStreamSynchronize(prefetch_stream_);
-    cudaStreamDestroy(prefetch_stream_);
-    cudaEventDestroy(prefetch_fork_);
-    cudaEventDestroy(prefetch_join_);
-  }
   cublas_.reset();
   pinned_.reset();
   if (readback_) cudaFreeHost(readback_);
@@ -207,43 +201,6 @@ void CudaBackend::fill(const Tensor& dst, float value) {
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-namespace {
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::strtoll(e, nullptr, 10) : fallback;
-}
-}  // namespace
-
-void CudaBackend::prefetch_weights(std::span<const Tensor> weights) {
-  const int64_t budget = env_int("SLUICE_CUDA_L2_AHEAD_MB", 0) << 20;  // read at each call: tests switch it
-  if (budget <= 0) return;
-  cuda::PrefetchRanges r;
-  int64_t total = 0;
-  auto add = [&](const void* p, int64_t bytes) {
-    if (!p || bytes <= 0 || r.n == cuda::kPrefetchMaxRanges || total + bytes > budget) return false;
-    r.ptr[r.n] = p;
-    r.bytes[r.n++] = static_cast<uint64_t>(bytes);
-    total += bytes;
-    return true;
-  };
-  for (const Tensor& w : weights) {
-    if (w.empty()) continue;
-    if (!add(w.data, static_cast<int64_t>(w.nbytes()))) break;
-    if (w.scales && !add(w.scales, static_cast<int64_t>(w.scale_nbytes()))) break;
-  }
-  if (r.n == 0) return;
-  if (!prefetch_stream_) {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_join_, cudaEventDisableTiming));
-  }
-  CUDA_CHECK(cudaEventRecord(prefetch_fork_, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0));
-  cuda::launch_l2_prefetch(r, static_cast<int>(std::max<int64_t>(1, env_int("SLUICE_CUDA_L2_AHEAD_BLOCKS", 64))),
-                           prefetch_stream_);
-  if (capture_pool_) prefetch_forked_in_capture_ = true;
-}
 
 // Free device memory as the driver reports it (blocks cached in the pools not counted).
 std::optional<uint64_t> CudaBackend::memory_available() const {
@@ -657,11 +614,6 @@ std::unique_ptr<BackendGraph> CudaBackend::graph_end() {
   auto g = std::make_unique<CudaGraph>();
   g->pool = std::move(capture_pool_);
   capture_pool_ = nullptr;
-  if (prefetch_forked_in_capture_) {  // a capture ends with every stream it forked joined back
-    prefetch_forked_in_capture_ = false;
-    CUDA_CHECK(cudaEventRecord(prefetch_join_, prefetch_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_join_, 0));
-  }
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
   CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
   if (const char* p = std::getenv("SLUICE_CUDA_PROFILE"); p && std::string(p) != "0")

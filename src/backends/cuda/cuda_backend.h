@@ -39,10 +39,6 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
   void synchronize() override;
-  // SLUICE_CUDA_L2_AHEAD_MB=N (0 or unset: nothing): the weights' first N MB are fetched into
-  // L2 by a prefetch kernel on a stream of its own, forked from the stream here (joined back
-  // at graph_end when captured); SLUICE_CUDA_L2_AHEAD_BLOCKS its blocks (default 64).
-  void prefetch_weights(std::span<const Tensor> weights) override;
   std::optional<uint64_t> memory_available() const override;
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor& y) override;
@@ -135,11 +131,6 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  // prefetch_weights: its stream, the fork and join events, and whether the graph being
-  // captured forked it (then graph_end joins it back, as a capture requires).
-  cudaStream_t prefetch_stream_ = nullptr;
-  cudaEvent_t prefetch_fork_ = nullptr, prefetch_join_ = nullptr;
-  bool prefetch_forked_in_capture_ = false;
   std::shared_ptr<cuda::DevicePool> pool_;          // activations
   std::shared_ptr<cuda::DevicePool> capture_pool_;  // the graph being captured, else null
   bool graphs_enabled_ = true;

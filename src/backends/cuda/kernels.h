@@ -153,15 +153,4 @@ void launch_scatter_rows(const float* src, const int32_t* idx, float* dst, int64
 // (the unweighted sum of inputs-scaled experts, ExpertMath::scale_input).
 void launch_moe_combine(const float* e, const float* w, float* out, int64_t n, int64_t k, int64_t cols, Stream s);
 
-// Byte ranges of device memory fetched into L2 (l2_prefetch.cu): `blocks` blocks of one thread
-// issue the prefetches and return at once; nothing tells when the bytes are in L2.
-constexpr int kPrefetchMaxRanges = 8;
-struct PrefetchRanges {
-  const void* ptr[kPrefetchMaxRanges] = {};  // 16-byte aligned
-  uint64_t bytes[kPrefetchMaxRanges] = {};
-  int n = 0;
-};
-void launch_l2_prefetch(const PrefetchRanges& r, int blocks, Stream s);
-int64_t l2_prefetch_launches();  // so far, for tests
-
 }  // namespace sluice::cuda

@@ -161,8 +161,6 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
   const dim3 grid(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows));
   DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
                  .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  if (const char* e = std::getenv("SLUICE_CUDA_DOWN_AHEAD"); e && std::strcmp(e, "1") == 0)
-    a.down_ahead_tiles = static_cast<int32_t>(grid.y);
   const auto st = static_cast<cudaStream_t>(s);
   if (copies.descs != nullptr) {
     a.copies = copies;

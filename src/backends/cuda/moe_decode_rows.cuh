@@ -38,10 +38,6 @@ struct DecodeParams {
   int64_t k = 0, n_embd = 0, n_ff = 0;
   CopyList copies;                   // gate/up with copies: the list its first copy_blocks copy
   int32_t copy_blocks = 0;
-  // gate/up: > 0, the tiles of a pair (the grid's y); then the block of tile ty fetches share
-  // ty of its expert's down weights into L2 for the down kernel after it
-  // (SLUICE_CUDA_DOWN_AHEAD=1); 0: none.
-  int32_t down_ahead_tiles = 0;
 };
 
 // Chunks of each row a lane holds in flight at once (more spill registers). gate/up (n_embd
@@ -278,11 +274,6 @@ __device__ __forceinline__ void gate_up_block(const DecodeParams& a, const int32
   const ExpertRef* expert = stage_for_pair<T>(xs, x, n_embd, ids, a.table, a.done, p);
   if (expert == nullptr) return;
   const ExpertRef& ref = *expert;
-  if (a.down_ahead_tiles > 0 && threadIdx.x == 0) {
-    prefetch_l2_share(ref.data[2], static_cast<uint64_t>(n_embd * dot_row_bytes(T, n_ff)), ty, a.down_ahead_tiles);
-    prefetch_l2_share(ref.scales[2], static_cast<uint64_t>(n_embd * dot_scale_row_bytes(T, n_ff)), ty,
-                      a.down_ahead_tiles);
-  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = (ty * kGateUpWarps + warp) * kGateUpRows;
   WarpRows<T, 2, kGateUpRows, gate_up_steps<T>()> rows;
