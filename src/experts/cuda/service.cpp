@@ -178,25 +178,21 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     lv.phase1.table[w.expert] = ref(w.slot, kind);
     plan.take(w, ReadyCopy::main, ls);
   }
-  // Phase 2's table: phase 1's with the misses the plan took (their main or low-bit copy)
-  // and the cut ones left out; its copies, n2 records, listed before.
-  auto fill_phase2 = [&] {
-    *lv.phase2.count = n2;
-    std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
-    for (const PlannedExpert& w : plan.experts) {
-      if (w.dropped) continue;
-      lv.phase2.table[w.expert] = w.low ? ref(w.low_slot, *opt.miss_kind) : ref(w.slot, kind);
-    }
-  };
-  // The same entries for the union's experts alone: the handshake kernels read the entries of
-  // the call's pairs only, and a settled list is read by no copy of the whole list
-  // (SLUICE_CUDA_DEVICE_WAITS=0 settles nothing).
-  auto fill_phase2_union = [&] {
-    *lv.phase2.count = 0;
+  // Phase 2's entries of the union's experts: their main or low-bit copy, none for a cut one
+  // (whose phase-1 entry is none too: a cut expert was never in phase 1). The handshake
+  // kernels read the entries of the call's pairs only.
+  auto fill_union_entries = [&] {
     for (const PlannedExpert& w : plan.experts)
       lv.phase2.table[w.expert] = w.dropped ? cuda::ExpertRef{}
                                   : w.low   ? ref(w.low_slot, *opt.miss_kind)
                                             : ref(w.slot, kind);
+  };
+  // Phase 2's table: phase 1's with the union's entries over it (the whole table: with
+  // SLUICE_CUDA_DEVICE_WAITS=0 it is copied whole); its copies, n2 records, listed before.
+  auto fill_phase2 = [&] {
+    *lv.phase2.count = n2;
+    std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
+    fill_union_entries();
   };
   // Settled at the plan: every expert left is ready now (the host tier's misses, whose records
   // phase 1's list copies), so nothing is left to land or decide and phase 2's list goes out
@@ -209,7 +205,8 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);
     for (PlannedExpert& w : plan.experts)
       if (!w.done) plan.take(w, plan.ready(w, decided), ls);
-    fill_phase2_union();
+    *lv.phase2.count = 0;  // a settled list has no copies, and only its union's entries are read
+    fill_union_entries();
   }
   *lv.phase1.settled = settled ? 1 : 0;
   hs->store(L, cuda::Signal::resident_ready, v);
