@@ -155,10 +155,12 @@ class MarkovPolicy : public EvictionPolicy {
   }
 
   EvictionRank rank(int32_t slot, int64_t key, uint64_t) const override {
-    const int64_t record = key / n_kinds_, layer = record / n_expert_;
-    const auto e = static_cast<int32_t>(record % n_expert_);
+    const auto record = static_cast<uint32_t>(key) / static_cast<uint32_t>(n_kinds_);
+    const auto layer = static_cast<int64_t>(record / static_cast<uint32_t>(n_expert_));
+    const auto e = static_cast<int32_t>(record % static_cast<uint32_t>(n_expert_));
     const Layer& l = layers_[static_cast<size_t>(layer)];
-    const double p = chance(layer, l)[static_cast<size_t>(e)];
+    if (!l.chance_valid) chance(layer, l);
+    const double p = l.chance[static_cast<size_t>(e)];
     if (p <= 0) return {-std::numeric_limits<double>::infinity(), last_[slot]};
     // A pool with room for fewer than two steps of every layer: a slot taken from another
     // layer only moves a miss there (that layer has no slack either), so the acquiring
@@ -166,16 +168,18 @@ class MarkovPolicy : public EvictionPolicy {
     // a pool; the step's own keys, evictable only without step pins, rank as below). Measured
     // on the Mixtral trace: 64 shared slots .385 -> .397 (lru .397), 96 .524 -> .530; from 128
     // (two steps a layer) the rule below is ahead (.643 against .639).
-    if (current_ >= 0 && layer == current_ && std::find(l.latest.begin(), l.latest.end(), e) == l.latest.end()) {
+    if (layer == current_) {
       const auto step = static_cast<int64_t>(std::max<size_t>(1, l.latest.size()));
       // Below every other key's -(expected time), which exceeds -1e15 for any p above 1e-12.
-      if (static_cast<int64_t>(last_.size()) < 2 * step * n_layers_) return {-1e15 * (2.0 - p), last_[slot]};
+      if (static_cast<int64_t>(last_.size()) < 2 * step * n_layers_ &&
+          std::find(l.latest.begin(), l.latest.end(), e) == l.latest.end())
+        return {-1e15 * (2.0 - p), last_[slot]};
     }
     // The expected time to the next use, in layer steps: the key's layer comes round in
     // `ahead` steps, then each pass uses it with chance p (a geometric number of passes of
-    // n_layers steps). The furthest goes first; with one layer this orders by p alone.
-    const int64_t ahead = current_ < 0 ? n_layers_ : (layer - current_ + n_layers_ - 1) % n_layers_ + 1;
-    const double next_use = static_cast<double>(ahead) + static_cast<double>(n_layers_) * (1 - p) / p;
+    // n_layers steps, l.passes[e]). The furthest goes first; with one layer this orders by p alone.
+    const int64_t ahead = current_ < 0 ? n_layers_ : layer > current_ ? layer - current_ : layer - current_ + n_layers_;
+    const double next_use = static_cast<double>(ahead) + l.passes[static_cast<size_t>(e)];
     return {-next_use, last_[slot]};
   }
 
@@ -191,26 +195,44 @@ class MarkovPolicy : public EvictionPolicy {
     // (on_step, on_predict): a victim search ranks every slot, so without it each rank
     // cost O(top-k) and a pow (14 us an eviction at 614 slots, against lru's 1.5).
     mutable std::vector<double> chance;
+    // n_layers (1 - p) / p of every expert, computed with chance: the steps of the passes
+    // before the expected use, which a victim search adds to each slot's `ahead` (a division
+    // a slot, 153 slots a miss, was most of the search).
+    mutable std::vector<double> passes;
+    mutable std::vector<double> share, sum;  // chance's scratch: f(e), and the sums over S
     mutable bool chance_valid = false;
   };
   // The layer's p(e), e in [0, n_expert): the formula above the class.
-  const std::vector<double>& chance(int64_t layer, const Layer& l) const {
+  // Out of line: rank, called for every slot of a victim search, stays small.
+  [[gnu::noinline]] const std::vector<double>& chance(int64_t layer, const Layer& l) const {
     if (l.chance_valid) return l.chance;
-    l.chance.assign(static_cast<size_t>(n_expert_), 0.0);
+    const auto n = static_cast<size_t>(n_expert_);
+    l.chance.resize(n);
+    l.share.resize(n);
+    l.sum.assign(n, 0.0);
     const double precision = (l.confirmed + 1.0) / (static_cast<double>(l.predictions) + 2.0);
-    for (int32_t e = 0; e < n_expert_; ++e) {
-      const double f = l.step_weight > 0 ? decayed(static_cast<size_t>(layer * n_expert_ + e), l) / l.step_weight : 0.0;
-      double next = f;
-      if (!l.latest.empty()) {
-        double sum = 0;
-        for (int32_t a : l.latest)
-          sum += (static_cast<double>(l.follow[a * n_expert_ + e]) + f) / (static_cast<double>(l.seen[a]) + 1);
-        next = sum / static_cast<double>(l.latest.size());
-      }
-      l.chance[static_cast<size_t>(e)] = weight_ * next + (1 - weight_) * f;
+    for (size_t e = 0; e < n; ++e)
+      l.share[e] = l.step_weight > 0 ? decayed(static_cast<size_t>(layer) * n + e, l) / l.step_weight : 0.0;
+    // Row by row of the follow table (contiguous, so the divisions vectorize); each expert's
+    // sum still adds the latest experts' terms in their order: the same bits as a loop per e.
+    for (int32_t a : l.latest) {
+      const uint32_t* follow = l.follow.data() + static_cast<size_t>(a) * n;
+      const double seen = static_cast<double>(l.seen[a]) + 1;
+      for (size_t e = 0; e < n; ++e) l.sum[e] += (static_cast<double>(follow[e]) + l.share[e]) / seen;
+    }
+    const auto latest = static_cast<double>(l.latest.size());
+    for (size_t e = 0; e < n; ++e) {
+      const double f = l.share[e];
+      const double next = l.latest.empty() ? f : l.sum[e] / latest;
+      l.chance[e] = weight_ * next + (1 - weight_) * f;
     }
     for (int32_t pe : l.predicted)
       l.chance[static_cast<size_t>(pe)] = std::max(l.chance[static_cast<size_t>(pe)], precision);
+    l.passes.resize(static_cast<size_t>(n_expert_));
+    for (size_t e = 0; e < l.passes.size(); ++e) {
+      const double p = l.chance[e];
+      l.passes[e] = p > 0 ? static_cast<double>(n_layers_) * (1 - p) / p : 0.0;
+    }
     l.chance_valid = true;
     return l.chance;
   }
@@ -310,6 +332,8 @@ std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, const PolicyOptions
                    "markov: the transition weight must be in [0, 1]");
       SLUICE_CHECK(opt.n_kinds > 0 && opt.n_keys % opt.n_kinds == 0, Status::internal,
                    "markov: keys are not records x kinds");
+      SLUICE_CHECK(opt.n_keys <= std::numeric_limits<uint32_t>::max(), Status::invalid_argument,
+                   "markov: more than 2^32 cache keys");  // rank divides them as u32
       return std::make_unique<MarkovPolicy>(opt);
     }
     case PolicyKind::belady:
