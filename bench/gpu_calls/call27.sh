@@ -4,17 +4,17 @@
 # victims, bench_plan). On the 12-layer qwen3-30b-a3b q4 synthetic, the host-RAM row (10%
 # device cache + preloaded host tier, 128 greedy tokens), interleaved A = main, B = the change,
 # with the stats (the service thread's wall and CPU time a decode step) and then the handshake
-# timeline of each. About 2.5 minutes. Carry .carry/bins.txz (B) and .carry/bins-main.txz (A).
+# timeline of each. About 2.5 minutes. Carry .carry/bins-b.txz (B) and .carry/bins-main.txz (A), sluice alone.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .carry/A .carry/B
-tar xJf .carry/bins-main.txz -C .carry/A && tar xJf .carry/bins.txz -C .carry/B
+tar xJf .carry/bins-main.txz -C .carry/A && tar xJf .carry/bins-b.txz -C .carry/B
 export SLUICE_SOURCE_DIR=$PWD
 T0=$(date +%s); LIMIT=${LIMIT:-200}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 P=/tmp/q12
-timeout 30 .carry/B/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P --force -q > /dev/null 2>&1
+LD_LIBRARY_PATH=$PWD/.carry/B/lib timeout 30 .carry/B/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P --force -q > /dev/null 2>&1
 c10=$(( $(stat -c %s $P/experts.q4.bin) / 10 ))
 run() { local v=$1 t=$2
   LD_LIBRARY_PATH=$PWD/.carry/$v/lib SLUICE_CUDA_HANDSHAKE_TIMES=$t timeout 20 .carry/$v/bin/sluice run --model $P \

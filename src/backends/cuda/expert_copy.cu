@@ -38,17 +38,20 @@ __device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
 }
 
 // One block (kHandshakeThreads threads). Thread 0 signals and waits; then the block copies the
-// list: the count, count descriptors, and the table entries of the pairs, a warp a pair (an
-// ExpertRef is 11 u64). Host-mapped reads go through __ldcv (fetched again every time: the
-// host rewrites these buffers every call).
+// list in one wave of reads: the count, the first descriptors, and the table entries of the
+// pairs, a warp a pair (an ExpertRef is 11 u64); descriptors past kSpeculativeDescs after the
+// count. Host-mapped reads go through __ldcv (fetched again every time: the host rewrites
+// these buffers every call).
 constexpr int kHandshakeThreads = 256;
+// Descriptors read with the header, before its count is known: a decode layer lists a few.
+constexpr uint32_t kSpeculativeDescs = 32;
 static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
 
 __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(PhaseHandshake p) {
   // Launched chained: the copy kernel and the experts' after it launch while this one waits.
   chained_kernel_entry();
   __shared__ uint32_t count_s;
-  __shared__ int ok_s, settled_s, taken_s;
+  __shared__ int ok_s, taken_s;
   auto* dev_head = reinterpret_cast<uint32_t*>(p.dev_list);  // [count][settled]
   uint64_t t_entry = 0, t_seen = 0;  // thread 0's, for p.times
   if (threadIdx.x == 0) {
@@ -78,52 +81,75 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
       }
     }
     t_seen = global_timer_ns();
-    uint32_t count = 0, settled = 0;
-    if (ok && !taken) {  // the header's two words in one read
-      const uint64_t head = __ldcv(reinterpret_cast<const unsigned long long*>(p.host_list));
-      count = min(static_cast<uint32_t>(head), p.max_copies);
-      settled = p.next_call && p.settled_table_offset != 0 && (head >> 32) != 0 ? 1u : 0u;
-    }
-    count_s = count;
     ok_s = ok;
-    settled_s = static_cast<int>(settled);
     taken_s = taken;
   }
   __syncthreads();
-  const uint32_t count = count_s;
-  for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
-  if (threadIdx.x == 0) {
-    dev_head[0] = count;
-    if (p.next_call && p.settled_table_offset != 0) dev_head[1] = static_cast<uint32_t>(settled_s);
-  }
-  const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
-  auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
+  const bool read_host = ok_s && !taken_s;
   constexpr uint32_t kDescWords = sizeof(CopyDesc) / 8, kRefWords = sizeof(ExpertRef) / 8;
   static_assert(kRefWords <= 16, "a warp takes a pair's two entries, lanes 0-15 and 16-31");
-  for (uint32_t w = threadIdx.x; w < count * kDescWords; w += blockDim.x) dev_descs[w] = __ldcv(host_descs + w);
+  static_assert(kSpeculativeDescs * kDescWords <= kHandshakeThreads, "a word a thread");
+  const auto* host_descs = reinterpret_cast<const uint64_t*>(p.host_list + p.copies_offset);
+  auto* dev_descs = reinterpret_cast<uint64_t*>(p.dev_list + p.copies_offset);
+  const uint32_t first_words = min(p.max_copies, kSpeculativeDescs) * kDescWords;
   const auto* host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.table_offset);
   auto* dev_table = reinterpret_cast<ExpertRef*>(p.dev_list + p.table_offset);
-  // Phase 2's entries, taken by phase 1 when settled (from host memory) and by phase 2 (from here).
+  // Phase 2's entries, taken by phase 1 (from host memory) and by phase 2 when settled (from here).
   auto* settled_table = reinterpret_cast<uint64_t*>(p.dev_list + p.settled_table_offset);
   const auto* next_host_table = reinterpret_cast<const uint64_t*>(p.host_list + p.next_list_offset + p.table_offset);
+  const bool take_next = read_host && p.next_call && p.settled_table_offset != 0;
+  for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
   if (p.mark_done != nullptr) {  // all of phase 1's entries read before any is replaced
     for (int32_t q = threadIdx.x; q < p.pairs; q += blockDim.x)
       p.mark_done[q] = dev_table[p.ids[q]].wtype != WType::unavailable ? 1 : 0;
     __syncthreads();
   }
+  // Pair q's entries: lanes 0-15 this phase's table (word `lane`), lanes 16-31 phase 2's when
+  // phase 1 takes them (settled protocol; phase 2 reads them only when the header says settled).
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
-    const int32_t e = p.ids[q];
+  const bool this_lane = lane < kRefWords, next_lane = take_next && lane >= 16 && lane < 16 + kRefWords;
+  auto host_entry = [&](int32_t e) {
     const uint64_t word = static_cast<uint64_t>(e) * kRefWords + lane % 16;
-    if (ok_s) {
-      if (lane < kRefWords)
-        reinterpret_cast<uint64_t*>(dev_table + e)[lane] = taken_s ? settled_table[word] : __ldcv(host_table + word);
-      else if (settled_s && lane >= 16 && lane < 16 + kRefWords)
-        settled_table[word] = __ldcv(next_host_table + word);
-    } else if (lane == 0) {
-      dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
+    return this_lane ? __ldcv(host_table + word) : next_lane ? __ldcv(next_host_table + word) : 0;
+  };
+  auto store_entry = [&](int32_t e, uint64_t v) {
+    const uint64_t word = static_cast<uint64_t>(e) * kRefWords + lane % 16;
+    if (this_lane) reinterpret_cast<uint64_t*>(dev_table + e)[lane] = v;
+    else if (next_lane) settled_table[word] = v;
+  };
+  // After the signal, one wave of host reads, every load issued before any is used (one PCIe
+  // round trip, not one for the header and another for what it counts): the header (thread
+  // 0), the first kSpeculativeDescs descriptors whatever the count (those past it are never
+  // read: the copy kernel reads count of them), and each warp's first pair's entries.
+  uint64_t head = 0, desc = 0, entry = 0;
+  const int32_t e0 = warp < p.pairs ? p.ids[warp] : -1;
+  if (read_host) {
+    if (threadIdx.x == 0) head = __ldcv(reinterpret_cast<const unsigned long long*>(p.host_list));
+    if (threadIdx.x < first_words) desc = __ldcv(host_descs + threadIdx.x);
+    if (e0 >= 0) entry = host_entry(e0);
+  }
+  if (read_host && threadIdx.x < first_words) dev_descs[threadIdx.x] = desc;
+  for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
+    const int32_t e = q == warp ? e0 : p.ids[q];
+    if (!ok_s) {
+      if (lane == 0) dev_table[e].wtype = WType::unavailable;  // nothing computed; the host reports the layer
+    } else if (taken_s) {
+      if (this_lane) reinterpret_cast<uint64_t*>(dev_table + e)[lane] = settled_table[static_cast<uint64_t>(e) * kRefWords + lane];
+    } else {
+      store_entry(e, q == warp ? entry : host_entry(e));
     }
   }
+  if (threadIdx.x == 0) {
+    const uint32_t count = read_host ? min(static_cast<uint32_t>(head), p.max_copies) : 0u;
+    count_s = count;
+    dev_head[0] = count;
+    // Settled (the list's second word), stored every call by phase 1.
+    if (p.next_call && p.settled_table_offset != 0) dev_head[1] = read_host && (head >> 32) != 0 ? 1u : 0u;
+  }
+  __syncthreads();
+  // A list longer than the speculative read: the rest, now that the count is known.
+  for (uint32_t w = first_words + threadIdx.x; w < count_s * kDescWords; w += blockDim.x)
+    dev_descs[w] = __ldcv(host_descs + w);
   if (p.times != nullptr) {  // launches on one stream: one phase at a time adds
     __syncthreads();
     if (threadIdx.x == 0) {
