@@ -129,29 +129,6 @@ void CudaStreamer::Impl::lookahead(const Job& j, const LayerView& lv, StepFills&
   plan_prefetch(*residency, *pack, kind, L + 1, n_expert, order, fills, layer_stats(L + 1, j.phase));
 }
 
-bool CudaStreamer::Impl::publish_hits(const Job& j, size_t nk, const LayerView& lv, const std::function<void()>& delay) {
-  const int64_t L = j.layer;
-  if (!landed.empty()) return false;  // phase 1's list would copy them
-  for (size_t q = 0; q < nk; ++q) {
-    const int32_t slot = residency->find(L * n_expert + lv.ids[q], kind);
-    if (slot < 0 || residency->state(slot) != SlotState::resident) return false;
-  }
-  delay();
-  // The plan's tables for a layer of hits, phase 2 settled: both tables' entries of the pairs
-  // (the only ones the handshake kernels read), no copies.
-  for (size_t q = 0; q < nk; ++q) {
-    const int32_t e = lv.ids[q];
-    lv.phase1.table[e] = lv.phase2.table[e] = ref(residency->find(L * n_expert + e, kind), kind);
-  }
-  *lv.phase1.count = *lv.phase2.count = 0;
-  *lv.phase1.settled = 1;
-  g_decode_settled.fetch_add(1, std::memory_order_relaxed);
-  hs->store(L, cuda::Signal::resident_ready, j.value);
-  hs->store(L, cuda::Signal::misses_ready, j.value);  // as the plan's settled layers (release_device)
-  published_resident = published_misses = true;
-  return true;
-}
-
 void CudaStreamer::Impl::run_layer(const Job& j) {
   const int64_t L = j.layer, n = j.n, k = top_k;
   const uint64_t v = j.value;
@@ -169,34 +146,19 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   ++ls.steps;
   ls.rows += static_cast<uint64_t>(n);
   ls.routed += nk;
-  auto delay_publish = [&] {  // StreamerOptions::test_publish_delay_us: once
-    if (opt.test_publish_delay_us > 0 && !delayed_publish) {
-      delayed_publish = true;
-      std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
-    }
-  };
-  // Every routed expert resident: the tables go out before the plan, which then runs while
-  // the device computes (its pins, the policy's step and the statistics; nothing it does can
-  // change a table: every expert is a hit, and lookahead, which could evict, is off).
-  const bool early = early_hits && !j.lookahead && publish_hits(j, nk, lv, delay_publish);
   StepPlan plan(*residency, *pack, opt, kind, L, /*deadline=*/true, opt.wait_timeout);
   plan.set_union(std::span<const int32_t>(lv.ids, nk), std::span<const float>(lv.weights, nk), k, 0, n, n_expert);
   ls.unique += plan.experts.size();
   uint32_t n1 = 0, n2 = 0;
   Fills fills(*this, [&] { return list_landed(lv.phase1.copies, n1); });
   plan.acquire_and_read(fills, ls, pins);
-  if (early) {
-    for (PlannedExpert& w : plan.experts) {
-      SLUICE_ASSERT(w.status == AcquireStatus::hit);
-      plan.take(w, ReadyCopy::main, ls);
-    }
-    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
-    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
-    return;
-  }
   lookahead(j, lv, fills);
   pump();
-  delay_publish();
+
+  if (opt.test_publish_delay_us > 0 && !delayed_publish) {
+    delayed_publish = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
+  }
   // Phase 1: the experts resident now, with the records that landed copied first; with the
   // copies beside (copies_beside) those records are copied while phase 1 computes the
   // others, and their experts are phase 2's.

@@ -167,11 +167,6 @@ struct CudaStreamer::Impl : StreamState {
   // settled_table_offset). Device waits only; on by default, SLUICE_CUDA_SETTLED=0 turns it
   // off, to compare. Read once, at construction.
   const bool settle_at_plan = device_waits && switch_on("SLUICE_CUDA_SETTLED");
-  // Whether a settled layer whose routed experts are all resident (and nothing landed waits
-  // to be listed) publishes its tables before the plan runs (publish_hits), so the device's
-  // phase-1 wait is the host's lookups, not its planning. On by default with settle_at_plan,
-  // SLUICE_CUDA_EARLY_HITS=0 turns it off, to compare. Read once, at construction.
-  const bool early_hits = settle_at_plan && switch_on("SLUICE_CUDA_EARLY_HITS");
   // The device slot a copy descriptor writes to.
   int32_t slot_of(const cuda::CopyDesc& d) const {
     return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
@@ -194,11 +189,6 @@ struct CudaStreamer::Impl : StreamState {
   // ---- the service thread (service.cpp) ----
   void service_loop();
   void run_layer(const Job& j);
-  // A decode layer whose nk routed experts (lv.ids) are all resident and with no landed
-  // record to list: writes both tables' entries of the pairs (phase 2 settled, no copies),
-  // calls `delay` (the test option) and answers resident_ready and misses_ready; false,
-  // having written nothing, otherwise.
-  bool publish_hits(const Job& j, size_t nk, const LayerView& lv, const std::function<void()>& delay);
   void release_device(const Job& j);
   void wait_signal(int64_t layer, cuda::Signal sig, uint64_t value);
   void lookahead(const Job& j, const LayerView& lv, StepFills& fills);
