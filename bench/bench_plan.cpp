@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
       std::vector<AcquireResult> acq(un.size());
       res.acquire_step(records, DType::q4, acq);
       for (const AcquireResult& a : acq) {
+        if (a.status == AcquireStatus::no_slot) {  // every slot pinned or loading: a cache too small
+          std::fprintf(stderr, "bench_plan: no slot for a step of %lld experts in %d slots\n",
+                       static_cast<long long>(records.size()), slots);
+          return 1;
+        }
         pins.push_back(a.slot);
         if (a.status == AcquireStatus::miss) res.complete_load(a.slot);  // the host tier: at once
         else ++hits;

@@ -159,7 +159,7 @@ class MarkovPolicy : public EvictionPolicy {
     const auto layer = static_cast<int64_t>(record / static_cast<uint32_t>(n_expert_));
     const auto e = static_cast<int32_t>(record % static_cast<uint32_t>(n_expert_));
     const Layer& l = layers_[static_cast<size_t>(layer)];
-    if (!l.chance_valid) chance(layer, l);
+    if (!l.chance_valid) refresh_chance(layer, l);
     const double p = l.chance[static_cast<size_t>(e)];
     if (p <= 0) return {-std::numeric_limits<double>::infinity(), last_[slot]};
     // A pool with room for fewer than two steps of every layer: a slot taken from another
@@ -202,10 +202,9 @@ class MarkovPolicy : public EvictionPolicy {
     mutable std::vector<double> share, sum;  // chance's scratch: f(e), and the sums over S
     mutable bool chance_valid = false;
   };
-  // The layer's p(e), e in [0, n_expert): the formula above the class.
-  // Out of line: rank, called for every slot of a victim search, stays small.
-  [[gnu::noinline]] const std::vector<double>& chance(int64_t layer, const Layer& l) const {
-    if (l.chance_valid) return l.chance;
+  // The layer's p(e), e in [0, n_expert) (the formula above the class), into l.chance, and
+  // l.passes. Out of line: rank, called for every slot of a victim search, stays small.
+  [[gnu::noinline]] void refresh_chance(int64_t layer, const Layer& l) const {
     const auto n = static_cast<size_t>(n_expert_);
     l.chance.resize(n);
     l.share.resize(n);
@@ -228,13 +227,12 @@ class MarkovPolicy : public EvictionPolicy {
     }
     for (int32_t pe : l.predicted)
       l.chance[static_cast<size_t>(pe)] = std::max(l.chance[static_cast<size_t>(pe)], precision);
-    l.passes.resize(static_cast<size_t>(n_expert_));
-    for (size_t e = 0; e < l.passes.size(); ++e) {
+    l.passes.resize(n);
+    for (size_t e = 0; e < n; ++e) {
       const double p = l.chance[e];
       l.passes[e] = p > 0 ? static_cast<double>(n_layers_) * (1 - p) / p : 0.0;
     }
     l.chance_valid = true;
-    return l.chance;
   }
   // The record's frequency brought to the layer's current step: decay^(steps since), from
   // the table below when it holds that power (the same pow, computed once: the same bits).
@@ -244,7 +242,7 @@ class MarkovPolicy : public EvictionPolicy {
                                                        : std::pow(decay_, static_cast<double>(since));
     return freq_[i] * factor;
   }
-  // decay^n for n < kDecayPowers: chance() brings every expert of a layer to its current step
+  // decay^n for n < kDecayPowers: refresh_chance brings every expert of a layer to its current step
   // at each victim search after the layer's step, and a pow each took ~7% of `sluice simulate`.
   static constexpr size_t kDecayPowers = 1024;
   static std::vector<double> powers_of(double decay) {
