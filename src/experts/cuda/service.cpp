@@ -187,13 +187,6 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
                                   : w.low   ? ref(w.low_slot, *opt.miss_kind)
                                             : ref(w.slot, kind);
   };
-  // Phase 2's table: phase 1's with the union's entries over it (the whole table: with
-  // SLUICE_CUDA_DEVICE_WAITS=0 it is copied whole); its copies, n2 records, listed before.
-  auto fill_phase2 = [&] {
-    *lv.phase2.count = n2;
-    std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
-    fill_union_entries();
-  };
   // Settled at the plan: every expert left is ready now (the host tier's misses, whose records
   // phase 1's list copies), so nothing is left to land or decide and phase 2's list goes out
   // before resident_ready, with no copies (a record landing later waits for the next layer's
@@ -273,7 +266,11 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     }
   }
   list_landed(lv.phase2.copies, n2);
-  fill_phase2();
+  // Phase 2's table: phase 1's with the union's entries over it (the whole table: with
+  // SLUICE_CUDA_DEVICE_WAITS=0 it is copied whole); its copies, the n2 records just listed.
+  *lv.phase2.count = n2;
+  std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
+  fill_union_entries();
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, ": ", plan.experts.size(), " experts, ", n1, " + ", n2,
