@@ -438,6 +438,30 @@ TEST(CudaStreaming, SettledAtThePlanSameBits) {
   }
 }
 
+// A layer of hits taken on the device (SLUICE_CUDA_HITS_ON_DEVICE): when every routed expert's
+// record is in the host's slot map, the phase-1 handshake builds the tables from it without
+// waiting for the host. The same bits as with the host answering every layer, at 3 slots (few
+// layers hit) and with room for every expert (every decode layer hits), from the preloaded
+// host tier and from disk.
+TEST(CudaStreaming, HitsOnDeviceSameBits) {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  if (waits && std::string(waits) == "0") GTEST_SKIP() << "the hits on the device need the device-side waits";
+  MixtralThreeSlots t;
+  for (int32_t slots : {3, 64}) {
+    for (bool host_tier : {true, false}) {
+      StreamerOptions so = t.base;
+      so.slots = slots;
+      if (host_tier) {
+        so.host_cache_bytes = 1 << 30;
+        so.host_cache_preload = true;
+      }
+      SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
+      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_HITS_ON_DEVICE", &CudaStreamer::decode_hits_on_device,
+                                   slots == 64, "the host answering every layer");
+    }
+  }
+}
+
 TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;

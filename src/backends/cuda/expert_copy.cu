@@ -43,6 +43,60 @@ __device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
 // count. Host-mapped reads go through __ldcv (fetched again every time: the host rewrites
 // these buffers every call).
 constexpr int kHandshakeThreads = 256;
+
+// The hits on the device (PhaseHandshake::hit_slots): true when every pair's record has a slot
+// in the host's map and the block took them (both tables' entries, the settled header, the
+// pairs' flags zeroed, hits_taken and router_ready stored); false, having written nothing,
+// otherwise. The map's reads are one PCIe round trip, the whole host turn they replace.
+__device__ bool hits_on_device(const PhaseHandshake& p, uint32_t* dev_head) {
+  __shared__ int32_t slot_s[kMaxMapPairs];
+  __shared__ int all_s;
+  if (threadIdx.x == 0) all_s = 1;
+  __syncthreads();
+  for (int32_t q = threadIdx.x; q < p.pairs; q += blockDim.x) {
+    const int32_t slot = __ldcv(p.hit_slots + p.first_record + p.ids[q]);
+    slot_s[q] = slot;
+    if (slot < 0) all_s = 0;
+  }
+  __syncthreads();
+  if (!all_s) return false;
+  const uint64_t t_entry = p.times != nullptr ? global_timer_ns() : 0;
+  constexpr uint32_t kRefWords = sizeof(ExpertRef) / 8, kPointerWords = 9;  // data, scales, bias
+  auto* dev_table = reinterpret_cast<uint64_t*>(p.dev_list + p.table_offset);
+  auto* settled_table = reinterpret_cast<uint64_t*>(p.dev_list + p.settled_table_offset);
+  const auto* ref0 = reinterpret_cast<const uint64_t*>(p.slot_ref);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int32_t q = warp; q < p.pairs; q += kHandshakeThreads / 32) {
+    if (lane >= kRefWords) continue;
+    uint64_t w = ref0[lane];
+    if (lane < kPointerWords && w != 0) w += static_cast<uint64_t>(slot_s[q]) * p.slot_bytes;
+    const uint64_t at = static_cast<uint64_t>(p.ids[q]) * kRefWords + lane;
+    dev_table[at] = w;
+    settled_table[at] = w;
+  }
+  for (uint32_t c = threadIdx.x; c < p.clear_bytes; c += blockDim.x) p.clear[c] = 0;
+  if (threadIdx.x == 0) {
+    dev_head[0] = 0;  // no copies
+    dev_head[1] = 1;  // settled: phase 2 takes its entries here and waits for nothing
+    const uint64_t v = ++*p.calls;
+    // The routing (the top-k kernel's, finished) reaches the host before the signals, and
+    // hits_taken before router_ready (two release stores of one thread, in order).
+    __threadfence_system();
+    store_system(p.signals + p.signal_hits, v);
+    store_system(p.signals + p.signal_out, v);
+  }
+  if (p.times != nullptr) {  // a phase-1 point whose wait and list read are 0
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const uint64_t last = p.times[0];
+      uint64_t* sums = p.times + 1 + p.layer * kTimelinePoints * kTimelineSums;
+      if (last != 0) sums[0] += t_entry - last;
+      sums[3] += 1;
+      p.times[0] = global_timer_ns();
+    }
+  }
+  return true;
+}
 // Descriptors read with the header, before its count is known: a decode layer lists a few.
 constexpr uint32_t kSpeculativeDescs = 32;
 static_assert(sizeof(ExpertRef) % 8 == 0 && sizeof(CopyDesc) % 8 == 0, "copied as u64 words");
@@ -54,6 +108,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
   __shared__ int ok_s, taken_s;
   auto* dev_head = reinterpret_cast<uint32_t*>(p.dev_list);  // [count][settled]
   uint64_t t_entry = 0, t_seen = 0;  // thread 0's, for p.times
+  if (p.hit_slots != nullptr && hits_on_device(p, dev_head)) return;
   if (threadIdx.x == 0) {
     t_entry = global_timer_ns();
     const uint64_t v = p.next_call ? ++*p.calls : *p.calls;

@@ -76,7 +76,21 @@ struct PhaseHandshake {
   // read of host memory.
   uint32_t next_list_offset = 0;
   uint32_t settled_table_offset = 0;
+  // The hits on the device (phase 1 with settled_table_offset; null: off): hit_slots is the
+  // host's map of every record to the device slot holding its main kind (host-mapped, device
+  // address; [n_records] i32, -1: none), kept by the host as the cache changes, and read here
+  // before router_ready at the pairs' records (first_record + id). When every pair's record has
+  // a slot the block builds both tables' entries from slot_ref (the entry of slot 0, device
+  // memory: its pointers move by slot_bytes a slot), marks the list settled with no copies,
+  // stores hits_taken and router_ready, and waits for nothing (the host plans the layer behind
+  // the device). At most kMaxMapPairs pairs (the host leaves it off above).
+  const int32_t* hit_slots = nullptr;
+  int64_t first_record = 0;
+  const ExpertRef* slot_ref = nullptr;
+  uint64_t slot_bytes = 0;
+  int signal_hits = 0;  // the index of hits_taken in signals
 };
+constexpr int32_t kMaxMapPairs = 512;
 void launch_phase_handshake(const PhaseHandshake& p, Stream s);
 
 // The timeline's points a MoE layer (PhaseHandshake::times) and their u64 sums each.

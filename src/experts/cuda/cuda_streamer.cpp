@@ -23,7 +23,8 @@ namespace sluice {
 
 CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, CudaBackend& b,
                          const StreamerOptions& o)
-    : StreamState(std::move(p), k, topk, o), be(b), stream(b.stream()),
+    : StreamState(std::move(p), k, topk, o, [this](int32_t slot, int64_t record, DType kd) { unmap_slot(slot, record, kd); }),
+      be(b), stream(b.stream()),
       wait_mode(o.wait_mode == WaitMode::spin ? cuda::HostWait::spin : cuda::HostWait::block) {
   n_embd = pack->manifest().n_embd;
   n_ff = pack->manifest().n_ff;
@@ -42,6 +43,12 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
 
   if (host && opt.host_cache_preload) preload_host_tier();
   hs = std::make_unique<cuda::Handshake>(n_layers);
+  if (map_hits) {
+    const int64_t n_records = pack->manifest().n_records();
+    hit_slot_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_records) * sizeof(int32_t), "the device's slot map");
+    std::fill(hit_slots(), hit_slots() + n_records, -1);
+    d_slot_ref = cuda::DeviceBuffer(sizeof(cuda::ExpertRef), "the slot map's table entry");
+  }
   calls.assign(static_cast<size_t>(n_layers), 0);
   wave_tables = cuda::MappedHostBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                        "the prefill wave tables");
@@ -304,6 +311,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     m.math = c.math;
     m.math_known = true;
   }
+  if (m.map_hits && !m.slot_ref_uploaded) {  // slot 0's entry, which needs math (ref)
+    const cuda::ExpertRef r0 = m.ref(0, m.kind);
+    CUDA_CHECK(cudaMemcpyAsync(m.d_slot_ref.as(), &r0, sizeof r0, cudaMemcpyHostToDevice, m.stream));
+    m.slot_ref_uploaded = true;
+  }
   SLUICE_CHECK(c.math == m.math, Status::internal, "cuda expert streamer: MoE calls with different expert math");
   if (c.routing) {
     SLUICE_CHECK(c.routing->n_rows == n && c.routing->k == k && c.h.cols() == m.n_embd && c.out.rows() == n,
@@ -377,7 +389,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
   const bool mark = !m.device_waits;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
-                                                 cuda::Signal::resident_ready, nk, m.d_done.as());
+                                                 cuda::Signal::resident_ready, nk, m.d_done.as(), /*from_map=*/!look);
   cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
                            m.d_pair.as<float>(), in.shape, s, mark,
                            m.copies_beside ? m.device_copies() : cuda::CopyList{});

@@ -71,6 +71,9 @@ class CudaStreamer final : public StreamingProvider {
   // Decode MoE layers (process-wide, for tests) whose plan settled phase 2 with phase 1:
   // nothing left to land or decide, phase 2's list published before resident_ready.
   static int64_t decode_settled_at_plan();
+  // Decode MoE layers (process-wide, for tests) whose experts the device took from the slot
+  // map without the host (SLUICE_CUDA_HITS_ON_DEVICE).
+  static int64_t decode_hits_on_device();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
   DType kind() const override;

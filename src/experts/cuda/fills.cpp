@@ -38,6 +38,7 @@ cuda::ExpertRef CudaStreamer::Impl::ref(int32_t slot, DType k) const {
 bool CudaStreamer::Impl::start_fill(const AcquireResult& a, int64_t record, DType k, IoPriority priority) {
   if (opt.fake_experts) {  // the slot keeps whatever it holds (--fake-experts)
     residency->complete_load(a.slot);
+    map_slot(a.slot);
     return false;
   }
   Fill f;
@@ -139,6 +140,7 @@ size_t CudaStreamer::Impl::list_landed(cuda::CopyDesc* descs, uint32_t& count) {
     const uint8_t* src = source(f);
     descs[count++] = cuda::CopyDesc{f.host_slot >= 0 ? host_mem.dev(src) : staging_mem.dev(src), slot_ptr(f.slot), bytes};
     residency->complete_load(f.slot);
+    map_slot(f.slot);  // the device reads the map after this list's copies, in stream order
     h2d_bytes += bytes;
     retiring.push_back(f);
   }
@@ -157,9 +159,17 @@ void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
   std::fill(p.table, p.table + n_expert, cuda::ExpertRef{});
 }
 
+void CudaStreamer::Impl::map_slot(int32_t slot) {
+  if (map_hits && residency->kind(slot) == kind) hit_slots()[residency->record(slot)] = slot;
+}
+
+void CudaStreamer::Impl::unmap_slot(int32_t slot, int64_t record, DType k) {
+  if (k == kind && hit_slot_mem.data() && hit_slots()[record] == slot) hit_slots()[record] = -1;
+}
+
 const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, const PhaseList& host,
                                                           cuda::Signal out, cuda::Signal in, size_t nk,
-                                                          uint8_t* clear) {
+                                                          uint8_t* clear, bool from_map) {
   const PhaseList dev = device_phase();
   if (device_waits) {
     cuda::PhaseHandshake h;
@@ -184,6 +194,13 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
       h.next_list_offset = static_cast<uint32_t>(phase_list_bytes());  // LayerView: phase 2's list follows
       h.settled_table_offset = static_cast<uint32_t>(settled_table_offset());
     }
+    if (from_map && h.next_call && map_hits && nk <= static_cast<size_t>(cuda::kMaxMapPairs)) {
+      h.hit_slots = hit_slot_mem.dev(hit_slots());
+      h.first_record = L * n_expert;
+      h.slot_ref = d_slot_ref.as<cuda::ExpertRef>();
+      h.slot_bytes = slot_bytes;
+      h.signal_hits = static_cast<int>(cuda::Signal::hits_taken);
+    }
     if (copies_beside && h.next_call) {  // no copy kernel: the handshake zeroes the flags, gate/up copies
       h.clear = clear;
       h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
@@ -204,6 +221,7 @@ void CudaStreamer::Impl::copy_fill(const Fill& f, cudaStream_t on) {
   const uint64_t bytes = pack->kind(f.kind).record_bytes;
   CUDA_CHECK(cudaMemcpyAsync(slot_ptr(f.slot), source(f), bytes, cudaMemcpyHostToDevice, on));
   residency->complete_load(f.slot);
+  map_slot(f.slot);
   h2d_bytes += bytes;
   retiring.push_back(f);
 }

@@ -41,6 +41,7 @@ const char* signal_name(Signal s) {
     case Signal::resident_ready: return "resident_ready";
     case Signal::resident_done: return "resident_done";
     case Signal::misses_ready: return "misses_ready";
+    case Signal::hits_taken: return "hits_taken";
   }
   return "?";
 }

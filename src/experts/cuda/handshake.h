@@ -1,5 +1,5 @@
 // The host/device handshake of the CUDA streamer (DESIGN.md, "The streamed decode step"):
-// four monotonic 64-bit signals per MoE layer in host-mapped memory, written and awaited by
+// five monotonic 64-bit signals per MoE layer in host-mapped memory, written and awaited by
 // the device (by default a handshake kernel, expert_copy.h's PhaseHandshake, through
 // device_signals; with SLUICE_CUDA_DEVICE_WAITS=0 stream memory operations,
 // cuStreamWriteValue64 / cuStreamWaitValue64), and read and written by the host's service
@@ -9,8 +9,11 @@
 //   resident_ready  host -> device   the phase-1 table (resident experts) is published
 //   resident_done   device -> host   phase 1 finished: the deadline boundary
 //   misses_ready    host -> device   the phase-2 table (landed misses) is published
+//   hits_taken      device -> host   (before router_ready) every routed expert was resident in
+//                                    the host's slot map: the device took them without waiting,
+//                                    the host only plans the layer behind it
 //
-// A layer's n-th call uses the value n for all four, so a value never has to be reset and a
+// A layer's n-th call uses the value n for all of them, so a value never has to be reset and a
 // late reader can never mistake an old call for a new one. The driver API entry points are
 // resolved at run time through the CUDA runtime (cudaGetDriverEntryPointByVersion), so no
 // binary links libcuda: the tests and the CLI still start on a machine without a driver.
@@ -23,8 +26,8 @@
 
 namespace sluice::cuda {
 
-enum class Signal : int { router_ready = 0, resident_ready = 1, resident_done = 2, misses_ready = 3 };
-constexpr int kSignalCount = 4;
+enum class Signal : int { router_ready = 0, resident_ready = 1, resident_done = 2, misses_ready = 3, hits_taken = 4 };
+constexpr int kSignalCount = 5;
 const char* signal_name(Signal s);
 
 class Handshake {

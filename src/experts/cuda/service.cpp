@@ -17,6 +17,8 @@ std::atomic<int64_t> g_decode_copies_beside{0};  // CudaStreamer::decode_copies_
 int64_t CudaStreamer::decode_copies_beside() { return g_decode_copies_beside.load(std::memory_order_relaxed); }
 std::atomic<int64_t> g_decode_settled{0};  // CudaStreamer::decode_settled_at_plan
 int64_t CudaStreamer::decode_settled_at_plan() { return g_decode_settled.load(std::memory_order_relaxed); }
+std::atomic<int64_t> g_decode_hits_on_device{0};  // CudaStreamer::decode_hits_on_device
+int64_t CudaStreamer::decode_hits_on_device() { return g_decode_hits_on_device.load(std::memory_order_relaxed); }
 
 void CudaStreamer::Impl::set_error(const Error& e) {
   {
@@ -151,6 +153,24 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   ls.unique += plan.experts.size();
   uint32_t n1 = 0, n2 = 0;
   Fills fills(*this, [&] { return list_landed(lv.phase1.copies, n1); });
+  if (map_hits && hs->load(L, cuda::Signal::hits_taken) >= v) {
+    // The device took every expert from the slot map and computes the layer without a table
+    // from here: the plan only pins, counts and tells the policy. Nothing can be a miss (the
+    // map is the cache's resident main-kind records, and only this thread's plans change them
+    // while the device runs), and nothing is listed: the device reads no list of this layer.
+    plan.acquire_and_read(fills, ls, pins);
+    for (PlannedExpert& w : plan.experts) {
+      SLUICE_CHECK(w.status == AcquireStatus::hit, Status::internal, "MoE layer ", L, " (model layer ", model_layer(L),
+                   "): the device took ", describe(w.record, kind), " from the slot map, which the cache does not hold");
+      plan.take(w, ReadyCopy::main, ls);
+    }
+    g_decode_settled.fetch_add(1, std::memory_order_relaxed);
+    g_decode_hits_on_device.fetch_add(1, std::memory_order_relaxed);
+    published_resident = published_misses = true;  // nothing waits for them
+    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
+    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+    return;
+  }
   plan.acquire_and_read(fills, ls, pins);
   lookahead(j, lv, fills);
   pump();

@@ -140,9 +140,9 @@ struct CudaStreamer::Impl : StreamState {
   // which also zeroes clear[0, nk) (the pairs' done flags before phase 1; null: nothing).
   // Returns the phase's expert table on the device. Phase 1 with copies_beside runs no copy
   // kernel: the handshake kernel zeroes `clear`, and the copies go with phase 1's gate/up
-  // (device_copies()).
+  // (device_copies()). from_map: phase 1 first tries the hits on the device (map_hits).
   const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
-                                       size_t nk, uint8_t* clear);
+                                       size_t nk, uint8_t* clear, bool from_map = false);
   // The phase's copy list in device memory, as launch_moe_experts takes it.
   cuda::CopyList device_copies() const {
     const PhaseList dev = device_phase();
@@ -167,6 +167,26 @@ struct CudaStreamer::Impl : StreamState {
   // settled_table_offset). Device waits only; on by default, SLUICE_CUDA_SETTLED=0 turns it
   // off, to compare. Read once, at construction.
   const bool settle_at_plan = device_waits && switch_on("SLUICE_CUDA_SETTLED");
+  // Whether a decode MoE layer's phase-1 handshake first looks its pairs' records up in the
+  // host's slot map (hit_slots) and, when every one is resident, takes them without waiting
+  // for the host (PhaseHandshake::hit_slots; docs/streamed-step.md, step 4). With the settled
+  // layers only, and not with lookahead (its prefetches' copies ride in the lists every
+  // layer's device must read). On by default, SLUICE_CUDA_HITS_ON_DEVICE=0 turns it off, to
+  // compare. Read once, at construction.
+  const bool map_hits = settle_at_plan && switch_on("SLUICE_CUDA_HITS_ON_DEVICE");
+  // The host's slot map the device reads: [n_records] i32, the device slot holding the
+  // record's main kind once its copy is listed (or done on the stream), -1 otherwise (free,
+  // loading, landed but not listed, evicted). Written by whichever thread changes the cache
+  // (under mu); the device reads it only in stream order after that thread's signal or launch.
+  cuda::MappedHostBuffer hit_slot_mem;
+  int32_t* hit_slots() const { return reinterpret_cast<int32_t*>(hit_slot_mem.data()); }
+  // The record in `slot` (the main kind) is in device memory now, or leaves it.
+  void map_slot(int32_t slot);
+  void unmap_slot(int32_t slot, int64_t record, DType k);
+  // The table entry of slot 0 for the main kind (device memory), for the device's entries of
+  // the map's hits: uploaded by the model thread at its first decode call (it needs `math`).
+  cuda::DeviceBuffer d_slot_ref;
+  bool slot_ref_uploaded = false;  // model thread only
   // The device slot a copy descriptor writes to.
   int32_t slot_of(const cuda::CopyDesc& d) const {
     return static_cast<int32_t>((static_cast<const uint8_t*>(d.dst) - slots.as()) / static_cast<ptrdiff_t>(slot_bytes));
