@@ -52,6 +52,12 @@ class ExpertProvider {
   // asynchronously (the CUDA streamer's service thread) reports a failure of that forward
   // here, as an exception on the model's thread.
   virtual void forward_done() {}
+  // True: the model may enqueue a forward before the one before it reached the host (a greedy
+  // decode step enqueued ahead, models/decoder.cpp). After a forward whose result reached the
+  // host while the next one is in flight the model calls forward_checked instead of
+  // forward_done: a failure so far is raised there, without waiting for the next forward.
+  virtual bool forwards_overlap() const { return false; }
+  virtual void forward_checked() {}
 };
 
 }  // namespace sluice

@@ -172,38 +172,90 @@ void DecoderModel::forward(std::span<const int32_t> tokens, SequenceState& state
 
 Tensor DecoderModel::forward_eager(std::span<const int32_t> tokens, SequenceState& state_base, bool all_logits) {
   auto& state = static_cast<DecoderState&>(state_base);
-  const int64_t n = static_cast<int64_t>(tokens.size()), d = spec_.info.n_embd, V = spec_.info.n_vocab;
-  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
-  Tensor x = be_.alloc(DType::f32, {n, d});  // [n, n_embd] residual stream
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  Tensor x = be_.alloc(DType::f32, {n, spec_.info.n_embd});  // [n, n_embd] residual stream
   be_.get_rows(w_.tok_embd, tokens, x);
-  forward_layers(state, x, cos, sin, Tensor{});
+  Tensor out = eager_logits(state, x, all_logits);
   state.n_past += n;
+  return out;
+}
+
+Tensor DecoderModel::eager_logits(SequenceState& state_base, const Tensor& x, bool all_logits) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t n = x.rows();
+  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
+  forward_layers(state, x, cos, sin, Tensor{});
   Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
-  Tensor out = be_.alloc(DType::f32, {xs.rows(), V});
+  Tensor out = be_.alloc(DType::f32, {xs.rows(), spec_.info.n_vocab});
   final_logits(xs, out);
   return out;
 }
 
+int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_base, const SampleRule& rule,
+                                           int64_t n_valid, int64_t draw53, bool next_follows) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  DecodePhase decode(*this);
+  const bool readbacks = state.drawn[0] != nullptr;  // a backend with graphs (CUDA) has them
+  const auto& ahead = state.ahead;
+  int readback = 0;
+  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(state.sample_rule, rule) &&
+      state.sample_n_valid == n_valid) {
+    readback = ahead->readback;
+    state.ahead.reset();
+    state.n_past += 1;
+  } else {
+    settle(state);
+    const Tensor logits = forward_eager(std::span<const int32_t>(&token, 1), state, false);
+    Tensor draw = be_.alloc(DType::i64, {1});
+    be_.from_host(draw, &draw53);
+    if (!readbacks) {  // no readbacks: the token comes back through a synchronizing copy
+      Tensor next = be_.alloc(DType::i32, {1});
+      be_.sample(logits, n_valid, rule, draw, next);
+      int32_t id = -1;
+      be_.to_host(next, &id);
+      if (expert_provider_) expert_provider_->forward_done();
+      return id;
+    }
+    be_.sample(logits, n_valid, rule, draw, state.step_token);
+    readback = state.begin_readback();
+  }
+  // Greedy, with a provider whose forwards may overlap (the CUDA streamer): the next step goes
+  // in before this one's token is read, from the token it leaves on the device (step_token),
+  // as the replayed graph's does below; its n_past is the caller's, as there. Not with a
+  // routing observer, which would see the routing of a step the caller may drop, nor without
+  // a provider (a family routed on the host waits for each layer's router on the way).
+  if (next_follows && rule.temperature < kGreedyTemperature && decode_ahead_enabled() && readbacks &&
+      state.n_past < state.n_ctx && expert_provider_ && expert_provider_->forwards_overlap() && !routing_observer_) {
+    Tensor x = be_.alloc(DType::f32, {1, spec_.info.n_embd});
+    be_.get_rows_at(w_.tok_embd, state.step_token, x);
+    const Tensor logits = eager_logits(state, x, false);
+    be_.sample(logits, n_valid, rule, state.step_draw, state.step_token);  // greedy: the draw is not read
+    // The rule the step ahead is matched by; a sample graph captured for another (a resident
+    // step before a provider came) would be replayed under it: it goes.
+    if (!same_rule(state.sample_rule, rule) || state.sample_n_valid != n_valid) state.sample_graph.reset();
+    state.sample_rule = rule;
+    state.sample_n_valid = n_valid;
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback()};
+  }
+  int32_t next = -1;
+  state.drawn[readback]->end(&next);
+  if (state.ahead) {
+    if (expert_provider_) expert_provider_->forward_checked();
+    if (next < 0) settle(state);  // the step ahead ran a token that was never drawn: drop it
+    else state.ahead->token = next;
+  } else if (expert_provider_) {
+    expert_provider_->forward_done();
+  }
+  return next;
+}
+
 int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, const SampleRule& rule,
-                                     int64_t n_valid, int64_t draw53) {
+                                     int64_t n_valid, int64_t draw53, bool next_follows) {
   auto& state = static_cast<DecoderState&>(state_base);
   check_step_inputs(std::span<const int32_t>(&token, 1), state);
   SLUICE_CHECK(n_valid > 0 && n_valid <= spec_.info.n_vocab, Status::invalid_argument, "forward_sample: n_valid ",
                n_valid, " outside [1, ", spec_.info.n_vocab, "]");
-  if (!step_graph_eligible()) {
-    // Streamed experts (or no graphs): the step runs eagerly, and still draws on the backend,
-    // so that only the token id crosses (the backend's sample is core/sampling.h's rule).
-    settle(state);
-    DecodePhase decode(*this);
-    const Tensor logits = forward_eager(std::span<const int32_t>(&token, 1), state, false);
-    Tensor draw = be_.alloc(DType::i64, {1}), next = be_.alloc(DType::i32, {1});
-    be_.from_host(draw, &draw53);
-    be_.sample(logits, n_valid, rule, draw, next);
-    int32_t id = -1;
-    be_.to_host(next, &id);
-    if (expert_provider_) expert_provider_->forward_done();
-    return id;
-  }
+  if (!step_graph_eligible()) return forward_sample_eager(token, state, rule, n_valid, draw53, next_follows);
   // This step: already enqueued by the call before (the greedy step ahead, which ran the token
   // that call returned, at this position), or enqueued now.
   int readback = 0;
@@ -223,7 +275,7 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   // is read, from the token it leaves on the device, so that the GPU does not wait for the
   // host between steps. If the caller stops here, that step's work is dropped (its KV rows
   // lie past n_past, where the next step writes before it reads).
-  if (rule.temperature < kGreedyTemperature && decode_ahead_enabled() && state.n_past < state.n_ctx) {
+  if (next_follows && rule.temperature < kGreedyTemperature && decode_ahead_enabled() && state.n_past < state.n_ctx) {
     replay_step(state, nullptr, &rule, n_valid);
     state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback()};
   }

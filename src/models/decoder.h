@@ -59,7 +59,7 @@ class DecoderModel : public Model {
   // On a backend with graphs the step and the draw are one replayed graph; only the token id
   // comes back.
   int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
-                         int64_t draw53) override;
+                         int64_t draw53, bool next_follows) override;
   // The batch's rows in every product and one expert union per MoE layer; attention per
   // sequence against its own cache.
   bool decode_step_rerunnable() const override { return true; }  // KV cache only
@@ -87,6 +87,15 @@ class DecoderModel : public Model {
   void final_logits(const Tensor& x, const Tensor& out);
   // forward() without the copy out: the logits on the backend ([1 or n, n_vocab] f32).
   Tensor forward_eager(std::span<const int32_t> tokens, SequenceState& state, bool all_logits);
+  // The layers and the output head of x [n, n_embd] (the embedded rows) at positions
+  // state.n_past.. (n_past is the caller's): the logits [1 or n, n_vocab] f32 on the backend.
+  Tensor eager_logits(SequenceState& state, const Tensor& x, bool all_logits);
+  // forward_sample where the step is not a replayed graph (streamed experts, no graphs): the
+  // step runs eagerly and draws on the backend, so that only the token id crosses (the
+  // backend's sample is core/sampling.h's rule); a greedy step whose next follows enqueues
+  // that one ahead where the backend has readbacks and the provider lets forwards overlap.
+  int32_t forward_sample_eager(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
+                               int64_t draw53, bool next_follows);
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.
   bool step_graph_eligible() const;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "../models/fixture_util.h"
+#include "../models/pack_util.h"
 #include "core/sampling.h"
 #include "models/load.h"
 #include "scoped_env.h"
@@ -41,7 +42,7 @@ std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const Sam
     const int64_t draw = static_cast<int64_t>(rng() >> 11);
     m.forward(std::span<const int32_t>(&token, 1), *b, logits, false);
     if (step_logits) step_logits->push_back(logits);
-    token = m.forward_sample(token, *a, rule, V, draw);
+    token = m.forward_sample(token, *a, rule, V, draw, true);
     EXPECT_GE(token, 0);
     if (token < 0) break;
     out.push_back(token);
@@ -99,7 +100,7 @@ std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, in
       a->n_past -= 1;  // the step below runs the same token at the same position
     }
     before = token;
-    token = m.forward_sample(token, *a, SampleRule{}, V, 0);
+    token = m.forward_sample(token, *a, SampleRule{}, V, 0, true);
     out.push_back(token);
     if (token < 0) break;
   }
@@ -128,6 +129,56 @@ TEST_P(CudaSampleStep, GreedyStepsAheadAreTheStepByStepOnes) {
     ASSERT_EQ(on_logits.size(), off_logits.size());
     for (size_t i = 0; i < on_logits.size(); ++i)
       EXPECT_EQ(on_logits[i], off_logits[i]) << GetParam() << " script " << k << ", forward() " << i;
+  }
+}
+
+// The same with the experts streamed (the CUDA streamer: each step enqueued eagerly, the greedy
+// step ahead behind it, its MoE layers' jobs queued behind the step's own), at top_k + 1 slots
+// read from disk and from a preloaded host-RAM tier. A swapped token drops the step ahead,
+// which the streamer still ran: more layer steps with the steps ahead than without shows
+// they were enqueued.
+TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
+  FixtureReference ref = read_reference(GetParam());
+  auto be = make_cuda_backend(0);
+  ASSERT_TRUE(be->graphs_enabled());  // the readbacks the step ahead needs
+  const int64_t k = load_model(fixture_dir(GetParam()), *be).model->info().n_expert_used;
+  const int steps = 10;
+  const std::vector<Script> scripts = {
+      Script{},
+      Script{.swap = [](int i) { return i % 4 == 2; }},
+      Script{.swap = [](int i) { return i == 3; }, .eager = [](int i) { return i == 5; },
+             .rewind = [](int i) { return i == 7; }},
+  };
+  for (bool host_tier : {false, true}) {
+    LoadOptions lo;
+    lo.expert_kind = DType::q4;
+    StreamerOptions so;
+    so.slots = static_cast<int32_t>(k + 1);
+    so.wait_timeout = std::chrono::seconds(10);
+    if (host_tier) {
+      so.host_cache_bytes = 1 << 30;
+      so.host_cache_preload = true;
+    }
+    lo.streaming = so;
+    LoadedModel m = load_model(fixture_pack(GetParam()), *be, lo);
+    ASSERT_TRUE(m.streamer && m.model->expert_provider()->forwards_overlap());
+    for (size_t s = 0; s < scripts.size(); ++s) {
+      std::vector<std::vector<float>> on_logits, off_logits;
+      uint64_t layer_steps[2] = {0, 0};
+      std::vector<int32_t> tokens[2];
+      for (int ahead : {1, 0}) {
+        m.streamer->reset_stats();
+        tokens[ahead] = run_greedy(*m.model, ref.prompt_ids, steps, ahead, scripts[s], ahead ? &on_logits : &off_logits);
+        ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+        layer_steps[ahead] = m.streamer->stats().totals().steps;
+      }
+      SCOPED_TRACE(str(GetParam(), host_tier ? " host tier" : " disk", " script ", s));
+      EXPECT_EQ(tokens[1], tokens[0]);
+      ASSERT_EQ(on_logits.size(), off_logits.size());
+      for (size_t i = 0; i < on_logits.size(); ++i) EXPECT_EQ(on_logits[i], off_logits[i]) << "forward() " << i;
+      if (s > 0) EXPECT_GT(layer_steps[1], layer_steps[0]) << "no step ahead was enqueued";
+      m.streamer->residency().check_invariants();
+    }
   }
 }
 

@@ -437,6 +437,15 @@ void CudaStreamer::forward_done() {
   impl_->throw_if_failed();
 }
 
+// Every layer job is versioned by its call (Impl::calls) and runs in order, and the pins and
+// copies of a layer are released when the device reaches the next one (run_layer), so the
+// next forward's layers may queue behind this one's.
+bool CudaStreamer::forwards_overlap() const { return true; }
+
+// A failure of a layer sets `failed` before its signals are answered (release_device), so one
+// that touched a forward whose result reached the host is seen here.
+void CudaStreamer::forward_checked() { impl_->throw_if_failed(); }
+
 RunStats CudaStreamer::stats() const {
   const Impl& m = *impl_;
   std::lock_guard<std::mutex> g(m.mu);

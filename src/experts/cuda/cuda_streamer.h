@@ -58,6 +58,8 @@ class CudaStreamer final : public StreamingProvider {
   // SwiGLU experts without biases under softmax routing: the device kernels' math.
   bool routes_on_device(const ExpertMath& math, const RouterSpec& router) const override;
   void forward_done() override;
+  bool forwards_overlap() const override;
+  void forward_checked() override;
 
   RunStats stats() const override;
   void reset_stats() override;
