@@ -176,7 +176,9 @@ TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
       EXPECT_EQ(tokens[1], tokens[0]);
       ASSERT_EQ(on_logits.size(), off_logits.size());
       for (size_t i = 0; i < on_logits.size(); ++i) EXPECT_EQ(on_logits[i], off_logits[i]) << "forward() " << i;
-      if (s > 0) EXPECT_GT(layer_steps[1], layer_steps[0]) << "no step ahead was enqueued";
+      if (s > 0) {
+        EXPECT_GT(layer_steps[1], layer_steps[0]) << "no step ahead was enqueued";
+      }
       m.streamer->residency().check_invariants();
     }
   }
