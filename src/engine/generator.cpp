@@ -91,8 +91,9 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps))
       next = checked_step(next, *state, sampler, n_sampled, opt, st, step);
     else
-      next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, sampler.next_draw53(),
-                                   /*next_follows=*/step + 2 < opt.n_predict);
+      next = model_.forward_sample(
+          next, *state, sampler.rule(), n_sampled, sampler.next_draw53(),
+          /*next_follows=*/step + 2 < opt.n_predict && !kl_check_selects(step + 2, opt.n_predict - 1, opt.kl_check_steps));
     SLUICE_CHECK(next >= 0, Status::corrupt, "the model's logits are not finite at generation step ", step + 2,
                  " (the token after position ", n_prompt + step, "): NaN or infinite weights or activations");
   }
