@@ -136,7 +136,7 @@ TEST_P(CudaSampleStep, GreedyStepsAheadAreTheStepByStepOnes) {
 // step ahead behind it, its MoE layers' jobs queued behind the step's own), at top_k + 1 slots
 // read from disk and from a preloaded host-RAM tier. A swapped token drops the step ahead,
 // which the streamer still ran: more layer steps with the steps ahead than without shows
-// they were enqueued.
+// they were enqueued. A generation (Generator) enqueues none after its last token.
 TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
   FixtureReference ref = read_reference(GetParam());
   auto be = make_cuda_backend(0);
@@ -181,6 +181,19 @@ TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
       }
       m.streamer->residency().check_invariants();
     }
+    // A generation enqueues no step after its last token (Model::forward_sample's
+    // next_follows): as many layer steps with the steps ahead as without, the same tokens.
+    std::vector<int32_t> generated[2];
+    uint64_t layer_steps[2] = {0, 0};
+    for (int ahead : {1, 0}) {
+      const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
+      m.streamer->reset_stats();
+      generated[ahead] = greedy(*m.model, ref.prompt_ids, steps);
+      ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+      layer_steps[ahead] = m.streamer->stats().totals().steps;
+    }
+    EXPECT_EQ(generated[1], generated[0]) << GetParam();
+    EXPECT_EQ(layer_steps[1], layer_steps[0]) << GetParam() << ": a step enqueued after the last token";
   }
 }
 
