@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "core/sampling.h"
@@ -74,6 +75,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   // that draws it itself (Model::forward_sample: on a GPU only the token id crosses to the
   // host), with the same rule and the sampler's next uniform number.
   int32_t next = -1;
+  std::optional<int64_t> pending_draw;  // the draw of the step forward_sample may have enqueued ahead
   for (int64_t step = 0; step < opt.n_predict && !st.interrupted; ++step) {
     if (cancelled()) {
       st.interrupted = true;
@@ -91,9 +93,16 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps))
       next = checked_step(next, *state, sampler, n_sampled, opt, st, step);
     else
-      next = model_.forward_sample(
-          next, *state, sampler.rule(), n_sampled, sampler.next_draw53(),
-          /*next_follows=*/step + 2 < opt.n_predict && !kl_check_selects(step + 2, opt.n_predict - 1, opt.kl_check_steps));
+    {
+      // This step's draw (taken by the step before, which may have enqueued this step ahead
+      // with it), and the next one's when a forward_sample step follows: the sampler's
+      // sequence in the same order either way.
+      const int64_t draw = pending_draw ? *pending_draw : sampler.next_draw53();
+      pending_draw.reset();
+      if (step + 2 < opt.n_predict && !kl_check_selects(step + 2, opt.n_predict - 1, opt.kl_check_steps))
+        pending_draw = sampler.next_draw53();
+      next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, draw, pending_draw);
+    }
     SLUICE_CHECK(next >= 0, Status::corrupt, "the model's logits are not finite at generation step ", step + 2,
                  " (the token after position ", n_prompt + step, "): NaN or infinite weights or activations");
   }

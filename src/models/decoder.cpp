@@ -11,6 +11,10 @@
 namespace sluice {
 namespace {
 
+bool same_rule(const SampleRule& a, const SampleRule& b) {
+  return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p;
+}
+
 struct DecoderState : SequenceState {
   uint64_t id = 0;  // this state among the model's (batch graphs are keyed by it)
   std::vector<KvLayer> kv;
@@ -31,16 +35,24 @@ struct DecoderState : SequenceState {
   // The drawn tokens come back through two readbacks, taken in turn (this step's, the next's).
   std::unique_ptr<HostReadback> drawn[2];
   int next_readback = 0;
-  // A greedy step forward_sample enqueued ahead, a replay of sample_graph (so of sample_rule
-  // and sample_n_valid): it runs, at position `pos`, the token the step before it drew on the
-  // device (`token`: that draw as the host read it, once it did), and its own draw comes back
-  // through drawn[readback]. Every other use of the state settles it first.
+  // A step forward_sample enqueued ahead (a replay of sample_graph, or the eager step of a
+  // streamed model), drawing by sample_rule among sample_n_valid ids with the uniform draw
+  // draw53 (read only by a rule that is not greedy): it runs, at position `pos`, the token the
+  // step before it drew on the device (`token`: that draw as the host read it, once it did),
+  // and its own draw comes back through drawn[readback]. Every other use of the state
+  // settles it first.
   struct AheadStep {
     int64_t pos = 0;
     int32_t token = -1;
     int readback = 0;
+    int64_t draw53 = 0;
   };
   std::optional<AheadStep> ahead;
+  // Whether the step ahead is the one forward_sample is asked for now.
+  bool ahead_is(int32_t token, const SampleRule& rule, int64_t n_valid, int64_t draw53) const {
+    return ahead && ahead->pos == n_past && ahead->token == token && same_rule(sample_rule, rule) &&
+           sample_n_valid == n_valid && (rule.temperature < kGreedyTemperature || ahead->draw53 == draw53);
+  }
   // Enqueues the copy of step_token into the next readback; returns which one.
   int begin_readback() {
     const int r = next_readback;
@@ -50,15 +62,11 @@ struct DecoderState : SequenceState {
   }
 };
 
-// Whether forward_sample enqueues the next greedy step before it waits for this one
+// Whether forward_sample enqueues the next step before it waits for this one
 // (SLUICE_DECODE_AHEAD=0 turns it off, e.g. to compare; read at every step).
 bool decode_ahead_enabled() {
   const char* e = std::getenv("SLUICE_DECODE_AHEAD");
   return !(e && std::strcmp(e, "0") == 0);
-}
-
-bool same_rule(const SampleRule& a, const SampleRule& b) {
-  return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p;
 }
 
 // The rotary tables of positions [0, n) on the backend: cos, sin [n, rot_dim / 2] f32.
@@ -192,15 +200,13 @@ Tensor DecoderModel::eager_logits(SequenceState& state_base, const Tensor& x, bo
 }
 
 int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_base, const SampleRule& rule,
-                                           int64_t n_valid, int64_t draw53, bool next_follows) {
+                                           int64_t n_valid, int64_t draw53, std::optional<int64_t> next_draw53) {
   auto& state = static_cast<DecoderState&>(state_base);
   DecodePhase decode(*this);
   const bool readbacks = state.drawn[0] != nullptr;  // a backend with graphs (CUDA) has them
-  const auto& ahead = state.ahead;
   int readback = 0;
-  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(state.sample_rule, rule) &&
-      state.sample_n_valid == n_valid) {
-    readback = ahead->readback;
+  if (state.ahead_is(token, rule, n_valid, draw53)) {
+    readback = state.ahead->readback;
     state.ahead.reset();
     state.n_past += 1;
   } else {
@@ -219,23 +225,24 @@ int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_b
     be_.sample(logits, n_valid, rule, draw, state.step_token);
     readback = state.begin_readback();
   }
-  // Greedy, with a provider whose forwards may overlap (the CUDA streamer): the next step goes
-  // in before this one's token is read, from the token it leaves on the device (step_token),
-  // as the replayed graph's does below; its n_past is the caller's, as there. Not with a
-  // routing observer, which would see the routing of a step the caller may drop, nor without
-  // a provider (a family routed on the host waits for each layer's router on the way).
-  if (next_follows && rule.temperature < kGreedyTemperature && decode_ahead_enabled() && readbacks &&
-      state.n_past < state.n_ctx && expert_provider_ && expert_provider_->forwards_overlap() && !routing_observer_) {
+  // With a provider whose forwards may overlap (the CUDA streamer): the next step goes in
+  // before this one's token is read, from the token it leaves on the device (step_token), as
+  // the replayed graph's does below; its n_past is the caller's, as there. Not with a routing
+  // observer, which would see the routing of a step the caller may drop, nor without a
+  // provider (a family routed on the host waits for each layer's router on the way).
+  if (next_draw53 && decode_ahead_enabled() && readbacks && state.n_past < state.n_ctx && expert_provider_ &&
+      expert_provider_->forwards_overlap() && !routing_observer_) {
     Tensor x = be_.alloc(DType::f32, {1, spec_.info.n_embd});
     be_.get_rows_at(w_.tok_embd, state.step_token, x);
     const Tensor logits = eager_logits(state, x, false);
-    be_.sample(logits, n_valid, rule, state.step_draw, state.step_token);  // greedy: the draw is not read
+    be_.from_host(state.step_draw, &*next_draw53);
+    be_.sample(logits, n_valid, rule, state.step_draw, state.step_token);
     // The rule the step ahead is matched by; a sample graph captured for another (a resident
     // step before a provider came) would be replayed under it: it goes.
     if (!same_rule(state.sample_rule, rule) || state.sample_n_valid != n_valid) state.sample_graph.reset();
     state.sample_rule = rule;
     state.sample_n_valid = n_valid;
-    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback()};
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), *next_draw53};
   }
   int32_t next = -1;
   state.drawn[readback]->end(&next);
@@ -250,19 +257,17 @@ int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_b
 }
 
 int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, const SampleRule& rule,
-                                     int64_t n_valid, int64_t draw53, bool next_follows) {
+                                     int64_t n_valid, int64_t draw53, std::optional<int64_t> next_draw53) {
   auto& state = static_cast<DecoderState&>(state_base);
   check_step_inputs(std::span<const int32_t>(&token, 1), state);
   SLUICE_CHECK(n_valid > 0 && n_valid <= spec_.info.n_vocab, Status::invalid_argument, "forward_sample: n_valid ",
                n_valid, " outside [1, ", spec_.info.n_vocab, "]");
-  if (!step_graph_eligible()) return forward_sample_eager(token, state, rule, n_valid, draw53, next_follows);
-  // This step: already enqueued by the call before (the greedy step ahead, which ran the token
-  // that call returned, at this position), or enqueued now.
+  if (!step_graph_eligible()) return forward_sample_eager(token, state, rule, n_valid, draw53, next_draw53);
+  // This step: already enqueued by the call before (the step ahead, which ran the token that
+  // call returned, at this position, with this draw), or enqueued now.
   int readback = 0;
-  const auto& ahead = state.ahead;
-  if (ahead && ahead->pos == state.n_past && ahead->token == token && same_rule(state.sample_rule, rule) &&
-      state.sample_n_valid == n_valid) {
-    readback = ahead->readback;
+  if (state.ahead_is(token, rule, n_valid, draw53)) {
+    readback = state.ahead->readback;
     state.ahead.reset();
   } else {
     settle(state);
@@ -271,13 +276,14 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
     readback = state.begin_readback();
   }
   state.n_past += 1;
-  // Greedy (the draw needs no uniform number): the next step goes in before this one's token
-  // is read, from the token it leaves on the device, so that the GPU does not wait for the
-  // host between steps. If the caller stops here, that step's work is dropped (its KV rows
-  // lie past n_past, where the next step writes before it reads).
-  if (next_follows && rule.temperature < kGreedyTemperature && decode_ahead_enabled() && state.n_past < state.n_ctx) {
+  // The next step (its draw given) goes in before this one's token is read, from the token it
+  // leaves on the device, so that the GPU does not wait for the host between steps; its draw
+  // is copied in after this step's graph read its own. If the caller stops here, that step's
+  // work is dropped (its KV rows lie past n_past, where the next step writes before it reads).
+  if (next_draw53 && decode_ahead_enabled() && state.n_past < state.n_ctx) {
+    be_.from_host(state.step_draw, &*next_draw53);
     replay_step(state, nullptr, &rule, n_valid);
-    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback()};
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), *next_draw53};
   }
   int32_t next = -1;
   state.drawn[readback]->end(&next);

@@ -59,7 +59,7 @@ class DecoderModel : public Model {
   // On a backend with graphs the step and the draw are one replayed graph; only the token id
   // comes back.
   int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
-                         int64_t draw53, bool next_follows) override;
+                         int64_t draw53, std::optional<int64_t> next_draw53) override;
   // The batch's rows in every product and one expert union per MoE layer; attention per
   // sequence against its own cache.
   bool decode_step_rerunnable() const override { return true; }  // KV cache only
@@ -92,10 +92,10 @@ class DecoderModel : public Model {
   Tensor eager_logits(SequenceState& state, const Tensor& x, bool all_logits);
   // forward_sample where the step is not a replayed graph (streamed experts, no graphs): the
   // step runs eagerly and draws on the backend, so that only the token id crosses (the
-  // backend's sample is core/sampling.h's rule); a greedy step whose next follows enqueues
-  // that one ahead where the backend has readbacks and the provider lets forwards overlap.
+  // backend's sample is core/sampling.h's rule); a step whose next follows enqueues that one
+  // ahead where the backend has readbacks and the provider lets forwards overlap.
   int32_t forward_sample_eager(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
-                               int64_t draw53, bool next_follows);
+                               int64_t draw53, std::optional<int64_t> next_draw53);
   // Whether a one-token step can be a replayed graph: the backend captures graphs, every
   // expert is resident in a device table, and nothing observes or streams the routing.
   bool step_graph_eligible() const;

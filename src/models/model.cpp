@@ -49,7 +49,7 @@ void Model::check_step_inputs(std::span<const int32_t> tokens, const SequenceSta
 }
 
 int32_t Model::forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
-                              int64_t draw53, bool /*next_follows*/) {
+                              int64_t draw53, std::optional<int64_t> /*next_draw53*/) {
   SLUICE_CHECK(n_valid > 0 && n_valid <= info_.n_vocab, Status::invalid_argument, "forward_sample: n_valid ", n_valid,
                " outside [1, ", info_.n_vocab, "]");
   std::vector<float> logits(static_cast<size_t>(info_.n_vocab));
@@ -74,7 +74,10 @@ void Model::forward_batch_sample(std::span<const int32_t> tokens, std::span<Sequ
                                  std::span<int32_t> next) {
   check_batch_sample_inputs(tokens, states, rules, n_valid, draw53, next);
   if (tokens.size() == 1) {
-    next[0] = forward_sample(tokens[0], *states[0], rules[0], n_valid, draw53[0], /*next_follows=*/true);
+    // The next step's draw is not known here; a greedy rule reads none.
+    const bool greedy = rules[0].temperature < kGreedyTemperature;
+    next[0] = forward_sample(tokens[0], *states[0], rules[0], n_valid, draw53[0],
+                             greedy ? std::optional<int64_t>(0) : std::nullopt);
     return;
   }
   const size_t V = static_cast<size_t>(info_.n_vocab);

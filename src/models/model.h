@@ -111,11 +111,12 @@ class Model {
   // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with
   // the uniform draw u = draw53 * 2^-53. Returns -1 when the logits hold NaN or +inf. The
   // default runs forward() and samples on the host; a model whose decode step runs on a device
-  // samples there, so only the token id crosses to the host. next_follows: whether the caller
-  // means to run the drawn token next (a model may then enqueue that greedy step before it
-  // reads this one's token; false at a generation's last step, so that none is wasted).
+  // samples there, so only the token id crosses to the host. next_draw53: where the caller
+  // means to run the drawn token next by the same rule, that step's uniform draw (any value
+  // for a greedy rule, which reads none); a model may then enqueue that step before it reads
+  // this one's token. None at a generation's last step, so that no step is wasted.
   virtual int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
-                                 int64_t draw53, bool next_follows);
+                                 int64_t draw53, std::optional<int64_t> next_draw53);
 
   // forward_sample for a batch (the server's decode step): tokens[b] runs at position
   // states[b]->n_past, which advances by one, and next[b] is drawn by rules[b] among ids <

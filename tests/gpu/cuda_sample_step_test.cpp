@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "../models/fixture_util.h"
@@ -25,10 +26,13 @@ namespace {
 
 class CudaSampleStep : public ::testing::TestWithParam<std::string> {};
 
-// Tokens drawn by forward_sample after the prompt, with the draws of generator `seed`; the
-// logits of each step from a second sequence (forward) go to `step_logits`.
+// Tokens drawn by forward_sample after the prompt, with the draws of generator `seed`, each
+// step given the next one's draw (so that it may enqueue that step ahead; SLUICE_DECODE_AHEAD
+// as `ahead` says); the logits of each step from a second sequence (forward) go to
+// `step_logits`.
 std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const SampleRule& rule, uint64_t seed,
-                         int steps, std::vector<std::vector<float>>* step_logits) {
+                         int steps, std::vector<std::vector<float>>* step_logits, bool ahead = true) {
+  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
   const int64_t V = m.info().n_vocab;
   auto a = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
   auto b = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
@@ -36,13 +40,15 @@ std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const Sam
   m.forward(std::span(prompt).first(prompt.size() - 1), *a, logits, false);
   m.forward(std::span(prompt).first(prompt.size() - 1), *b, logits, false);
   std::mt19937_64 rng(seed);
+  std::vector<int64_t> draws(static_cast<size_t>(steps));
+  for (int64_t& d : draws) d = static_cast<int64_t>(rng() >> 11);
   std::vector<int32_t> out;
   int32_t token = prompt.back();
   for (int i = 0; i < steps; ++i) {
-    const int64_t draw = static_cast<int64_t>(rng() >> 11);
     m.forward(std::span<const int32_t>(&token, 1), *b, logits, false);
     if (step_logits) step_logits->push_back(logits);
-    token = m.forward_sample(token, *a, rule, V, draw, true);
+    token = m.forward_sample(token, *a, rule, V, draws[static_cast<size_t>(i)],
+                             i + 1 < steps ? std::optional<int64_t>(draws[static_cast<size_t>(i) + 1]) : std::nullopt);
     EXPECT_GE(token, 0);
     if (token < 0) break;
     out.push_back(token);
@@ -67,6 +73,8 @@ TEST_P(CudaSampleStep, GreedyMatchesAndSampledTokensAreKept) {
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_TRUE(sample_kept(logits[i], rule, sc)[static_cast<size_t>(a[i])]) << GetParam() << " step " << i;
     EXPECT_EQ(run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr), a) << GetParam() << ": the seed reproduces";
+    EXPECT_EQ(run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr, false), a)
+        << GetParam() << ": the steps enqueued ahead draw what the step-by-step run draws";
   }
 }
 
@@ -100,7 +108,7 @@ std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, in
       a->n_past -= 1;  // the step below runs the same token at the same position
     }
     before = token;
-    token = m.forward_sample(token, *a, SampleRule{}, V, 0, true);
+    token = m.forward_sample(token, *a, SampleRule{}, V, 0, std::optional<int64_t>(0));
     out.push_back(token);
     if (token < 0) break;
   }
@@ -136,7 +144,8 @@ TEST_P(CudaSampleStep, GreedyStepsAheadAreTheStepByStepOnes) {
 // step ahead behind it, its MoE layers' jobs queued behind the step's own), at top_k + 1 slots
 // read from disk and from a preloaded host-RAM tier. A swapped token drops the step ahead,
 // which the streamer still ran: more layer steps with the steps ahead than without shows
-// they were enqueued. A generation (Generator) enqueues none after its last token.
+// they were enqueued. A generation (Generator) enqueues none after its last token. Sampled
+// steps ahead draw the step-by-step run's tokens.
 TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
   FixtureReference ref = read_reference(GetParam());
   auto be = make_cuda_backend(0);
@@ -194,6 +203,12 @@ TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
     }
     EXPECT_EQ(generated[1], generated[0]) << GetParam();
     EXPECT_EQ(layer_steps[1], layer_steps[0]) << GetParam() << ": a step enqueued after the last token";
+    // Sampled steps enqueued ahead (each given the next one's draw) draw the step-by-step
+    // run's tokens.
+    for (const SampleRule rule : {SampleRule{1.0f, 0, 1.0f}, SampleRule{0.8f, 5, 0.9f}})
+      EXPECT_EQ(run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr, true),
+                run(*m.model, ref.prompt_ids, rule, 7, steps, nullptr, false))
+          << GetParam() << " temperature " << rule.temperature;
   }
 }
 

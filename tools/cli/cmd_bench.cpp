@@ -11,6 +11,7 @@
 // the timed part.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -97,7 +98,7 @@ Sample run_once(Session& s, const Test& t, uint64_t salt) {
   int32_t next = static_cast<int32_t>(salt % static_cast<uint64_t>(V));
   const SampleRule greedy{0.0f, 0, 1.0f};
   for (int64_t i = 0; i < t.generate; ++i) {
-    next = model.forward_sample(next, *state, greedy, V, 0, /*next_follows=*/i + 1 < t.generate);
+    next = model.forward_sample(next, *state, greedy, V, 0, i + 1 < t.generate ? std::optional<int64_t>(0) : std::nullopt);
     SLUICE_CHECK(next >= 0, Status::corrupt, "bench: the model's logits are not finite at decode step ", i + 1);
   }
   Sample out;
