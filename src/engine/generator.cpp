@@ -90,10 +90,9 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (!on_token(next)) break;
     if (step + 1 == opt.n_predict) break;
     if (st.kl.on) ++st.kl.decode_steps;
-    if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps))
+    if (kl_check_selects(step + 1, opt.n_predict - 1, opt.kl_check_steps)) {
       next = checked_step(next, *state, sampler, n_sampled, opt, st, step);
-    else
-    {
+    } else {
       // This step's draw (taken by the step before, which may have enqueued this step ahead
       // with it), and the next one's when a forward_sample step follows: the sampler's
       // sequence in the same order either way.
