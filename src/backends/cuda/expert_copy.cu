@@ -44,6 +44,20 @@ __device__ __forceinline__ void store_system(uint64_t* p, uint64_t v) {
 // these buffers every call).
 constexpr int kHandshakeThreads = 256;
 
+// Adds one call of the timeline's point (p.layer; phase 1 or 2) to p.times (thread 0, after
+// the block's work): the time since the point before (t_entry less p.times[0]), the wait for
+// the host and the list read, in ns; p.times[0] becomes now.
+__device__ void add_timeline_point(const PhaseHandshake& p, bool phase1, uint64_t t_entry, uint64_t wait_ns,
+                                   uint64_t read_ns) {
+  const uint64_t t_end = global_timer_ns(), last = p.times[0];
+  uint64_t* sums = p.times + 1 + (p.layer * kTimelinePoints + (phase1 ? 0 : 1)) * kTimelineSums;
+  if (last != 0) sums[0] += t_entry - last;
+  sums[1] += wait_ns;
+  sums[2] += read_ns;
+  sums[3] += 1;
+  p.times[0] = t_end;
+}
+
 // The hits on the device (PhaseHandshake::hit_slots): true when every pair's record has a slot
 // in the host's map and the block took them (both tables' entries, the settled header, the
 // pairs' flags zeroed, hits_taken and router_ready stored); false, having written nothing,
@@ -87,13 +101,7 @@ __device__ bool hits_on_device(const PhaseHandshake& p, uint32_t* dev_head) {
   }
   if (p.times != nullptr) {  // a phase-1 point whose wait and list read are 0
     __syncthreads();
-    if (threadIdx.x == 0) {
-      const uint64_t last = p.times[0];
-      uint64_t* sums = p.times + 1 + p.layer * kTimelinePoints * kTimelineSums;
-      if (last != 0) sums[0] += t_entry - last;
-      sums[3] += 1;
-      p.times[0] = global_timer_ns();
-    }
+    if (threadIdx.x == 0) add_timeline_point(p, true, t_entry, 0, 0);
   }
   return true;
 }
@@ -207,15 +215,7 @@ __global__ void __launch_bounds__(kHandshakeThreads) phase_handshake_kernel(Phas
     dev_descs[w] = __ldcv(host_descs + w);
   if (p.times != nullptr) {  // launches on one stream: one phase at a time adds
     __syncthreads();
-    if (threadIdx.x == 0) {
-      const uint64_t t_end = global_timer_ns(), last = p.times[0];
-      uint64_t* sums = p.times + 1 + (p.layer * kTimelinePoints + (p.next_call ? 0 : 1)) * kTimelineSums;
-      if (last != 0) sums[0] += t_entry - last;
-      sums[1] += t_seen - t_entry;
-      sums[2] += t_end - t_seen;
-      sums[3] += 1;
-      p.times[0] = t_end;
-    }
+    if (threadIdx.x == 0) add_timeline_point(p, p.next_call, t_entry, t_seen - t_entry, global_timer_ns() - t_seen);
   }
 }
 

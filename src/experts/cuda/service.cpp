@@ -139,6 +139,11 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   wait_signal(L, cuda::Signal::router_ready, v);
   const auto wall0 = StreamerClock::now();
   const double cpu0 = thread_cpu_seconds();
+  // The service thread's time on this layer until its last publication to the device.
+  auto count_service_time = [&] {
+    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
+    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+  };
   // The device reached this layer: the previous steps' copies and experts are done.
   retire();
   release_pins();
@@ -167,8 +172,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);
     g_decode_hits_on_device.fetch_add(1, std::memory_order_relaxed);
     published_resident = published_misses = true;  // nothing waits for them
-    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
-    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+    count_service_time();
     return;
   }
   plan.acquire_and_read(fills, ls, pins);
@@ -227,8 +231,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   if (settled) {
     hs->store(L, cuda::Signal::misses_ready, v);  // for SLUICE_CUDA_DEVICE_WAITS=0 and release_device
     published_misses = true;
-    ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
-    ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+    count_service_time();
     return;
   }
   // Every copy listed so far runs before phase 1 on the stream (or with its gate/up): at
@@ -236,8 +239,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // own misses (a lookahead fill listed and evicted within the step holds a second one), so it
   // must not wait for the next layer's router_ready to get them back.
   const size_t listed_for_phase1 = retiring.size();
-  ls.service_wall_seconds += seconds_between(wall0, StreamerClock::now());
-  ls.service_cpu_seconds += thread_cpu_seconds() - cpu0;
+  count_service_time();
 
   // Phase 2: the misses as they land; with a deadline, the plan decides what is cut (or
   // takes its landed low-bit copy) once the device finished phase 1.
