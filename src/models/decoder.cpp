@@ -36,22 +36,23 @@ struct DecoderState : SequenceState {
   std::unique_ptr<HostReadback> drawn[2];
   int next_readback = 0;
   // A step forward_sample enqueued ahead (a replay of sample_graph, or the eager step of a
-  // streamed model), drawing by sample_rule among sample_n_valid ids with the uniform draw
-  // draw53 (read only by a rule that is not greedy): it runs, at position `pos`, the token the
-  // step before it drew on the device (`token`: that draw as the host read it, once it did),
-  // and its own draw comes back through drawn[readback]. Every other use of the state
-  // settles it first.
+  // streamed model), drawing by `rule` among n_valid ids with the uniform draw draw53 (read
+  // only by a rule that is not greedy): it runs, at position `pos`, the token the step before
+  // it drew on the device (`token`: that draw as the host read it, once it did), and its own
+  // draw comes back through drawn[readback]. Every other use of the state settles it first.
   struct AheadStep {
     int64_t pos = 0;
     int32_t token = -1;
     int readback = 0;
+    SampleRule rule;
+    int64_t n_valid = 0;
     int64_t draw53 = 0;
   };
   std::optional<AheadStep> ahead;
   // Whether the step ahead is the one forward_sample is asked for now.
   bool ahead_is(int32_t token, const SampleRule& rule, int64_t n_valid, int64_t draw53) const {
-    return ahead && ahead->pos == n_past && ahead->token == token && same_rule(sample_rule, rule) &&
-           sample_n_valid == n_valid && (rule.temperature < kGreedyTemperature || ahead->draw53 == draw53);
+    return ahead && ahead->pos == n_past && ahead->token == token && same_rule(ahead->rule, rule) &&
+           ahead->n_valid == n_valid && (rule.temperature < kGreedyTemperature || ahead->draw53 == draw53);
   }
   // Enqueues the copy of step_token into the next readback; returns which one.
   int begin_readback() {
@@ -237,12 +238,7 @@ int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_b
     const Tensor logits = eager_logits(state, x, false);
     be_.from_host(state.step_draw, &*next_draw53);
     be_.sample(logits, n_valid, rule, state.step_draw, state.step_token);
-    // The rule the step ahead is matched by; a sample graph captured for another (a resident
-    // step before a provider came) would be replayed under it: it goes.
-    if (!same_rule(state.sample_rule, rule) || state.sample_n_valid != n_valid) state.sample_graph.reset();
-    state.sample_rule = rule;
-    state.sample_n_valid = n_valid;
-    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), *next_draw53};
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), rule, n_valid, *next_draw53};
   }
   int32_t next = -1;
   state.drawn[readback]->end(&next);
@@ -283,7 +279,7 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   if (next_draw53 && decode_ahead_enabled() && state.n_past < state.n_ctx) {
     be_.from_host(state.step_draw, &*next_draw53);
     replay_step(state, nullptr, &rule, n_valid);
-    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), *next_draw53};
+    state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), rule, n_valid, *next_draw53};
   }
   int32_t next = -1;
   state.drawn[readback]->end(&next);
