@@ -3,6 +3,7 @@
 // the two agree on the token for nearly every uniform number (they differ only where a sum's
 // rounding moves a boundary between two tokens: the device adds in a tree, the CPU in order);
 // a row with NaN or +inf gives -1; padded ids (>= n_valid) are never drawn; writes stay inside ids.
+// Rows drawn by temperature alone are checked on both paths (many blocks a row, one block).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "backends/backend.h"
 #include "core/sampling.h"
+#include "scoped_env.h"
 
 using namespace sluice;
 
@@ -21,17 +23,26 @@ struct Case {
   SampleRule rule;
 };
 
+// Each case twice: rows drawn by temperature alone over many blocks a row (the default) and
+// in the one-block kernel (SLUICE_CUDA_SAMPLE_BLOCKS=0); the other rules take one path.
 TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
   auto gpu = make_cuda_backend(0);
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 3.0f);
   const int64_t n = 64;  // rows, each its own draw
+  for (const char* blocks : {static_cast<const char*>(nullptr), "0"})
   for (const Case c : {Case{151936, 151669, {0.0f, 0, 1.0f}}, Case{151936, 151669, {1.0f, 0, 1.0f}},
                        Case{151936, 151936, {0.7f, 40, 1.0f}}, Case{151936, 151669, {1.0f, 0, 0.9f}},
                        Case{151936, 151936, {0.8f, 20, 0.95f}}, Case{1000, 997, {1.0f, 1, 1.0f}},
                        Case{7, 7, {2.0f, 0, 0.3f}}, Case{1025, 1025, {1.0f, 1000, 0.99f}},
                        Case{4096, 4096, {1.0f, 0, 1.0f}}, Case{1025, 1001, {0.0f, 0, 1.0f}},
-                       Case{7, 7, {0.0f, 0, 1.0f}}, Case{4099, 4099, {0.0f, 0, 1.0f}}}) {
+                       Case{7, 7, {0.0f, 0, 1.0f}}, Case{4099, 4099, {0.0f, 0, 1.0f}},
+                       // By temperature alone: fewer ids than blocks, a top-k at or past n_valid,
+                       // a high and a low temperature.
+                       Case{7, 7, {1.0f, 0, 1.0f}}, Case{1025, 1001, {0.5f, 1001, 1.0f}},
+                       Case{300, 300, {3.0f, 0, 1.0f}}, Case{151936, 151669, {0.3f, 0, 1.0f}}}) {
+    const ScopedEnv sample_blocks("SLUICE_CUDA_SAMPLE_BLOCKS", blocks);
+    SCOPED_TRACE(blocks ? "one block" : "many blocks");
     std::vector<float> logits(static_cast<size_t>(n * c.vocab));
     for (auto& x : logits) x = g(rng);
     // Ties at the top and in the middle: several rows share a value at many ids.
@@ -85,12 +96,13 @@ TEST(CudaSample, NanRowsAreMinusOneAndOtherRowsAreUntouched) {
   Tensor tl = gpu->alloc(DType::f32, {3, V}), tu = gpu->alloc(DType::i64, {3}), ti = gpu->alloc(DType::i32, {3});
   gpu->from_host(tl, logits.data());
   gpu->from_host(tu, draws.data());
-  for (const SampleRule rule : {SampleRule{}, SampleRule{1.0f, 5, 0.9f}}) {
+  for (const SampleRule rule : {SampleRule{}, SampleRule{1.0f, 5, 0.9f}, SampleRule{1.0f, 0, 1.0f}}) {
     gpu->sample(tl, V, rule, tu, ti);
     std::vector<int32_t> got(3);
     gpu->to_host(ti, got.data());
     EXPECT_EQ(got[0], -1);
-    EXPECT_EQ(got[1], 20);
+    // Temperature alone keeps every id: the draw 0 takes the first (weight e^-5, not 0).
+    EXPECT_EQ(got[1], rule.top_k == 0 && rule.temperature > 0.0f ? 0 : 20);
     EXPECT_EQ(got[2], -1);
   }
 }

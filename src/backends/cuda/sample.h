@@ -8,6 +8,8 @@
 // kept set is the host's; the draw walks the kept tokens in id order (the host walks them
 // most likely first after top-k / top-p), so the distribution is the host's and a seed
 // reproduces a run on the device, but a given uniform number may pick another token.
+// Greedy rows and rows drawn by temperature alone (the CLI's and the API's defaults but the
+// temperature) are spread over many blocks a row; top-k and top-p rows take one block.
 #pragma once
 
 #include <cstdint>
@@ -39,11 +41,18 @@ struct SampleParams {
   // Greedy rows (n <= kSampleMaxRows) are reduced over many blocks when these are set:
   GreedyPartial* greedy_partials = nullptr;  // [sample_greedy_partials(n)] scratch
   int* greedy_counters = nullptr;            // [kSampleMaxRows] zero (each launch leaves them zero)
+  // Rows drawn by temperature alone (no top-k below n_valid, top_p 1) are too, in two
+  // launches, when these are set as well (with the two above):
+  GreedyPartial* row_best = nullptr;  // [n] scratch: each row's maximum, its id, NaN / +inf seen
+  float* block_sums = nullptr;        // [sample_greedy_partials(n)] scratch: each block's share of the mass
 };
 
 constexpr double kSampleKernelMassOne = 1099511627776.0;  // sample.cu's fixed point: 2^-40 units
 constexpr float kSampleKernelGreedyTemperature = 1e-6f;    // below it a draw is greedy
 int64_t sample_greedy_partials(int64_t n);
+// Whether a row drawn by this rule takes the many-block path (row_best, block_sums) rather
+// than the one-block kernel: a temperature, no top-k below n_valid, top_p 1.
+bool sample_by_temperature_alone(float temperature, int64_t top_k, float top_p, int64_t n_valid);
 void launch_sample(const SampleParams& p, Stream s);
 
 }  // namespace sluice::cuda
