@@ -11,41 +11,29 @@
 // Masses are summed as 2^-40 fixed point in 64-bit integers, so every sum is exact and the
 // result does not depend on the order atomics land in (a seed reproduces a run). Per pass the
 // row is read again (n_valid floats, from L2 after the first pass): ~10 passes of 600 KB for a
-// 151936-token vocabulary, a few tens of microseconds, against ~0.5 ms for the copy to the
-// host and a host pass.
+// 151936-token vocabulary from one SM, ~140 us a token at temperature 1 on an H100 (against
+// ~0.5 ms for the copy to the host and a host pass).
 //
 // Greedy rows take sample_greedy_kernel instead: the one block above reads the whole row in
 // 149 serial loads a thread (39 us on the H200 for 151936 logits, 4% of a 12-layer decode
 // token). There kGreedyBlocks blocks a row each reduce a slice in 16-byte loads to (max,
 // lowest id, NaN/inf seen), and the last block of the row to finish reduces those partials.
-// Rows drawn by temperature alone (no top-k, no top-p) took the one block's three passes
-// (~157 us a token on an H100 against greedy's, twenty-second session); they take the greedy
-// kernel for the maximum, then sample_temperature_kernel: kGreedyBlocks blocks a row each sum
-// its slice's weights exp((l - max) / T) (each thread a contiguous run, a block scan over the
-// threads), and the last block to finish finds the slice the draw falls in (the blocks' sums
-// in order), computes that slice's scan again (the same code on the same values: the same
-// sums) and walks the one thread's run the draw falls in.
+// Sampled rows take the greedy kernel for the maximum too, then sample_blocks.cu's kernels
+// over many blocks a row (the one-block kernel below stays for more than kSampleMaxRows rows
+// and for SLUICE_CUDA_SAMPLE_BLOCKS=0).
 #include "backends/cuda/sample.h"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/sample_rule.cuh"
 
 namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr int kGreedyBlocks = 64, kGreedyThreads = 256;
-// 2^40: probability 1 in fixed point, core/sampling.h's kSampleMassOne (that header needs
-// C++20, .cu files compile as C++17; sampling_ops.cpp checks the two are equal).
-constexpr double kMassOne = kSampleKernelMassOne;
-
-// A 32-bit key that orders as the float does (larger float, larger key; finite inputs).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
+constexpr int kGreedyBlocks = kSampleBlocks, kGreedyThreads = kSampleThreads;
 
 struct Best {
   float v;
@@ -90,10 +78,6 @@ struct ToppRule {
     return in;
   }
 };
-
-__device__ __forceinline__ unsigned long long fixed_mass(float p) {
-  return static_cast<unsigned long long>(__double2ll_rn(static_cast<double>(p) * kMassOne));
-}
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
   chained_kernel_entry();
@@ -355,120 +339,9 @@ __global__ void __launch_bounds__(kGreedyThreads)
   const Best w = ReduceBest(rb).Reduce(all, BestOp());
   if (t == 0) {
     p.ids[r] = (rows_bad || w.id < 0) ? -1 : w.id;
-    if (p.row_best) p.row_best[r] = {w.v, w.id, rows_bad};  // sample_temperature_kernel's maximum
+    if (p.row_best) p.row_best[r] = {w.v, w.id, rows_bad};  // the sampled draw's maximum (sample_blocks.cu)
   }
-}
-
-// Temperature alone: grid (kGreedyBlocks, n), after sample_greedy_kernel wrote row_best (the
-// row's maximum) and ids (-1 for a row with NaN or +inf: left alone here). block_sums[n][B]
-// scratch; counters[row] is zero before and after (the last block resets it).
-__global__ void __launch_bounds__(kGreedyThreads)
-    sample_temperature_kernel(SampleParams p, float* __restrict__ block_sums, int* __restrict__ counters) {
-  chained_kernel_entry();
-  using ScanF = cub::BlockScan<float, kGreedyThreads>;
-  __shared__ typename ScanF::TempStorage scan;
-  __shared__ bool last;
-  __shared__ int slice_s;
-  __shared__ float base_s, target_s;
-  __shared__ int32_t id_s, claimed_s;
-  const int t = threadIdx.x, B = gridDim.x;
-  const int64_t r = blockIdx.y;
-  const GreedyPartial best = p.row_best[r];
-  if (best.bad || best.id < 0) return;  // ids[r] is -1 already
-  const float* row = p.logits + r * p.vocab;
-  const int64_t V = p.n_valid;
-  const float T = p.temperature, top = best.v;
-  const int64_t per = (V + B - 1) / B;
-  // Thread t's run of slice b: [lo, hi), and its weight (the weights added in id order).
-  auto run_of = [&](int b, int64_t& lo, int64_t& hi) {
-    const int64_t s0 = b * per < V ? b * per : V, s1 = s0 + per < V ? s0 + per : V;
-    const int64_t each = (s1 - s0 + kGreedyThreads - 1) / kGreedyThreads;
-    lo = s0 + t * each < s1 ? s0 + t * each : s1;
-    hi = lo + each < s1 ? lo + each : s1;
-  };
-  auto weight = [&](int64_t i) { return expf((row[i] - top) / T); };  // s <= 0: no overflow
-  auto run_weight = [&](int64_t lo, int64_t hi) {
-    float w = 0.0f;
-    for (int64_t i = lo; i < hi; ++i) w += weight(i);
-    return w;
-  };
-  int64_t lo = 0, hi = 0;
-  run_of(blockIdx.x, lo, hi);
-  float excl = 0.0f, total = 0.0f;
-  ScanF(scan).ExclusiveSum(run_weight(lo, hi), excl, total);
-  if (t == 0) {
-    block_sums[r * B + blockIdx.x] = total;
-    __threadfence();
-    last = atomicAdd(counters + r, 1) == B - 1;
-    if (last) counters[r] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (t == 0) {  // the blocks' sums in order; the draw u * (their total)
-    const volatile float* sums = block_sums + r * B;  // other blocks wrote them: not from L1
-    float all = 0.0f;
-    for (int b = 0; b < B; ++b) all += sums[b];
-    const float target = static_cast<float>(static_cast<double>(p.uniform[r]) * 0x1p-53 * static_cast<double>(all));
-    float before = 0.0f;
-    int slice = -1, last_positive = 0;
-    float last_base = 0.0f;
-    for (int b = 0; b < B; ++b) {
-      const float w = sums[b];
-      if (w > 0.0f) {
-        last_positive = b;
-        last_base = before;
-      }
-      if (slice < 0 && w > 0.0f && target < before + w) {
-        slice = b;
-        base_s = before;
-      }
-      before += w;
-    }
-    if (slice < 0) {  // the target at the very end (rounding): the last slice with mass
-      slice = last_positive;
-      base_s = last_base;
-    }
-    slice_s = slice;
-    target_s = target;
-    id_s = INT32_MAX;
-    claimed_s = -1;
-  }
-  __syncthreads();
-  run_of(slice_s, lo, hi);
-  const float w = run_weight(lo, hi);
-  ScanF(scan).ExclusiveSum(w, excl, total);
-  const float base = base_s + excl, target = target_s;
-  if (w > 0.0f && base <= target && target < base + w) {
-    float acc = base;
-    int32_t last_weighted = -1;
-    bool found = false;
-    for (int64_t i = lo; i < hi && !found; ++i) {
-      const float wi = weight(i);
-      acc += wi;
-      if (wi > 0.0f) last_weighted = static_cast<int32_t>(i);
-      if (target < acc) {
-        atomicMin(&id_s, static_cast<int32_t>(i));
-        found = true;
-      }
-    }
-    // The run's own adds ended below the target its scan put in it (rounding): its last token.
-    if (!found) atomicMax(&claimed_s, last_weighted);
-  }
-  __syncthreads();
-  const bool unclaimed = id_s == INT32_MAX && claimed_s < 0;  // every thread, before any writes
-  __syncthreads();
-  if (unclaimed) {
-    // The target between two runs' rounded sums (no run claimed it): the slice's last token
-    // with weight.
-    for (int64_t i = hi - 1; i >= lo; --i)
-      if (weight(i) > 0.0f) {
-        atomicMax(&claimed_s, static_cast<int32_t>(i));
-        break;
-      }
-    __syncthreads();
-  }
-  if (t == 0) p.ids[r] = id_s != INT32_MAX ? id_s : claimed_s >= 0 ? claimed_s : best.id;
+  if (p.select) p.select[r].hist[t] = 0;  // the radix passes' bins start at zero (kGreedyThreads = 256)
 }
 
 }  // namespace
@@ -486,20 +359,20 @@ void launch_sample(const SampleParams& p, Stream s) {
                p.temperature, ", top_k ", p.top_k, ", top_p ", p.top_p);
   if (p.n == 0) return;
   const bool greedy = p.temperature < kSampleKernelGreedyTemperature;
-  const bool by_temperature = !greedy && p.row_best && p.block_sums &&
-                              sample_by_temperature_alone(p.temperature, p.top_k, p.top_p, p.n_valid);
-  if ((greedy || by_temperature) && p.greedy_partials && p.greedy_counters && p.n <= kSampleMaxRows) {
+  const bool sampled_blocks =
+      !greedy && p.row_best && p.block_sums &&
+      (p.select || sample_by_temperature_alone(p.temperature, p.top_k, p.top_p, p.n_valid));
+  if ((greedy || sampled_blocks) && p.greedy_partials && p.greedy_counters && p.n <= kSampleMaxRows) {
     const dim3 grid(kGreedyBlocks, static_cast<unsigned>(p.n));
     SampleParams g = p;
-    if (greedy) g.row_best = nullptr;
+    if (greedy) {
+      g.row_best = nullptr;
+      g.select = nullptr;
+    }
     launch_chained(sample_greedy_kernel, grid, dim3(kGreedyThreads), 0, static_cast<cudaStream_t>(s), g,
                    p.greedy_partials, p.greedy_counters);
     CUDA_CHECK(cudaGetLastError());
-    if (by_temperature) {
-      launch_chained(sample_temperature_kernel, grid, dim3(kGreedyThreads), 0, static_cast<cudaStream_t>(s), p,
-                     p.block_sums, p.greedy_counters);
-      CUDA_CHECK(cudaGetLastError());
-    }
+    if (!greedy) launch_sample_draw_blocks(p, s);
     return;
   }
   launch_chained(sample_kernel, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, static_cast<cudaStream_t>(s), p);

@@ -28,25 +28,29 @@ void CudaBackend::sample(const Tensor& logits, int64_t n_valid, const SampleRule
   p.temperature = rule.temperature;
   p.top_k = rule.top_k;
   p.top_p = rule.top_p;
-  // Greedy rows and rows drawn by temperature alone take many blocks a row (sample.cu):
-  // their scratch, i32 words: the greedy partials [n][B] (3 words each), then for a draw by
-  // temperature the rows' maxima [n] (3 words each) and the blocks' sums [n][B] (f32).
-  // SLUICE_CUDA_SAMPLE_BLOCKS=0 draws by temperature in the one-block kernel, to compare (read
+  // Rows take many blocks a row (sample.cu, sample_blocks.cu): their scratch, i32 words: for
+  // a sampled rule with top-k or top-p the rows' states [n] (SampleSelectRow, 8-byte words
+  // first), then the greedy partials [n][B] (3 words each), then for a sampled rule the rows'
+  // maxima [n] (3 words each) and the blocks' sums [n][B] (f32).
+  // SLUICE_CUDA_SAMPLE_BLOCKS=0 draws a sampled rule in the one-block kernel, to compare (read
   // at every call, as a graph captures it).
   const char* blocks_env = std::getenv("SLUICE_CUDA_SAMPLE_BLOCKS");
-  const bool temperature_blocks = !(blocks_env && std::string_view(blocks_env) == "0");
+  const bool sampled_blocks = !(blocks_env && std::string_view(blocks_env) == "0");
   const bool greedy = rule.temperature < cuda::kSampleKernelGreedyTemperature;
-  const bool by_temperature =
-      !greedy && temperature_blocks && cuda::sample_by_temperature_alone(rule.temperature, rule.top_k, rule.top_p, n_valid);
   Tensor partials;
-  if ((greedy || by_temperature) && n <= cuda::kSampleMaxRows) {
+  if ((greedy || sampled_blocks) && n <= cuda::kSampleMaxRows) {
     static_assert(sizeof(cuda::GreedyPartial) == 3 * sizeof(int32_t) && sizeof(float) == sizeof(int32_t));
+    static_assert(sizeof(cuda::SampleSelectRow) % 8 == 0);
+    const bool select = !greedy && !cuda::sample_by_temperature_alone(rule.temperature, rule.top_k, rule.top_p, n_valid);
     const int64_t parts = cuda::sample_greedy_partials(n);
-    partials = alloc(DType::i32, {3 * parts + (by_temperature ? 3 * n + parts : 0)});
+    const int64_t select_words = select ? n * static_cast<int64_t>(sizeof(cuda::SampleSelectRow) / 4) : 0;
+    partials = alloc(DType::i32, {select_words + 3 * parts + (greedy ? 0 : 3 * n + parts)});
     int32_t* words = partials.ptr<int32_t>();
+    if (select) p.select = reinterpret_cast<cuda::SampleSelectRow*>(words);
+    words += select_words;
     p.greedy_partials = reinterpret_cast<cuda::GreedyPartial*>(words);
     p.greedy_counters = static_cast<int*>(sample_counters_.get());
-    if (by_temperature) {
+    if (!greedy) {
       p.row_best = reinterpret_cast<cuda::GreedyPartial*>(words + 3 * parts);
       p.block_sums = reinterpret_cast<float*>(words + 3 * parts + 3 * n);
     }
