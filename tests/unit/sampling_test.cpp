@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -96,6 +97,52 @@ TEST(Sampling, TiesKeepTheLowerIds) {
   seen.clear();  // top-p 0.25 of ten equal tokens: the mass before a token must be below 0.25
   for (int d = 0; d < 1000; ++d) seen.insert(sample_row(flat, SampleRule{1.0f, 0, 0.25f}, d / 1000.0, sc));
   EXPECT_EQ(seen, (std::set<int32_t>{0, 1, 2}));
+}
+
+// The nucleus by the rule's definition: the probabilities as the rule computes them (float
+// exp over the float z of the top-k kept tokens, added in id order), every token sorted by
+// (probability desc, id asc), kept while the fixed-point mass before it is below top_p.
+std::vector<uint8_t> sorted_walk_kept(const std::vector<float>& logits, const SampleRule& rule) {
+  const size_t V = logits.size();
+  SampleScratch sc;
+  const SampleRule k_only{rule.temperature, rule.top_k, 1.0f};
+  std::vector<uint8_t> kept = sample_kept(logits, k_only, sc);  // top-k's set (tested above)
+  const float top = *std::max_element(logits.begin(), logits.end());
+  float z = 0.0f;
+  for (size_t i = 0; i < V; ++i)
+    if (kept[i]) z += std::exp((logits[i] - top) / rule.temperature);
+  std::vector<std::pair<float, int32_t>> order;
+  for (size_t i = 0; i < V; ++i)
+    if (kept[i]) order.push_back({std::exp((logits[i] - top) / rule.temperature) / z, static_cast<int32_t>(i)});
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  const uint64_t target = std::max<uint64_t>(sample_fixed_target(rule.top_p), 1);
+  uint64_t mass = 0;
+  size_t n = 0;
+  while (n < order.size() && mass < target) mass += sample_fixed_mass(order[n++].first);
+  for (size_t j = n; j < order.size(); ++j) kept[static_cast<size_t>(order[j].second)] = 0;
+  return kept;
+}
+
+// The nucleus found without a sort is the sorted walk's, bit for bit: rows peaked and nearly
+// flat, with runs of equal values (ties at the boundary), many top_p values.
+TEST(Sampling, TopPKeepsTheSortedWalksNucleus) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t V = trial % 3 == 0 ? 5000 : trial % 3 == 1 ? 257 : 3;
+    std::normal_distribution<float> g(0.0f, trial % 2 ? 0.3f : 4.0f);
+    std::vector<float> logits(V);
+    for (auto& x : logits) x = g(rng);
+    for (size_t i = 0; i < V; i += 1 + trial % 7) logits[i] = std::round(logits[i]);  // equal values
+    for (const float top_p : {1e-13f, 0.05f, 0.3f, 0.5f, 0.9f, 0.95f, 0.999f, 0.99999994f})
+      for (const int64_t top_k : {int64_t{0}, int64_t{40}}) {
+        const SampleRule rule{trial % 4 == 0 ? 2.0f : 0.8f, top_k, top_p};
+        SampleScratch sc;
+        EXPECT_EQ(sample_kept(logits, rule, sc), sorted_walk_kept(logits, rule))
+            << "trial " << trial << " top_p " << top_p << " top_k " << top_k;
+      }
+  }
 }
 
 TEST(Sampling, TheBackendOpDrawsWhatTheRuleDraws) {
