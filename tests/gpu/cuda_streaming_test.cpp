@@ -462,6 +462,57 @@ TEST(CudaStreaming, HitsOnDeviceSameBits) {
   }
 }
 
+// One down + combine after phase 2 (SLUICE_CUDA_ONE_DOWN): the phases compute the gate/up
+// products alone, and the fused down + combine over the pairs phase 2's table holds follows.
+// The same bits as a down kernel a phase and the combine apart, at 3 slots (most layers miss)
+// and with room for every expert, from the preloaded host tier (the copies beside phase 1) and
+// from disk; and with the worst-case deadline (every miss late, so the run is a function of
+// the routing), which either cuts every miss (cut pairs count as zero in both) or computes each
+// from its q2 copy (mixed kinds: the per-pair down and the combine by the table instead of the
+// fused kernel).
+TEST(CudaStreaming, OneDownAfterPhaseTwoSameBits) {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  if (waits && std::string(waits) == "0") GTEST_SKIP() << "one down after phase 2 needs the device-side waits";
+  MixtralThreeSlots t;
+  for (int32_t slots : {3, 64}) {
+    for (bool host_tier : {true, false}) {
+      StreamerOptions so = t.base;
+      so.slots = slots;
+      if (host_tier) {
+        so.host_cache_bytes = 1 << 30;
+        so.host_cache_preload = true;
+      }
+      SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
+      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_ONE_DOWN", &CudaStreamer::decode_one_down, true,
+                                   "a down a phase and the combine apart");
+    }
+  }
+  for (const bool low_bit : {false, true}) {
+    SCOPED_TRACE(low_bit ? "every miss from its q2 copy" : "every miss cut");
+    StreamerOptions so = t.base;
+    so.deadline_worst_case = true;
+    if (low_bit) {
+      so.miss_kind = DType::q2;
+    } else {
+      so.cut = 1.0;
+    }
+    const ScopedEnv sw("SLUICE_CUDA_ONE_DOWN", "0");
+    std::vector<float> off;
+    {
+      LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
+      off = run_logits(*m.model, t.ids).first;
+    }
+    sw.set("1");
+    LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
+    const std::vector<float> on = run_logits(*m.model, t.ids).first;
+    ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+    const LayerStats st = m.streamer->stats().totals();
+    EXPECT_GT(low_bit ? st.low_bit : st.cut, 0u);
+    ASSERT_EQ(on.size(), off.size());
+    EXPECT_EQ(floats_differing(on, off), 0u) << "max |diff| " << max_abs_diff(on, off);
+  }
+}
+
 TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;

@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(con
 // grid (n_rows, ceil(n_embd / kCombineTile)). Warp w takes the items w, w + kCombineWarps, ...
 // of the 2 k items (rank it / 2, the tile's rows (it % 2) * kRowsPerWarp ..); dynamic shared
 // memory: the row's k act rows (k * n_ff floats, staged) and their sums [k][kCombineTile].
-// Every expert of the table is available (the fully resident launch).
+// A pair whose expert's entry is unavailable (the CUDA streamer's cut misses) sums to zero,
+// as moe_combine_done_kernel counts it; the fully resident launch has none.
 template <WType T>
 __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
   chained_kernel_entry();
@@ -131,7 +132,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
   const float* x = a.act_in + row * k * n_ff;  // the row's pairs are consecutive
   stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
   DownRows<T> rows;
+  auto available = [&](int64_t it) { return a.table[a.ids[row * k + it / 2]].wtype != WType::unavailable; };
   auto start = [&](int64_t it) {
+    if (!available(it)) return;
     set_down_rows<T>(rows, a.table[a.ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
     rows.begin(n_ff, lane);
   };
@@ -140,8 +143,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
   __syncthreads();
   for (int64_t it = warp; it < items; it += kCombineWarps) {
     if (it != warp) start(it);
-    down_item<T>(a, a.ids, rows, row, it / 2, tile0 + (it % 2) * kRowsPerWarp, xs, ys, kCombineTile,
-                 static_cast<int>(it % 2) * kRowsPerWarp, lane);
+    const int t0 = static_cast<int>(it % 2) * kRowsPerWarp;
+    if (available(it)) {
+      down_item<T>(a, a.ids, rows, row, it / 2, tile0 + t0, xs, ys, kCombineTile, t0, lane);
+    } else if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) ys[(it / 2) * kCombineTile + t0 + r] = 0.0f;
+    }
   }
   __syncthreads();
   combine_ranks(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);

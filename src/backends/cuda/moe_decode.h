@@ -29,7 +29,8 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
 // pair_out[p, i] = down_i . act[p] + down_bias_i for the active pairs.
 bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const uint8_t* done, const float* act,
                             float* pair_out, const MoeShape& shape, Stream s);
-// out[row, i] = sum over ranks r in order of weights[p] * (down_i . act[p] + down_bias_i), p = row * k + r.
+// out[row, i] = sum over ranks r in order of weights[p] * (down_i . act[p] + down_bias_i), p = row * k + r;
+// a pair whose expert's entry is unavailable (a cut miss) counts as zero.
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s);
 

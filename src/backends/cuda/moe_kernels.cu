@@ -809,14 +809,20 @@ void launch_gate_up_t(const float* h, const int32_t* ids, const ExpertRef* table
 }
 
 template <WType WT>
-void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                      float* pair_out, const MoeShape& shape, cudaStream_t st, const CopyList& copies) {
-  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies);
+void launch_down_t(const int32_t* ids, const ExpertRef* table, const uint8_t* done, const float* act, float* pair_out,
+                   const MoeShape& shape, cudaStream_t st) {
   if (launch_moe_decode_down(ids, table, done, act, pair_out, shape, st)) return;
   launch_chained(moe_down_kernel<WT>,
                  dim3(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_embd, kExpertWarps * kDownRows)),
                  dim3(kExpertWarps * 32), 0, st, ids, table, done, act, pair_out, shape.n_embd, shape.n_ff);
   CUDA_CHECK(cudaGetLastError());
+}
+
+template <WType WT>
+void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
+                      float* pair_out, const MoeShape& shape, cudaStream_t st, const CopyList& copies) {
+  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies);
+  launch_down_t<WT>(ids, table, done, act, pair_out, shape, st);
 }
 
 template <WType WT>
@@ -856,6 +862,26 @@ void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* tab
   SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st, copies))
   if (mark) moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
   CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_moe_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
+                        const MoeShape& shape, Stream s, const CopyList& copies) {
+  auto st = static_cast<cudaStream_t>(s);
+  if (shape.n_rows * shape.k == 0) {
+    if (copies.descs != nullptr) launch_expert_copies(copies.descs, copies.count, st);
+    return;
+  }
+  SLUICE_WITH_WTYPE(shape.wtype, launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies))
+}
+
+void launch_moe_down_combine_table(const int32_t* ids, const float* weights, const ExpertRef* table, const float* act,
+                                   float* pair_out, float* out, const MoeShape& shape, Stream s) {
+  if (shape.n_rows * shape.k == 0) return;
+  if (launch_moe_decode_down_combine(ids, weights, table, act, out, shape, s)) return;
+  // Shapes the fused decode kernel does not take: the pairs' down products, then the combine
+  // by the table (the kernels of launch_moe_experts and launch_moe_combine_done).
+  SLUICE_WITH_WTYPE(shape.wtype, launch_down_t<WT>(ids, table, nullptr, act, pair_out, shape, static_cast<cudaStream_t>(s)))
+  launch_moe_combine_done(pair_out, weights, nullptr, out, shape, s, ids, table);
 }
 
 void launch_moe_experts_combine(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,

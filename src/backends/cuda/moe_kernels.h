@@ -133,6 +133,19 @@ void launch_moe_combine_done(const float* pair_out, const float* weights, const 
                              const MoeShape& shape, Stream s, const int32_t* ids = nullptr,
                              const ExpertRef* table = nullptr);
 
+// launch_moe_experts in its two steps, for the CUDA streamer's decode phases: the gate/up
+// step of every pair with done[p] == 0 whose expert's entry is available (act[p], done left as
+// it is; copies ride with it as there), then, once for the call after its last phase, every
+// pair's down product whose entry table[ids[p]] (the last phase's table, which holds every
+// computed pair's) is available, combined in rank order with the others counted as zero (cut).
+// out equals launch_moe_experts per phase followed by launch_moe_combine_done(ids, table) bit
+// for bit (the fused decode kernel of launch_moe_experts_combine where it takes the shape;
+// otherwise the per-pair down into pair_out, then the combine).
+void launch_moe_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
+                        const MoeShape& shape, Stream s, const CopyList& copies = {});
+void launch_moe_down_combine_table(const int32_t* ids, const float* weights, const ExpertRef* table, const float* act,
+                                   float* pair_out, float* out, const MoeShape& shape, Stream s);
+
 // The fully resident case in two launches (every table entry available, no done flags):
 // act as launch_moe_experts' first step, then out[row, :] = sum over ranks r in order of
 // weights[p] * down(act[p]) with p = row * k + r, each pair's down product computed exactly as

@@ -21,6 +21,11 @@
 
 namespace sluice {
 
+namespace {
+std::atomic<int64_t> g_decode_one_down{0};  // CudaStreamer::decode_one_down
+}  // namespace
+int64_t CudaStreamer::decode_one_down() { return g_decode_one_down.load(std::memory_order_relaxed); }
+
 CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, CudaBackend& b,
                          const StreamerOptions& o)
     : StreamState(std::move(p), k, topk, o, [this](int32_t slot, int64_t record, DType kd) { unmap_slot(slot, record, kd); }),
@@ -388,16 +393,31 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // marks phase 1's (from the table before it takes phase 2's), and the combine counts the
   // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
   const bool mark = !m.device_waits;
+  // With one_down the phases compute the gate/up products alone and one down + combine over
+  // the pairs phase 2's table holds follows (not for pairs run as rows of their own: their
+  // combine sums k rows).
+  const bool one_down = m.one_down && in.shape.k == shape.k;
+  const cuda::CopyList copies = m.copies_beside ? m.device_copies() : cuda::CopyList{};
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
                                                  cuda::Signal::resident_ready, nk, m.d_done.as(), /*from_map=*/!look);
-  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                           m.d_pair.as<float>(), in.shape, s, mark,
-                           m.copies_beside ? m.device_copies() : cuda::CopyList{});
+  if (one_down)
+    cuda::launch_moe_gate_up(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(), in.shape, s,
+                             copies);
+  else
+    cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
+                             m.d_pair.as<float>(), in.shape, s, mark, copies);
   table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
-  cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                           m.d_pair.as<float>(), in.shape, s, mark);
-  cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, mark ? m.d_done.as() : nullptr,
-                                c.out.ptr<float>(), shape, s, m.d_ids.as<int32_t>(), table);
+  if (one_down) {
+    cuda::launch_moe_gate_up(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(), in.shape, s);
+    cuda::launch_moe_down_combine_table(m.d_ids.as<int32_t>(), in.combine_weights, table, m.d_act.as<float>(),
+                                        m.d_pair.as<float>(), c.out.ptr<float>(), shape, s);
+    g_decode_one_down.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
+                             m.d_pair.as<float>(), in.shape, s, mark);
+    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, mark ? m.d_done.as() : nullptr,
+                                  c.out.ptr<float>(), shape, s, m.d_ids.as<int32_t>(), table);
+  }
   if (m.d_times.as()) cuda::launch_timeline_stamp(m.d_times.as<uint64_t>(), L, s);
   const auto enqueue1 = StreamerClock::now();
   LOG_DEBUG("cuda streamer: MoE layer ", L, " call ", v, " enqueued in ", seconds_between(enqueue0, enqueue1) * 1e3,

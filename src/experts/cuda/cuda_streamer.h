@@ -76,6 +76,9 @@ class CudaStreamer final : public StreamingProvider {
   // Decode MoE layers (process-wide, for tests) whose experts the device took from the slot
   // map without the host (SLUICE_CUDA_HITS_ON_DEVICE).
   static int64_t decode_hits_on_device();
+  // Decode MoE layers (process-wide, for tests) computed with one down + combine after phase 2
+  // (SLUICE_CUDA_ONE_DOWN).
+  static int64_t decode_one_down();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;
   DType kind() const override;

@@ -174,6 +174,13 @@ struct CudaStreamer::Impl : StreamState {
   // layer's device must read). On by default, SLUICE_CUDA_HITS_ON_DEVICE=0 turns it off, to
   // compare. Read once, at construction.
   const bool map_hits = settle_at_plan && switch_on("SLUICE_CUDA_HITS_ON_DEVICE");
+  // Whether a decode MoE layer's phases compute only the gate/up products, and one down +
+  // combine over every pair phase 2's table holds follows phase 2 (launch_moe_down_combine_table:
+  // the resident path's fused kernel), instead of a down kernel a phase and the combine apart:
+  // two launches fewer a layer, and phase 1's down no longer waits behind the copies riding in
+  // its gate/up launch. Device waits only; on by default, SLUICE_CUDA_ONE_DOWN=0 turns it off,
+  // to compare. Read once, at construction.
+  const bool one_down = device_waits && switch_on("SLUICE_CUDA_ONE_DOWN");
   // The host's slot map the device reads: [n_records] i32, the device slot holding the
   // record's main kind once its copy is listed (or done on the stream), -1 otherwise (free,
   // loading, landed but not listed, evicted). Written by whichever thread changes the cache
