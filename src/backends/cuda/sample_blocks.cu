@@ -22,6 +22,8 @@
 // top-p), block_sums, and greedy_counters (each launch's last block resets its row's).
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/sample_rule.cuh"
@@ -295,7 +297,11 @@ __global__ void __launch_bounds__(kT) sample_z_kernel(SampleParams p) {
 // threads' weights again (a scan), and the one thread's run the draw falls in. Rounding
 // fallbacks: the run's last kept token, else the slice's, else the row's maximum (kept by
 // every rule).
-__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
+//
+// staged: the last block first copies the slice's logits into dynamic shared memory (per
+// floats, coalesced), so that its walks, up to four over each thread's run of ~10 ids, read
+// shared memory rather than a dependent L2 round trip an id.
+__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p, bool staged) {
   chained_kernel_entry();
   using ReduceF = cub::BlockReduce<float, kT>;
   using ReduceU = cub::BlockReduce<unsigned long long, kT>;
@@ -397,12 +403,18 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
   }
   __syncthreads();
   const int slice = slice_s;
-  const Range run = run_of(slice_of(slice, V), t);
+  const Range sl = slice_of(slice, V), run = run_of(sl, t);
+  extern __shared__ float slice_logits[];  // [sl.hi - sl.lo] when staged
+  if (staged) {
+    for (int64_t i = sl.lo + t; i < sl.hi; i += kT) slice_logits[i - sl.lo] = row[i];
+    __syncthreads();
+  }
+  auto scaled = [&](int64_t i) { return ((staged ? slice_logits[i - sl.lo] : row[i]) - q.top) / q.T; };
   // The threshold tokens before this thread's run: top-k's, then top-p's (of those top-k keeps).
   long long k_left = 0, p_left = 0;
   if (q.k_on) {
     unsigned long long c = 0, excl = 0;
-    for (int64_t i = run.lo; i < run.hi; ++i) c += order_key((row[i] - q.top) / q.T) == q.k_key;
+    for (int64_t i = run.lo; i < run.hi; ++i) c += order_key(scaled(i)) == q.k_key;
     ScanU(tmp.su).ExclusiveSum(c, excl);
     __syncthreads();
     k_left = left_of(q.k_need, st->k_before[slice] + excl);
@@ -412,7 +424,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     long long kl = k_left, pl = 0;
     bool at_p;
     for (int64_t i = run.lo; i < run.hi; ++i)
-      if (walk_token(q, (row[i] - q.top) / q.T, kl, pl, false, at_p) >= 0.0f && at_p) ++c;
+      if (walk_token(q, scaled(i), kl, pl, false, at_p) >= 0.0f && at_p) ++c;
     ScanU(tmp.su).ExclusiveSum(c, excl);
     __syncthreads();
     p_left = left_of(q.p_need, p_before_s + excl);
@@ -423,7 +435,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     long long kl = k_left, pl = p_left;
     bool at_p;
     for (int64_t i = run.lo; i < run.hi; ++i) {
-      const float pi = walk_token(q, (row[i] - q.top) / q.T, kl, pl, true, at_p);
+      const float pi = walk_token(q, scaled(i), kl, pl, true, at_p);
       if (pi > 0.0f) {
         w += pi;
         last_kept = static_cast<int32_t>(i);
@@ -438,7 +450,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     bool at_p, found = false;
     float acc = base;
     for (int64_t i = run.lo; i < run.hi && !found; ++i) {
-      const float pi = walk_token(q, (row[i] - q.top) / q.T, kl, pl, true, at_p);
+      const float pi = walk_token(q, scaled(i), kl, pl, true, at_p);
       if (pi <= 0.0f) continue;
       acc += pi;
       if (target < acc) {
@@ -479,7 +491,13 @@ void launch_sample_draw_blocks(const SampleParams& p, Stream s) {
       launch_chained(sample_pass_kernel<Pass::top_p>, grid, dim3(kT), 0, st, p, pass);
       CUDA_CHECK(cudaGetLastError());
     }
-  launch_chained(sample_draw_kernel, grid, dim3(kT), 0, st, p);
+  // The slice staged for the last block's walks while it fits beside the kernel's own shared
+  // memory under the 48 KiB needing no opt-in (n_valid up to 655360); SLUICE_CUDA_SAMPLE_STAGED=0
+  // reads it from global memory, to compare (read at every call, as a graph captures it).
+  const size_t slice_bytes = static_cast<size_t>((p.n_valid + B - 1) / B) * sizeof(float);
+  const char* staged_env = std::getenv("SLUICE_CUDA_SAMPLE_STAGED");
+  const bool staged = slice_bytes <= 40 * 1024 && !(staged_env && std::strcmp(staged_env, "0") == 0);
+  launch_chained(sample_draw_kernel, grid, dim3(kT), staged ? slice_bytes : 0, st, p, staged);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# For the session after the twenty-third (the branch draw-staged, built and not yet run on a
+# GPU): the sampled draw's last block stages its slice's logits in shared memory before its
+# walks (SLUICE_CUDA_SAMPLE_STAGED=0 reads them from global memory). 1) the sampling tests
+# (staged and unstaged ids compared) and the sample-step tests; 2) the 12-layer synthetic,
+# resident, 128 tokens, three rules, staged off / on interleaved; 3) the draw kernel timed alone
+# (SLUICE_CUDA_PROFILE=1) both ways. About 2 minutes. Carry .carry/bins.txz (sluice,
+# sluice_gpu_tests).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+tar xJf .carry/bins.txz -C .carry
+export LD_LIBRARY_PATH=$PWD/.carry/lib SLUICE_SOURCE_DIR=$PWD
+T0=$(date +%s)
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 120 .carry/bin/sluice_gpu_tests --gtest_color=no --gtest_filter='CudaSample.*:*CudaSampleStep*:*BatchSample*' > $OUT/test.log 2>&1
+echo "tests: rc $? at $(( $(date +%s)-T0 )) s"
+grep -E "^\[  (PASSED|FAILED) |Failure|Expected|Which is|differ" $OUT/test.log | head -30
+P=/tmp/q12
+timeout 30 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P --force -q > /dev/null 2>&1
+run() { local st=$1; shift
+  SLUICE_CUDA_SAMPLE_STAGED=$st timeout 30 .carry/bin/sluice run --model $P --backend cuda --ignore-eos --seed 1 -n 128 \
+    --tokens 1 "$@" > /tmp/out.txt 2> /tmp/err.log
+  echo "| $* | $st | $(grep -o "generated [0-9]* tokens, [0-9.]* tok/s" /tmp/err.log | grep -o "[0-9.]* tok/s") | $(md5sum < /tmp/out.txt | cut -c1-8) |"; }
+echo "| rule | staged | decode | text md5 |"
+echo "|---|---|---|---|"
+for rule in "--temperature 1" "--temperature 0.7 --top-k 40" "--temperature 0.8 --top-k 40 --top-p 0.95"; do
+  for r in 1 2; do for st in 0 1; do run $st $rule; done; done
+done
+for st in 0 1; do
+  echo "## staged $st, --temperature 0.8 --top-k 40 --top-p 0.95"
+  SLUICE_CUDA_SAMPLE_STAGED=$st SLUICE_CUDA_PROFILE=1 timeout 60 .carry/bin/sluice run --model $P --backend cuda --ignore-eos \
+    --seed 1 -n 3 --tokens 1 --temperature 0.8 --top-k 40 --top-p 0.95 2>&1 >/dev/null \
+    | grep -E "sample|graph replay" | grep -v "^profile: node" | head -8
+done
+echo "total $(( $(date +%s)-T0 )) s"
