@@ -31,15 +31,9 @@ __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* coun
 // SLUICE_CUDA_COPY_BLOCKS=N launches N instead (528, with a load in flight a thread, was the
 // grid before), to compare; read at every launch.
 unsigned expert_copy_blocks() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return n > 0 ? n : 132;
-  }();
   const char* e = std::getenv("SLUICE_CUDA_COPY_BLOCKS");
   const int n = e ? std::atoi(e) : 0;
-  return static_cast<unsigned>(n > 0 ? n : sms);
+  return static_cast<unsigned>(n > 0 ? n : device_sm_count());
 }
 
 __device__ __forceinline__ uint64_t load_system(const uint64_t* p) {
