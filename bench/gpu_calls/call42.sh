@@ -3,9 +3,11 @@
 # GPU): (a) the sampled draw's last block stages its slice's logits in shared memory before its
 # walks (SLUICE_CUDA_SAMPLE_STAGED=0 reads them from global memory); (b) the copy kernel is one
 # wave of blocks with 8 loads in flight a thread (SLUICE_CUDA_COPY_BLOCKS=528: the old grid's
-# size, now with the loads in flight too). 1) the sampling tests (staged and unstaged ids
+# size, now with the loads in flight too); (c) top-k alone without the z launch
+# (SLUICE_CUDA_SAMPLE_Z=1 runs it, as before). 1) the sampling tests (staged and unstaged ids
 # compared), sample-step and streaming tests; 2) the 12-layer synthetic, resident, 128 tokens,
-# three rules, staged off / on interleaved, and the draw kernels timed alone
+# three rules, staged off / on interleaved, top-k alone with / without the z launch, and the
+# draw kernels timed alone
 # (SLUICE_CUDA_PROFILE=1) both ways; 3) the host-RAM row (10% + preloaded host tier) and the
 # disk row with 528 copy blocks / the default interleaved, with the host tier's H2D probe
 # (copy engine against copy kernel). About 3 minutes. Carry .carry/bins.txz (sluice,
@@ -30,6 +32,13 @@ echo "|---|---|---|---|"
 for rule in "--temperature 1" "--temperature 0.7 --top-k 40" "--temperature 0.8 --top-k 40 --top-p 0.95"; do
   for r in 1 2; do for st in 0 1; do run $st $rule; done; done
 done
+echo "| top-k alone, z launch (1: the z kernel, normalized weights, as before) | tok/s | text md5 |"
+echo "|---|---|---|"
+for r in 1 2; do for z in 1 0; do
+  SLUICE_CUDA_SAMPLE_Z=$z timeout 30 .carry/bin/sluice run --model $P --backend cuda --ignore-eos --seed 1 -n 128 \
+    --tokens 1 --temperature 0.7 --top-k 40 > /tmp/out.txt 2> /tmp/err.log
+  echo "| $z | $(grep -o "generated [0-9]* tokens, [0-9.]* tok/s" /tmp/err.log | grep -o "[0-9.]* tok/s") | $(md5sum < /tmp/out.txt | cut -c1-8) |"
+done; done
 for st in 0 1; do
   echo "## staged $st, --temperature 0.8 --top-k 40 --top-p 0.95"
   SLUICE_CUDA_SAMPLE_STAGED=$st SLUICE_CUDA_PROFILE=1 timeout 60 .carry/bin/sluice run --model $P --backend cuda --ignore-eos \
