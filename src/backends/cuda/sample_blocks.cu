@@ -299,13 +299,10 @@ __global__ void __launch_bounds__(kT) sample_z_kernel(SampleParams p) {
 // fallbacks: the run's last kept token, else the slice's, else the row's maximum (kept by
 // every rule).
 //
-// staged: the last block first copies the slice's logits into dynamic shared memory (per
-// floats, coalesced), so that its walks, up to four over each thread's run of ~10 ids, read
-// shared memory rather than a dependent L2 round trip an id.
 // z_ran: the z kernel ran (always with top-p). Without it (top-k alone) the weights are
 // exp(s) (z = 1: the draw needs no normalization) and the draw counts the tokens at the top-k
 // threshold a slice itself, as it counts top-p's.
-__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p, bool staged, bool z_ran) {
+__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p, bool z_ran) {
   chained_kernel_entry();
   using ReduceF = cub::BlockReduce<float, kT>;
   using ReduceU = cub::BlockReduce<unsigned long long, kT>;
@@ -422,13 +419,8 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p, bool st
   }
   __syncthreads();
   const int slice = slice_s;
-  const Range sl = slice_of(slice, V), run = run_of(sl, t);
-  extern __shared__ float slice_logits[];  // [sl.hi - sl.lo] when staged
-  if (staged) {
-    for (int64_t i = sl.lo + t; i < sl.hi; i += kT) slice_logits[i - sl.lo] = row[i];
-    __syncthreads();
-  }
-  auto scaled = [&](int64_t i) { return ((staged ? slice_logits[i - sl.lo] : row[i]) - q.top) / q.T; };
+  const Range run = run_of(slice_of(slice, V), t);
+  auto scaled = [&](int64_t i) { return (row[i] - q.top) / q.T; };
   // The threshold tokens before this thread's run: top-k's, then top-p's (of those top-k keeps).
   long long k_left = 0, p_left = 0;
   if (q.k_on) {
@@ -514,13 +506,7 @@ void launch_sample_draw_blocks(const SampleParams& p, Stream s) {
       launch_chained(sample_pass_kernel<Pass::top_p>, grid, dim3(kT), 0, st, p, pass);
       CUDA_CHECK(cudaGetLastError());
     }
-  // The slice staged for the last block's walks while it fits beside the kernel's own shared
-  // memory under the 48 KiB needing no opt-in (n_valid up to 655360); SLUICE_CUDA_SAMPLE_STAGED=0
-  // reads it from global memory, to compare (read at every call, as a graph captures it).
-  const size_t slice_bytes = static_cast<size_t>((p.n_valid + B - 1) / B) * sizeof(float);
-  const char* staged_env = std::getenv("SLUICE_CUDA_SAMPLE_STAGED");
-  const bool staged = slice_bytes <= 40 * 1024 && !(staged_env && std::strcmp(staged_env, "0") == 0);
-  launch_chained(sample_draw_kernel, grid, dim3(kT), staged ? slice_bytes : 0, st, p, staged, z_ran);
+  launch_chained(sample_draw_kernel, grid, dim3(kT), 0, st, p, z_ran);
   CUDA_CHECK(cudaGetLastError());
 }
 
