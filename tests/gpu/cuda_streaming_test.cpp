@@ -356,7 +356,24 @@ struct MixtralThreeSlots {
     std::tie(cd, cp) = run_logits(*mc.model, ids);
     stride = Pack::open(pack, false)->kind(DType::q4).record_stride;
   }
+  // base with `slots` slots, reading from a preloaded host tier that holds every record (every
+  // fill lands at its plan) or from disk.
+  StreamerOptions with(int32_t slots, bool preloaded_tier) const {
+    StreamerOptions so = base;
+    so.slots = slots;
+    if (preloaded_tier) {
+      so.host_cache_bytes = 1 << 30;
+      so.host_cache_preload = true;
+    }
+    return so;
+  }
 };
+
+// SLUICE_CUDA_DEVICE_WAITS=0: the stream memory operations instead of the device-side waits.
+bool device_waits_off() {
+  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
+  return waits && std::string(waits) == "0";
+}
 
 TEST(CudaStreaming, HostTierAndBlockingWaits) {
   MixtralThreeSlots t;
@@ -404,13 +421,9 @@ void expect_switch_keeps_the_bits(const MixtralThreeSlots& t, const StreamerOpti
 }
 
 TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  if (waits && std::string(waits) == "0") GTEST_SKIP() << "the copies beside need the device-side waits";
+  if (device_waits_off()) GTEST_SKIP() << "the copies beside need the device-side waits";
   MixtralThreeSlots t;
-  StreamerOptions so = t.base;
-  so.host_cache_bytes = 1 << 30;
-  so.host_cache_preload = true;
-  expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_COPIES_BESIDE", &CudaStreamer::decode_copies_beside, true,
+  expect_switch_keeps_the_bits(t, t.with(3, true), "SLUICE_CUDA_COPIES_BESIDE", &CudaStreamer::decode_copies_beside, true,
                                "the copies on the stream");
 }
 
@@ -420,19 +433,13 @@ TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
 // misses_ready, and the same as with reads from disk (where layers settle only when nothing
 // missed), at 3 slots (most layers miss) and with the copies beside on and off.
 TEST(CudaStreaming, SettledAtThePlanSameBits) {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  if (waits && std::string(waits) == "0") GTEST_SKIP() << "settling at the plan needs the device-side waits";
+  if (device_waits_off()) GTEST_SKIP() << "settling at the plan needs the device-side waits";
   MixtralThreeSlots t;
   for (const char* beside_on : {"1", "0"}) {
     const ScopedEnv beside("SLUICE_CUDA_COPIES_BESIDE", beside_on);
     for (bool host_tier : {true, false}) {
-      StreamerOptions so = t.base;
-      if (host_tier) {
-        so.host_cache_bytes = 1 << 30;
-        so.host_cache_preload = true;
-      }
       SCOPED_TRACE(std::string("copies beside ") + beside_on + (host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_SETTLED", &CudaStreamer::decode_settled_at_plan, host_tier,
+      expect_switch_keeps_the_bits(t, t.with(3, host_tier), "SLUICE_CUDA_SETTLED", &CudaStreamer::decode_settled_at_plan, host_tier,
                                    "phase 2 answered by the host");
     }
   }
@@ -444,19 +451,12 @@ TEST(CudaStreaming, SettledAtThePlanSameBits) {
 // layers hit) and with room for every expert (every decode layer hits), from the preloaded
 // host tier and from disk.
 TEST(CudaStreaming, HitsOnDeviceSameBits) {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  if (waits && std::string(waits) == "0") GTEST_SKIP() << "the hits on the device need the device-side waits";
+  if (device_waits_off()) GTEST_SKIP() << "the hits on the device need the device-side waits";
   MixtralThreeSlots t;
   for (int32_t slots : {3, 64}) {
     for (bool host_tier : {true, false}) {
-      StreamerOptions so = t.base;
-      so.slots = slots;
-      if (host_tier) {
-        so.host_cache_bytes = 1 << 30;
-        so.host_cache_preload = true;
-      }
       SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_HITS_ON_DEVICE", &CudaStreamer::decode_hits_on_device,
+      expect_switch_keeps_the_bits(t, t.with(slots, host_tier), "SLUICE_CUDA_HITS_ON_DEVICE", &CudaStreamer::decode_hits_on_device,
                                    slots == 64, "the host answering every layer");
     }
   }
@@ -473,28 +473,19 @@ TEST(CudaStreaming, HitsOnDeviceSameBits) {
 // function of the routing (from disk it lands whenever the read ends, and the next layers'
 // hits with it; KlCheckAgainstASecondStreamer below); the switch-off run twice shows it.
 TEST(CudaStreaming, OneDownAfterPhaseTwoSameBits) {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  if (waits && std::string(waits) == "0") GTEST_SKIP() << "one down after phase 2 needs the device-side waits";
+  if (device_waits_off()) GTEST_SKIP() << "one down after phase 2 needs the device-side waits";
   MixtralThreeSlots t;
   for (int32_t slots : {3, 64}) {
     for (bool host_tier : {true, false}) {
-      StreamerOptions so = t.base;
-      so.slots = slots;
-      if (host_tier) {
-        so.host_cache_bytes = 1 << 30;
-        so.host_cache_preload = true;
-      }
       SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, so, "SLUICE_CUDA_ONE_DOWN", &CudaStreamer::decode_one_down, true,
+      expect_switch_keeps_the_bits(t, t.with(slots, host_tier), "SLUICE_CUDA_ONE_DOWN", &CudaStreamer::decode_one_down, true,
                                    "a down a phase and the combine apart");
     }
   }
   for (const bool low_bit : {false, true}) {
     SCOPED_TRACE(low_bit ? "every miss from its q2 copy" : "every miss cut");
-    StreamerOptions so = t.base;
+    StreamerOptions so = t.with(3, true);
     so.deadline_worst_case = true;
-    so.host_cache_bytes = 1 << 30;
-    so.host_cache_preload = true;
     if (low_bit) {
       so.miss_kind = DType::q2;
     } else {
@@ -557,12 +548,10 @@ TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
   const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", "0");
   MixtralThreeSlots t;
   auto generate = [&](bool lossy, int64_t kl_steps) {
-    StreamerOptions so = t.base;
+    StreamerOptions so = t.with(3, lossy);
     if (lossy) {
       so.miss_kind = DType::q2;
       so.deadline_worst_case = true;
-      so.host_cache_bytes = 1 << 30;
-      so.host_cache_preload = true;
     }
     LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
     GenerateOptions g;
@@ -650,8 +639,7 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
 // up after the wait timeout: the forward fails with an error naming the layer, instead of a
 // hang or an answer computed without the layer's experts.
 TEST(CudaStreaming, LateTablesAreATimedErrorNamingTheLayer) {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  if (waits && std::string(waits) == "0") GTEST_SKIP() << "stream memory operations wait without a bound";
+  if (device_waits_off()) GTEST_SKIP() << "stream memory operations wait without a bound";
   MixtralThreeSlots t;
   StreamerOptions so = t.base;
   so.wait_timeout = std::chrono::milliseconds(300);

@@ -819,13 +819,6 @@ void launch_down_t(const int32_t* ids, const ExpertRef* table, const uint8_t* do
 }
 
 template <WType WT>
-void launch_experts_t(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                      float* pair_out, const MoeShape& shape, cudaStream_t st, const CopyList& copies) {
-  launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies);
-  launch_down_t<WT>(ids, table, done, act, pair_out, shape, st);
-}
-
-template <WType WT>
 void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                               float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
   launch_gate_up_t<WT>(h, ids, table, nullptr, act, shape, st);  // no done flags: every available pair
@@ -851,19 +844,6 @@ void launch_experts_combine_t(const float* h, const int32_t* ids, const float* w
 
 }  // namespace
 
-void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
-                        float* pair_out, const MoeShape& shape, Stream s, bool mark, const CopyList& copies) {
-  const int64_t pairs = shape.n_rows * shape.k;
-  auto st = static_cast<cudaStream_t>(s);
-  if (pairs == 0) {
-    if (copies.descs != nullptr) launch_expert_copies(copies.descs, copies.count, st);
-    return;
-  }
-  SLUICE_WITH_WTYPE(shape.wtype, launch_experts_t<WT>(h, ids, table, done, act, pair_out, shape, st, copies))
-  if (mark) moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
-  CUDA_CHECK(cudaGetLastError());
-}
-
 void launch_moe_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done, float* act,
                         const MoeShape& shape, Stream s, const CopyList& copies) {
   auto st = static_cast<cudaStream_t>(s);
@@ -872,6 +852,17 @@ void launch_moe_gate_up(const float* h, const int32_t* ids, const ExpertRef* tab
     return;
   }
   SLUICE_WITH_WTYPE(shape.wtype, launch_gate_up_t<WT>(h, ids, table, done, act, shape, st, copies))
+}
+
+void launch_moe_experts(const float* h, const int32_t* ids, const ExpertRef* table, uint8_t* done, float* act,
+                        float* pair_out, const MoeShape& shape, Stream s, bool mark, const CopyList& copies) {
+  launch_moe_gate_up(h, ids, table, done, act, shape, s, copies);
+  const int64_t pairs = shape.n_rows * shape.k;
+  if (pairs == 0) return;
+  auto st = static_cast<cudaStream_t>(s);
+  SLUICE_WITH_WTYPE(shape.wtype, launch_down_t<WT>(ids, table, done, act, pair_out, shape, st))
+  if (mark) moe_mark_kernel<<<blocks_for(pairs, 256), 256, 0, st>>>(ids, table, done, pairs);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_moe_down_combine_table(const int32_t* ids, const float* weights, const ExpertRef* table, const float* act,
