@@ -466,16 +466,6 @@ struct GqaShape {
 constexpr size_t kGqaSmemBudget = 112 * 1024;
 constexpr size_t kGqaMaxSmem = 200 * 1024;  // the dynamic shared memory launch_gqa opts in to
 
-int device_sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return sms > 0 ? sms : 132;
-  }();
-  return n;
-}
-
 // SLUICE_CUDA_GQA_SHAPE=HPW,C,NST,S overrides the shape (0: the default), for benchmarks.
 std::array<int, 4> gqa_shape_override() {
   static const std::array<int, 4> o = [] {

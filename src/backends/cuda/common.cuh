@@ -241,4 +241,16 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+// The current device's streaming multiprocessors (132 on an H100 or H200; 132 when the driver
+// cannot say), read once.
+inline int device_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return sms > 0 ? sms : 132;
+  }();
+  return n;
+}
+
 }  // namespace sluice::cuda

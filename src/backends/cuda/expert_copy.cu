@@ -1,30 +1,39 @@
-// launch_expert_copies: a grid-stride copy of each listed record, 16 bytes per load, read from
-// host memory over PCIe with cache-volatile loads (the same pinned buffers are refilled with
-// other records between launches). The list itself is in device memory: every thread reads
+// launch_expert_copies: a grid-stride copy of each listed record by one wave of blocks, each
+// thread keeping kCopyLoads 16-byte loads in flight (copy_listed.cuh), read from host memory
+// over PCIe with cache-volatile loads (the same pinned buffers are refilled with other
+// records between launches). The list itself is in device memory: every thread reads
 // the count and the descriptors, and thousands of warps reading one host-mapped word each
 // cost milliseconds per launch over PCIe. launch_phase_handshake: the device's side of a
 // phase's handshake in one block, which is also what takes the list into device memory (one
 // block's reads of it, not thousands).
+#include <cstdlib>
+
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/expert_copy.h"
 #include "backends/cuda/grid_barrier.cuh"
 
 namespace sluice::cuda {
 namespace {
 
+// One wave of blocks (expert_copy_blocks): most launches copy nothing (a decode layer's phase
+// 2 with every miss copied beside phase 1, or none), and such a launch costs its grid.
 __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* count, uint8_t* clear, uint32_t clear_bytes) {
   chained_kernel_entry();
-  const uint32_t n = *count;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t c = tid; c < clear_bytes; c += stride) clear[c] = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const CopyDesc* d = descs + i;
-    const uint4* src = static_cast<const uint4*>(d->src);
-    uint4* dst = static_cast<uint4*>(d->dst);
-    const uint64_t chunks = d->bytes / 16;
-    for (uint64_t c = tid; c < chunks; c += stride) dst[c] = __ldcv(src + c);
-  }
+  copy_listed(CopyList{descs, count}, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(gridDim.x));
+}
+
+// The copy kernel's blocks: one a streaming multiprocessor, each thread kCopyLoads 16-byte loads
+// in flight (132 x 256 x 8 x 16 B = 4.3 MiB on an H100: PCIe needs ~0.1 MiB in flight).
+// SLUICE_CUDA_COPY_BLOCKS=N launches N instead (528, with a load in flight a thread, was the
+// grid before), to compare; read at every launch.
+unsigned expert_copy_blocks() {
+  const char* e = std::getenv("SLUICE_CUDA_COPY_BLOCKS");
+  const int n = e ? std::atoi(e) : 0;
+  return static_cast<unsigned>(n > 0 ? n : device_sm_count());
 }
 
 __device__ __forceinline__ uint64_t load_system(const uint64_t* p) {
@@ -251,9 +260,8 @@ void launch_phase_handshake(const PhaseHandshake& p, Stream s) {
 }
 
 void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s, uint8_t* clear, uint32_t clear_bytes) {
-  // Enough blocks to keep many PCIe reads in flight (a few per SM); most launches copy little.
-  launch_chained(expert_copies_kernel, dim3(528), dim3(256), 0, static_cast<cudaStream_t>(s), descs, count, clear,
-                 clear_bytes);
+  launch_chained(expert_copies_kernel, dim3(expert_copy_blocks()), dim3(256), 0, static_cast<cudaStream_t>(s), descs,
+                 count, clear, clear_bytes);
   CUDA_CHECK(cudaGetLastError());
 }
 

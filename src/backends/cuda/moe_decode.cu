@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
 
 namespace sluice::cuda {
@@ -44,31 +45,6 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kerne
 // token's 384 product blocks fill one wave of 132 SMs at 3 blocks an SM, each thread holding
 // kCopyLoads 16-byte loads from host memory in flight (12 x 128 x 8 x 16 B = 192 KiB).
 constexpr int32_t kCopyBlocks = 12;
-constexpr int kCopyLoads = 8;
-
-// Block `b` of `blocks` copies its share of copies.descs[0 .. *copies.count): 16-byte chunks
-// b * blockDim.x + threadIdx.x, then a grid-stride of blocks * blockDim.x, read with
-// cache-volatile loads (the host refills the same pinned buffers between launches).
-__device__ void copy_listed(const CopyList& copies, int32_t b, int32_t blocks) {
-  const uint32_t n = *copies.count;
-  const uint64_t tid = static_cast<uint64_t>(b) * blockDim.x + threadIdx.x;
-  const uint64_t stride = static_cast<uint64_t>(blocks) * blockDim.x;
-  for (uint32_t i = 0; i < n; ++i) {
-    const CopyDesc d = copies.descs[i];
-    const auto* src = static_cast<const uint4*>(d.src);
-    auto* dst = static_cast<uint4*>(d.dst);
-    const uint64_t chunks = d.bytes / 16;
-    for (uint64_t c = tid; c < chunks; c += kCopyLoads * stride) {
-      uint4 v[kCopyLoads];
-#pragma unroll
-      for (int u = 0; u < kCopyLoads; ++u)
-        if (c + u * stride < chunks) v[u] = __ldcv(src + c + u * stride);
-#pragma unroll
-      for (int u = 0; u < kCopyLoads; ++u)
-        if (c + u * stride < chunks) dst[c + u * stride] = v[u];
-    }
-  }
-}
 
 // moe_decode_gate_up_kernel with copies: grid (copy_blocks + n_pairs * tiles); blocks
 // [0, copy_blocks) copy a.copies (first, so that they start at once), block copy_blocks + i

@@ -7,8 +7,9 @@
 //   top-k (0 < k < n_valid):  4 radix passes (8 bits of order_key(s) a pass, from the top):
 //                             each block histograms its slice into hist, the row's last block
 //                             picks the digit (the one-block kernel's walk) and zeroes hist;
-//   z (top-k or top-p):       the softmax's sum over the tokens top-k keeps, and the count of
-//                             tokens at the top-k threshold in each slice and before it;
+//   z (top-p):                the softmax's sum over the tokens top-k keeps, and the count of
+//                             tokens at the top-k threshold in each slice and before it (top-k
+//                             alone needs no normalization: the draw counts those itself);
 //   top-p (top_p < 1):        4 radix passes over order_key(p) of the tokens top-k keeps, each
 //                             bin their mass in 2^-40 units (exact, order-free sums);
 //   the draw:                 each block sums its slice's kept weights; the row's last block
@@ -18,10 +19,12 @@
 // (lowest ids first, as the one-block kernel and the host) is a count: those of a slice kept
 // are need - (those in the slices before), clamped to [0, the slice's]; only the slice the
 // draw walks needs them in id order, by a scan over its threads. A temperature alone is the
-// draw alone (z = 1: the weights exp(s)). Scratch: SampleSelectRow per row (rule with top-k or
+// draw alone (z = 1: the weights exp(s)), top-k alone its passes and the draw. Scratch: SampleSelectRow per row (rule with top-k or
 // top-p), block_sums, and greedy_counters (each launch's last block resets its row's).
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/sample_rule.cuh"
@@ -295,7 +298,11 @@ __global__ void __launch_bounds__(kT) sample_z_kernel(SampleParams p) {
 // threads' weights again (a scan), and the one thread's run the draw falls in. Rounding
 // fallbacks: the run's last kept token, else the slice's, else the row's maximum (kept by
 // every rule).
-__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
+//
+// z_ran: the z kernel ran (always with top-p). Without it (top-k alone) the weights are
+// exp(s) (z = 1: the draw needs no normalization) and the draw counts the tokens at the top-k
+// threshold a slice itself, as it counts top-p's.
+__global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p, bool z_ran) {
   chained_kernel_entry();
   using ReduceF = cub::BlockReduce<float, kT>;
   using ReduceU = cub::BlockReduce<unsigned long long, kT>;
@@ -309,24 +316,33 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
   } tmp;
   __shared__ int slice_s;
   __shared__ float base_s, target_s;
-  __shared__ unsigned long long p_before_s;
+  __shared__ unsigned long long p_before_s, k_before_s;
   __shared__ int32_t id_s, claimed_s;
   const int t = threadIdx.x, b = blockIdx.x;
   const int64_t r = blockIdx.y;
   const GreedyPartial best = p.row_best[r];
   if (best.bad || best.id < 0) return;
   SampleSelectRow* st = p.select ? p.select + r : nullptr;
-  const RowRule q = row_rule(p, best, r, true, true);
+  const RowRule q = row_rule(p, best, r, z_ran, true);
+  const bool k_ties_here = q.k_on && !z_ran;  // counted by this kernel (z_ran: by the z kernel)
   const float* row = p.logits + r * p.vocab;
   const int64_t V = p.n_valid;
-  // This slice: the kept weight but the top-p threshold's tokens, and their count.
+  // This slice: the kept weight but the threshold tokens whose keeping depends on the slices
+  // before (top-p's; top-k's when counted here), and their count.
   {
     const Range sl = slice_of(b, V);
     float w = 0.0f;
-    unsigned long long at_p = 0;
+    unsigned long long at_p = 0;  // or, with k_ties_here, at the top-k threshold (top-p is off)
     for (int64_t i = sl.lo + t; i < sl.hi; i += kT) {
       const float s = (row[i] - q.top) / q.T;
-      if (q.k_on && order_key(s) <= q.k_key) continue;  // at the threshold: below
+      if (q.k_on) {
+        const uint32_t ks = order_key(s);
+        if (ks < q.k_key) continue;
+        if (ks == q.k_key) {  // at the threshold: counted (here, or by the z kernel)
+          at_p += k_ties_here;
+          continue;
+        }
+      }
       const float pi = expf(s) / q.z;
       if (q.p_on) {
         const uint32_t kp = order_key(pi);
@@ -338,7 +354,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
       }
       w += pi;
     }
-    if (q.k_on && t == 0) {  // the slice's tokens at the top-k threshold that top-k keeps
+    if (q.k_on && z_ran && t == 0) {  // the slice's tokens at the top-k threshold that top-k keeps
       const unsigned long long kept = kept_of(q.k_need, st->k_before[b], st->k_count[b]);
       const float pi = expf(key_value(q.k_key)) / q.z;
       const uint32_t kp = order_key(pi);
@@ -350,7 +366,8 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     const unsigned long long ab = ReduceU(tmp.ru).Sum(at_p);
     if (t == 0) {
       p.block_sums[r * B + b] = wb;
-      if (st) st->p_count[b] = ab;
+      if (k_ties_here) st->k_count[b] = ab;
+      else if (st) st->p_count[b] = ab;
     }
   }
   if (!last_block_of_row(p.greedy_counters, r)) return;
@@ -359,15 +376,19 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     const volatile float* sums = p.block_sums + r * B;
     const volatile SampleSelectRow* v = st;
     const float pv = q.p_on ? key_value(q.p_key) : 0.0f;
+    const float kv = k_ties_here ? expf(key_value(q.k_key)) : 0.0f;  // z = 1
     float weights[B];
-    unsigned long long p_before[B];
+    unsigned long long p_before[B], k_before[B];
     float all = 0.0f;
-    unsigned long long before = 0;
+    unsigned long long before = 0, k_seen = 0;
     for (int i = 0; i < B; ++i) {
-      const unsigned long long c = q.p_on ? v->p_count[i] : 0;
-      weights[i] = sums[i] + (c ? static_cast<float>(kept_of(q.p_need, before, c)) * pv : 0.0f);
+      const unsigned long long c = q.p_on ? v->p_count[i] : 0, ck = k_ties_here ? v->k_count[i] : 0;
+      weights[i] = sums[i] + (c ? static_cast<float>(kept_of(q.p_need, before, c)) * pv : 0.0f) +
+                   (ck ? static_cast<float>(kept_of(q.k_need, k_seen, ck)) * kv : 0.0f);
       p_before[i] = before;
+      k_before[i] = k_seen;
       before += c;
+      k_seen += ck;
       all += weights[i];
     }
     const float target = static_cast<float>(static_cast<double>(p.uniform[r]) * 0x1p-53 * static_cast<double>(all));
@@ -391,6 +412,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     }
     slice_s = slice;
     p_before_s = p_before[slice];
+    k_before_s = !q.k_on ? 0 : k_ties_here ? k_before[slice] : st->k_before[slice];
     target_s = target;
     id_s = INT32_MAX;
     claimed_s = -1;
@@ -398,21 +420,22 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
   __syncthreads();
   const int slice = slice_s;
   const Range run = run_of(slice_of(slice, V), t);
+  auto scaled = [&](int64_t i) { return (row[i] - q.top) / q.T; };
   // The threshold tokens before this thread's run: top-k's, then top-p's (of those top-k keeps).
   long long k_left = 0, p_left = 0;
   if (q.k_on) {
     unsigned long long c = 0, excl = 0;
-    for (int64_t i = run.lo; i < run.hi; ++i) c += order_key((row[i] - q.top) / q.T) == q.k_key;
+    for (int64_t i = run.lo; i < run.hi; ++i) c += order_key(scaled(i)) == q.k_key;
     ScanU(tmp.su).ExclusiveSum(c, excl);
     __syncthreads();
-    k_left = left_of(q.k_need, st->k_before[slice] + excl);
+    k_left = left_of(q.k_need, k_before_s + excl);
   }
   if (q.p_on) {
     unsigned long long c = 0, excl = 0;
     long long kl = k_left, pl = 0;
     bool at_p;
     for (int64_t i = run.lo; i < run.hi; ++i)
-      if (walk_token(q, (row[i] - q.top) / q.T, kl, pl, false, at_p) >= 0.0f && at_p) ++c;
+      if (walk_token(q, scaled(i), kl, pl, false, at_p) >= 0.0f && at_p) ++c;
     ScanU(tmp.su).ExclusiveSum(c, excl);
     __syncthreads();
     p_left = left_of(q.p_need, p_before_s + excl);
@@ -423,7 +446,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     long long kl = k_left, pl = p_left;
     bool at_p;
     for (int64_t i = run.lo; i < run.hi; ++i) {
-      const float pi = walk_token(q, (row[i] - q.top) / q.T, kl, pl, true, at_p);
+      const float pi = walk_token(q, scaled(i), kl, pl, true, at_p);
       if (pi > 0.0f) {
         w += pi;
         last_kept = static_cast<int32_t>(i);
@@ -438,7 +461,7 @@ __global__ void __launch_bounds__(kT) sample_draw_kernel(SampleParams p) {
     bool at_p, found = false;
     float acc = base;
     for (int64_t i = run.lo; i < run.hi && !found; ++i) {
-      const float pi = walk_token(q, (row[i] - q.top) / q.T, kl, pl, true, at_p);
+      const float pi = walk_token(q, scaled(i), kl, pl, true, at_p);
       if (pi <= 0.0f) continue;
       acc += pi;
       if (target < acc) {
@@ -470,7 +493,11 @@ void launch_sample_draw_blocks(const SampleParams& p, Stream s) {
       launch_chained(sample_pass_kernel<Pass::top_k>, grid, dim3(kT), 0, st, p, pass);
       CUDA_CHECK(cudaGetLastError());
     }
-  if (k_on || p_on) {
+  // z: with top-p (its probabilities need it); top-k alone draws by exp(s) without it
+  // (SLUICE_CUDA_SAMPLE_Z=1 runs it there too, to compare; read at every call).
+  const char* z_env = std::getenv("SLUICE_CUDA_SAMPLE_Z");
+  const bool z_ran = p_on || (k_on && z_env && std::strcmp(z_env, "1") == 0);
+  if (z_ran) {
     launch_chained(sample_z_kernel, grid, dim3(kT), 0, st, p);
     CUDA_CHECK(cudaGetLastError());
   }
@@ -479,7 +506,7 @@ void launch_sample_draw_blocks(const SampleParams& p, Stream s) {
       launch_chained(sample_pass_kernel<Pass::top_p>, grid, dim3(kT), 0, st, p, pass);
       CUDA_CHECK(cudaGetLastError());
     }
-  launch_chained(sample_draw_kernel, grid, dim3(kT), 0, st, p);
+  launch_chained(sample_draw_kernel, grid, dim3(kT), 0, st, p, z_ran);
   CUDA_CHECK(cudaGetLastError());
 }
 
