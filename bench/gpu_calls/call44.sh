@@ -4,9 +4,10 @@
 # positions on the host, ~10 ms, and the prompt's own rows went through a synchronous copy),
 # and rope_tables over the thread pool. Binaries of main before (old) and after (new),
 # interleaved on one 12-layer synthetic: sluice run after an 8192-token prompt (the side by
-# side's row) and after one token, bench_cuda --prefill 8192 (prefill tok/s, first decode
-# step ms); then every GPU test with the new binaries. About 6 minutes. Carry
-# .carry/bins-old.txz and .carry/bins-new.txz (sluice, bench_cuda, sluice_gpu_tests).
+# side's row) and after one token; bench_cuda --prefill 8192 (prefill tok/s, first decode
+# step ms) with the new binaries (call43 has the old ones' row); then every GPU test with the new binaries. About 6 minutes. Carry
+# .carry/bins-old.txz (sluice: the 64 MiB carry) and .carry/bins-new.txz (sluice, bench_cuda,
+# sluice_gpu_tests).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 for v in old new; do mkdir -p .carry/$v && tar xJf .carry/bins-$v.txz -C .carry/$v; done
@@ -18,15 +19,15 @@ LD_LIBRARY_PATH=.carry/new/lib timeout 60 .carry/new/bin/sluice synth --like qwe
 long=$(python3 -c "print(','.join(str(100 + i % 5000) for i in range(8192)))")
 sr() { local v=$1; shift
   LD_LIBRARY_PATH=.carry/$v/lib timeout 60 .carry/$v/bin/sluice run --model $P --backend cuda --ignore-eos -n 128 --temperature 0 "$@" \
-    2>&1 >/tmp/out.txt | grep -o "generated [0-9]* tokens, [0-9.]* tok/s" | grep -o "[0-9.]* tok/s" | tr '\n' ' '; md5sum < /tmp/out.txt | cut -c1-8; }
-echo "| binaries | after 8192, tok/s, text | after 1 token, tok/s, text |"
+    2>&1 >/tmp/out.txt | grep -o "prompt [0-9]* tokens, [0-9.]* tok/s\|generated [0-9]* tokens, [0-9.]* tok/s" | grep -o "[0-9.]* tok/s" | tr '\n' ' '; md5sum < /tmp/out.txt | cut -c1-8; }
+echo "| binaries | after 8192: prompt tok/s, decode tok/s, text | after 1 token: prompt, decode, text |"
 echo "|---|---|---|"
 for r in 1 2 3; do for v in old new; do
   echo "| $v | $(sr $v --tokens "$long") | $(sr $v --tokens 1) |"
 done; done
 echo "| binaries | prefill 8192: prefill tok/s | decode tok/s | first decode step ms | steady tok/s |"
 echo "|---|---|---|---|---|"
-for r in 1 2; do for v in old new; do
+for r in 1 2; do for v in new; do
   row=$(LD_LIBRARY_PATH=.carry/$v/lib timeout 90 .carry/$v/bin/bench_cuda --model $P --prefill 8192 --decode 64 --reps 2 2>/dev/null | grep -E "^\| 8192 ")
   echo "| $v | $(echo "$row" | awk -F'|' '{print $3 "|" $4 "|" $8 "|" $9}') |"
 done; done
