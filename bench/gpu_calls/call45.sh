@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Twenty-fourth session: every GPU test with the binaries of the branch rope-rows (the state's
-# rotary tables filled once; main's blind-next merge with the staged draw removed). About 4
-# minutes. Carry .carry/bins.txz (sluice, bench_cuda, sluice_gpu_tests).
+# Twenty-fourth session: every GPU test with the binaries carried (the branch decode-mma on
+# rope-rows: the decode attention on tensor cores, the state's rotary tables filled once, main's
+# blind-next merge with the staged draw removed). About 4 minutes. Carry .carry/bins.txz (sluice, bench_cuda, sluice_gpu_tests).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tar xJf .carry/bins.txz -C .carry
