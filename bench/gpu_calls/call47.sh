@@ -12,8 +12,8 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 OUT=$OUT/sbs bash .carry/peer/side_by_side.sh .carry/bin 12
 echo "side by side done at $(( $(date +%s)-T0 )) s"
 left=$(( 585 - ($(date +%s) - T0) ))
-timeout $left scripts/gpu-check .carry/bin > $OUT/gpu-check.txt 2>&1
-echo "gpu-check rc $? (timeout ${left} s)"
-grep -vE "^\[       OK" $OUT/gpu-check.txt | tail -14
-echo "passed so far: $(grep -c '^\[       OK' $OUT/gpu-check.txt)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+timeout $left .carry/bin/sluice_gpu_tests --gtest_color=no > $OUT/gpu-tests.log 2>&1
+echo "GPU tests rc $? (timeout ${left} s): passed $(grep -c '^\[       OK' $OUT/gpu-tests.log), failed $(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' $OUT/gpu-tests.log), of $(grep -o 'Running [0-9]* tests' $OUT/gpu-tests.log)"
+grep -E "max \|logit|^\[  FAILED|Failure|Expected|Which is" $OUT/gpu-tests.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -12
 echo "total $(( $(date +%s)-T0 )) s"
