@@ -21,7 +21,8 @@ struct DecoderState : SequenceState {
   // Decode graphs (backends with graphs_enabled): the rope tables of every position of the
   // context, the persistent inputs and output of the captured one-token step, and the graph.
   // The graph bakes in this state's KV buffers, so it lives here.
-  Tensor rope_cos, rope_sin;      // [n_ctx, rot_dim / 2] f32
+  Tensor rope_cos, rope_sin;      // [n_ctx, rot_dim / 2] f32 (allocated at first use)
+  int64_t rope_filled = 0;        // rows [0, rope_filled) of them hold their positions' values
   Tensor step_token, step_pos;    // i32 [1]: the token and its position, written before a replay
   Tensor step_logits;             // [1, n_vocab] f32
   std::unique_ptr<BackendGraph> step_graph;
@@ -69,6 +70,11 @@ bool decode_ahead_enabled() {
   const char* e = std::getenv("SLUICE_DECODE_AHEAD");
   return !(e && std::strcmp(e, "0") == 0);
 }
+
+// Rows a state's rotary tables are filled by beyond what a forward needs: a decode step
+// computes and uploads them once every kRopeFill tokens (~0.3 ms on one core, 256 KB a table:
+// within the backend's asynchronous copy slots).
+constexpr int64_t kRopeFill = 1024;
 
 // The rotary tables of positions [0, n) on the backend: cos, sin [n, rot_dim / 2] f32.
 void upload_rope_tables(Backend& be, const RopeConfig& rope, int64_t n, Tensor& cos, Tensor& sin) {
@@ -192,7 +198,7 @@ Tensor DecoderModel::forward_eager(std::span<const int32_t> tokens, SequenceStat
 Tensor DecoderModel::eager_logits(SequenceState& state_base, const Tensor& x, bool all_logits) {
   auto& state = static_cast<DecoderState&>(state_base);
   const int64_t n = x.rows();
-  const auto [cos, sin] = rope_tables_for(be_, spec_.rope, state.n_past, n);
+  const auto [cos, sin] = state_rope(state, n);
   forward_layers(state, x, cos, sin, Tensor{});
   Tensor xs = all_logits ? x : x.slice_rows(n - 1, 1);
   Tensor out = be_.alloc(DType::f32, {xs.rows(), spec_.info.n_vocab});
@@ -290,6 +296,32 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   return next;
 }
 
+RopeTables DecoderModel::state_rope(SequenceState& state_base, int64_t n) {
+  auto& state = static_cast<DecoderState&>(state_base);
+  const int64_t half = spec_.rope.rot_dim / 2, end = state.n_past + n;
+  SLUICE_CHECK(end <= state.n_ctx, Status::internal, "rope rows up to ", end, " past the context (", state.n_ctx, ")");
+  if (state.rope_cos.empty()) {
+    state.rope_cos = be_.alloc(DType::f32, {state.n_ctx, half});
+    state.rope_sin = be_.alloc(DType::f32, {state.n_ctx, half});
+  }
+  if (end > state.rope_filled) {
+    const int64_t lo = state.rope_filled, hi = std::min(state.n_ctx, std::max(end, lo + kRopeFill));
+    std::vector<int64_t> pos(static_cast<size_t>(hi - lo));
+    std::iota(pos.begin(), pos.end(), lo);
+    std::vector<float> cos_h, sin_h;
+    rope_tables(spec_.rope, pos, cos_h, sin_h);
+    // kRopeFill rows a copy: a prompt's rows too go through the asynchronous copy slots.
+    for (int64_t r = lo; r < hi; r += kRopeFill) {
+      const int64_t m = std::min(kRopeFill, hi - r);
+      const size_t at = static_cast<size_t>((r - lo) * half);
+      be_.from_host(state.rope_cos.slice_rows(r, m), cos_h.data() + at);
+      be_.from_host(state.rope_sin.slice_rows(r, m), sin_h.data() + at);
+    }
+    state.rope_filled = hi;
+  }
+  return RopeTables{state.rope_cos.slice_rows(state.n_past, n), state.rope_sin.slice_rows(state.n_past, n)};
+}
+
 void DecoderModel::settle(SequenceState& state_base) {
   auto& state = static_cast<DecoderState&>(state_base);
   if (!state.ahead) return;
@@ -303,8 +335,7 @@ void DecoderModel::replay_step(SequenceState& state_base, const int32_t* token, 
                                int64_t n_valid) {
   auto& state = static_cast<DecoderState&>(state_base);
   const int64_t d = spec_.info.n_embd;
-  if (state.rope_cos.empty())  // the rotary tables of every position, once per state
-    upload_rope_tables(be_, spec_.rope, state.n_ctx, state.rope_cos, state.rope_sin);
+  state_rope(state, 1);  // the graph reads the position's row of the state's tables
   const int32_t pos = static_cast<int32_t>(state.n_past);
   if (token) be_.from_host(state.step_token, token);
   be_.from_host(state.step_pos, &pos);

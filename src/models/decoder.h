@@ -103,6 +103,11 @@ class DecoderModel : public Model {
   // if needed; token null: the one a draw left in state.step_token); with a rule, the graph
   // ends in the draw into state.step_token, else in state.step_logits. n_past is the caller's.
   void replay_step(SequenceState& state, const int32_t* token, const SampleRule* rule, int64_t n_valid);
+  // The rotary tables of positions [state.n_past, state.n_past + n): rows of the state's
+  // tables of its whole context, each position computed once a state (kRopeFill rows at a
+  // time, as the sequence reaches them), so that neither a prompt's rows nor the first decode
+  // step recompute them.
+  RopeTables state_rope(SequenceState& state, int64_t n);
   // Waits for the step forward_sample enqueued ahead on this state, if any, and forgets it.
   void settle(SequenceState& state);
   // The batch step's graph for these sequences (and, with rules, these draws), captured when

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace sluice {
 namespace {
@@ -144,14 +145,23 @@ void rope_tables(const RopeConfig& rope, std::span<const int64_t> positions, std
   const size_t half = rope.inv_freq.size();
   cos.resize(positions.size() * half);
   sin.resize(positions.size() * half);
-  for (size_t p = 0; p < positions.size(); ++p) {
-    float pos = static_cast<float>(positions[p]);
-    for (size_t i = 0; i < half; ++i) {
-      float angle = rope.inv_freq[i] * pos;  // f32 product, as the reference's f32 matmul
-      cos[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_factor;
-      sin[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_factor;
+  auto rows = [&](int64_t p0, int64_t p1) {
+    for (auto p = static_cast<size_t>(p0); p < static_cast<size_t>(p1); ++p) {
+      float pos = static_cast<float>(positions[p]);
+      for (size_t i = 0; i < half; ++i) {
+        float angle = rope.inv_freq[i] * pos;  // f32 product, as the reference's f32 matmul
+        cos[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_factor;
+        sin[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_factor;
+      }
     }
-  }
+  };
+  // ~1.2 us a position of 64 pairs on one core (double cos and sin): an 8192-token prompt's
+  // tables are ~10 ms, so long runs of positions go over the pool (the same values: each
+  // element is computed alone).
+  const auto n = static_cast<int64_t>(positions.size());
+  constexpr int64_t kPositionsAChunk = 256;
+  if (n >= 2 * kPositionsAChunk) ThreadPool::global().parallel_for(n, kPositionsAChunk, rows);
+  else rows(0, n);
 }
 
 }  // namespace sluice

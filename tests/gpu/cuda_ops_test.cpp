@@ -727,6 +727,49 @@ TEST(CudaOps, AttentionReadsBf16Caches) {
   }
 }
 
+// The decode attention's tensor-core kernel (attention_decode_mma.cu: bf16 caches, 2 to 16
+// query heads a kv head, 64 or 128 dims) at positions on both sides of its stages (64 keys) and
+// of its warps' 16 keys, capacities at and past the position (one split and many), windows,
+// against the CPU's attention and against the FMA kernel it replaces
+// (SLUICE_CUDA_ATTENTION_MMA=0); the two kernels' bits differ somewhere, so the tensor-core
+// one ran. Cache positions past the query hold NaN.
+TEST(CudaOps, DecodeAttentionOnTensorCores) {
+  Pair p;
+  struct Case {
+    int64_t n_past, ctx, hq, hkv, d, window;
+  };
+  bool differs = false;
+  for (const Case c : {Case{0, 1, 8, 4, 128, 0}, Case{14, 15, 4, 2, 128, 0}, Case{15, 16, 16, 1, 64, 0},
+                       Case{16, 17, 6, 2, 64, 0}, Case{63, 64, 8, 1, 128, 0}, Case{64, 65, 32, 4, 128, 0},
+                       Case{65, 4096, 32, 4, 128, 0}, Case{200, 8192, 12, 4, 64, 0}, Case{1000, 1001, 20, 2, 128, 0},
+                       Case{5000, 8320, 32, 4, 128, 0}, Case{8191, 8320, 32, 4, 128, 0},
+                       Case{5000, 8320, 32, 4, 128, 300}, Case{777, 2000, 64, 4, 128, 17}}) {
+    auto qv = random_vec(c.hq * c.d, 71), kv = random_vec(c.ctx * c.hkv * c.d, 72),
+         vv = random_vec(c.ctx * c.hkv * c.d, 73, 2.0f);
+    for (int64_t i = (c.n_past + 1) * c.hkv * c.d; i < c.ctx * c.hkv * c.d; ++i) kv[i] = vv[i] = NAN;
+    const AttentionParams ap = attention_params(c.n_past, 1.0f / std::sqrt(static_cast<float>(c.d)), c.window);
+    Tensor oc = p.cpu->alloc(DType::f32, {1, c.hq, c.d});
+    p.cpu->attention(cpu_f32(*p.cpu, {1, c.hq, c.d}, qv), tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
+                     tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), oc, ap);
+    const Tensor q = gpu_f32(*p.gpu, {1, c.hq, c.d}, qv), k = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
+                 v = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv);
+    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}), of = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
+    p.gpu->attention(q, k, v, og, ap);
+    {
+      const ScopedEnv fma("SLUICE_CUDA_ATTENTION_MMA", "0");
+      p.gpu->attention(q, k, v, of, ap);
+    }
+    const std::string what = str("tensor-core decode attention n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq,
+                                 " hkv=", c.hkv, " d=", c.d, " window=", c.window);
+    const std::vector<float> got = read_with_guard(*p.gpu, og), fma_out = read_with_guard(*p.gpu, of);
+    expect_close(got, read(*p.cpu, oc), what.c_str());
+    expect_close(got, std::vector<float>(fma_out.begin(), fma_out.begin() + static_cast<std::ptrdiff_t>(c.hq * c.d)),
+                 (what + " against the FMA kernel").c_str());
+    differs = differs || std::memcmp(got.data(), fma_out.data(), got.size() * sizeof(float)) != 0;
+  }
+  EXPECT_TRUE(differs) << "the tensor-core kernel gave the FMA kernel's bits in every case: did it run?";
+}
+
 // attention_inputs into bf16 caches: each row written is the rounding (to nearest even) of
 // the f32 key the same launch leaves in k, and the value given, bit for bit; the rows not
 // written keep their bits; and the caches are the CPU's (its f32 keys rounded) within the

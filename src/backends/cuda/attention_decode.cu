@@ -574,6 +574,18 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
 // Either kernel for the cache's element type.
 template <typename KV>
 void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
+  if (!a.rows && !early_attention_enabled() && gqa_applies(a.hq, a.hkv, a.d) &&
+      attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16)) {
+    const int S = attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
+    SLUICE_CHECK(S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx), Status::internal,
+                 "cuda attention_decode: ", S, " tensor-core splits past the scratch's");
+    launch_attention_decode_mma(a, S, st);
+    if (S > 1) {
+      if (a.d == 64) launch_merge<64>(a, S, st);
+      else launch_merge<128>(a, S, st);
+    }
+    return;
+  }
   if (a.rows || gqa_applies(a.hq, a.hkv, a.d)) {
     const GqaShape g = gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, sizeof(KV));
     SLUICE_CHECK(g.W <= 8 && g.smem <= kGqaMaxSmem &&
