@@ -19,8 +19,9 @@
 // (lowest ids first, as the one-block kernel and the host) is a count: those of a slice kept
 // are need - (those in the slices before), clamped to [0, the slice's]; only the slice the
 // draw walks needs them in id order, by a scan over its threads. A temperature alone is the
-// draw alone (z = 1: the weights exp(s)), top-k alone its passes and the draw. Scratch: SampleSelectRow per row (rule with top-k or
-// top-p), block_sums, and greedy_counters (each launch's last block resets its row's).
+// draw alone (z = 1: the weights exp(s)), top-k alone its passes and the draw. Scratch:
+// SampleSelectRow per row (rule with top-k or top-p), block_sums, and greedy_counters (each
+// launch's last block resets its row's).
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cstdlib>
