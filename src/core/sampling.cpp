@@ -22,10 +22,16 @@ struct KeptSoftmax {
   float operator()(int64_t i) const { return e[i] / z; }
 };
 
-KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, SampleScratch& sc) {
-  const int64_t V = static_cast<int64_t>(logits.size());
+// The largest logit (no NaN: the callers' rows are checked or the caller's business).
+float largest(std::span<const float> logits) {
   float top = logits[0];
-  for (float x : logits) top = std::max(top, x);
+  for (const float x : logits) top = x > top ? x : top;
+  return top;
+}
+
+// top: largest(logits), which sample_row has already.
+KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, float top, SampleScratch& sc) {
+  const int64_t V = static_cast<int64_t>(logits.size());
   sc.e.resize(static_cast<size_t>(V));
   KeptSoftmax prob{logits, sc.e.data(), rule.temperature, top, 0.0f};
   // Top-k: by value, then id; the first k.
@@ -86,7 +92,7 @@ KeptSoftmax kept_tokens(std::span<const float> logits, const SampleRule& rule, S
 }  // namespace
 
 const std::vector<uint8_t>& sample_kept(std::span<const float> logits, const SampleRule& rule, SampleScratch& sc) {
-  kept_tokens(logits, rule, sc);
+  kept_tokens(logits, rule, largest(logits), sc);
   return sc.kept;
 }
 
@@ -98,12 +104,11 @@ int32_t sample_row(std::span<const float> logits, const SampleRule& rule, double
   bool bad = false;
   for (const float x : logits) bad |= std::isnan(x) || x == INFINITY;
   if (bad) return -1;
-  float top = logits[0];
-  for (const float x : logits) top = x > top ? x : top;
+  const float top = largest(logits);
   int32_t best = 0;
   while (logits[best] != top) ++best;
   if (rule.temperature < kGreedyTemperature) return best;
-  const KeptSoftmax prob = kept_tokens(logits, rule, sc);
+  const KeptSoftmax prob = kept_tokens(logits, rule, top, sc);
 
   // The draw, in id order.
   float total = 0.0f;
