@@ -152,9 +152,11 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
 
 uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
   const auto& a = spec_.attn;
-  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer.
+  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer, and
+  // the rotary tables' cos and sin rows (state_rope: rot_dim / 2 f32 each).
   const uint64_t per_token =
-      spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * dtype_size(be_.kv_dtype());
+      spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * dtype_size(be_.kv_dtype()) +
+      2 * static_cast<uint64_t>(spec_.rope.rot_dim / 2) * sizeof(float);
   return saturating_product(per_token, n_ctx);
 }
 

@@ -220,15 +220,17 @@ TEST(CliArgs, KvCacheDtypes) {
   const std::string f32 = ids("f32");
   EXPECT_EQ(ids("auto"), f32);
   EXPECT_FALSE(ids("bf16").empty());
-  // -v names the cache's dtype and its bytes: bf16 half of f32's (qwen3_moe: attention only).
+  // -v names the cache's dtype and its bytes: the KV rows (bf16 half of f32's; qwen3_moe:
+  // attention only, 3 layers x K and V x 32 elements a token) and the rotary tables' rows
+  // (cos and sin, 8 f32 each a token, either way): 4 x (768 + 64) and 4 x (384 + 64) bytes.
   auto info = [&](const std::string& kv) {
     const CliRun r = cli({"-v", "run", "--model", kQwen, "--tokens", "1,2", "-n", "2", "--kv-cache", kv});
     EXPECT_EQ(r.status, 0) << r.err;
     return r.err;
   };
-  EXPECT_NE(info("auto").find("sluice: info: a context of 4 tokens: 3.0 KiB of KV cache and state (--kv-cache f32)\n"),
+  EXPECT_NE(info("auto").find("sluice: info: a context of 4 tokens: 3.2 KiB of KV cache and state (--kv-cache f32)\n"),
             std::string::npos);
-  EXPECT_NE(info("bf16").find("sluice: info: a context of 4 tokens: 1.5 KiB of KV cache and state (--kv-cache bf16)\n"),
+  EXPECT_NE(info("bf16").find("sluice: info: a context of 4 tokens: 1.8 KiB of KV cache and state (--kv-cache bf16)\n"),
             std::string::npos);
   expect_error_lines({
       {{"run", "--model", kQwen, "--tokens", "1", "--kv-cache", "f16"},
