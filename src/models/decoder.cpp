@@ -18,9 +18,10 @@ bool same_rule(const SampleRule& a, const SampleRule& b) {
 struct DecoderState : SequenceState {
   uint64_t id = 0;  // this state among the model's (batch graphs are keyed by it)
   std::vector<KvLayer> kv;
-  // Decode graphs (backends with graphs_enabled): the rope tables of every position of the
-  // context, the persistent inputs and output of the captured one-token step, and the graph.
-  // The graph bakes in this state's KV buffers, so it lives here.
+  // The rotary tables of the context's positions, filled as the sequence reaches them
+  // (state_rope; every forward reads its rows here). Decode graphs (backends with
+  // graphs_enabled): the persistent inputs and output of the captured one-token step, and the
+  // graph, which bakes in this state's KV buffers and tables, so it lives here.
   Tensor rope_cos, rope_sin;      // [n_ctx, rot_dim / 2] f32 (allocated at first use)
   int64_t rope_filled = 0;        // rows [0, rope_filled) of them hold their positions' values
   Tensor step_token, step_pos;    // i32 [1]: the token and its position, written before a replay
@@ -72,8 +73,9 @@ bool decode_ahead_enabled() {
 }
 
 // Rows a state's rotary tables are filled by beyond what a forward needs: a decode step
-// computes and uploads them once every kRopeFill tokens (~0.3 ms on one core, 256 KB a table:
-// within the backend's asynchronous copy slots).
+// computes and uploads them once every kRopeFill tokens (~1 ms of cos and sin on one core at
+// 64 pairs a position, less over the thread pool; 256 KB a table, within the backend's
+// asynchronous copy slots), while the step before it runs on the device.
 constexpr int64_t kRopeFill = 1024;
 
 // The rotary tables of positions [0, n) on the backend: cos, sin [n, rot_dim / 2] f32.
