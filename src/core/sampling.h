@@ -31,6 +31,7 @@ struct SampleRule {
 struct SampleScratch {
   std::vector<std::pair<float, int32_t>> order;  // (value, id)
   std::vector<uint8_t> kept;
+  std::vector<float> e;  // exp((l_i - max) / T) of the kept tokens, each computed once a row
 };
 
 // The token for logits (only these ids can be drawn; padded output rows are left out by the
