@@ -574,7 +574,7 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
 // Either kernel for the cache's element type.
 template <typename KV>
 void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
-  if (!a.rows && !early_attention_enabled() && gqa_applies(a.hq, a.hkv, a.d) &&
+  if ((a.rows || !early_attention_enabled()) && gqa_applies(a.hq, a.hkv, a.d) &&
       attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16)) {
     const int S = attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
     SLUICE_CHECK(S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx), Status::internal,

@@ -48,8 +48,8 @@ int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 
-// The tensor-core kernel (attention_decode_mma.cu), which launch_attention_decode takes for one
-// sequence when it applies: a bf16 cache, 2 to 16 query heads a kv head, 64 or 128 dims
+// The tensor-core kernel (attention_decode_mma.cu), which launch_attention_decode takes (one
+// sequence or a batch step's rows) when it applies: a bf16 cache, 2 to 16 query heads a kv head, 64 or 128 dims
 // (SLUICE_CUDA_ATTENTION_MMA=0: never, to compare; read at every launch). Its splits for a
 // cache of n_ctx positions (64 keys a stage: never more than the FMA kernel's, whose partial
 // rows the scratch is sized for), and the launch writing S partial rows a head (S > 1: the

@@ -1,5 +1,5 @@
 // Decode attention of grouped query heads on tensor cores (a bf16 KV cache, 2 to 16 query
-// heads a kv head, 64 or 128 dims): the G query heads of a kv head are the 16 rows of an
+// heads a kv head, 64 or 128 dims; one sequence, or each row of a batch step its own): the G query heads of a kv head are the 16 rows of an
 // mma.sync m16n8k16 tile (rows past G zero), so one warp scores 16 keys for all of them with
 // 4 D / 16 mma (two tiles of 8 keys, Q in two parts) instead of the FMA kernel's per-head
 // loops, and accumulates P V the same way.
@@ -51,13 +51,16 @@ constexpr size_t kSmemBudget = 112 * 1024;
 template <int D> __host__ __device__ constexpr size_t fixed_words() { return 2ull * kTileHeads * row_words<D>(); }
 template <int D> __host__ __device__ constexpr size_t stage_words() { return 2ull * kStageKeys * row_words<D>(); }
 
-template <int D>
+//
+// A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
+// caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are row b's.
+template <int D, bool kPerRow>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_mma_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                                 const __nv_bfloat16* __restrict__ v, float* __restrict__ out,
                                 float* __restrict__ part, int hq, int hkv, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
-                                const float* __restrict__ sinks) {
+                                const RowCachePtrs row_caches, const float* __restrict__ sinks) {
   chained_kernel_entry();
   constexpr int P = row_words<D>();
   constexpr int DT = D / 8;  // O tiles of 8 dims a warp holds
@@ -68,6 +71,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int G = hq / hkv, kvh = blockIdx.x, S = gridDim.y, s = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int mi = lane / 8, mr = lane % 8;  // ldmatrix: the matrix and the row this lane addresses
+  if constexpr (kPerRow) {
+    const int b = blockIdx.z;
+    k = static_cast<const __nv_bfloat16*>(row_caches.k[b]);
+    v = static_cast<const __nv_bfloat16*>(row_caches.v[b]);
+    q += static_cast<int64_t>(b) * hq * D;
+    out += static_cast<int64_t>(b) * hq * D;
+    part += static_cast<int64_t>(b) * hq * S * (D + 4);
+    n_past_dev += b;
+  }
   const int64_t pos = n_past_dev ? *n_past_dev : n_past_arg;
   const int64_t lo = attention_lo(pos, span);
   const float scale = attention_scale_at(scale_arg, pos, span);
@@ -261,20 +273,23 @@ template <int D> int stage_buffers() {
   return static_cast<int>(std::clamp<size_t>(fit, 2, 4));
 }
 
-template <int D>
+template <int D, bool kPerRow>
 void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   const int NST = stage_buffers<D>();
   const size_t smem = 4 * (fixed_words<D>() + static_cast<size_t>(NST) * stage_words<D>());
   static const bool smem_set = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kSmemBudget)));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<D, kPerRow>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBudget)));
     return true;
   }();
   (void)smem_set;
-  launch_chained(attention_decode_mma_kernel<D>, dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(S)),
+  const RowCachePtrs none{};
+  launch_chained(attention_decode_mma_kernel<D, kPerRow>,
+                 dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(S), static_cast<unsigned>(a.n_rows)),
                  dim3(kWarps * 32), smem, st, a.q, static_cast<const __nv_bfloat16*>(a.k),
                  static_cast<const __nv_bfloat16*>(a.v), a.out, a.partials, static_cast<int>(a.hq),
-                 static_cast<int>(a.hkv), NST, a.n_past, a.n_past_dev, a.scale, a.span(), a.sinks);
+                 static_cast<int>(a.hkv), NST, a.n_past, a.n_past_dev, a.scale, a.span(), kPerRow ? *a.rows : none,
+                 a.sinks);
 }
 
 }  // namespace
@@ -293,8 +308,13 @@ int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits) {
 }
 
 void launch_attention_decode_mma(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
-  if (a.d == 64) launch_d<64>(a, S, st);
-  else launch_d<128>(a, S, st);
+  if (a.rows) {
+    if (a.d == 64) launch_d<64, true>(a, S, st);
+    else launch_d<128, true>(a, S, st);
+  } else {
+    if (a.d == 64) launch_d<64, false>(a, S, st);
+    else launch_d<128, false>(a, S, st);
+  }
 }
 
 }  // namespace sluice::cuda
