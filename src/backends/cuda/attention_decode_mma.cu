@@ -1,8 +1,9 @@
 // Decode attention of grouped query heads on tensor cores (a bf16 KV cache, 2 to 16 query
-// heads a kv head, 64 or 128 dims; one sequence, or each row of a batch step its own): the G query heads of a kv head are the 16 rows of an
-// mma.sync m16n8k16 tile (rows past G zero), so one warp scores 16 keys for all of them with
-// 4 D / 16 mma (two tiles of 8 keys, Q in two parts) instead of the FMA kernel's per-head
-// loops, and accumulates P V the same way.
+// heads a kv head, 64 or 128 dims; one sequence, or each row of a batch step with its own
+// cache): the G query heads of a kv head are the 16 rows of an mma.sync m16n8k16 tile (rows
+// past G zero), so one warp scores 16 keys for all of them with 4 D / 16 mma (two tiles of 8
+// keys, Q in two parts) instead of the FMA kernel's per-head loops, and accumulates P V the
+// same way.
 //
 // Why: attention_decode_gqa_kernel (attention_decode.cu) is bound by its warps' instruction
 // chains, not by the cache's bytes. ncu on an H100 after 8192 positions (32 / 4 heads, 128
@@ -51,7 +52,6 @@ constexpr size_t kSmemBudget = 112 * 1024;
 template <int D> __host__ __device__ constexpr size_t fixed_words() { return 2ull * kTileHeads * row_words<D>(); }
 template <int D> __host__ __device__ constexpr size_t stage_words() { return 2ull * kStageKeys * row_words<D>(); }
 
-//
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
 // caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are row b's.
 template <int D, bool kPerRow>
