@@ -228,15 +228,10 @@ int run_attention_decode(double copy_bw) {
       for (int i = 0; i < kReps; ++i) cuda::launch_attention_decode(a, st);
       CUDA_CHECK(cudaStreamSynchronize(st));
       const double us = seconds_since(t0) / kReps * 1e6, bytes = 2.0 * static_cast<double>(kv_floats * elem);
-      // The launch's splits: the tensor-core kernel's over a bf16 cache where it applies (never
-      // more than the FMA kernel's, which bound them), else the FMA kernel's.
-      const int fma_splits = cuda::attention_decode_splits(c.hq, c.hkv, c.d, ctx);
-      const int splits = bf16 && cuda::attention_decode_mma_applies(c.hq, c.hkv, c.d, true)
-                             ? cuda::attention_decode_mma_splits(c.hkv, ctx, fma_splits)
-                             : fma_splits;
       std::printf("| %lld / %lld | %lld | %lld | %s | %d | %.2f | %.0f | %.0f%% |\n", static_cast<long long>(c.hq),
                   static_cast<long long>(c.hkv), static_cast<long long>(c.d), static_cast<long long>(ctx),
-                  bf16 ? "bf16" : "f32", splits, us, bytes / us / 1e3, 100.0 * bytes / (us * 1e-6) / copy_bw);
+                  bf16 ? "bf16" : "f32", cuda::attention_decode_launch_splits(a), us, bytes / us / 1e3,
+                  100.0 * bytes / (us * 1e-6) / copy_bw);
       CUDA_CHECK(cudaStreamDestroy(st));
       for (void* ptr : {static_cast<void*>(q), k, v, static_cast<void*>(out), static_cast<void*>(partials)})
         CUDA_CHECK(cudaFree(ptr));

@@ -571,11 +571,17 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   if (S > 1) launch_merge<d>(a, S, st);
 }
 
+// Whether the launch takes the tensor-core kernel (not for an early single-sequence launch,
+// whose inputs are in flight before the wait in the FMA kernel only).
+bool takes_mma(const AttentionDecodeArgs& a) {
+  return (a.rows || !early_attention_enabled()) && gqa_applies(a.hq, a.hkv, a.d) &&
+         attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16);
+}
+
 // Either kernel for the cache's element type.
 template <typename KV>
 void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
-  if ((a.rows || !early_attention_enabled()) && gqa_applies(a.hq, a.hkv, a.d) &&
-      attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16)) {
+  if (takes_mma(a)) {
     const int S = attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
     SLUICE_CHECK(S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx), Status::internal,
                  "cuda attention_decode: ", S, " tensor-core splits past the scratch's");
@@ -621,6 +627,13 @@ int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   if (gqa_applies(hq, hkv, d)) return gqa_shape(hq, hkv, d, n_ctx, sizeof(float)).S;
   const int64_t s = (n_ctx + 32 * kWarps - 1) / (32 * kWarps);
   return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+}
+
+int attention_decode_launch_splits(const AttentionDecodeArgs& a) {
+  if (takes_mma(a)) return attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
+  if (a.rows || gqa_applies(a.hq, a.hkv, a.d))
+    return gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, a.kv_bf16 ? sizeof(__nv_bfloat16) : sizeof(float)).S;
+  return attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx);
 }
 
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {

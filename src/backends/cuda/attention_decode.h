@@ -45,6 +45,9 @@ bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t
 // Splits of the context for a cache of n_ctx positions: 1..64 a query head (about one chunk
 // of 32 keys a warp) or, for grouped-query heads, 1..64 a kv head (attention_decode.cu).
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
+// The splits launch_attention_decode(a) uses: the kernel it takes for a, that kernel's count
+// (for benchmarks' tables).
+int attention_decode_launch_splits(const AttentionDecodeArgs& a);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 
