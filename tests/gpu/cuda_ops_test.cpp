@@ -729,8 +729,9 @@ TEST(CudaOps, AttentionReadsBf16Caches) {
 
 // The decode attention's tensor-core kernel (attention_decode_mma.cu: bf16 caches, 2 to 16
 // query heads a kv head, 64 or 128 dims) at positions on both sides of its stages (64 keys) and
-// of its warps' 16 keys, capacities at and past the position (one split and many), windows,
-// against the CPU's attention and against the FMA kernel it replaces
+// of its warps' 16 keys, capacities at and past the position (one split and many, and every
+// capacity in one split: SLUICE_CUDA_ATTENTION_ONE_SPLIT), windows, against the CPU's
+// attention and against the FMA kernel it replaces
 // (SLUICE_CUDA_ATTENTION_MMA=0); the two kernels' bits differ somewhere, so the tensor-core
 // one ran. Cache positions past the query hold NaN.
 TEST(CudaOps, DecodeAttentionOnTensorCores) {
@@ -753,16 +754,22 @@ TEST(CudaOps, DecodeAttentionOnTensorCores) {
                      tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), oc, ap);
     const Tensor q = gpu_f32(*p.gpu, {1, c.hq, c.d}, qv), k = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
                  v = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv);
-    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}), of = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
+    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}), of = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}),
+           o1 = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
     p.gpu->attention(q, k, v, og, ap);
     {
       const ScopedEnv fma("SLUICE_CUDA_ATTENTION_MMA", "0");
       p.gpu->attention(q, k, v, of, ap);
     }
+    {
+      const ScopedEnv one("SLUICE_CUDA_ATTENTION_ONE_SPLIT", "1000");  // every case's capacity in one split
+      p.gpu->attention(q, k, v, o1, ap);
+    }
     const std::string what = str("tensor-core decode attention n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq,
                                  " hkv=", c.hkv, " d=", c.d, " window=", c.window);
     const std::vector<float> got = read_with_guard(*p.gpu, og), fma_out = read_with_guard(*p.gpu, of);
     expect_close(got, read(*p.cpu, oc), what.c_str());
+    expect_close(read_with_guard(*p.gpu, o1), read(*p.cpu, oc), (what + " in one split").c_str());
     expect_close(got, std::vector<float>(fma_out.begin(), fma_out.begin() + static_cast<std::ptrdiff_t>(c.hq * c.d)),
                  (what + " against the FMA kernel").c_str());
     differs = differs || std::memcmp(got.data(), fma_out.data(), got.size() * sizeof(float)) != 0;

@@ -300,9 +300,18 @@ bool attention_decode_mma_applies(int64_t hq, int64_t hkv, int64_t d, bool kv_bf
   return kv_bf16 && hkv > 0 && hq % hkv == 0 && hq / hkv >= 2 && hq / hkv <= kTileHeads && (d == 64 || d == 128);
 }
 
+// Caches of at most this many stages take one split (no merge launch): the kernel's blocks
+// walk every stage themselves. SLUICE_CUDA_ATTENTION_ONE_SPLIT=N sets it (0: never); read at
+// every launch (captured graphs: at capture).
+static int64_t one_split_stages() {
+  const char* e = std::getenv("SLUICE_CUDA_ATTENTION_ONE_SPLIT");
+  return e ? std::strtoll(e, nullptr, 10) : 0;
+}
+
 int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits) {
   // About two blocks an SM at full capacity (as the FMA kernel's), each at least one stage.
   const int64_t stages = (n_ctx + kStageKeys - 1) / kStageKeys;
+  if (stages <= one_split_stages()) return 1;
   const int64_t s_max = std::min<int64_t>(max_splits, std::max<int64_t>(8, (2 * device_sm_count() + hkv - 1) / hkv));
   return static_cast<int>(std::max<int64_t>(1, std::min(stages, s_max)));
 }
