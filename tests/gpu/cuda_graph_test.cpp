@@ -127,6 +127,26 @@ TEST_P(CudaGraph, EarlyLaunchesDecodeBitForBit) {
   }
 }
 
+// The MoE down + combine launched early (SLUICE_CUDA_EARLY_DOWN=1: its pairs' experts read and
+// its weights in flight before it waits for the gate/up product) decodes to the same logits,
+// bit for bit, as the plain launch, eagerly and from the graphs (where the launches overlap).
+TEST_P(CudaGraph, EarlyDownCombineDecodeBitForBit) {
+  FixtureReference ref = read_reference(GetParam());
+  const ScopedEnv early("SLUICE_CUDA_EARLY_DOWN", nullptr);
+  for (bool graphs : {false, true}) {
+    std::vector<std::vector<float>> got[2];
+    for (int on = 0; on < 2; ++on) {
+      early.set(on ? "1" : "0");
+      auto be = cuda_backend(graphs);
+      LoadedModel m = load_model(fixture_dir(GetParam()), *be);
+      got[on] = greedy_logits(*m.model, ref.prompt_ids, 12);
+    }
+    ASSERT_EQ(got[0].size(), got[1].size());
+    for (size_t s = 0; s < got[0].size(); ++s)
+      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " graphs " << graphs << " step " << s;
+  }
+}
+
 // Four sequences at different positions decode `steps` tokens each: the batch of step t
 // holds the sequences live at t (0 and 1 throughout, 2 from step 2, 3 until step steps - 3,
 // then 3 again for the last step: a set seen before comes back). With forward_batch each

@@ -476,6 +476,11 @@ void expect_every_launch_agrees(const ExpertLayer& layer, const Shape& s, cuda::
   for (int64_t p = 0; p < n * s.k; ++p) ASSERT_EQ(two.done[p], 1) << what << " two phases, pair " << p;
   expect_same_bits(two.out, one.out, n * s.n_embd, what + " two phases");
   expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd, what + " fused");
+  {
+    const ScopedEnv early("SLUICE_CUDA_EARLY_DOWN", "1");
+    expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
+                     what + " fused, the down + combine early");
+  }
   GenericMoeKernels generic;
   expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt).out, one.out, n * s.n_embd,
                    what + " generic kernels");

@@ -96,9 +96,14 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(con
 // memory: the row's k act rows (k * n_ff floats, staged) and their sums [k][kCombineTile].
 // A pair whose expert's entry is unavailable (the CUDA streamer's cut misses) sums to zero,
 // as moe_combine_done_kernel counts it; the fully resident launch has none.
-template <WType T>
+// EARLY: the block reads its pairs' experts and puts its first weight rows in flight before
+// its griddepcontrol.wait, the act rows after it. Only where the kernel before it (the
+// gate/up product) writes nothing but act that this one reads: the ids, weights and table
+// were written before that kernel passed its own wait (which it does before this one can
+// launch), and it carries no expert copies (launch_moe_decode_down_combine's caller says).
+template <WType T, bool EARLY>
 __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
-  chained_kernel_entry();
+  if constexpr (!EARLY) chained_kernel_entry();
   extern __shared__ float4 xs[];
   const int64_t k = a.k, n_embd = a.n_embd, n_ff = a.n_ff;
   float* ys = reinterpret_cast<float*>(xs + k * (n_ff / 4));  // [k][kCombineTile]
@@ -106,7 +111,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t items = 2 * k;
   const float* x = a.act_in + row * k * n_ff;  // the row's pairs are consecutive
-  stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
+  if constexpr (!EARLY) stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
   DownRows<T> rows;
   auto available = [&](int64_t it) { return a.table[a.ids[row * k + it / 2]].wtype != WType::unavailable; };
   auto start = [&](int64_t it) {
@@ -115,6 +120,10 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
     rows.begin(n_ff, lane);
   };
   if (warp < items) start(warp);
+  if constexpr (EARLY) {
+    chained_kernel_entry();  // the wait for act, then the next kernel's launch, as the plain entry
+    stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
+  }
   staged_wait();
   __syncthreads();
   for (int64_t it = warp; it < items; it += kCombineWarps) {
@@ -194,15 +203,25 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
   return true;
 }
 
+bool early_down_enabled() {
+  const char* e = std::getenv("SLUICE_CUDA_EARLY_DOWN");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
-                                    const float* act, float* out, const MoeShape& shape, Stream s) {
+                                    const float* act, float* out, const MoeShape& shape, Stream s, bool early) {
   const size_t smem = static_cast<size_t>(shape.k) * (shape.n_ff + kCombineTile) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_ff, act) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kCombineTile));
   const DecodeParams a{.ids = ids, .weights = weights, .table = table, .act_in = act, .out = out,
                        .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T>, grid,
-                                                       dim3(kCombineWarps * 32), smem, static_cast<cudaStream_t>(s), a))
+  const auto st = static_cast<cudaStream_t>(s);
+  if (early)
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, true>, grid,
+                                                         dim3(kCombineWarps * 32), smem, st, a))
+  else
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, false>, grid,
+                                                         dim3(kCombineWarps * 32), smem, st, a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -30,8 +30,14 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
 bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const uint8_t* done, const float* act,
                             float* pair_out, const MoeShape& shape, Stream s);
 // out[row, i] = sum over ranks r in order of weights[p] * (down_i . act[p] + down_bias_i), p = row * k + r;
-// a pair whose expert's entry is unavailable (a cut miss) counts as zero.
+// a pair whose expert's entry is unavailable (a cut miss) counts as zero. early: the blocks
+// read ids, table and weights before waiting for the kernel before them, which must write
+// nothing of those (the gate/up product without copies: launch_moe_experts_combine's).
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
-                                    const float* act, float* out, const MoeShape& shape, Stream s);
+                                    const float* act, float* out, const MoeShape& shape, Stream s,
+                                    bool early = false);
+// Whether launch_moe_experts_combine's down + combine launches early: SLUICE_CUDA_EARLY_DOWN=1
+// (off by default; read at every launch, captured graphs: at capture).
+bool early_down_enabled();
 
 }  // namespace sluice::cuda

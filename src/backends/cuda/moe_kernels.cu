@@ -822,7 +822,8 @@ template <WType WT>
 void launch_experts_combine_t(const float* h, const int32_t* ids, const float* weights, const ExpertRef* table,
                               float* act, float* out, const MoeShape& shape, size_t smem, cudaStream_t st) {
   launch_gate_up_t<WT>(h, ids, table, nullptr, act, shape, st);  // no done flags: every available pair
-  if (launch_moe_decode_down_combine(ids, weights, table, act, out, shape, st)) return;
+  // No copies ride with that gate/up launch: the down + combine may read all but act early.
+  if (launch_moe_decode_down_combine(ids, weights, table, act, out, shape, st, early_down_enabled())) return;
   launch_chained(moe_down_combine_kernel<WT>,
                  dim3(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, combine_rows<WT>())),
                  dim3(kExpertWarps * 32), smem, st, ids, weights, table, act, out, shape.k, shape.n_embd, shape.n_ff);
