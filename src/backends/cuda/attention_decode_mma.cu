@@ -301,11 +301,14 @@ bool attention_decode_mma_applies(int64_t hq, int64_t hkv, int64_t d, bool kv_bf
 }
 
 // Caches of at most this many stages take one split (no merge launch): the kernel's blocks
-// walk every stage themselves. SLUICE_CUDA_ATTENTION_ONE_SPLIT=N sets it (0: never); read at
-// every launch (captured graphs: at capture).
+// walk every stage themselves. Default 4: on an H100 (bench/RESULTS.md, "The twenty-sixth
+// session's GPU calls") the merge launch costs ~5.7 us a layer and one block walks a stage in
+// ~1.2 us, so one split gains at 3 stages (1.03x decode after one token) and loses at 10 (the
+// attention 6.6 + 5.8 -> 18.3 us). SLUICE_CUDA_ATTENTION_ONE_SPLIT=N sets it (0: never); read
+// at every launch (captured graphs: at capture).
 static int64_t one_split_stages() {
   const char* e = std::getenv("SLUICE_CUDA_ATTENTION_ONE_SPLIT");
-  return e ? std::strtoll(e, nullptr, 10) : 0;
+  return e ? std::strtoll(e, nullptr, 10) : 4;
 }
 
 int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits) {

@@ -32,13 +32,13 @@ namespace {
 
 using namespace decode;
 
-// grid (n_pairs, ceil(n_ff / (kGateUpWarps * kGateUpRows))); dynamic shared memory: n_embd floats
-// (SS: and gate_up_scale_bytes). 3 blocks an SM (a decode token's 384 blocks in one wave on 132 SMs).
-template <WType T, bool SS>
+// grid (n_pairs, ceil(n_ff / (kGateUpWarps * kGateUpRows))); dynamic shared memory: n_embd floats.
+// 3 blocks an SM (a decode token's 384 blocks in one wave on 132 SMs).
+template <WType T>
 __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kernel(const DecodeParams a) {
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // h[p / k], staged
-  gate_up_block<T, SS>(a, a.ids, blockIdx.x, blockIdx.y, xs);
+  gate_up_block<T>(a, a.ids, blockIdx.x, blockIdx.y, xs);
 }
 
 // Blocks that copy beside the gate/up product (CopyList): so few that they and a decode
@@ -49,7 +49,7 @@ constexpr int32_t kCopyBlocks = 12;
 // moe_decode_gate_up_kernel with copies: grid (copy_blocks + n_pairs * tiles); blocks
 // [0, copy_blocks) copy a.copies (first, so that they start at once), block copy_blocks + i
 // is the plain kernel's block (i % n_pairs, i / n_pairs), in the plain grid's order.
-template <WType T, bool SS>
+template <WType T>
 __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_copies_kernel(const DecodeParams a,
                                                                                           const int32_t n_pairs) {
   chained_kernel_entry();
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_copie
     return;
   }
   const int32_t i = b - a.copy_blocks;
-  gate_up_block<T, SS>(a, a.ids, i % n_pairs, i / n_pairs, xs);
+  gate_up_block<T>(a, a.ids, i % n_pairs, i / n_pairs, xs);
 }
 
 // grid (n_pairs, ceil(n_embd / (kDownWarps * kRowsPerWarp))); dynamic shared memory: n_ff floats.
@@ -147,34 +147,9 @@ bool moe_decode_enabled() {
   return !(e && std::strcmp(e, "0") == 0);
 }
 
-namespace {
-
-// Whether q4 gate/up launches stage their rows' scales in shared memory (WarpRows' SS):
-// SLUICE_CUDA_STAGED_SCALES=1; read at every launch (captured graphs: at capture).
-bool staged_scales_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_STAGED_SCALES");
-  return e && std::strcmp(e, "1") == 0;
-}
-
-// launch_chained of the gate/up kernel (with copies when copies.descs is set) for T, SS.
-template <WType T, bool SS>
-void launch_gate_up(const DecodeParams& a, dim3 grid, size_t smem, cudaStream_t st, const CopyList& copies) {
-  if (copies.descs != nullptr) {
-    const dim3 flat(static_cast<unsigned>(a.copy_blocks) + grid.x * grid.y);
-    launch_chained(moe_decode_gate_up_copies_kernel<T, SS>, flat, dim3(kGateUpWarps * 32), smem, st, a,
-                   static_cast<int32_t>(grid.x));
-  } else {
-    launch_chained(moe_decode_gate_up_kernel<T, SS>, grid, dim3(kGateUpWarps * 32), smem, st, a);
-  }
-}
-
-}  // namespace
-
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                float* act, const MoeShape& shape, Stream s, const CopyList& copies) {
-  const bool staged = shape.wtype == WType::q4 && staged_scales_enabled();
-  const size_t smem = static_cast<size_t>(shape.n_embd) * sizeof(float) +
-                      (staged ? static_cast<size_t>(gate_up_scale_bytes(shape.n_embd)) : 0);
+  const size_t smem = static_cast<size_t>(shape.n_embd) * sizeof(float);
   if (!decode_product_ok(shape, shape.n_embd, h) || smem > kMaxStagedBytes) return false;
   const dim3 grid(static_cast<unsigned>(shape.n_rows * shape.k), blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows));
   DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
@@ -183,9 +158,14 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
   if (copies.descs != nullptr) {
     a.copies = copies;
     a.copy_blocks = kCopyBlocks;
+    const dim3 flat(static_cast<unsigned>(kCopyBlocks) + grid.x * grid.y);
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_gate_up_copies_kernel<T>, flat,
+                                                         dim3(kGateUpWarps * 32), smem, st, a,
+                                                         static_cast<int32_t>(grid.x)))
+  } else {
+    SLUICE_WITH_DECODE_WTYPE(shape.wtype,
+                             launch_chained(moe_decode_gate_up_kernel<T>, grid, dim3(kGateUpWarps * 32), smem, st, a))
   }
-  if (staged) launch_gate_up<WType::q4, true>(a, grid, smem, st, copies);
-  else SLUICE_WITH_DECODE_WTYPE(shape.wtype, (launch_gate_up<T, false>(a, grid, smem, st, copies)))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -205,7 +185,7 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
 
 bool early_down_enabled() {
   const char* e = std::getenv("SLUICE_CUDA_EARLY_DOWN");
-  return e && std::strcmp(e, "1") == 0;
+  return !(e && std::strcmp(e, "0") == 0);
 }
 
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,

@@ -36,8 +36,8 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s,
                                     bool early = false);
-// Whether launch_moe_experts_combine's down + combine launches early: SLUICE_CUDA_EARLY_DOWN=1
-// (off by default; read at every launch, captured graphs: at capture).
+// Whether launch_moe_experts_combine's down + combine launches early: on unless
+// SLUICE_CUDA_EARLY_DOWN=0 (read at every launch, captured graphs: at capture).
 bool early_down_enabled();
 
 }  // namespace sluice::cuda

@@ -142,21 +142,16 @@ __device__ __forceinline__ float fold_chunk(float acc, float sum, const ChunkSca
 // being matrix m's row row0 + r. begin() puts the first P chunks of each row of every lane in
 // flight, dots() (after the activations are staged) finishes them and the rest, P at a time.
 // Row addresses are computed at each load (registers hold the chunks, not 2 NM NR pointers).
-// SS (q4 only): the rows' scales are staged in shared memory (ss: [NW][sb] bytes for this
-// warp) by begin(), with 16-byte copies where the scale rows allow, instead of a 2-byte load
-// beside each 16-byte chunk: half the load requests, the same values, so the same sums.
-template <WType T, int NM, int NR, int P, bool SS = false>
+template <WType T, int NM, int NR, int P>
 struct WarpRows {
-  static_assert(!SS || T == WType::q4, "staged scales: q4 rows");
   static constexpr int E = dot_vec_elems<T>();
   static constexpr int NW = NM * NR;
   const uint8_t* base[NM];   // matrix m's row 0
   const uint8_t* sbase[NM];  // its scales' row 0 (quantized kinds)
   int64_t row0 = 0, last = 0, rb = 0, sb = 0;
   bool vec = false;  // every row 16-byte aligned (the launcher checked the sizes)
-  uint8_t* ss = nullptr;  // SS: the warp's staged scale rows, [NW][sb] bytes
   uint4 wv[P][NW];
-  ChunkScale<T> sv[SS ? 1 : P][NW];
+  ChunkScale<T> sv[P][NW];
 
   __device__ __forceinline__ int64_t row(int q) const { return row0 + q / NM < last ? row0 + q / NM : last; }
   __device__ __forceinline__ const uint8_t* wrow(int q) const { return base[q % NM] + row(q) * rb; }
@@ -172,7 +167,7 @@ struct WarpRows {
 #pragma unroll
         for (int q = 0; q < NW; ++q) {
           wv[i][q] = __ldg(reinterpret_cast<const uint4*>(wrow(q)) + c);
-          if constexpr (T != WType::bf16 && !SS) sv[i][q] = load_chunk_scale<T>(srow(q), c);
+          if constexpr (T != WType::bf16) sv[i][q] = load_chunk_scale<T>(srow(q), c);
         }
     }
   }
@@ -195,45 +190,12 @@ struct WarpRows {
           for (int q = 0; q < NW; ++q) sum[q] = unit_dot<T>(wv[i][q], j, x, sum[q]);
         }
 #pragma unroll
-        for (int q = 0; q < NW; ++q) {
-          if constexpr (SS) {
-            ChunkScale<T> sc;
-            sc.v[0] = __half2float(reinterpret_cast<const __half*>(ss + q * sb)[c]);
-            acc[0][q] = fold_chunk<T>(acc[0][q], sum[q], sc);
-          } else {
-            acc[0][q] = fold_chunk<T>(acc[0][q], sum[q], sv[i][q]);
-          }
-        }
+        for (int q = 0; q < NW; ++q) acc[0][q] = fold_chunk<T>(acc[0][q], sum[q], sv[i][q]);
       }
     }
   }
   __device__ __forceinline__ void begin(int64_t kdim, int lane) {
-    if (!vec) return;
-    load(lane, kdim / E);
-    if constexpr (SS) stage_scales(lane);
-  }
-  // Copies the NW scale rows (sb bytes each) into ss: 16-byte cp.async pieces when every scale
-  // row is 16-byte aligned, else 2-byte loads and stores; the caller waits (staged_wait, then a
-  // barrier) before dots() reads them.
-  __device__ __forceinline__ void stage_scales(int lane) {
-    bool whole = sb % 16 == 0;
-#pragma unroll
-    for (int m = 0; m < NM; ++m) whole = whole && (reinterpret_cast<uintptr_t>(sbase[m]) & 15) == 0;
-    // q unrolled: srow(q) indexes sbase by a constant (a run-time index puts the struct in
-    // local memory).
-#pragma unroll
-    for (int q = 0; q < NW; ++q) {
-      const uint8_t* src = srow(q);
-      if (whole) {
-        for (int64_t j = lane; j < sb / 16; j += 32) {
-          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(ss + q * sb + 16 * j));
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + 16 * j) : "memory");
-        }
-      } else {
-        for (int64_t j = lane; j < sb / 2; j += 32)
-          reinterpret_cast<__half*>(ss + q * sb)[j] = reinterpret_cast<const __half*>(src)[j];
-      }
-    }
+    if (vec) load(lane, kdim / E);
   }
   // y[q] = row q . x in every lane; xs: x staged (stage_rows), x itself for the scalar path.
   __device__ __forceinline__ void dots(const float4* __restrict__ xs, const float* __restrict__ x, int64_t kdim,
@@ -303,8 +265,8 @@ __device__ __forceinline__ void set_down_rows(DownRows<T>& rows, const ExpertRef
 // copy in shared memory). Every thread of the block calls it with the same (p, ty); it
 // returns with no barrier pending (a caller looping over blocks puts a __syncthreads()
 // before restaging xs). a is best a kernel parameter (read from the constant bank, not
-// copied into registers). SS (q4): the rows' scales staged after xs, gate_up_scale_bytes more.
-template <WType T, bool SS = false>
+// copied into registers).
+template <WType T>
 __device__ __forceinline__ void gate_up_block(const DecodeParams& a, const int32_t* ids, int64_t p, int64_t ty,
                                               float4* xs) {
   const int64_t n_embd = a.n_embd, n_ff = a.n_ff;
@@ -314,7 +276,7 @@ __device__ __forceinline__ void gate_up_block(const DecodeParams& a, const int32
   const ExpertRef& ref = *expert;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = (ty * kGateUpWarps + warp) * kGateUpRows;
-  WarpRows<T, 2, kGateUpRows, gate_up_steps<T>(), SS> rows;
+  WarpRows<T, 2, kGateUpRows, gate_up_steps<T>()> rows;
 #pragma unroll
   for (int m = 0; m < 2; ++m) {  // gate, up
     rows.base[m] = static_cast<const uint8_t*>(ref.data[m]);
@@ -325,8 +287,6 @@ __device__ __forceinline__ void gate_up_block(const DecodeParams& a, const int32
   rows.rb = dot_row_bytes(T, n_embd);
   rows.sb = dot_scale_row_bytes(T, n_embd);
   rows.vec = aligned16(ref.data[0]) && aligned16(ref.data[1]);
-  if constexpr (SS)  // the block's scale rows follow the staged activations: [kGateUpWarps][2 kGateUpRows][sb]
-    rows.ss = reinterpret_cast<uint8_t*>(xs + n_embd / 4) + warp * (2 * kGateUpRows) * rows.sb;
   const bool live = j0 < n_ff;
   if (live) rows.begin(n_embd, lane);
   staged_wait();
@@ -360,12 +320,6 @@ __device__ __forceinline__ void down_item(const DecodeParams& a, const int32_t* 
     for (int r = 0; r < kRowsPerWarp; ++r)
       ys[rank * tile + t0 + r] = i0 + r < n_embd ? expert_down(ref, i0 + r, y[r]) : y[r];
   }
-}
-
-// The shared memory a gate/up block's staged scale rows take (WarpRows' SS): each warp's 2
-// kGateUpRows rows of dot_scale_row_bytes(q4, n_embd) bytes (host and device).
-__host__ __device__ inline int64_t gate_up_scale_bytes(int64_t n_embd) {
-  return int64_t{kGateUpWarps} * 2 * kGateUpRows * dot_scale_row_bytes(WType::q4, n_embd);
 }
 
 inline bool aligned16_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
