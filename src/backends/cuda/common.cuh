@@ -199,17 +199,6 @@ inline bool early_attention_enabled() {
   const char* e = early_launch_setting();
   return std::strcmp(e, "1") == 0 || std::strcmp(e, "attention") == 0;
 }
-// The products alone, the kernels before them keeping their plain entry (their successor
-// launches once they pass their own wait, so an early product's blocks arrive while they
-// run, not while the kernel before them does): SLUICE_CUDA_EARLY=o, the output projection
-// with its residual norm (after the attention or its merge: small grids, room beside them);
-// SLUICE_CUDA_EARLY=products, every one-row product of at least 4 MB of weights (q/k/v, o,
-// the output head). To measure.
-inline bool early_output_enabled() {
-  const char* e = early_launch_setting();
-  return std::strcmp(e, "o") == 0 || std::strcmp(e, "products") == 0;
-}
-inline bool early_large_products_enabled() { return std::strcmp(early_launch_setting(), "products") == 0; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's
 // tail (the kernel must begin with chained_kernel_entry()).

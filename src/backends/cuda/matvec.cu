@@ -176,9 +176,7 @@ void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stre
   const WType t = p.wtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   const bool vec = row_dot_vec_ok(t, w, k, x, k);
-  const bool early = n == 1 && p.weights_fixed &&
-                     (early_launch_enabled() || (rn != nullptr && early_output_enabled()) ||
-                      (rb * m >= (int64_t{4} << 20) && early_large_products_enabled()));
+  const bool early = n == 1 && p.weights_fixed && early_launch_enabled();
   if (early) g_early_launches.fetch_add(1, std::memory_order_relaxed);
   auto st = static_cast<cudaStream_t>(s);
   switch (t) {
