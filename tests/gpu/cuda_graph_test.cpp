@@ -127,25 +127,35 @@ TEST_P(CudaGraph, EarlyLaunchesDecodeBitForBit) {
   }
 }
 
-// The MoE down + combine launched early (the default; SLUICE_CUDA_EARLY_DOWN=0 is the plain
-// launch: its pairs' experts read and its weights in flight before it waits for the gate/up
-// product) decodes to the same logits, bit for bit, as the plain launch, eagerly and from the
-// graphs (where the launches overlap).
-TEST_P(CudaGraph, EarlyDownCombineDecodeBitForBit) {
-  FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv early("SLUICE_CUDA_EARLY_DOWN", nullptr);
+// Greedy decode of the fixture with `env` set to `off` and to `on`: the same logits, bit for
+// bit, eagerly and from the graphs (where the launches overlap).
+void expect_switch_decodes_bit_for_bit(const std::string& fixture, const char* env, const char* off, const char* on) {
+  FixtureReference ref = read_reference(fixture);
+  const ScopedEnv scoped(env, nullptr);
   for (bool graphs : {false, true}) {
     std::vector<std::vector<float>> got[2];
-    for (int on = 0; on < 2; ++on) {
-      early.set(on ? "1" : "0");
+    for (int i = 0; i < 2; ++i) {
+      scoped.set(i ? on : off);
       auto be = cuda_backend(graphs);
-      LoadedModel m = load_model(fixture_dir(GetParam()), *be);
-      got[on] = greedy_logits(*m.model, ref.prompt_ids, 12);
+      LoadedModel m = load_model(fixture_dir(fixture), *be);
+      got[i] = greedy_logits(*m.model, ref.prompt_ids, 12);
     }
     ASSERT_EQ(got[0].size(), got[1].size());
     for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " graphs " << graphs << " step " << s;
+      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << fixture << " " << env << " graphs " << graphs << " step " << s;
   }
+}
+
+// The MoE down + combine launched early (the default; SLUICE_CUDA_EARLY_DOWN=0 is the plain
+// launch: its pairs' experts read and its weights in flight before it waits for the gate/up
+// product).
+TEST_P(CudaGraph, EarlyDownCombineDecodeBitForBit) {
+  expect_switch_decodes_bit_for_bit(GetParam(), "SLUICE_CUDA_EARLY_DOWN", "0", "1");
+}
+
+// The router's top-k inside the expert kernels (SLUICE_CUDA_ROUTED_EXPERTS=1: no top-k launch).
+TEST_P(CudaGraph, RoutedExpertsDecodeBitForBit) {
+  expect_switch_decodes_bit_for_bit(GetParam(), "SLUICE_CUDA_ROUTED_EXPERTS", "0", "1");
 }
 
 // Four sequences at different positions decode `steps` tokens each: the batch of step t
