@@ -153,11 +153,6 @@ TEST_P(CudaGraph, EarlyDownCombineDecodeBitForBit) {
   expect_switch_decodes_bit_for_bit(GetParam(), "SLUICE_CUDA_EARLY_DOWN", "0", "1");
 }
 
-// The router's top-k inside the expert kernels (SLUICE_CUDA_ROUTED_EXPERTS=1: no top-k launch).
-TEST_P(CudaGraph, RoutedExpertsDecodeBitForBit) {
-  expect_switch_decodes_bit_for_bit(GetParam(), "SLUICE_CUDA_ROUTED_EXPERTS", "0", "1");
-}
-
 // Four sequences at different positions decode `steps` tokens each: the batch of step t
 // holds the sequences live at t (0 and 1 throughout, 2 from step 2, 3 until step steps - 3,
 // then 3 again for the last step: a set seen before comes back). With forward_batch each

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/moe_decode.h"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
@@ -178,12 +177,6 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
                                           .barrier = static_cast<cuda::GridBarrierState*>(moe_barrier_.get()),
                                           .shape = shape},
                                          stream_))
-    return;
-  // Every expert resident, the top-k inside the expert kernels (SLUICE_CUDA_ROUTED_EXPERTS=1).
-  if (table->scoring == RouterScoring::softmax && !table->scale_input &&
-      n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert &&
-      cuda::launch_moe_decode_routed(logits.ptr<float>(), table->n_expert, norm_topk, expert_scale, h.ptr<float>(), refs,
-                                     act.ptr<float>(), out.ptr<float>(), shape, stream_))
     return;
   cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
                       weights.ptr<float>(), stream_, expert_scale);

@@ -21,13 +21,11 @@
 //                  sums combined in rank order as moe_combine_done_kernel does
 #include "backends/cuda/moe_decode.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
-#include "backends/cuda/router_topk.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -103,11 +101,10 @@ __global__ void __launch_bounds__(kDownWarps * 32, 2) moe_decode_down_kernel(con
 // gate/up product) writes nothing but act that this one reads: the ids, weights and table
 // were written before that kernel passed its own wait (which it does before this one can
 // launch), and it carries no expert copies (launch_moe_decode_down_combine's caller says).
-// The block's work apart from its entry (down_combine_block); ids and weights: the pairs'
-// (a.ids and a.weights, or the block's own routing in shared memory).
 template <WType T, bool EARLY>
-__device__ __forceinline__ void down_combine_block(const DecodeParams& a, const int32_t* ids, const float* weights,
-                                                   float4* xs) {
+__global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
+  if constexpr (!EARLY) chained_kernel_entry();
+  extern __shared__ float4 xs[];
   const int64_t k = a.k, n_embd = a.n_embd, n_ff = a.n_ff;
   float* ys = reinterpret_cast<float*>(xs + k * (n_ff / 4));  // [k][kCombineTile]
   const int64_t row = blockIdx.x, tile0 = static_cast<int64_t>(blockIdx.y) * kCombineTile;
@@ -116,10 +113,10 @@ __device__ __forceinline__ void down_combine_block(const DecodeParams& a, const 
   const float* x = a.act_in + row * k * n_ff;  // the row's pairs are consecutive
   if constexpr (!EARLY) stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
   DownRows<T> rows;
-  auto available = [&](int64_t it) { return a.table[ids[row * k + it / 2]].wtype != WType::unavailable; };
+  auto available = [&](int64_t it) { return a.table[a.ids[row * k + it / 2]].wtype != WType::unavailable; };
   auto start = [&](int64_t it) {
     if (!available(it)) return;
-    set_down_rows<T>(rows, a.table[ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
+    set_down_rows<T>(rows, a.table[a.ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
     rows.begin(n_ff, lane);
   };
   if (warp < items) start(warp);
@@ -133,63 +130,14 @@ __device__ __forceinline__ void down_combine_block(const DecodeParams& a, const 
     if (it != warp) start(it);
     const int t0 = static_cast<int>(it % 2) * kRowsPerWarp;
     if (available(it)) {
-      down_item<T>(a, ids, rows, row, it / 2, tile0 + t0, xs, ys, kCombineTile, t0, lane);
+      down_item<T>(a, a.ids, rows, row, it / 2, tile0 + t0, xs, ys, kCombineTile, t0, lane);
     } else if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) ys[(it / 2) * kCombineTile + t0 + r] = 0.0f;
     }
   }
   __syncthreads();
-  combine_ranks(ys, kCombineTile, weights, row, k, tile0, n_embd, a.out);
-}
-
-template <WType T, bool EARLY>
-__global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_kernel(const DecodeParams a) {
-  if constexpr (!EARLY) chained_kernel_entry();
-  extern __shared__ float4 xs[];
-  down_combine_block<T, EARLY>(a, a.ids, a.weights, xs);
-}
-
-// The router's top-k inside the expert kernels (launch_moe_decode_routed): warp 0 of every
-// block routes the block's batch row from the router logits (router_topk_warp: the top-k
-// kernel's bits) into shared memory, and the block takes its pairs from there; no ids or
-// weights go through global memory, and no top-k launch sits between the router product and
-// the gate/up product. The down + combine routes before its wait, as its early body reads the
-// rest: the logits were written two kernels back.
-struct RouteArgs {
-  const float* logits = nullptr;       // [n_rows, E] f32
-  int64_t E = 0;
-  bool norm = false;                   // renormalize the top k to sum 1
-  const float* expert_scale = nullptr; // [E] or null
-};
-constexpr int64_t kMaxRoutedPairs = 256;  // n_rows * k a routed block holds
-
-template <int NV>
-__device__ __forceinline__ void route_row(const RouteArgs& r, int64_t row, int64_t k, int32_t* s_ids, float* s_w) {
-  if (threadIdx.x < 32)
-    router_topk_warp<NV>(r.logits + row * r.E, r.E, k, r.norm, s_ids + row * k, s_w + row * k, r.expert_scale);
-  __syncthreads();
-}
-
-template <WType T, int NV>
-__global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_routed_kernel(const DecodeParams a,
-                                                                                         const RouteArgs r) {
-  chained_kernel_entry();
-  extern __shared__ float4 xs[];
-  __shared__ int32_t s_ids[kMaxRoutedPairs];
-  __shared__ float s_w[kMaxRoutedPairs];
-  route_row<NV>(r, blockIdx.x / a.k, a.k, s_ids, s_w);
-  gate_up_block<T>(a, s_ids, blockIdx.x, blockIdx.y, xs);
-}
-
-template <WType T, int NV>
-__global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine_routed_kernel(const DecodeParams a,
-                                                                                               const RouteArgs r) {
-  extern __shared__ float4 xs[];
-  __shared__ int32_t s_ids[kMaxRoutedPairs];
-  __shared__ float s_w[kMaxRoutedPairs];
-  route_row<NV>(r, blockIdx.x, a.k, s_ids, s_w);
-  down_combine_block<T, true>(a, s_ids, s_w, xs);
+  combine_ranks(ys, kCombineTile, a.weights, row, k, tile0, n_embd, a.out);
 }
 
 }  // namespace
@@ -257,51 +205,5 @@ bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, co
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
-
-}  // namespace sluice::cuda
-
-namespace sluice::cuda {
-
-std::atomic<int64_t> g_routed_launches{0};
-
-bool routed_experts_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_ROUTED_EXPERTS");
-  return e && std::strcmp(e, "1") == 0;
-}
-
-bool launch_moe_decode_routed(const float* logits, int64_t n_expert, bool norm_topk, const float* expert_scale,
-                              const float* h, const ExpertRef* table, float* act, float* out, const MoeShape& shape,
-                              Stream s) {
-  const int64_t n = shape.n_rows, k = shape.k;
-  const size_t gate_smem = static_cast<size_t>(shape.n_embd) * sizeof(float);
-  const size_t down_smem = static_cast<size_t>(k) * (shape.n_ff + kCombineTile) * sizeof(float);
-  const size_t routing_smem = kMaxRoutedPairs * (sizeof(int32_t) + sizeof(float));
-  if (!routed_experts_enabled() || n_expert > 512 || k > 32 || n * k > kMaxRoutedPairs ||
-      !decode_product_ok(shape, shape.n_embd, h) || !decode_product_ok(shape, shape.n_ff, act) ||
-      gate_smem + routing_smem > kMaxStagedBytes || down_smem + routing_smem > kMaxStagedBytes)
-    return false;
-  const DecodeParams a{.h = h, .table = table, .act = act, .act_in = act, .out = out,
-                       .k = k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  const RouteArgs r{logits, n_expert, norm_topk, expert_scale};
-  const dim3 gate_grid(static_cast<unsigned>(n * k), blocks_for(shape.n_ff, kGateUpWarps * kGateUpRows));
-  const dim3 down_grid(static_cast<unsigned>(n), blocks_for(shape.n_embd, kCombineTile));
-  const auto st = static_cast<cudaStream_t>(s);
-  // NV 4 (up to 128 experts) or 16: a row's softmax and top-k the same bits either way (the
-  // lanes' experts past E take no part).
-  auto launch = [&]<int NV>() {
-    SLUICE_WITH_DECODE_WTYPE(shape.wtype, {
-      launch_chained(moe_decode_gate_up_routed_kernel<T, NV>, gate_grid, dim3(kGateUpWarps * 32), gate_smem, st, a, r);
-      launch_chained(moe_decode_down_combine_routed_kernel<T, NV>, down_grid, dim3(kCombineWarps * 32), down_smem, st,
-                     a, r);
-    })
-  };
-  if (n_expert <= 128) launch.template operator()<4>();
-  else launch.template operator()<16>();
-  CUDA_CHECK(cudaGetLastError());
-  g_routed_launches.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-int64_t moe_decode_routed_launches() { return g_routed_launches.load(std::memory_order_relaxed); }
 
 }  // namespace sluice::cuda

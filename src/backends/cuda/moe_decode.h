@@ -36,17 +36,6 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s,
                                     bool early = false);
-// The router's top-k, the experts and the combine of a resident decode batch in two launches
-// (gate/up, down + combine), each block routing its batch row itself from the router logits
-// [n_rows, n_expert] (softmax scoring: launch_router_topk's ids and weights, the same bits),
-// so that no top-k launch and no ids in global memory sit between the router product and the
-// experts. SLUICE_CUDA_ROUTED_EXPERTS=1 (off by default, to measure); false, enqueuing
-// nothing, where it is off or does not take the shape (n_expert <= 512, k <= 32, n_rows k <=
-// 256, the decode kernels' shapes).
-bool launch_moe_decode_routed(const float* logits, int64_t n_expert, bool norm_topk, const float* expert_scale,
-                              const float* h, const ExpertRef* table, float* act, float* out, const MoeShape& shape,
-                              Stream s);
-int64_t moe_decode_routed_launches();  // launches taken so far, for tests
 // Whether launch_moe_experts_combine's down + combine launches early: on unless
 // SLUICE_CUDA_EARLY_DOWN=0 (read at every launch, captured graphs: at capture).
 bool early_down_enabled();
