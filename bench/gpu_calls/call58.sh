@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Twenty-sixth session, last call (main's final binaries): 1) every GPU test; 2) the 12-layer
+# qwen3-30b-a3b q4 synthetic's decode step profiled after 512 and after 8192 positions
+# (SLUICE_CUDA_PROFILE=1: each kernel of the graph alone, and its replay), with the default
+# one split and early down + combine: the after-8192 row's gap, kernel by kernel. About 3.5
+# minutes. Carry .carry/bins.txz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ -x .carry/bin/bench_cuda ] || tar xJf .carry/bins.txz -C .carry
+export LD_LIBRARY_PATH=$PWD/.carry/lib SLUICE_SOURCE_DIR=$PWD
+T0=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+P=/tmp/q12
+timeout 90 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P --force -q > $OUT/synth12.log 2>&1 &
+synth=$!
+timeout 240 .carry/bin/sluice_gpu_tests --gtest_color=no > $OUT/gpu-tests.log 2>&1
+echo "GPU tests rc $? at $(( $(date +%s)-T0 )) s: passed $(grep -c '^\[       OK' $OUT/gpu-tests.log), failed $(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' $OUT/gpu-tests.log), of $(grep -o 'Running [0-9]* tests' $OUT/gpu-tests.log)"
+grep -E "^\[  FAILED|Failure|Expected|Which is" $OUT/gpu-tests.log | sed 's/ ([0-9]* ms)//' | sort | uniq -c | sort -rn | head -12
+wait $synth; echo "synth 12: rc $? at $(( $(date +%s)-T0 )) s"
+for n in 512 8192; do
+  echo "## profile after $n"
+  SLUICE_CUDA_PROFILE=1 timeout 90 .carry/bin/bench_cuda --model $P --prefill $n --decode 3 --reps 0 > $OUT/prof_$n.txt 2>&1
+  grep -E "^\| [a-z_]" $OUT/prof_$n.txt | grep -vE "bytes|prompt|batch" | head -16
+done
+echo "total $(( $(date +%s)-T0 )) s"
