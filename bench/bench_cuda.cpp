@@ -24,6 +24,10 @@
 //                                  then the routed layer from router logits: the top-k and
 //                                  the experts chained against the persistent step
 //                                  (moe_persistent.h), us a call;
+//   bench_cuda --read-wave         one launch in the q4 MoE gate/up kernel's grid reading a
+//                                  layer's 14.2 MB cold in L2 by 16-byte loads, cp.async and
+//                                  cp.async.bulk (bench/cuda/read_wave.cu): the floor of a
+//                                  one-wave kernel over those bytes;
 //   bench_cuda --model PACK [--prefill 512] [--decode 64] [--reps 3]
 //                                  a qwen3_moe-family model fully resident on the GPU: prefill
 //                                  tokens/s for one prompt chunk, decode tokens/s (batch 1),
@@ -59,6 +63,8 @@
 
 #ifdef SLUICE_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda/read_wave.h"
 
 #include "backends/cuda/attention_decode.h"
 #include "backends/cuda/cuda_check.h"
@@ -665,7 +671,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   std::string model;
-  bool matvec = false, attention = false, attention_decode = false, moe = false;
+  bool matvec = false, attention = false, attention_decode = false, moe = false, read_wave = false;
   int64_t n_prefill = 512, n_decode = 64;
   int reps = 3;
   std::optional<DType> kv_cache;  // unset: the backend's auto_kv_dtype
@@ -683,6 +689,7 @@ int main(int argc, char** argv) {
     else if (a == "--attention") attention = true;
     else if (a == "--attention-decode") attention_decode = true;
     else if (a == "--moe") moe = true;
+    else if (a == "--read-wave") read_wave = true;
     else if (a == "--model") model = next();
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
@@ -708,7 +715,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
       return 2;
     }
   }
@@ -718,9 +725,10 @@ int main(int argc, char** argv) {
     if (attention) run_attention();
     if (attention_decode) run_attention_decode(bw);
     if (moe) run_moe(bw);
+    if (read_wave) bench::run_read_wave(bw);
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache);
-    if (!matvec && !attention && !attention_decode && !moe && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
+    if (!matvec && !attention && !attention_decode && !moe && !read_wave && model.empty()) {
+      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Twenty-sixth session, last call (main's final binaries): 1) every GPU test; 2) the 12-layer
-# qwen3-30b-a3b q4 synthetic's decode step profiled after 512 and after 8192 positions
-# (SLUICE_CUDA_PROFILE=1: each kernel of the graph alone, and its replay), with the default
-# one split and early down + combine: the after-8192 row's gap, kernel by kernel. About 3.5
-# minutes. Carry .carry/bins.txz.
+# Twenty-sixth session, prepared for the next (no device time was left to start it): 1) every
+# GPU test; 2) the 12-layer qwen3-30b-a3b q4 synthetic's decode step profiled after 512 and
+# after 8192 positions (SLUICE_CUDA_PROFILE=1: each kernel of the graph alone, and its
+# replay), with the default one split and early down + combine: the after-8192 row's gap,
+# kernel by kernel; 3) bench_cuda --read-wave (the one-wave floor of the MoE gate/up bytes by
+# loads, cp.async and bulk copies). About 4 minutes. Carry .carry/bins.txz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -x .carry/bin/bench_cuda ] || tar xJf .carry/bins.txz -C .carry
@@ -22,4 +23,5 @@ for n in 512 8192; do
   SLUICE_CUDA_PROFILE=1 timeout 90 .carry/bin/bench_cuda --model $P --prefill $n --decode 3 --reps 0 > $OUT/prof_$n.txt 2>&1
   grep -E "^\| [a-z_]" $OUT/prof_$n.txt | grep -vE "bytes|prompt|batch" | head -16
 done
+timeout 60 .carry/bin/bench_cuda --read-wave 2>&1 | tail -8
 echo "total $(( $(date +%s)-T0 )) s"
