@@ -113,10 +113,17 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
   const float* x = a.act_in + row * k * n_ff;  // the row's pairs are consecutive
   if constexpr (!EARLY) stage_rows<chunk_units<T>()>(xs, x, k, n_ff);
   DownRows<T> rows;
-  auto available = [&](int64_t it) { return a.table[a.ids[row * k + it / 2]].wtype != WType::unavailable; };
+  // Item it's expert. Early, from L2 (ld.global.cg): the ids were written by a kernel that is
+  // not this one's predecessor, so no wait of this kernel orders them; L1 may not keep a line
+  // of them from before.
+  auto expert = [&](int64_t it) -> const ExpertRef& {
+    const int32_t* id = a.ids + row * k + it / 2;
+    return a.table[EARLY ? __ldcg(id) : *id];
+  };
+  auto available = [&](int64_t it) { return expert(it).wtype != WType::unavailable; };
   auto start = [&](int64_t it) {
     if (!available(it)) return;
-    set_down_rows<T>(rows, a.table[a.ids[row * k + it / 2]], tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
+    set_down_rows<T>(rows, expert(it), tile0 + (it % 2) * kRowsPerWarp, n_embd, n_ff);
     rows.begin(n_ff, lane);
   };
   if (warp < items) start(warp);
