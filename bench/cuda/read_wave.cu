@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "backends/cuda/bulk_copy.cuh"
 #include "backends/cuda/cuda_check.h"
 
 namespace sluice::bench {
@@ -75,24 +76,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3) bulk_kernel(const uint4* __res
   const int wib = threadIdx.x / 32, warp = blockIdx.x * kWarps + wib, lane = threadIdx.x % 32;
   const uint4* w = src + static_cast<size_t>(warp) * (kWarpBytes / 16);
   uint4* s = stage + wib * (kWarpBytes / 16);
-  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(&bar[wib]));
   if (lane == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(b) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(kWarpBytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     static_cast<unsigned>(__cvta_generic_to_shared(s))),
-                 "l"(w), "r"(kWarpBytes), "r"(b)
-                 : "memory");
+    cuda::bulk_barrier_arm(&bar[wib], kWarpBytes);
+    cuda::bulk_copy(s, w, kWarpBytes, &bar[wib]);
   }
   __syncwarp();
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(b)
-        : "memory");
+  cuda::bulk_wait(&bar[wib], 0);
   uint32_t acc = 0;
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) acc ^= fold(s[i * 32 + lane]);
