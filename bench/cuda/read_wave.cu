@@ -132,9 +132,13 @@ int run_read_wave(double copy_bw) {
       if (rep > 0) us.push_back(ms * 1e3f);  // the first: warm-up
     }
     std::sort(us.begin(), us.end());
-    const double med = us[us.size() / 2], gbs = w.kernel ? bytes / (med * 1e-6) / 1e9 : 0.0;
-    std::printf("| %s | %.2f | %.2f | %.0f | %.0f%% |\n", w.name, med, us.front(), gbs,
-                100.0 * gbs * 1e9 / copy_bw);
+    const double med = us[us.size() / 2];
+    if (!w.kernel) {
+      std::printf("| %s | %.2f | %.2f | - | - |\n", w.name, med, us.front());
+      continue;
+    }
+    const double gbs = bytes / (med * 1e-6) / 1e9;
+    std::printf("| %s | %.2f | %.2f | %.0f | %.0f%% |\n", w.name, med, us.front(), gbs, 100.0 * gbs * 1e9 / copy_bw);
   }
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
