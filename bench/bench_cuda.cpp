@@ -665,6 +665,10 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] "
+    "[--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n";
+
 int main(int argc, char** argv) {
 #ifndef SLUICE_HAVE_CUDA
   std::fprintf(stderr, "bench_cuda: this build has no CUDA\n");
@@ -715,7 +719,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }
@@ -728,7 +732,7 @@ int main(int argc, char** argv) {
     if (read_wave) bench::run_read_wave(bw);
     if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache);
     if (!matvec && !attention && !attention_decode && !moe && !read_wave && model.empty()) {
-      std::fprintf(stderr, "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] [--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   } catch (const std::exception& e) {
