@@ -184,6 +184,13 @@ inline bool chained_launches_enabled() {
   return on;
 }
 
+// Whether the environment variable `name` is set to exactly `value` (the CUDA backend's
+// switches, read at each launch: captured graphs take them at capture).
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
+
 // Whether the kernels that take an `early` flag launch early (chained_kernel_entry(bool);
 // SLUICE_CUDA_EARLY=1 turns it on for all of them, SLUICE_CUDA_EARLY=attention for the decode
 // attention's two (its inputs and the GQA kernel: the cache rows before the position in

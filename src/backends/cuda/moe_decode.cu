@@ -201,19 +201,34 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
 
 }  // namespace
 
-bool moe_decode_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_MOE_DECODE");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+bool moe_decode_enabled() { return !env_is("SLUICE_CUDA_MOE_DECODE", "0"); }
+
+bool moe_bulk_enabled() { return env_is("SLUICE_CUDA_MOE_BULK", "1"); }
+
+namespace {
 
 std::atomic<int64_t> g_bulk_launches{0};
 
-int64_t moe_bulk_launches() { return g_bulk_launches.load(std::memory_order_relaxed); }
-
-bool moe_bulk_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_MOE_BULK");
-  return e && std::strcmp(e, "1") == 0;
+// moe_decode_gate_up_bulk_kernel where it takes the shape (its header says which); false,
+// enqueuing nothing, where not. smem: the staged activations' bytes.
+bool launch_gate_up_bulk(const DecodeParams& a, const MoeShape& shape, dim3 grid, size_t smem, cudaStream_t st) {
+  const int64_t rb = dot_row_bytes(shape.wtype, shape.n_embd), sb = dot_scale_row_bytes(shape.wtype, shape.n_embd);
+  const size_t bulk_smem = smem + static_cast<size_t>(kGateUpWarps * 2 * kGateUpRows * (rb + sb));
+  if ((shape.wtype != WType::q4 && shape.wtype != WType::mxfp4) || shape.n_ff % kGateUpRows != 0 ||
+      (kGateUpRows * sb) % 16 != 0 || bulk_smem > kMaxStagedBytes)
+    return false;
+  if (shape.wtype == WType::q4)
+    launch_chained(moe_decode_gate_up_bulk_kernel<WType::q4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
+  else
+    launch_chained(moe_decode_gate_up_bulk_kernel<WType::mxfp4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
+  CUDA_CHECK(cudaGetLastError());
+  g_bulk_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
+
+}  // namespace
+
+int64_t moe_bulk_launches() { return g_bulk_launches.load(std::memory_order_relaxed); }
 
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                float* act, const MoeShape& shape, Stream s, const CopyList& copies) {
@@ -223,18 +238,7 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
   DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
                  .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
   const auto st = static_cast<cudaStream_t>(s);
-  const int64_t rb = dot_row_bytes(shape.wtype, shape.n_embd), sb = dot_scale_row_bytes(shape.wtype, shape.n_embd);
-  const size_t bulk_smem = smem + static_cast<size_t>(kGateUpWarps * 2 * kGateUpRows * (rb + sb));
-  if (copies.descs == nullptr && moe_bulk_enabled() && (shape.wtype == WType::q4 || shape.wtype == WType::mxfp4) &&
-      shape.n_ff % kGateUpRows == 0 && (kGateUpRows * sb) % 16 == 0 && bulk_smem <= kMaxStagedBytes) {
-    if (shape.wtype == WType::q4)
-      launch_chained(moe_decode_gate_up_bulk_kernel<WType::q4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
-    else
-      launch_chained(moe_decode_gate_up_bulk_kernel<WType::mxfp4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
-    CUDA_CHECK(cudaGetLastError());
-    g_bulk_launches.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
+  if (copies.descs == nullptr && moe_bulk_enabled() && launch_gate_up_bulk(a, shape, grid, smem, st)) return true;
   if (copies.descs != nullptr) {
     a.copies = copies;
     a.copy_blocks = kCopyBlocks;
@@ -263,10 +267,7 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
   return true;
 }
 
-bool early_down_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_EARLY_DOWN");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+bool early_down_enabled() { return !env_is("SLUICE_CUDA_EARLY_DOWN", "0"); }
 
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s, bool early) {

@@ -162,11 +162,6 @@ __global__ void __launch_bounds__(kPersistWarps * 32) grid_barriers_kernel(GridB
   for (int i = 0; i < n; ++i) grid_barrier(state);
 }
 
-bool env_is_one(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "1") == 0;
-}
-
 // SLUICE_CUDA_PERSISTENT_BLOCKS=2: the variant compiled for 2 blocks an SM (to compare).
 bool two_blocks_an_sm() {
   const char* e = std::getenv("SLUICE_CUDA_PERSISTENT_BLOCKS");
@@ -282,7 +277,7 @@ void launch_t(const PersistentParams& p, size_t smem, int sms, int64_t work_bloc
 
 }  // namespace
 
-bool moe_persistent_requested() { return env_is_one("SLUICE_CUDA_PERSISTENT"); }
+bool moe_persistent_requested() { return env_is("SLUICE_CUDA_PERSISTENT", "1"); }
 
 void persistent_step_probe() { (void)device_facts(); }
 
