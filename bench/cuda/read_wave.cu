@@ -22,7 +22,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "backends/cuda/bulk_copy.cuh"
+#include "bulk_copy.cuh"
 #include "backends/cuda/cuda_check.h"
 
 namespace sluice::bench {

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "backends/cuda/moe_decode.h"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
@@ -495,10 +494,7 @@ void expect_every_launch_agrees(const ExpertLayer& layer, const Shape& s, cuda::
 // every weight type at 1, 2 and 8 rows: within the tolerance of the CPU reference; two phases
 // (experts 1, 4, 7, ... unavailable in the first) give the same bits as one, and so does the
 // fused resident launch; and all of it the same bits as the generic kernels of moe_kernels.cu
-// (compiled for the one type, as the decode kernels are). 2048 x 768: the model's shape, where
-// q4 runs a second time with its gate/up rows brought in by bulk copies
-// (SLUICE_CUDA_MOE_BULK=1; taken there only: 2080's 4 scale rows are not whole 16 bytes), the
-// misaligned rows of the last check then taking the row path inside the bulk kernel.
+// (compiled for the one type, as the decode kernels are). 2048 x 768: the model's shape.
 TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
   struct Case {
     Shape s;  // s.n unused: 1, 2 and 8 rows
@@ -517,33 +513,22 @@ TEST(CudaMoe, DecodeKernelsMatchGenericAndCpu) {
       auto gpu = make_cuda_backend(0);
       ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff);
       const cuda::WType wt = layer.table[0].wtype;
-      const bool bulk_applies = dt == DType::q4 && s.n_embd == 2048;
-      for (const char* bulk : {"0", "1"}) {
-        if (bulk[0] == '1' && !bulk_applies) continue;
-        const ScopedEnv bulk_env("SLUICE_CUDA_MOE_BULK", bulk);
-        const int64_t before = cuda::moe_bulk_launches();
-        for (int64_t n : {1, 2, 8})
-          expect_every_launch_agrees(layer, s, wt, n, 21 + static_cast<uint32_t>(n), ExpertMath{},
-                                     str(dtype_name(dt), " n=", n, " embd=", s.n_embd, " ff=", s.n_ff, " k=", s.k,
-                                         " bulk ", bulk));
-        if (bulk[0] == '1') EXPECT_GT(cuda::moe_bulk_launches(), before) << "q4 2048: no bulk gate/up launch";
-        else EXPECT_EQ(cuda::moe_bulk_launches(), before) << "a bulk gate/up launch while off";
+      for (int64_t n : {1, 2, 8})
+        expect_every_launch_agrees(layer, s, wt, n, 21 + static_cast<uint32_t>(n), ExpertMath{},
+                                   str(dtype_name(dt), " n=", n, " embd=", s.n_embd, " ff=", s.n_ff, " k=", s.k));
+      if (dt == DType::q4 && s.n_embd > 1024) {  // rows off 16-byte alignment: the scalar path
+        DeviceBuffers d;
+        const std::vector<cuda::ExpertRef> off = misaligned_table(layer, d);
+        auto hv = random_vec(2 * s.n_embd, 29);
+        Routing routing = make_routing(2, s.E, s.k, 31, 3, -1);
+        GpuRun got = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt);
+        expect_close(got.out, cpu_routed(layer, routing, hv, s.n_embd), "q4 misaligned");
+        auto fused = gpu_fused(off, routing, hv, s.n_embd, s.n_ff, wt);
+        expect_same_bits(fused, got.out, 2 * s.n_embd, "q4 misaligned fused");
+        GenericMoeKernels generic;
+        expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt).out, got.out, 2 * s.n_embd,
+                         "q4 misaligned, generic kernels");
       }
-      if (dt == DType::q4 && s.n_embd > 1024)  // rows off 16-byte alignment: the scalar path
-        for (const char* bulk : {"0", "1"}) {
-          const ScopedEnv bulk_env("SLUICE_CUDA_MOE_BULK", bulk);
-          DeviceBuffers d;
-          const std::vector<cuda::ExpertRef> off = misaligned_table(layer, d);
-          auto hv = random_vec(2 * s.n_embd, 29);
-          Routing routing = make_routing(2, s.E, s.k, 31, 3, -1);
-          GpuRun got = gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt);
-          expect_close(got.out, cpu_routed(layer, routing, hv, s.n_embd), "q4 misaligned");
-          auto fused = gpu_fused(off, routing, hv, s.n_embd, s.n_ff, wt);
-          expect_same_bits(fused, got.out, 2 * s.n_embd, "q4 misaligned fused");
-          GenericMoeKernels generic;
-          expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {off}, wt).out, got.out, 2 * s.n_embd,
-                           "q4 misaligned, generic kernels");
-        }
     }
   }
 }

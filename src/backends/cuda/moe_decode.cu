@@ -21,11 +21,9 @@
 //                  sums combined in rank order as moe_combine_done_kernel does
 #include "backends/cuda/moe_decode.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda/bulk_copy.cuh"
 #include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
 
@@ -41,56 +39,6 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_kerne
   chained_kernel_entry();
   extern __shared__ float4 xs[];  // h[p / k], staged
   gate_up_block<T>(a, a.ids, blockIdx.x, blockIdx.y, xs);
-}
-
-// moe_decode_gate_up_kernel with each warp's 8 weight rows and their scales brought into
-// shared memory by four bulk copies (bulk_copy.cuh: the TMA engine) instead of 16-byte loads
-// into registers: the same sums (staged_rows_dots), the same grid. q4 and mxfp4 with rows of
-// whole 16-byte chunks, 4 scale rows a whole number of 16 bytes, n_ff a multiple of 4 (a live
-// warp's rows all exist) and the block's bytes within kMaxStagedBytes (launcher); an expert
-// whose rows or scales are not 16-byte aligned takes gate_up_block. Dynamic shared memory:
-// n_embd floats, then each warp's [gate rows 4][up rows 4][gate scales 4][up scales 4].
-// SLUICE_CUDA_MOE_BULK=1 (off by default, to measure).
-template <WType T>
-__global__ void __launch_bounds__(kGateUpWarps * 32, 3) moe_decode_gate_up_bulk_kernel(const DecodeParams a) {
-  chained_kernel_entry();
-  extern __shared__ float4 xs[];
-  __shared__ alignas(8) uint64_t bars[kGateUpWarps];
-  const int64_t p = blockIdx.x, n_embd = a.n_embd, n_ff = a.n_ff;
-  if (a.done != nullptr && a.done[p] != 0) return;
-  const ExpertRef& ref = a.table[a.ids[p]];
-  if (ref.wtype == WType::unavailable) return;
-  if (!aligned16(ref.data[0]) || !aligned16(ref.data[1]) || !aligned16(ref.scales[0]) || !aligned16(ref.scales[1])) {
-    gate_up_block<T>(a, a.ids, p, blockIdx.y, xs);  // the row path (its scalar rows), block-uniform
-    return;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t j0 = (static_cast<int64_t>(blockIdx.y) * kGateUpWarps + warp) * kGateUpRows;
-  const int64_t rb = dot_row_bytes(T, n_embd), sb = dot_scale_row_bytes(T, n_embd);
-  uint8_t* rows = reinterpret_cast<uint8_t*>(xs + n_embd / 4) + warp * 2 * kGateUpRows * (rb + sb);
-  uint8_t* scales = rows + 2 * kGateUpRows * rb;
-  const bool live = j0 < n_ff;
-  if (live && lane == 0) {
-    const unsigned row_bytes = static_cast<unsigned>(kGateUpRows * rb), scale_bytes = static_cast<unsigned>(kGateUpRows * sb);
-    bulk_barrier_arm(&bars[warp], 2 * (row_bytes + scale_bytes));
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {  // gate, up
-      bulk_copy(rows + m * row_bytes, static_cast<const uint8_t*>(ref.data[m]) + j0 * rb, row_bytes, &bars[warp]);
-      bulk_copy(scales + m * scale_bytes, static_cast<const uint8_t*>(ref.scales[m]) + j0 * sb, scale_bytes,
-                &bars[warp]);
-    }
-  }
-  stage_rows<chunk_units<T>()>(xs, a.h + (p / a.k) * n_embd, 1, n_embd);
-  staged_wait();
-  __syncthreads();  // x staged; the barriers' init seen
-  if (!live) return;
-  bulk_wait(&bars[warp], 0);
-  float y[2 * kGateUpRows];
-  staged_rows_dots<T, 2, kGateUpRows>(rows, scales, rb, sb, xs, n_embd, lane, y);
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kGateUpRows; ++r) a.act[p * n_ff + j0 + r] = expert_gate_up(ref, j0 + r, y[2 * r], y[2 * r + 1]);
-  }
 }
 
 // Blocks that copy beside the gate/up product (CopyList): so few that they and a decode
@@ -203,33 +151,6 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
 
 bool moe_decode_enabled() { return !env_is("SLUICE_CUDA_MOE_DECODE", "0"); }
 
-bool moe_bulk_enabled() { return env_is("SLUICE_CUDA_MOE_BULK", "1"); }
-
-namespace {
-
-std::atomic<int64_t> g_bulk_launches{0};
-
-// moe_decode_gate_up_bulk_kernel where it takes the shape (its header says which); false,
-// enqueuing nothing, where not. smem: the staged activations' bytes.
-bool launch_gate_up_bulk(const DecodeParams& a, const MoeShape& shape, dim3 grid, size_t smem, cudaStream_t st) {
-  const int64_t rb = dot_row_bytes(shape.wtype, shape.n_embd), sb = dot_scale_row_bytes(shape.wtype, shape.n_embd);
-  const size_t bulk_smem = smem + static_cast<size_t>(kGateUpWarps * 2 * kGateUpRows * (rb + sb));
-  if ((shape.wtype != WType::q4 && shape.wtype != WType::mxfp4) || shape.n_ff % kGateUpRows != 0 ||
-      (kGateUpRows * sb) % 16 != 0 || bulk_smem > kMaxStagedBytes)
-    return false;
-  if (shape.wtype == WType::q4)
-    launch_chained(moe_decode_gate_up_bulk_kernel<WType::q4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
-  else
-    launch_chained(moe_decode_gate_up_bulk_kernel<WType::mxfp4>, grid, dim3(kGateUpWarps * 32), bulk_smem, st, a);
-  CUDA_CHECK(cudaGetLastError());
-  g_bulk_launches.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-}  // namespace
-
-int64_t moe_bulk_launches() { return g_bulk_launches.load(std::memory_order_relaxed); }
-
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                float* act, const MoeShape& shape, Stream s, const CopyList& copies) {
   const size_t smem = static_cast<size_t>(shape.n_embd) * sizeof(float);
@@ -238,7 +159,6 @@ bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertR
   DecodeParams a{.h = h, .ids = ids, .table = table, .done = done, .act = act,
                  .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
   const auto st = static_cast<cudaStream_t>(s);
-  if (copies.descs == nullptr && moe_bulk_enabled() && launch_gate_up_bulk(a, shape, grid, smem, st)) return true;
   if (copies.descs != nullptr) {
     a.copies = copies;
     a.copy_blocks = kCopyBlocks;

@@ -36,11 +36,6 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s,
                                     bool early = false);
-// Whether the gate/up launch without copies brings q4 and mxfp4 weight rows into shared
-// memory by bulk copies (the TMA engine): SLUICE_CUDA_MOE_BULK=1 (off by default, to measure;
-// read at every launch, captured graphs: at capture).
-bool moe_bulk_enabled();
-int64_t moe_bulk_launches();  // bulk gate/up launches so far, for tests
 // Whether launch_moe_experts_combine's down + combine launches early: on unless
 // SLUICE_CUDA_EARLY_DOWN=0 (read at every launch, captured graphs: at capture).
 bool early_down_enabled();

@@ -237,44 +237,6 @@ struct WarpRows {
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// A chunk's scale from a scale row staged in shared memory (q4: f16 a 32-weight group; mxfp4:
-// e8m0 a group), the value load_chunk_scale reads from global memory.
-template <WType T>
-__device__ __forceinline__ ChunkScale<T> staged_chunk_scale(const uint8_t* srow, int64_t c) {
-  static_assert(T == WType::q4 || T == WType::mxfp4, "staged scales: q4 or mxfp4");
-  ChunkScale<T> cs;
-  if constexpr (T == WType::q4) cs.v[0] = __half2float(reinterpret_cast<const __half*>(srow)[c]);
-  else cs.v[0] = e8m0_value(srow[c]);
-  return cs;
-}
-
-// WarpRows<T, NM, NR, P>::dots over rows staged in shared memory (NM matrices' NR rows each,
-// matrix m's rows at rows + m NR rb, their scale rows at scales + m NR sb): row q = NM r + m
-// (WarpRows' order), each lane's chunks lane, lane + 32, .. in order, each chunk's units
-// chained by unit_dot and folded with its scale: WarpRows' sums exactly.
-template <WType T, int NM, int NR>
-__device__ __forceinline__ void staged_rows_dots(const uint8_t* rows, const uint8_t* scales, int64_t rb, int64_t sb,
-                                                 const float4* __restrict__ xs, int64_t kdim, int lane,
-                                                 float (&y)[NM * NR]) {
-  constexpr int NW = NM * NR;
-  const int64_t chunks = kdim / dot_vec_elems<T>();
-  float acc[NW];
-#pragma unroll
-  for (int q = 0; q < NW; ++q) acc[q] = 0.0f;
-  for (int64_t c = lane; c < chunks; c += 32) {
-    uint4 wv[NW];
-#pragma unroll
-    for (int q = 0; q < NW; ++q) wv[q] = reinterpret_cast<const uint4*>(rows + ((q % NM) * NR + q / NM) * rb)[c];
-    float sum[NW];
-    chunk_sums<T, NW>(wv, xs, c, sum);
-#pragma unroll
-    for (int q = 0; q < NW; ++q)
-      acc[q] = fold_chunk<T>(acc[q], sum[q], staged_chunk_scale<T>(scales + ((q % NM) * NR + q / NM) * sb, c));
-  }
-#pragma unroll
-  for (int q = 0; q < NW; ++q) y[q] = warp_sum(acc[q]);
-}
-
 // Pair p's expert, or null when the pair is not to be computed (pair_active, in two steps: x,
 // n floats, is staged into xs while the table is read; a done pair of a later phase stages
 // nothing).
