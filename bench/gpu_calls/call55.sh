@@ -5,18 +5,15 @@
 # Carry .carry/bins.txz (sluice, bench_cuda, sluice_gpu_tests, no PTX) and .carry/peer.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ -x .carry/bin/bench_cuda ] || tar xJf .carry/bins.txz -C .carry
-export LD_LIBRARY_PATH=$PWD/.carry/lib SLUICE_SOURCE_DIR=$PWD
-T0=$(date +%s)
+source bench/gpu_calls/common.sh
 LIMIT=${LIMIT:-585}
-left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+left() { echo $(( LIMIT - $(elapsed) )); }
 OUT=$OUT/sbs bash .carry/peer/side_by_side.sh .carry/bin 12
-echo "side by side done at $(( $(date +%s)-T0 )) s"
+echo "side by side done at $(elapsed) s"
 rm -rf /tmp/sbs
 if [ $(left) -gt 150 ]; then
   timeout 150 .carry/bin/sluice synth --like qwen3-30b-a3b --kinds q4 /tmp/q48 --force -q > $OUT/synth48.log 2>&1 || tail -3 $OUT/synth48.log
-  echo "synth 48 at $(( $(date +%s)-T0 )) s: $(du -sh /tmp/q48 | cut -f1)"
+  echo "synth 48 at $(elapsed) s: $(du -sh /tmp/q48 | cut -f1)"
   timeout $(( $(left) - 5 )) .carry/bin/bench_cuda --model /tmp/q48 --prefill 512 --decode 128 --reps 2 --batch 1,8,32 2>&1 | tee $OUT/bench48.log | tail -24
 fi
-echo "total $(( $(date +%s)-T0 )) s"
+echo "total $(elapsed) s"

@@ -196,13 +196,10 @@ bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, co
   const dim3 grid(static_cast<unsigned>(shape.n_rows), blocks_for(shape.n_embd, kCombineTile));
   const DecodeParams a{.ids = ids, .weights = weights, .table = table, .act_in = act, .out = out,
                        .k = shape.k, .n_embd = shape.n_embd, .n_ff = shape.n_ff};
-  const auto st = static_cast<cudaStream_t>(s);
-  if (early)
-    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, true>, grid,
-                                                         dim3(kCombineWarps * 32), smem, st, a))
-  else
-    SLUICE_WITH_DECODE_WTYPE(shape.wtype, launch_chained(moe_decode_down_combine_kernel<T, false>, grid,
-                                                         dim3(kCombineWarps * 32), smem, st, a))
+  SLUICE_WITH_DECODE_WTYPE(shape.wtype,
+                           launch_chained(early ? moe_decode_down_combine_kernel<T, true>
+                                                : moe_decode_down_combine_kernel<T, false>,
+                                          grid, dim3(kCombineWarps * 32), smem, static_cast<cudaStream_t>(s), a))
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -128,23 +128,6 @@ __device__ __forceinline__ float unit_dot(const uint4& wv, int j, const float4& 
   return acc;
 }
 
-// Chunk c of NW rows (wv) dotted with the staged activations xs, each row's units chained by
-// unit_dot from 0 (the rows share each activation unit read, and only one unit a row is
-// live): sum[q], before the chunk's scale.
-template <WType T, int NW>
-__device__ __forceinline__ void chunk_sums(const uint4 (&wv)[NW], const float4* __restrict__ xs, int64_t c,
-                                           float (&sum)[NW]) {
-  constexpr int U = chunk_units<T>();
-#pragma unroll
-  for (int q = 0; q < NW; ++q) sum[q] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < U; ++j) {
-    const float4 x = xs[swizzled<U>(static_cast<int>(c) * U + j)];
-#pragma unroll
-    for (int q = 0; q < NW; ++q) sum[q] = unit_dot<T>(wv[q], j, x, sum[q]);
-  }
-}
-
 // A chunk's sum folded into a lane's partial: acc + sum (bf16), or the group's (row's) scale
 // applied in one fused step, fma(sum, scale, acc), which is what rows_dot_partial's
 // `acc += chunk_dot(..)` compiles to (the multiply by the scale contracted into the add).
@@ -192,12 +175,20 @@ struct WarpRows {
   // activation unit read, and only one unit a row is live).
   __device__ __forceinline__ void accumulate(const float4* __restrict__ xs, int64_t c0, int64_t chunks,
                                              float (&acc)[1][NW]) const {
+    constexpr int U = chunk_units<T>();
 #pragma unroll
     for (int i = 0; i < P; ++i) {
       const int64_t c = c0 + 32 * i;
       if (c < chunks) {
         float sum[NW];
-        chunk_sums<T, NW>(wv[i], xs, c, sum);
+#pragma unroll
+        for (int q = 0; q < NW; ++q) sum[q] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+          const float4 x = xs[swizzled<U>(static_cast<int>(c) * U + j)];
+#pragma unroll
+          for (int q = 0; q < NW; ++q) sum[q] = unit_dot<T>(wv[i][q], j, x, sum[q]);
+        }
 #pragma unroll
         for (int q = 0; q < NW; ++q) acc[0][q] = fold_chunk<T>(acc[0][q], sum[q], sv[i][q]);
       }
