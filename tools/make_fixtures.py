@@ -267,6 +267,64 @@ FIXTURES.update({
 })
 
 
+# The giant families: sigmoid routing with a correction bias added for the choice only
+# ("router_bias": the std of the random e_score_correction_bias written into the buffer,
+# large enough to change which experts win), group-limited in DeepSeek-V3 and GLM-4.5
+# (n_group groups ranked by the sum of their two best, topk_group kept), shared experts and
+# leading dense layers (first_k_dense_replace). "mtp": a multi-token-prediction layer of the
+# checkpoint's layout (model.layers.<num_hidden_layers>.*: enorm, hnorm, eh_proj, shared_head
+# and a decoder layer) appended to the saved file, as the published checkpoints carry one;
+# transformers ignores it, sluice must skip it. "fp8": every projection matrix rewritten as
+# F8_E4M3 with a weight_scale_inv per block of the config's weight_block_size (as
+# DeepSeek-V3 / Kimi K2 / MiniMax-M2 ship), the reference computed from the script's
+# dequantization, which fp8_dequantized.safetensors keeps for the converter's test.
+#   deepseek_v3: MLA with a q-LoRA, YaRN with mscale != mscale_all_dim (both the rotary
+#     attention factor and the softmax scale move), interleaved rope, 4 groups of 4 experts
+#     with 2 kept, top-4, a shared expert, one leading dense layer, an MTP layer.
+#   deepseek_v3_plain: no q-LoRA (a plain q_proj), default rope, rope_interleave off, one
+#     group, no renormalization, every layer MoE.
+#   deepseek_v3_fp8: the first config's shape in FP8 blocks of 32 (partial edge blocks:
+#     moe_intermediate_size 40, kv_lora_rank 48).
+#   glm4_moe: GQA with attention biases, partial rotary 0.5, qk-norm, 2 groups with 1 kept,
+#     shared expert, a leading dense layer, an MTP layer; glm4_moe_plain: no qk-norm, one group.
+#   minimax_m2: qk-norm over the whole q / k projections, rotary on half of each head,
+#     sigmoid routing with the bias, no groups, no shared expert.
+DSV3 = dict(COMMON, num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=24,
+            n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=1, routed_scaling_factor=2.5,
+            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, rms_norm_eps=1e-6)
+YARN_DS = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32.0,
+           "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}
+GLM = dict(COMMON, num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=24,
+           n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=1, routed_scaling_factor=2.5,
+           attention_bias=True, partial_rotary_factor=0.5, rms_norm_eps=1e-5)
+FIXTURES.update({
+    "deepseek_v3": ("deepseek_v3", dict(DSV3, num_hidden_layers=3, q_lora_rank=24, n_group=4, topk_group=2,
+                    first_k_dense_replace=1, norm_topk_prob=True, rope_interleave=True, rope_theta=10000.0,
+                    num_nextn_predict_layers=1, rope_scaling=YARN_DS),
+                    torch.bfloat16, "<|im_start|>", {"plain": True, "router_bias": 0.1, "mtp": True}),
+    "deepseek_v3_plain": ("deepseek_v3", dict(DSV3, num_hidden_layers=2, q_lora_rank=None, n_group=1, topk_group=1,
+                          first_k_dense_replace=0, norm_topk_prob=False, rope_interleave=False,
+                          rope_theta=50000.0, routed_scaling_factor=1.0),
+                          torch.float32, None, {"plain": True, "router_bias": 0.1}),
+    "deepseek_v3_fp8": ("deepseek_v3", dict(DSV3, num_hidden_layers=3, q_lora_rank=24, n_group=4, topk_group=2,
+                        first_k_dense_replace=1, norm_topk_prob=True, rope_interleave=True, rope_theta=10000.0,
+                        moe_intermediate_size=40, kv_lora_rank=48, rope_scaling=YARN_DS),
+                        torch.bfloat16, None, {"plain": True, "router_bias": 0.1, "fp8": [32, 32]}),
+    "glm4_moe": ("glm4_moe", dict(GLM, num_hidden_layers=3, use_qk_norm=True, n_group=2, topk_group=1,
+                 first_k_dense_replace=1, norm_topk_prob=True, num_nextn_predict_layers=1, rope_theta=10000.0,
+                 rope_scaling={"partial_rotary_factor": 0.5}),
+                 torch.bfloat16, None, {"plain": True, "router_bias": 0.1, "mtp": True}),
+    "glm4_moe_plain": ("glm4_moe", dict(GLM, num_hidden_layers=2, use_qk_norm=False, n_group=1, topk_group=1,
+                       first_k_dense_replace=0, norm_topk_prob=False, rope_theta=1000000.0,
+                       rope_scaling={"partial_rotary_factor": 0.5}),
+                       torch.float32, "<|im_start|>", {"plain": True, "router_bias": 0.1}),
+    "minimax_m2": ("minimax_m2", dict(COMMON, num_hidden_layers=3, head_dim=16, intermediate_size=24,
+                   num_local_experts=16, num_experts_per_tok=4, rms_norm_eps=1e-6, rope_theta=5000000.0,
+                   rotary_dim=8, rope_scaling={"partial_rotary_factor": 0.5}),
+                   torch.bfloat16, None, {"plain": True, "router_bias": 0.1}),
+})
+
+
 def build_config(model_type: str, kwargs: dict, opts: dict | None = None):
     kwargs = dict(kwargs)
     if opts and not opts.get("plain"):  # hybrid families: rope_parameters given whole (partial rotary, M-RoPE sections)
@@ -279,6 +337,8 @@ def build_config(model_type: str, kwargs: dict, opts: dict | None = None):
         return cfg
     rope_scaling = kwargs.pop("rope_scaling", None)
     theta = kwargs.pop("rope_theta")
+    for key in JSON_ONLY:  # written into config.json after saving (see add_json_only)
+        kwargs.pop(key, None)
     cfg = AutoConfig.for_model(model_type, **kwargs)
     # transformers 5 keeps rope settings in rope_parameters; older versions in rope_theta /
     # rope_scaling. Set whichever this version has.
@@ -324,6 +384,13 @@ def router_margins(model, k: int):
             hooks.append(mod.register_forward_hook(phook))
             continue
         w = getattr(mod, "weight", None)
+        parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else None
+        bias = getattr(mod, "e_score_correction_bias", getattr(parent, "e_score_correction_bias", None))
+        if name.endswith(".gate") and w is not None and isinstance(bias, torch.Tensor):
+            tc = text_config(model)
+            hooks.append(mod.register_forward_hook(sigmoid_margin_hook(w, bias, k, getattr(tc, "n_group", None) or 1,
+                                                                       getattr(tc, "topk_group", None) or 1, margins)))
+            continue
         if (name.endswith(".gate") or name.endswith(".router")) and w is not None and w.dim() == 2 \
                 and w.shape[0] <= 64 and w.shape[1] == hidden:
             b = getattr(mod, "bias", None)  # gpt-oss: the router's logits carry a bias
@@ -336,6 +403,29 @@ def router_margins(model, k: int):
                 margins.append(float((s[:, k - 1] - s[:, k]).min()))
             hooks.append(mod.register_forward_hook(hook))
     return margins, hooks
+
+
+def sigmoid_margin_hook(w, bias, k, n_group, topk_group, margins):
+    """Group-limited sigmoid routing (DeepSeek-V3, GLM-4.5; MiniMax-M2 is one group): the
+    choice is made on sigmoid(logits) + bias. Records the smaller of the group choice's margin
+    (the topk_group-th group score minus the next) and the expert choice's inside the kept
+    groups (the k-th masked score minus the next), as transformers' get_topk_indices makes them."""
+    def hook(m, args, out):
+        x = args[0].reshape(-1, w.shape[1]).double()
+        c = torch.sigmoid(x @ w.double().T) + bias.double()
+        n, e = c.shape
+        ms = []
+        if n_group > 1:
+            g = c.view(n, n_group, e // n_group).topk(2, dim=-1).values.sum(-1)
+            gs = torch.sort(g, dim=-1, descending=True).values
+            if topk_group < n_group:
+                ms.append(float((gs[:, topk_group - 1] - gs[:, topk_group]).min()))
+            keep = torch.zeros_like(g).scatter_(1, torch.topk(g, topk_group, dim=-1).indices, 1.0)
+            c = c.masked_fill(keep.repeat_interleave(e // n_group, dim=1) == 0, 0.0)
+        s = torch.sort(c, dim=-1, descending=True).values
+        ms.append(float((s[:, k - 1] - s[:, k]).min()))
+        margins.append(min(ms))
+    return hook
 
 
 def qsa_margins(model):
@@ -478,6 +568,10 @@ def seeded_model(name: str, seed: int):
             for pname, p in model.named_parameters():
                 if pname.endswith(key):
                     p.mul_(factor)
+        if (opts or {}).get("router_bias"):  # a buffer, not a parameter: the perturbation leaves it at zero
+            for bname, b in model.named_buffers():
+                if bname.endswith("e_score_correction_bias"):
+                    b.copy_(torch.randn_like(b) * opts["router_bias"])
     return model.to(dtype).float()
 
 
@@ -552,6 +646,85 @@ def screen_seeds(names, tok, seconds: float) -> dict:
         print(f"screen {n}: {len(found[n])} seeds in {time.time() - t0:.0f} s; best prompt-pass margins {top}",
               flush=True)
     return found
+
+
+# Config fields the published checkpoints carry that transformers' config class may not
+# declare: kept out of the config object and written into the saved config.json.
+JSON_ONLY = ("num_nextn_predict_layers", "rotary_dim")
+
+
+def add_json_only(out: pathlib.Path, kwargs: dict):
+    extra = {k: kwargs[k] for k in JSON_ONLY if k in kwargs}
+    if extra:
+        cfg = json.loads((out / "config.json").read_text())
+        cfg.update(extra)
+        (out / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def append_mtp_layer(out: pathlib.Path, n_layers: int, seed: int):
+    """The published DeepSeek-V3 / GLM-4.5 checkpoints carry their multi-token-prediction
+    layer as model.layers.<num_hidden_layers>.*: a decoder layer plus enorm, hnorm, eh_proj
+    [H, 2H], embed_tokens and shared_head (norm, head). Appended here (a copy of the last
+    layer's tensors under the new index and random MTP tensors); transformers skips it."""
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(out / "model.safetensors"))
+    last = f"model.layers.{n_layers - 1}."
+    new = f"model.layers.{n_layers}."
+    g = torch.Generator().manual_seed(seed)
+    for key in [k for k in sd if k.startswith(last)]:
+        sd[new + key[len(last):]] = sd[key].clone()
+    h = sd["model.norm.weight"].shape[0]
+    dt = sd["model.norm.weight"].dtype
+    rnd = lambda *shape: (torch.randn(*shape, generator=g) * 0.05).to(dt)
+    sd[new + "enorm.weight"] = torch.ones(h, dtype=dt)
+    sd[new + "hnorm.weight"] = torch.ones(h, dtype=dt)
+    sd[new + "eh_proj.weight"] = rnd(h, 2 * h)
+    sd[new + "embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
+    sd[new + "shared_head.norm.weight"] = torch.ones(h, dtype=dt)
+    sd[new + "shared_head.head.weight"] = sd["lm_head.weight"].clone()
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def is_fp8_matrix(key: str, t) -> bool:
+    """The tensors DeepSeek-V3's FP8 checkpoint stores in F8_E4M3: every linear projection;
+    not the embeddings, the output head, norms, the router (mlp.gate) or its bias."""
+    return (key.endswith("_proj.weight") or key.endswith("_proj_with_mqa.weight")) and t.dim() == 2 \
+        and ".mlp.gate." not in key
+
+
+def write_fp8(out: pathlib.Path, block: list):
+    """Rewrites the saved projections as F8_E4M3 with a float32 weight_scale_inv per block of
+    block[0] x block[1] (edge blocks partial): scale = amax / 448 (1 for an all-zero block),
+    q = round-to-nearest(w / scale) in e4m3, dequantized q * scale in float32. Returns {key:
+    dequantized f32 tensor}, also written to fp8_dequantized.safetensors."""
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(out / "model.safetensors"))
+    deq = {}
+    br, bc = block
+    for key in [k for k in sd if is_fp8_matrix(k, sd[k])]:
+        w = sd.pop(key).float()
+        r, c = w.shape
+        nr, nc = -(-r // br), -(-c // bc)
+        pad = torch.zeros(nr * br, nc * bc)
+        pad[:r, :c] = w
+        blocks = pad.view(nr, br, nc, bc)
+        amax = blocks.abs().amax(dim=(1, 3))
+        scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float()
+        full = scale.repeat_interleave(br, 0).repeat_interleave(bc, 1)[:r, :c]
+        q = (w / full).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        sd[key] = q.contiguous()
+        sd[key.replace(".weight", ".weight_scale_inv")] = scale.contiguous()
+        deq[key] = q.float() * full
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file({k: v.contiguous() for k, v in deq.items()}, str(out / "fp8_dequantized.safetensors"))
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": list(block)}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return deq
 
 
 FP4_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # e2m1 magnitudes by code (bit 3: sign)
@@ -681,6 +854,16 @@ def make_fixture(root: pathlib.Path, name: str, tok, screened=None, full_seconds
                     st[key].copy_(d)
         else:
             ref_model = got
+    if (opts or {}).get("fp8"):  # the reference: the bf16-rounded dequantization (what a bf16 run holds)
+        deq = write_fp8(out, opts["fp8"])
+        with torch.no_grad():
+            st = ref_model.state_dict()
+            for key, d in deq.items():
+                st[key].copy_(d.to(torch.bfloat16).float())
+                saved_state[key] = st[key].clone()
+    add_json_only(out, kwargs)
+    if (opts or {}).get("mtp"):
+        append_mtp_layer(out, kwargs["num_hidden_layers"], seed)
     # The reference must come from exactly the saved weights (a missed conversion would
     # leave a freshly initialized tensor behind without an error).
     got_state = ref_model.state_dict()
