@@ -855,12 +855,20 @@ def make_fixture(root: pathlib.Path, name: str, tok, screened=None, full_seconds
         else:
             ref_model = got
     if (opts or {}).get("fp8"):  # the reference: the bf16-rounded dequantization (what a bf16 run holds)
+        import shutil
+        from safetensors.torch import load_file, save_file
+        deq_dir = out.parent / (out.name + ".dequantized")
+        shutil.rmtree(deq_dir, ignore_errors=True)
+        shutil.copytree(out, deq_dir)
         deq = write_fp8(out, opts["fp8"])
-        with torch.no_grad():
-            st = ref_model.state_dict()
-            for key, d in deq.items():
-                st[key].copy_(d.to(torch.bfloat16).float())
-                saved_state[key] = st[key].clone()
+        sd = load_file(str(deq_dir / "model.safetensors"))
+        for key, d in deq.items():
+            sd[key] = d.to(torch.bfloat16)
+        save_file(sd, str(deq_dir / "model.safetensors"), metadata={"format": "pt"})
+        # transformers maps the checkpoint's per-expert names onto its own layout on load
+        ref_model = cls.from_pretrained(str(deq_dir), dtype=torch.float32, attn_implementation="eager").eval()
+        saved_state = {key: t.detach().clone() for key, t in ref_model.state_dict().items()}
+        shutil.rmtree(deq_dir)
     add_json_only(out, kwargs)
     if (opts or {}).get("mtp"):
         append_mtp_layer(out, kwargs["num_hidden_layers"], seed)
