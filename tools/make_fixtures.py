@@ -320,6 +320,7 @@ FIXTURES.update({
                        torch.float32, "<|im_start|>", {"plain": True, "router_bias": 0.1}),
     "minimax_m2": ("minimax_m2", dict(COMMON, num_hidden_layers=3, head_dim=16, intermediate_size=24,
                    num_local_experts=16, num_experts_per_tok=4, rms_norm_eps=1e-6, rope_theta=5000000.0,
+                   bos_token_id=None, eos_token_id=EOS_ID,
                    rotary_dim=8, rope_scaling={"partial_rotary_factor": 0.5}),
                    torch.bfloat16, None, {"plain": True, "router_bias": 0.1}),
 })
