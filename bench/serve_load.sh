@@ -3,11 +3,12 @@
 # (bench/serve_load.py), resident and with a device expert cache of 10% of the pack's expert
 # bytes; prints a markdown table for each.
 #   MODEL: a pack (manifest.json), an HF checkpoint (config.json; converted to a q4 pack with
-#          bf16 dense weights, as the peer comparison does), or `peer`: the LAYERS-layer
-#          Qwen3-30B-A3B-shaped checkpoint of $PEER/make_model.py (random bf16 weights, needs
-#          torch and a GPU) with the Qwen3 tokenizer of $PEER/ik_llama-trimmed.tar.xz.
+#          bf16 dense weights, as the peer comparison does), or `peer`: the side by side's
+#          LAYERS-layer Qwen3-30B-A3B-shaped checkpoint (bench/peer/make_model.py: random bf16
+#          weights, needs torch and a GPU) with the Qwen3 tokenizer files of TOK_DIR.
 #   BIN_DIR: holds sluice (LD_LIBRARY_PATH set for its libraries).
-# Environment (defaults): PEER (.carry/peer), LAYERS (12), BACKEND (cuda), PORT (18080),
+# Environment (defaults): TOK_DIR (a folder with the Qwen3 tokenizer.json and
+#   tokenizer_config.json), LAYERS (12), BACKEND (cuda), PORT (18080),
 #   CLIENTS (1,8,32,64), REQUESTS (2 per client), PROMPT_TOKENS (128), MAX_TOKENS (128),
 #   PARALLEL (64 sequences), CTX (1024 tokens each), HOST_CACHE (16G: the cached run's misses
 #   come from a preloaded host-RAM tier, as side_by_side.sh's "experts in host RAM" row;
@@ -19,7 +20,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 [ $# -eq 2 ] || { echo "usage: serve_load.sh MODEL|peer BIN_DIR" >&2; exit 2; }
 MODEL=$1; BIN=$(realpath "$2")
-PEER=${PEER:-.carry/peer}; LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}; PORT=${PORT:-18080}
+LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}; PORT=${PORT:-18080}
 CLIENTS=${CLIENTS:-1,8,32,64}; REQUESTS=${REQUESTS:-2}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 MAX_TOKENS=${MAX_TOKENS:-128}; PARALLEL=${PARALLEL:-64}; CTX=${CTX:-1024}; HOST_CACHE=${HOST_CACHE:-16G}
 W=${WORK:-/tmp/serve_load}; OUTD=${OUT:-$W/out}; mkdir -p "$W" "$OUTD"
@@ -43,13 +44,12 @@ if [ "$MODEL" = peer ]; then
   if [ -f "$W/pack.done" ] && [ "$(cat "$W/layers" 2>/dev/null)" = "$LAYERS" ]; then
     say "reusing the $LAYERS-layer pack at $PACK"
   else
-    [ -f "$PEER/make_model.py" ] || die "$PEER/make_model.py not found (set PEER to the peer folder)"
-    rm -rf "$W/hf" "$W/tok"; mkdir -p "$W/tok"
-    tar xJf "$PEER/ik_llama-trimmed.tar.xz" -C "$W/tok" qwen3-tok || die "no qwen3-tok in $PEER/ik_llama-trimmed.tar.xz"
+    [ -f "${TOK_DIR:-}/tokenizer.json" ] || die "set TOK_DIR to a folder with the Qwen3 tokenizer files"
+    rm -rf "$W/hf"
     say "making the $LAYERS-layer peer checkpoint"
-    timeout "$(tmo 300)" python3 "$PEER/make_model.py" "$W/hf" "$LAYERS" > "$OUTD/make_model.log" 2>&1 \
+    timeout "$(tmo 300)" python3 "$HERE/peer/make_model.py" "$W/hf" "$LAYERS" > "$OUTD/make_model.log" 2>&1 \
       || { tail -5 "$OUTD/make_model.log" >&2; die "make_model.py failed (log: $OUTD/make_model.log)"; }
-    cp "$W/tok/qwen3-tok/"* "$W/hf/"
+    cp "$TOK_DIR"/tokenizer.json "$TOK_DIR"/tokenizer_config.json "$W/hf/"
     convert "$W/hf"
     echo "$LAYERS" > "$W/layers"
     rm -rf "$W/hf"  # 16 GB for 12 layers; the pack is what runs

@@ -4,7 +4,7 @@
 // the records, the speculative share, the host tier) on a real pack.
 #include <gtest/gtest.h>
 
-#include "../models/pack_util.h"
+#include "tests/models/pack_util.h"
 #include "experts/plan.h"
 
 using namespace sluice;

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "convert/convert.h"
 #include "testkit/synthetic_model.h"
 #include "experts/streamer.h"

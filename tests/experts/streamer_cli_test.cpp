@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "backends/backend.h"
 #include "experts/simulate.h"
 #include "format/npy.h"

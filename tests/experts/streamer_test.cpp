@@ -21,8 +21,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "experts/streamer.h"
 #include "models/load.h"
 

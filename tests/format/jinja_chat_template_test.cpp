@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "format/chat_template.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <gtest/gtest-spi.h>
 
-#include "jinja_reference.h"
+#include "tests/format/jinja_reference.h"
 
 using sluice::test::expect_cases_match_reference;
 using sluice::test::JinjaCase;

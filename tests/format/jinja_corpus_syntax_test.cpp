@@ -4,7 +4,7 @@
 // byte for byte; where the reference throws, sluice must throw in the same phase.
 #include <gtest/gtest.h>
 
-#include "jinja_reference.h"
+#include "tests/format/jinja_reference.h"
 
 using sluice::test::expect_cases_match_reference;
 using sluice::test::JinjaCase;

@@ -8,7 +8,7 @@
 #include "format/jinja/js_number.h"
 #include "format/jinja/template.h"
 #include "format/jinja/value.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 namespace {
 

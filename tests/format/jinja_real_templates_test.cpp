@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "format/chat_template.h"
-#include "jinja_reference.h"
+#include "tests/format/jinja_reference.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // The reference runner and comparison of jinja_reference.h.
-#include "jinja_reference.h"
+#include "tests/format/jinja_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "format/jinja/builtins.h"
 #include "format/jinja/template.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 namespace sluice::test {
 

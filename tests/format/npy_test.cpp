@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "format/json_file.h"
 #include "format/npy.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 using namespace sluice;
 using sluice::test::as_span;

@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#include "../models/fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/output_file.h"
 #include "format/text_pieces.h"
 #include "format/tokenizer.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;

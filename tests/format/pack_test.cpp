@@ -10,14 +10,14 @@
 #include <fstream>
 #include <random>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "convert/convert.h"
 #include "core/quant.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "format/pack.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 #include "models/load.h"
 
 using namespace sluice;

@@ -10,7 +10,7 @@
 
 #include "format/checkpoint.h"
 #include "format/safetensors.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 
 using namespace sluice;
 using sluice::test::as_span;

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "convert/convert.h"
 #include "core/quant.h"
 #include "engine/generator.h"

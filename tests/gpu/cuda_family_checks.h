@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
-#include "scoped_env.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
+#include "tests/gpu/scoped_env.h"
 #include "models/load.h"
 
 namespace sluice::test {

@@ -12,7 +12,7 @@
 
 #include <cstdlib>
 
-#include "cuda_family_checks.h"
+#include "tests/gpu/cuda_family_checks.h"
 
 using namespace sluice;
 using namespace sluice::test;

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cuda_family_checks.h"
+#include "tests/gpu/cuda_family_checks.h"
 #include "format/npy.h"
 
 using namespace sluice;

@@ -11,7 +11,7 @@
 // HostRoutedFamiliesSameRoutingAndTokensAsTheCpu).
 #include <gtest/gtest.h>
 
-#include "cuda_family_checks.h"
+#include "tests/gpu/cuda_family_checks.h"
 
 using namespace sluice;
 using namespace sluice::test;

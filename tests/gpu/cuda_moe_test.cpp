@@ -27,7 +27,7 @@
 #include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
 #include "models/blocks.h"
-#include "scoped_env.h"
+#include "tests/gpu/scoped_env.h"
 
 using namespace sluice;
 

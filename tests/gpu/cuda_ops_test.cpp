@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "../unit/attention_test_util.h"
+#include "tests/backends/attention_test_util.h"
 #include "backends/backend.h"
 #include "backends/cuda/gemm_bf16.h"
-#include "scoped_env.h"
+#include "tests/gpu/scoped_env.h"
 #include "backends/cuda/kernels.h"
 #include "core/quant.h"
 

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "engine/generator.h"
 #include "format/pack.h"
 #include "models/load.h"

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <span>
 
-#include "../models/farm_util.h"
-#include "../models/fixture_util.h"
+#include "tests/models/farm_util.h"
+#include "tests/models/fixture_util.h"
 #include "engine/generator.h"
 #include "format/npy.h"
 #include "models/load.h"

@@ -13,11 +13,11 @@
 #include <optional>
 #include <random>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "core/sampling.h"
 #include "models/load.h"
-#include "scoped_env.h"
+#include "tests/gpu/scoped_env.h"
 
 using namespace sluice;
 using namespace sluice::test;

@@ -16,7 +16,7 @@
 
 #include "backends/backend.h"
 #include "core/sampling.h"
-#include "scoped_env.h"
+#include "tests/gpu/scoped_env.h"
 
 using namespace sluice;
 

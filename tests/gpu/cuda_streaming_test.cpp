@@ -24,9 +24,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
-#include "cuda_family_checks.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
+#include "tests/gpu/cuda_family_checks.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/router_scoring.h"
 #include "experts/cuda/cuda_streamer.h"

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "models/load.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

@@ -18,12 +18,12 @@
 
 #include "convert/convert.h"
 #include "core/quant.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/checkpoint.h"
 #include "format/pack.h"
 #include "format/safetensors.h"
 #include "models/load.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

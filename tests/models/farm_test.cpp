@@ -9,7 +9,7 @@
 #include <map>
 
 #include "backends/cpu/cpu_backend.h"
-#include "farm_util.h"
+#include "tests/models/farm_util.h"
 #include "format/json_file.h"
 
 using namespace sluice;

@@ -1,5 +1,5 @@
 // The fixture farm's shared check (farm_util.h).
-#include "farm_util.h"
+#include "tests/models/farm_util.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/json_file.h"
 #include "format/npy.h"
 #include "models/load.h"

@@ -1,5 +1,5 @@
 // Fixture reference reading.
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,13 +11,13 @@
 
 #include <functional>
 
-#include "../format/format_test_util.h"
+#include "tests/format/format_test_util.h"
 #include "backends/backend.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/npy.h"
 #include "format/pack.h"
 #include "models/load.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

@@ -13,7 +13,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/log.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/json_file.h"
 #include "models/load.h"
 #include "models/ple.h"

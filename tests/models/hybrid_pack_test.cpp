@@ -15,14 +15,14 @@
 #include <set>
 
 #include "engine/generator.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "format/npy.h"
 #include "format/pack.h"
 #include "models/load.h"
 #include "models/ple.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

@@ -14,17 +14,17 @@
 #include <fstream>
 #include <functional>
 
-#include "../format/format_test_util.h"
+#include "tests/format/format_test_util.h"
 #include "backends/backend.h"
 #include "convert/convert.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "format/npy.h"
 #include "format/pack.h"
 #include "format/safetensors.h"
 #include "models/load.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

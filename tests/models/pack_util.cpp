@@ -1,5 +1,5 @@
 // Fixture packs, converted on first use.
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 
 #include "convert/convert.h"
 #include "engine/generator.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/json_file.h"
 #include "format/npy.h"
 

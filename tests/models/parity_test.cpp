@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "engine/generator.h"
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/npy.h"
 #include "models/load.h"
 

@@ -17,13 +17,13 @@
 #include <random>
 #include <thread>
 
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/checkpoint.h"
 #include "format/json_file.h"
 #include "format/pack.h"
 #include "models/load.h"
 #include "models/pack_ngram_table.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

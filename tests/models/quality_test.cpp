@@ -27,11 +27,11 @@
 #include <cmath>
 #include <cstdio>
 
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/npy.h"
 #include "format/pack.h"
 #include "models/load.h"
-#include "pack_util.h"
+#include "tests/models/pack_util.h"
 
 using namespace sluice;
 using namespace sluice::test;

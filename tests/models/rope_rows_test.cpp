@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "models/load.h"
 
 using namespace sluice;

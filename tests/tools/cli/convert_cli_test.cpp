@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "../models/fixture_util.h"
-#include "cli_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/tools/cli/cli_util.h"
 #include "testkit/synthetic_model.h"
 #include "format/npy.h"
 #include "format/pack.h"

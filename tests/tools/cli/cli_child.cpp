@@ -1,8 +1,8 @@
 // run_sluice_child: fork, redirect, setrlimit, exec; wait4 for the status, PeakRss for the
 // peak RSS.
-#include "cli_child.h"
+#include "tests/tools/cli/cli_child.h"
 
-#include "cli_util.h"
+#include "tests/tools/cli/cli_util.h"
 
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "format/json_file.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// The official `openai` npm client against a running `sluice serve` (tests/server/serve_cli_test.cpp):
+// The official `openai` npm client against a running `sluice serve` (tests/tools/server/serve_cli_test.cpp):
 // completions and chat, with and without streaming, greedy; and a bad request's status. Prints one
 // JSON object on stdout. Environment: BASE_URL (http://127.0.0.1:PORT), PROMPT, MAX_TOKENS,
 // CHAT_MESSAGES (JSON), API_KEY (optional).

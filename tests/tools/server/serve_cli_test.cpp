@@ -12,10 +12,10 @@
 
 #include <regex>
 
-#include "../models/fixture_util.h"
-#include "../unit/cli_child.h"
+#include "tests/models/fixture_util.h"
+#include "tests/tools/cli/cli_child.h"
 #include "format/tokenizer.h"
-#include "server_util.h"
+#include "tests/tools/server/server_util.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;

@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "attention_test_util.h"
+#include "tests/backends/attention_test_util.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd.h"
 #include "core/thread_pool.h"

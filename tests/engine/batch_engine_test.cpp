@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "../models/fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
 #include "models/load.h"

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# gpu-check: the GPU-labelled tests and parity, on the GPU machine.
+# tests.sh: the GPU-labelled tests (every CUDA kernel against the CPU reference, parity with
+# transformers on every fixture, streaming against the CPU streamer), on a machine with a GPU.
 #
-#   scripts/gpu-check [BIN_DIR]
+#   bench/gpu-suite/tests.sh [BIN_DIR]
 #
-# Uses the binaries in BIN_DIR (default build/bin: a build carried from the development
-# machine, which builds sm_90 with the static CUDA runtime), or builds them when they are
+# Uses the binaries in BIN_DIR (default build/bin; binaries built elsewhere, see pack-binaries.sh,
+# run as they are: sm_90 with the static CUDA runtime), or builds them when they are
 # missing and cmake + nvcc are present. Run from the repository root; prints a short table.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bin=${1:-build/bin}
 if [ ! -x "$bin/sluice_gpu_tests" ]; then
-  echo "gpu-check: no $bin/sluice_gpu_tests; building"
+  echo "tests.sh: no $bin/sluice_gpu_tests; building"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON >/dev/null && cmake --build build-gpu -j"$(nproc)" >/dev/null || exit 1
   bin=build-gpu/bin
 fi

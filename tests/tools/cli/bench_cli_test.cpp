@@ -6,9 +6,9 @@
 #include <regex>
 #include <sstream>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
-#include "cli_child.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
+#include "tests/tools/cli/cli_child.h"
 
 using namespace sluice::test;
 using nlohmann::json;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "../models/fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "core/log.h"
 #include "engine/generated_text.h"
 #include "engine/sampler.h"

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "../models/fixture_util.h"
-#include "cli_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/tools/cli/cli_util.h"
 #include "format/tokenizer.h"
 
 namespace fs = std::filesystem;

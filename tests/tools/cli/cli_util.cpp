@@ -1,5 +1,5 @@
 // The CLI test runner (cli_util.h).
-#include "cli_util.h"
+#include "tests/tools/cli/cli_util.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

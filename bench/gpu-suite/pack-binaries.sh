@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# carry-build [BIN ...]: strips the named binaries of build/bin (default: sluice,
-# sluice_gpu_tests, bench_cuda) and the shared libraries the GPU machine lacks into one
-# compressed archive, .carry/bins.txz (git-ignored), small enough for the device tool's carry
-# next to the working tree (xz -9e with a 256 MiB dictionary: about 10 MB for the default three, where gzip made 27 MB,
-# too much beside 42 MB of tracked files and the peer's 2.8 MB under the 64 MiB limit).
+# pack-binaries.sh [BIN ...]: for a GPU machine without the build's toolchain or Debian's
+# libraries: strips the named binaries of build/bin (default: sluice, sluice_gpu_tests,
+# bench_cuda) and packs them with the shared libraries such a machine (Ubuntu 24.04 with the
+# CUDA driver) lacks into one archive, .carry/bins.txz (git-ignored; xz -9e with a 256 MiB
+# dictionary: about 10 MB for the default three, where gzip makes 27 MB).
 # There: tar xJf .carry/bins.txz -C .carry and LD_LIBRARY_PATH=$PWD/.carry/lib.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # CARRY_FROM=DIR takes them from DIR/bin instead: a build configured with
 # -DSLUICE_CUDA_ARCHITECTURES=90-real (no PTX) is a third the size, so the binaries and the
-# peer's folder fit the carry together (bench/gpu_calls/README.md).
+# peer's source fit a 64 MiB transfer together.
 from=${CARRY_FROM:-build}
 bins=("$@")
 [ ${#bins[@]} -gt 0 ] || bins=(sluice sluice_gpu_tests bench_cuda)

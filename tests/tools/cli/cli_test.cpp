@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "../models/fixture_util.h"
+#include "tests/models/fixture_util.h"
 #include "format/npy.h"
 
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "backends/backend.h"
 #include "engine/generator.h"
 #include "engine/kl_check.h"

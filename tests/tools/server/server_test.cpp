@@ -18,13 +18,13 @@
 #include <random>
 #include <thread>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "engine/batch_engine.h"
 #include "format/chat_template.h"
 #include "models/load.h"
 #include "server/http_server.h"
-#include "server_util.h"
+#include "tests/tools/server/server_util.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
-#include "cli_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
+#include "tests/tools/cli/cli_util.h"
 
 namespace fs = std::filesystem;
 using namespace sluice::test;

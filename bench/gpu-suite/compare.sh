@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-compare OLD_BIN NEW_BIN [REPS]: on the GPU machine, two builds of sluice side by side on
+# compare.sh OLD_BIN NEW_BIN [REPS]: on a machine with a GPU, two builds of sluice side by side on
 # the same full-size synthetic qwen3-30b-a3b q4 pack (48 layers, written to /tmp/q3 unless
 # present): resident decode (bench_cuda), streamed decode at a 10% expert cache from disk and
 # from a preloaded host-RAM tier (sluice run, sampled tokens so that routing varies). The runs

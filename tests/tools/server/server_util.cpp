@@ -1,5 +1,5 @@
 // Server test helpers (server_util.h).
-#include "server_util.h"
+#include "tests/tools/server/server_util.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
 #include "engine/generated_text.h"
 #include "engine/generator.h"
 
@@ -64,7 +64,7 @@ std::string run_node_script(const std::string& script, const std::map<std::strin
     return {};
   }
   const fs::path copy = npm / script;
-  fs::copy_file(source_dir() / "tests" / "server" / script, copy, fs::copy_options::overwrite_existing);
+  fs::copy_file(source_dir() / "tests" / "tools" / "server" / script, copy, fs::copy_options::overwrite_existing);
   std::string cmd;
   for (const auto& [k, v] : env) {
     std::string q;

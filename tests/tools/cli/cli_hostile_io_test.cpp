@@ -16,9 +16,9 @@
 #include <sstream>
 #include <thread>
 
-#include "../models/fixture_util.h"
-#include "../models/pack_util.h"
-#include "cli_child.h"
+#include "tests/models/fixture_util.h"
+#include "tests/models/pack_util.h"
+#include "tests/tools/cli/cli_child.h"
 #include "format/npy.h"
 #include "format/pack.h"
 

@@ -18,12 +18,12 @@
 #include <tuple>
 #include <thread>
 
-#include "../unit/cli_util.h"
+#include "tests/tools/cli/cli_util.h"
 #include "convert/synth.h"
 #include "core/quant.h"
 #include "format/json_file.h"
 #include "format/pack.h"
-#include "format_test_util.h"
+#include "tests/format/format_test_util.h"
 #include "models/load.h"
 
 using namespace sluice;
