@@ -13,7 +13,7 @@
 #     the decode, the IO bound and the run's decode time over it.
 # Prints a markdown table. Environment (defaults): LIKE (gpt-oss-120b), KIND (mxfp4), LAYERS
 #   (12), BACKEND (cuda), PROMPT (16), DECODE (64; DISK_DECODE 24 for the disk rows), CACHES
-#   (10,25), TIERS (disk,host), HBM_GBPS (4000: GPU-MACHINE.md's measured copy bandwidth),
+#   (10,25), TIERS (disk,host), HBM_GBPS (4000: an H200's copy bandwidth, rounded),
 #   H2D_GBPS (55), WORK (/tmp/family_decode), DEADLINE (s, 570), KEEP (0: a pack synthesized here
 #   is removed at the end, for the next family's room on the 64 GiB disk), RESIDENT (1: 0 skips
 #   the resident row), EXTRA (options added to every streamed run, e.g. "--profile fast" or

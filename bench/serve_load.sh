@@ -14,7 +14,7 @@
 #   come from a preloaded host-RAM tier, as side_by_side.sh's "experts in host RAM" row;
 #   0: from the pack on disk), WORK (/tmp/serve_load: checkpoint and pack; a finished pack is
 #   reused), OUT (/tmp/serve_load/out: logs and JSON), DEADLINE (570 s: every step runs under
-#   `timeout` of at most what is left of it, so that a hang cannot outlast a 10-minute call).
+#   `timeout` of at most what is left of it, so that a hang cannot outlast the deadline).
 # The server is stopped (SIGTERM, then SIGKILL) after each run.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# streamed_prefill.sh BIN_DIR [PACK]: the streamed prefill of issue 14's table. A prompt of
+# streamed_prefill.sh BIN_DIR [PACK]: the streamed prefill against its bounds. A prompt of
 # TOKENS random ids through `sluice run -n 1`, resident and streamed with device caches of
 # CACHES percent of the pack's expert bytes, experts from the disk and from a preloaded
 # host-RAM tier; prints a markdown table: prefill tok/s, sub-batches a layer, GB moved, the
@@ -9,7 +9,7 @@
 #   PACK: a pack; default: `sluice synth --like $LIKE --kinds $KIND --layers $LAYERS` in $WORK
 #         (reused when its manifest is there).
 # Environment (defaults): BACKEND (cuda), LIKE (qwen3-30b-a3b), LAYERS (48), KIND (q4), TOKENS
-#   (2048), CACHES (10,25), TIERS (disk,host), H2D_GBPS (55: GPU-MACHINE.md's pinned copy),
+#   (2048), CACHES (10,25), TIERS (disk,host), H2D_GBPS (55: an H100's or H200's pinned copy),
 #   WORK (/tmp/streamed_prefill), DEADLINE (570 s: every run under `timeout` of what is left),
 #   LOOKAHEAD (off: the streamed runs' --lookahead; on prefetches each sub-batch's prediction of
 #   the next layer).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fixture farm: many small random configs per family, each a real HF checkpoint with
-transformers' teacher-forced logits at every position (issue 15: a qwen4_exp mismatch that the
-hand-made fixtures missed was found on independent checkpoints made from other configs).
+transformers' teacher-forced logits at every position (independent checkpoints from other
+configs find mismatches that the hand-made fixtures miss: a qwen4_exp one was found so).
 
 Runs on the GPU machine (torch and transformers 5.17 are there), on its CPU cores:
     python3 tools/make_farm.py tests/fixtures/farm [--per-family N] [--families a,b]

@@ -7,7 +7,7 @@ CORPUS_DIR holds train.txt and heldout.txt (tools/demo/prepare_corpus.py). Write
 (config.json, model.safetensors in bf16, tokenizer.json, tokenizer_config.json),
 OUT_DIR/reference.json (held-out perplexity by the procedure `sluice perplexity` repeats,
 training curve, samples) and OUT_DIR/routing.jsonl (routing trace of greedy generations, in
-the format of shared/traces).
+the format of docs/trace-format.md).
 
 Held-out perplexity procedure (also sluice's): encode the whole file (no special tokens),
 cut it into consecutive windows of CTX tokens (the last may be shorter, at least 2), run each

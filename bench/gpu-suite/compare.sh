@@ -5,7 +5,7 @@
 # from a preloaded host-RAM tier (sluice run, sampled tokens so that routing varies). The runs
 # are interleaved (old, new, old, new, ...) REPS times (default 3) so that drift of the machine
 # hits both alike; prints one markdown row per measure: mean ± standard deviation of each
-# build, and new / old. Also the disk's O_DIRECT read rate, measured in the same call.
+# build, and new / old. Also the disk's O_DIRECT read rate, measured in the same run.
 # Each BIN holds sluice and bench_cuda. About 90 s a repetition after the pack is written.
 # Measures: resident = bench_cuda's steady decode (greedy, logits to the host); run-greedy and
 # run-t1 = what `sluice run` reports for 128 resident tokens, greedy and at temperature 1

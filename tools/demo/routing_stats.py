@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Routing statistics of a trace in the shared/traces format (one JSON object per line with
+"""Routing statistics of a trace in the format of docs/trace-format.md (one JSON object per line with
 problem_id, layer, token_idx, experts strongest first): expert popularity per layer and
 token-to-token reuse (the share of a token's experts that the previous token of the same
 problem also used, per layer). Prints markdown.

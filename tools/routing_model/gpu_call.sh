@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_call.sh BIN_DIR OUT_DIR: issue 20's larger routing model in one GPU-machine call (the
-# machine is wiped after it; only OUT_DIR comes back, files of up to 16 MiB): the Python
+# gpu_call.sh BIN_DIR OUT_DIR: the larger routing model on a GPU machine within ten minutes
+# (everything kept is written to OUT_DIR, each file under 16 MiB): the Python
 # sources installed there as text, `sluice tokenize`, train.py on the GPU for TRAIN_SECONDS,
 # the held-out perplexity from torch and from `sluice perplexity` (CPU backend, the exact
 # reference), the routing trace with the lookahead's predictions (xz), and the fast profile's
@@ -43,7 +43,7 @@ say "trace"
 "${PYTHON:-python3}" "$HERE/make_trace.py" "$BIN/sluice" "$W/m/model" "$W/corpus/heldout_eval.txt" "$W/trace.jsonl" \
   --windows "${WINDOWS:-24}" --ctx "${CTX:-512}" | tee "$OUTD/trace.txt"
 xz -9 -T0 -c "$W/trace.jsonl" > "$OUTD/routing-model-gpu.jsonl.xz"
-# The fast profile on a trained model (issue 20): decode from the disk through a 10% device
+# The fast profile on a trained model: decode from the disk through a 10% device
 # cache, exact and fast, the fast one checked against exact steps (--kl-check).
 say "fast profile"
 "$BIN/sluice" convert "$W/m/model" "$W/pack" --kinds q4,q2 --force -q 2>&1 | tail -1

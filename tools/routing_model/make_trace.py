@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The routing model's trace: every routing decision of held-out text, with the lookahead
-router's predictions, in the format of shared/traces (docs/policy.md replays it).
+router's predictions, in the format of docs/trace-format.md (docs/policy.md replays it).
 
     python3 tools/routing_model/make_trace.py SLUICE MODEL_DIR TEXT OUT.jsonl [--windows 64] [--ctx 256]
 
