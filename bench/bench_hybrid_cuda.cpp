@@ -3,7 +3,7 @@
 // channels; qwen4-exp's hyper-connections: 4 streams of 2048). Prints a markdown table: time
 // per call (median of 7 batches, each call followed by nothing: stream order only, one
 // synchronize per batch), and for the memory-bound ops the bytes they must move over that
-// time, next to the device-to-device ceiling of GPU-MACHINE.md (about 4.3 TB/s read + write).
+// time, next to the H200's measured device-to-device ceiling (about 4.3 TB/s read + write).
 //
 // Usage: bench_hybrid_cuda [seconds per row, default 0.3]. Needs a CUDA build and a GPU.
 #include <algorithm>
@@ -59,7 +59,7 @@ Tensor random_tensor(Backend& be, std::initializer_list<int64_t> shape, float lo
   return t;
 }
 
-constexpr double kD2dCeiling = 4.3e12;  // bytes/s read + write, GPU-MACHINE.md
+constexpr double kD2dCeiling = 4.3e12;  // bytes/s read + write, an H200's measured device copy
 
 void row(const std::string& op, const std::string& shape, double sec, double bytes) {
   if (bytes > 0)

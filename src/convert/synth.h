@@ -13,7 +13,7 @@
 // dt_bias and conv taps as transformers initializes them. Expert records hold uniformly
 // random packed values with scales chosen so that the dequantized weights have a standard
 // deviation of about 0.02 (bf16 records: bf16 ~N(0, 0.02)). A forward pass is finite and its
-// activations neither vanish nor blow up; routing is nearly uniform (use shared/traces for
+// activations neither vanish nor blow up; routing is not a trained model's (replay a real trace for
 // anything that depends on routing locality). Every value is a pure function of the seed and
 // its position, so the bytes do not depend on thread count or batch size.
 //

@@ -1,5 +1,5 @@
-// RoutingTraceWriter: writes every routing decision as JSON lines in the format of
-// shared/traces (problem_id, layer, token_idx, experts strongest first, gating_probs), so a
+// RoutingTraceWriter: writes every routing decision as JSON lines in
+// the routing-trace format (docs/trace-format.md: problem_id, layer, token_idx, experts strongest first, gating_probs), so a
 // model's real routing can be replayed by `sluice simulate`. The file is an OutputFile
 // (format/output_file.h): whole lines only, and it appears (or replaces the old one) at
 // close(); a writer destroyed without close() leaves no file behind (a FIFO or device keeps

@@ -2,7 +2,7 @@
 // residency code (residency.h) and counts hits and misses, for comparing eviction policies
 // against each other and against the offline optimum (Belady).
 //
-// Trace format (shared/traces/README.md): JSON lines, one object per (token, MoE layer):
+// Trace format (docs/trace-format.md): JSON lines, one object per (token, MoE layer):
 //   {"problem_id": 0, "layer": 3, "token_idx": 17, "experts": [6, 5], "gating_probs": [0.7, 0.3]}
 // experts are strongest first. problem_id (default 0) separates independent requests, each
 // replayed from a cold cache; token_idx (default: file order) orders the layers of a problem
@@ -47,7 +47,7 @@ Trace read_trace(const std::filesystem::path& path);
 
 // How long an access pins its slot.
 //   access: each routed expert is one independent request, released at once (the usual
-//           cache-simulation convention, and the one of shared/traces/README.md)
+//           cache-simulation convention, and the one of docs/trace-format.md)
 //   step:   the experts of one (token, layer) stay pinned until all of them are acquired,
 //           as in the engine, so a token never evicts its own experts
 enum class PinScope { access, step };

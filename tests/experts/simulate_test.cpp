@@ -1,4 +1,4 @@
-// sluice simulate: the reference table of shared/traces/README.md (LRU and Belady, 2..7
+// sluice simulate: the reference table of the Mixtral HumanEval trace (docs/trace-format.md) (LRU and Belady, 2..7
 // slots per layer), handcrafted traces with exact hit counts (Belady, cold requests, token
 // order in a shared pool, pin scopes), trace errors, and the command's output contract.
 #include <gtest/gtest.h>
@@ -61,7 +61,7 @@ std::pair<Status, std::string> status_and_message(Fn&& fn) {
 
 }  // namespace
 
-// shared/traces/README.md: hit rates with one cache per layer, each (problem, layer) cold.
+// docs/trace-format.md: hit rates with one cache per layer, each (problem, layer) cold.
 TEST(Simulate, ReproducesTheReferenceTable) {
   if (!fs::exists(reference_trace())) GTEST_SKIP() << "no " << reference_trace();
   const Trace t = read_trace(reference_trace());

@@ -24,7 +24,7 @@ void register_perplexity(CLI::App& app) {
   add_model_options(*cmd, opt->model);
   cmd->add_option("--file", opt->file, "UTF-8 text file")->required();
   cmd->add_option("--trace-routing", opt->trace,
-                  "write every routing decision as JSON lines (shared/traces format; one problem per window)");
+                  "write every routing decision as JSON lines (the routing-trace format, docs/trace-format.md; one problem per window)");
   add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::from(2, 1 << 20), "window size in tokens (default 256)");
   cmd->callback([opt] {
     expect_input_file(opt->file, "--file", "a UTF-8 text file");

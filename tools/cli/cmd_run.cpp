@@ -42,7 +42,7 @@ void register_run(CLI::App& app) {
               "context size in tokens (default: prompt + n)");
   cmd->add_flag("--print-ids", opt->print_ids, "end stdout with the generated token ids, comma-separated");
   cmd->add_option("--trace-routing", opt->trace,
-                  "write every routing decision as JSON lines (shared/traces format; with --lookahead on also "
+                  "write every routing decision as JSON lines (the routing-trace format, docs/trace-format.md; with --lookahead on also "
                   "the next layer's predicted experts)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "keep generating past the end-of-sequence token");
   add_integer(*cmd, "--kl-check", opt->kl_check, IntRange::at_least(1),

@@ -22,7 +22,7 @@ void register_simulate(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("simulate", "replay a routing trace through the expert cache");
-  cmd->add_option("--trace", opt->trace, "routing trace (JSON lines, see shared/traces/README.md)")->required();
+  cmd->add_option("--trace", opt->trace, "routing trace (JSON lines, docs/trace-format.md)")->required();
   auto* spl = add_integer(*cmd, "--slots-per-layer", opt->slots_per_layer, IntRange::at_least(1),
                           "one cache of N slots per layer");
   auto* sl =
@@ -31,7 +31,7 @@ void register_simulate(CLI::App& app) {
   cmd->add_option("--policy", opt->policy, str("eviction policy: ", policy_names_text(), ", or all (default)"));
   cmd->add_option("--pin", opt->pin,
                   "how long an access pins its slot: access (each expert is its own request; the "
-                  "convention of shared/traces) or step (a token's experts stay pinned together, as in the engine)");
+                  "convention of docs/trace-format.md) or step (a token's experts stay pinned together, as in the engine)");
   cmd->add_option("--predictions", opt->predictions,
                   "a shared pool with a trace's lookahead predictions: hand each row's prediction to the policy "
                   "after its step (default, as the engine's lookahead runs now), before it, or never");
