@@ -99,6 +99,8 @@ void write_plain_dense(DenseFileWriter& out, PackDenseTensor& t, CheckpointReade
 void write_dense_file(const ConvertPlan& plan, CheckpointReader& reader, PackManifest& m, const fs::path& dir,
                       ConvertReporter& report) {
   const Checkpoint& ck = reader.checkpoint();
+  std::error_code ec;
+  fs::remove(dir / kPackDenseName, ec);  // a resumed convert writing it again
   DenseFileWriter out(dir / kPackDenseName);
   m.dense.clear();
   for (const std::string& name : plan.dense_names) {
@@ -155,6 +157,8 @@ void write_ple_tables(const ConvertPlan& plan, CheckpointReader& reader, PackMan
   }
   ple.file_bytes = at;
 
+  std::error_code ec;
+  fs::remove(dir / ple.file, ec);  // a resumed convert writing it again
   OutFile out(dir / ple.file, false);
   const std::vector<uint8_t> header = pack_file_header(kPackPleRole, ple.file_bytes - kPackHeaderBytes);
   out.write(header.data(), header.size());

@@ -585,6 +585,9 @@ PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool,
     replace_ = is_pack;
   }
   tmp_ = parent_ / ("." + out_.filename().string() + ".partial-" + std::to_string(::getpid()));
+  // The partial packs to adopt or remove are listed before this writer claims its own name
+  // (which a partial pack this process kept may already have).
+  const auto stale_list = stale_partials(parent_, out_.filename().string());
   {
     std::lock_guard<std::mutex> lock(staging_in_use_mutex);
     SLUICE_CHECK(!staging_in_use.count(tmp_), Status::invalid_argument, tool_, ": ", out_.string(),
@@ -592,7 +595,7 @@ PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool,
     staging_in_use.insert(tmp_);
   }
   try {
-    for (const auto& [stale, pid] : stale_partials(parent_, out_.filename().string())) {
+    for (const auto& [stale, pid] : stale_list) {
       if (!resumed_ && adopt && adopt(stale)) {
         if (stale != tmp_ && ::rename(stale.c_str(), tmp_.c_str()) != 0)
           fail(Status::io, tool_, ": cannot rename ", stale.string(), " to ", tmp_.string(), ": ", errno_text(errno));

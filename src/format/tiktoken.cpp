@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "format/file_io.h"
 #include "format/json_file.h"
 #include "format/tokenizer_impl.h"
 

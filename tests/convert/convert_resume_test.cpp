@@ -165,14 +165,14 @@ TEST(ConvertResume, OtherOptionsOrSourceStartOver) {
   expect_same_pack(parent / "whole", parent / "pack");
 }
 
-// The command line: a convert of a ~200 MB checkpoint killed with SIGKILL once its journal
+// The command line: a convert of a ~120 MB checkpoint killed with SIGKILL once its journal
 // holds some records, then the same command: it resumes (-v says so) and the pack equals an
 // uninterrupted convert's.
 TEST(ConvertResume, KilledCommandResumes) {
   const fs::path parent = pack_test_dir("resume-cli");
   const fs::path io = parent / "io";
   fs::create_directories(io);
-  write_synthetic_checkpoint(parent / "ck", synthetic_spec_for_bytes(200'000'000), 11);
+  write_synthetic_checkpoint(parent / "ck", synthetic_spec_for_bytes(120'000'000), 11);
   const std::vector<std::string> args = {"convert", (parent / "ck").string(), (parent / "pack").string(), "--kinds",
                                          "bf16,q4,q2", "--threads", "1", "-q"};
   CliRun killed = run_cli(args, io, [&](pid_t pid) {

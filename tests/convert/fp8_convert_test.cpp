@@ -2,9 +2,9 @@
 // The qwen3_moe fixture's projections (attention, the dense MLP, every expert) re-encoded here
 // as F8_E4M3 in blocks of [24, 40] (partial blocks on both edges of every matrix) by the
 // test's own quantizer and decoder, the other tensors bf16, as DeepSeek-V3 ships: the
-// default convert gives the same dense.bin and bf16 expert records, byte for byte, as the
-// bf16 checkpoint of bf16(dequantized) values, `--dense f32` the same files of every kind as
-// the checkpoint holding the f32 dequantized values, and `sluice convert` + `sluice logits`
+// default convert gives the same dense tensors and bf16 expert records, byte for byte, as the
+// bf16 checkpoint of bf16(dequantized) values, `--dense f32` the same dense tensors and expert
+// files of every kind as the checkpoint holding the f32 dequantized values, and `sluice convert` + `sluice logits`
 // and the direct run of the FP8 directory the same logits as those checkpoints.
 #include <gtest/gtest.h>
 
@@ -163,6 +163,19 @@ LoadOptions kind(DType k) {
   return lo;
 }
 
+// The dense tensors of two packs: the same names, dtypes, shapes and bytes (dense.bin's order
+// follows each checkpoint's file layout, so the files themselves may differ).
+void expect_same_dense(const fs::path& a, const fs::path& b) {
+  std::shared_ptr<Pack> pa = Pack::open(a), pb = Pack::open(b);
+  ASSERT_EQ(pa->dense_names(), pb->dense_names());
+  for (const std::string& name : pa->dense_names()) {
+    const Tensor x = pa->dense(name), y = pb->dense(name);
+    EXPECT_EQ(x.dtype, y.dtype) << name;
+    EXPECT_EQ(x.shape_str(), y.shape_str()) << name;
+    EXPECT_TRUE(x.nbytes() == y.nbytes() && std::memcmp(x.data, y.data, x.nbytes()) == 0) << name;
+  }
+}
+
 void expect_same_file(const fs::path& a, const fs::path& b) {
   const std::string x = read_bytes(a), y = read_bytes(b);
   EXPECT_FALSE(x.empty()) << a;
@@ -177,7 +190,8 @@ TEST(Fp8Convert, DefaultPackEqualsTheBf16CheckpointOfTheDequantizedValues) {
   const ConvertSummary b = convert_checkpoint(c.deq_bf16, parent / "b", options({DType::bf16}));
   EXPECT_EQ(a.dense_dtype, DType::bf16);  // a bf16 model quantized: dense bf16 as for its bf16 checkpoint
   EXPECT_EQ(b.dense_dtype, DType::bf16);
-  for (const char* f : {"dense.bin", "experts.bf16.bin"}) expect_same_file(parent / "a" / f, parent / "b" / f);
+  expect_same_dense(parent / "a", parent / "b");
+  expect_same_file(parent / "a" / "experts.bf16.bin", parent / "b" / "experts.bf16.bin");
   const std::vector<int32_t> ids = full_ids("qwen3_moe");
   const std::vector<float> pack_a = teacher_forced(parent / "a", ids, kind(DType::bf16));
   EXPECT_EQ(pack_a, teacher_forced(parent / "b", ids, kind(DType::bf16)));
@@ -196,7 +210,8 @@ TEST(Fp8Convert, DenseF32PackEqualsTheF32CheckpointOfTheDequantizedValues) {
   const ConvertSummary b = convert_checkpoint(c.deq_f32, parent / "b", options(kinds));
   EXPECT_EQ(a.dense_dtype, DType::f32);
   EXPECT_EQ(b.dense_dtype, DType::f32);  // bf16 and f32 tensors: f32
-  for (const char* f : {"dense.bin", "experts.bf16.bin", "experts.int8.bin", "experts.q4.bin", "experts.q2.bin"})
+  expect_same_dense(parent / "a", parent / "b");
+  for (const char* f : {"experts.bf16.bin", "experts.int8.bin", "experts.q4.bin", "experts.q2.bin"})
     expect_same_file(parent / "a" / f, parent / "b" / f);
   const std::vector<int32_t> ids = full_ids("qwen3_moe");
   for (DType k : kinds) EXPECT_EQ(teacher_forced(parent / "a", ids, kind(k)), teacher_forced(parent / "b", ids, kind(k)));

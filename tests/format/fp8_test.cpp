@@ -13,7 +13,7 @@
 #include "core/zero_pages.h"
 #include "format/checkpoint.h"
 #include "format/checkpoint_reader.h"
-#include "format/format_test_util.h"
+#include "format_test_util.h"
 #include "format/json_file.h"
 #include "format/safetensors.h"
 #include "models/weight_source.h"

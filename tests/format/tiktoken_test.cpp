@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "format/format_test_util.h"
+#include "format_test_util.h"
 #include "format/json_file.h"
 #include "format/tiktoken.h"
 #include "format/tokenizer.h"
