@@ -1,9 +1,9 @@
 // tiktoken vocabularies (Kimi K2's tiktoken.model): tiktoken's rank-ordered BPE on a real
 // tiktoken vocabulary, o200k (the first 199,998 tokens of gpt-oss's tokenizer.json, whose
 // ranks are its ids), encodes every case as the `tokenizers` reference of gpt-oss does with
-// gpt-oss's own pattern; a directory of tiktoken.model + tokenizer_config.json with Kimi's
-// pattern and special tokens encodes and decodes as js-tiktoken (run by node); hostile rank
-// files are refused with the line.
+// gpt-oss's own pattern; a directory of tiktoken.model (o200k's first 60,000 ranks) +
+// tokenizer_config.json with Kimi's pattern and special tokens encodes and decodes as
+// js-tiktoken (run by node); hostile rank files are refused with the line.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -45,38 +45,28 @@ std::string base64(std::string_view bytes) {
   return out;
 }
 
-// o200k: gpt-oss's vocabulary (model.vocab, ids 0 .. n-1) as tiktoken.model text, and the
-// tokenizer.json (for its pattern and added tokens). Loaded once.
-struct O200k {
-  json tokenizer_json;
-  std::string model_text;
-  int32_t n = 0;
-};
-
-const O200k& o200k() {
-  static const O200k made = [] {
-    O200k o;
-    EXPECT_TRUE(fs::exists(gptoss_dir / "tokenizer.json")) << gptoss_dir << " is missing: run scripts/fetch-test-data";
-    o.tokenizer_json = read_json_file(gptoss_dir / "tokenizer.json");
-    o.n = static_cast<int32_t>(o.tokenizer_json["model"]["vocab"].size());
-    const Tokenizer tok = Tokenizer::load(gptoss_dir);
-    for (int32_t id = 0; id < o.n; ++id) o.model_text += base64(tok.token_text(id)) + " " + std::to_string(id) + "\n";
-    return o;
-  }();
-  return made;
+// o200k: the first n tokens of gpt-oss's vocabulary (its ids are o200k's ranks) as
+// tiktoken.model text; n = 199,998, the whole vocabulary, by default.
+std::string o200k_model_text(int32_t n = 199998) {
+  EXPECT_TRUE(fs::exists(gptoss_dir / "tokenizer.json")) << gptoss_dir << " is missing: run scripts/fetch-test-data";
+  const Tokenizer tok = Tokenizer::load(gptoss_dir);
+  EXPECT_FALSE(tok.is_special(199997));
+  EXPECT_TRUE(tok.is_special(199998));  // the added tokens start here
+  std::string text;
+  for (int32_t id = 0; id < n; ++id) text += base64(tok.token_text(id)) + " " + std::to_string(id) + "\n";
+  return text;
 }
 
 std::vector<std::string> cases() { return read_json_file(fixtures / "cases.json").get<std::vector<std::string>>(); }
 
 TEST(Tiktoken, RankOrderedBpeEncodesAsTokenizers) {
-  const O200k& o = o200k();
-  ASSERT_EQ(o.n, 199998);
-  const auto ranks = parse_tiktoken_ranks(o.model_text, "o200k");
+  const auto ranks = parse_tiktoken_ranks(o200k_model_text(), "o200k");
   ASSERT_EQ(ranks.size(), 199998u);
   // gpt-oss's pattern (its pre_tokenizer's first Split) and its added tokens as the specials.
-  const std::string pattern = o.tokenizer_json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"];
+  const json tokenizer_json = read_json_file(gptoss_dir / "tokenizer.json");
+  const std::string pattern = tokenizer_json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"];
   std::vector<std::pair<int32_t, std::string>> specials;
-  for (const json& t : o.tokenizer_json["added_tokens"]) specials.emplace_back(t["id"], t["content"]);
+  for (const json& t : tokenizer_json["added_tokens"]) specials.emplace_back(t["id"], t["content"]);
   const Tokenizer tok = Tokenizer::from_tiktoken(ranks, pattern, specials);
   const json ref = read_json_file(fixtures / "gptoss" / "reference.json");
   ASSERT_EQ(ref["cases"].size(), cases().size());
@@ -88,9 +78,11 @@ TEST(Tiktoken, RankOrderedBpeEncodesAsTokenizers) {
 }
 
 TEST(Tiktoken, KimiDirectoryEncodesAsJsTiktoken) {
-  const O200k& o = o200k();
+  // The first 60,000 ranks (a tiktoken vocabulary too: a token's parts rank below it): fewer
+  // whole-word tokens, more merging, and a quicker reference.
+  const int32_t n_ranks = 60000;
   ScratchDir dir;
-  write_bytes(dir / "tiktoken.model", o.model_text);
+  write_bytes(dir / "tiktoken.model", o200k_model_text(n_ranks));
   // Kimi's tokenizer_config.json names its first special tokens; the rest are reserved.
   const std::vector<std::string> named = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
                                           "<|start_header_id|>", "<|end_header_id|>", "[EOT]", "<|im_system|>",
@@ -98,19 +90,19 @@ TEST(Tiktoken, KimiDirectoryEncodesAsJsTiktoken) {
   json config = {{"bos_token", "[BOS]"}, {"eos_token", "[EOS]"}, {"tokenizer_class", "TikTokenTokenizer"}};
   json specials_js = json::object();
   for (size_t i = 0; i < named.size(); ++i) {
-    const int32_t id = o.n + static_cast<int32_t>(i);
+    const int32_t id = n_ranks + static_cast<int32_t>(i);
     config["added_tokens_decoder"][std::to_string(id)] = {{"content", named[i]}, {"special", true}, {"normalized", false}};
   }
-  for (const auto& [id, content] : tiktoken_special_tokens(o.n, &config)) specials_js[content] = id;
+  for (const auto& [id, content] : tiktoken_special_tokens(n_ranks, &config)) specials_js[content] = id;
   EXPECT_EQ(specials_js.size(), 256u);
-  EXPECT_EQ(specials_js["<|reserved_token_" + std::to_string(o.n + 100) + "|>"], o.n + 100);
+  EXPECT_EQ(specials_js["<|reserved_token_" + std::to_string(n_ranks + 100) + "|>"], n_ranks + 100);
   write_bytes(dir / "tokenizer_config.json", config.dump());
   const Tokenizer tok = Tokenizer::load(dir.path());
-  EXPECT_EQ(tok.vocab_size(), o.n + 256);
-  EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(o.n));
-  EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(o.n + 1));
-  EXPECT_TRUE(tok.is_special(o.n + 3));
-  EXPECT_TRUE(tok.is_special(o.n + 200));
+  EXPECT_EQ(tok.vocab_size(), n_ranks + 256);
+  EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(n_ranks));
+  EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(n_ranks + 1));
+  EXPECT_TRUE(tok.is_special(n_ranks + 3));
+  EXPECT_TRUE(tok.is_special(n_ranks + 200));
   EXPECT_FALSE(tok.is_special(1000));
 
   std::vector<std::string> texts = cases();
@@ -118,7 +110,7 @@ TEST(Tiktoken, KimiDirectoryEncodesAsJsTiktoken) {
   // from kana and Latin, contractions in any case, digits in threes, whitespace runs.
   texts.push_back("<|im_system|>system<|im_middle|>You are Kimi.<|im_end|><|im_user|>user<|im_middle|>Hi!<|im_end|>"
                   "<|im_assistant|>assistant<|im_middle|>");
-  texts.push_back("a<|reserved_token_" + std::to_string(o.n + 42) + "|>b [EOT]");
+  texts.push_back("a<|reserved_token_" + std::to_string(n_ranks + 42) + "|>b [EOT]");
   texts.push_back("漢字とかなまじりの文、English混在テキスト。中文ABC中文");
   texts.push_back("THEY'RE they're They'Re WE'VE i'M YOU'LL he'D it'S");
   texts.push_back("1234567 12 3.14159 ٣٤٥٦ 二〇二五");
@@ -140,8 +132,8 @@ TEST(Tiktoken, KimiDirectoryEncodesAsJsTiktoken) {
   // The chat format's special tokens are single ids.
   const std::vector<int32_t> chat = tok.encode("<|im_user|>user<|im_middle|>");
   ASSERT_GE(chat.size(), 3u);
-  EXPECT_EQ(chat.front(), o.n + 3);
-  EXPECT_EQ(chat.back(), o.n + 9);
+  EXPECT_EQ(chat.front(), n_ranks + 3);
+  EXPECT_EQ(chat.back(), n_ranks + 9);
 }
 
 TEST(Tiktoken, HostileRankFilesAreRefused) {
