@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -309,6 +310,23 @@ OutFile::OutFile(const fs::path& path, bool direct) : path_(path) {
   if (fd_ < 0) fail(Status::io, path.string(), ": cannot create: ", errno_text(errno));
 }
 
+OutFile::OutFile(const fs::path& path, bool direct, uint64_t keep) : path_(path) {
+  const int flags = O_WRONLY | O_CLOEXEC;
+  if (direct) {
+    fd_ = ::open(path.c_str(), flags | O_DIRECT);
+    if (fd_ >= 0) direct_ = true;
+  }
+  if (fd_ < 0) fd_ = ::open(path.c_str(), flags);
+  if (fd_ < 0) fail(Status::io, path.string(), ": cannot open to resume: ", errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) < keep)
+    fail(Status::io, path.string(), ": holds ", static_cast<uint64_t>(st.st_size), " bytes, fewer than the ", keep,
+         " to resume after");
+  if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0 || ::lseek(fd_, static_cast<off_t>(keep), SEEK_SET) < 0)
+    fail(Status::io, path.string(), ": cannot cut to ", keep, " bytes: ", errno_text(errno));
+  size_ = synced_ = keep;
+}
+
 OutFile::~OutFile() {
   if (fd_ >= 0) ::close(fd_);
 }
@@ -407,7 +425,13 @@ void DenseFileWriter::finish(PackManifest& m) {
   SLUICE_CHECK(ok, Status::io, path_.string(), ": header write failed: ", errno_text(err));
 }
 
-std::unique_ptr<OutFile> open_expert_file(const fs::path& dir, const PackKindInfo& info, int64_t n_records) {
+std::unique_ptr<OutFile> open_expert_file(const fs::path& dir, const PackKindInfo& info, int64_t n_records,
+                                          int64_t first_record) {
+  if (first_record > 0)
+    return std::make_unique<OutFile>(dir / info.file, true,
+                                     kPackHeaderBytes + static_cast<uint64_t>(first_record) * info.record_stride);
+  std::error_code ec;
+  fs::remove(dir / info.file, ec);  // a resumed convert that starts the experts over
   auto file = std::make_unique<OutFile>(dir / info.file, true);
   AlignedBuffer h(kPackHeaderBytes);
   std::vector<uint8_t> header =
@@ -432,8 +456,13 @@ void pack_record_zero_gaps(const PackKindInfo& info, uint8_t* rec) {
 
 // ---- the record writer ----
 
-RecordBatchWriter::RecordBatchWriter(std::vector<OutFile*> files, std::vector<PackKindInfo*> kinds, bool checksum)
-    : files_(std::move(files)), kinds_(std::move(kinds)), checksum_(checksum), thread_([this] { run(); }) {}
+RecordBatchWriter::RecordBatchWriter(std::vector<OutFile*> files, std::vector<PackKindInfo*> kinds, bool checksum,
+                                     std::function<void(const RecordBatch&)> written)
+    : files_(std::move(files)),
+      kinds_(std::move(kinds)),
+      checksum_(checksum),
+      written_(std::move(written)),
+      thread_([this] { run(); }) {}
 
 RecordBatchWriter::~RecordBatchWriter() {
   {
@@ -484,6 +513,7 @@ void RecordBatchWriter::run() {
             info.checksums[static_cast<size_t>(b->r0 + i)] = XXH3_64bits(base + i * info.record_stride, info.record_bytes);
         files_[k]->write(base, static_cast<size_t>(b->count * info.record_stride));
       }
+      if (written_) written_(*b);
     } catch (...) {
       std::lock_guard<std::mutex> g(m_);
       error_ = std::current_exception();
@@ -499,11 +529,18 @@ void RecordBatchWriter::run() {
 
 namespace {
 
-// Removes the staging directories ".NAME.partial-PID" in `parent` whose writer is gone (a
-// convert killed with SIGKILL cannot clean up after itself): PID names no live process. A
-// directory whose PID is alive, or reused by another process, is left alone.
-void remove_stale_partials(const fs::path& parent, const std::string& name, std::string_view tool) {
+// The staging directories this process is writing (a process may write several packs, one
+// after the other or at once).
+std::mutex staging_in_use_mutex;
+std::set<fs::path> staging_in_use;
+
+// The staging directories ".NAME.partial-PID" in `parent` whose writer is gone (killed, or
+// interrupted and keeping its partial pack): PID names no live process, or names this one
+// and no writer of it uses the directory. A directory whose PID is alive, or reused by
+// another process, is left alone. Newest first.
+std::vector<std::pair<fs::path, pid_t>> stale_partials(const fs::path& parent, const std::string& name) {
   const std::string prefix = "." + name + ".partial-";
+  std::vector<std::pair<fs::path, pid_t>> out;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
     const std::string file = e.path().filename().string();
@@ -511,16 +548,26 @@ void remove_stale_partials(const fs::path& parent, const std::string& name, std:
     const std::string digits = file.substr(prefix.size());
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
-    fs::remove_all(e.path(), ec);
-    if (ec) LOG_WARN(tool, ": cannot remove the stale ", e.path().string(), ": ", ec.message());
-    else LOG_INFO(tool, ": removed ", e.path().string(), ", left by an earlier run (process ", pid, ") that died");
+    if (pid == ::getpid()) {
+      std::lock_guard<std::mutex> lock(staging_in_use_mutex);
+      if (staging_in_use.count(e.path())) continue;
+    } else if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) {
+      continue;  // alive, or not ours to judge (EPERM)
+    }
+    out.emplace_back(e.path(), pid);
   }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    std::error_code e1, e2;
+    return fs::last_write_time(a.first, e1) > fs::last_write_time(b.first, e2);
+  });
+  return out;
 }
 
 }  // namespace
 
-PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool) : tool_(std::move(tool)) {
+PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool,
+                         const std::function<bool(const fs::path&)>& adopt)
+    : tool_(std::move(tool)) {
   std::error_code ec;
   out_ = fs::absolute(out_arg).lexically_normal();
   if (out_.filename().empty()) out_ = out_.parent_path();  // "pack/"
@@ -537,14 +584,45 @@ PackStaging::PackStaging(const fs::path& out_arg, bool force, std::string tool) 
                  " already holds a pack; pass --force to replace it");
     replace_ = is_pack;
   }
-  remove_stale_partials(parent_, out_.filename().string(), tool_);
   tmp_ = parent_ / ("." + out_.filename().string() + ".partial-" + std::to_string(::getpid()));
-  fs::remove_all(tmp_, ec);
-  fs::create_directory(tmp_, ec);
-  SLUICE_CHECK(!ec, Status::io, tmp_.string(), ": cannot create: ", ec.message());
+  // The partial packs to adopt or remove are listed before this writer claims its own name
+  // (which a partial pack this process kept may already have).
+  const auto stale_list = stale_partials(parent_, out_.filename().string());
+  {
+    std::lock_guard<std::mutex> lock(staging_in_use_mutex);
+    SLUICE_CHECK(!staging_in_use.count(tmp_), Status::invalid_argument, tool_, ": ", out_.string(),
+                 " is being written already");
+    staging_in_use.insert(tmp_);
+  }
+  try {
+    for (const auto& [stale, pid] : stale_list) {
+      if (!resumed_ && adopt && adopt(stale)) {
+        if (stale != tmp_ && ::rename(stale.c_str(), tmp_.c_str()) != 0)
+          fail(Status::io, tool_, ": cannot rename ", stale.string(), " to ", tmp_.string(), ": ", errno_text(errno));
+        resumed_ = true;
+        continue;
+      }
+      fs::remove_all(stale, ec);
+      if (ec) LOG_WARN(tool_, ": cannot remove the stale ", stale.string(), ": ", ec.message());
+      else LOG_INFO(tool_, ": removed ", stale.string(), ", left by an earlier run (process ", pid, ")");
+    }
+    if (!resumed_) {
+      fs::remove_all(tmp_, ec);
+      fs::create_directory(tmp_, ec);
+      SLUICE_CHECK(!ec, Status::io, tmp_.string(), ": cannot create: ", ec.message());
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(staging_in_use_mutex);
+    staging_in_use.erase(tmp_);
+    throw;
+  }
 }
 
 PackStaging::~PackStaging() {
+  {
+    std::lock_guard<std::mutex> lock(staging_in_use_mutex);
+    staging_in_use.erase(tmp_);
+  }
   if (!armed_) return;
   std::error_code ec;
   fs::remove_all(tmp_, ec);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -99,7 +100,11 @@ void pack_manifest_set_experts(PackManifest& m, const std::vector<ExpertLayer>& 
 // periodic write-back of buffered writes so the final fsync does not wait for gigabytes.
 class OutFile {
  public:
+  // A new file (an existing one is an error).
   OutFile(const std::filesystem::path& path, bool direct);
+  // An existing file cut to its first `keep` bytes, written on from there (a resumed convert;
+  // `keep` a multiple of 4096 for O_DIRECT). Error(io) when it is shorter than that.
+  OutFile(const std::filesystem::path& path, bool direct, uint64_t keep);
   ~OutFile();
   OutFile(const OutFile&) = delete;
   OutFile& operator=(const OutFile&) = delete;
@@ -144,9 +149,12 @@ class DenseFileWriter {
   XXH3_state_t* state_ = nullptr;
 };
 
-// An experts.<kind>.bin with its header page written (O_DIRECT where possible).
+// An experts.<kind>.bin with its header page written (O_DIRECT where possible). With
+// first_record > 0, the existing file of a resumed convert, cut after that many records
+// (header page and records written and verified before) and written on from there; with 0,
+// a new file (an old one of that name is removed first).
 std::unique_ptr<OutFile> open_expert_file(const std::filesystem::path& dir, const PackKindInfo& info,
-                                          int64_t n_records);
+                                          int64_t n_records, int64_t first_record = 0);
 
 // Zeroes a record's bytes outside its blocks: the gaps between blocks and the padding up to
 // the stride (buffers are reused, and verify checks the padding).
@@ -162,9 +170,12 @@ struct RecordBatch {
 
 // The writer thread: writes batches in order, one file per kind. With `checksum`, it also
 // computes each record's checksum into the kind's info; without, the producer has filled them.
+// `written`, when given, is called on the writer thread after each batch is written (the
+// journal of a resumable convert); its exceptions count as write errors.
 class RecordBatchWriter {
  public:
-  RecordBatchWriter(std::vector<OutFile*> files, std::vector<PackKindInfo*> kinds, bool checksum = true);
+  RecordBatchWriter(std::vector<OutFile*> files, std::vector<PackKindInfo*> kinds, bool checksum = true,
+                    std::function<void(const RecordBatch&)> written = {});
   ~RecordBatchWriter();
   // Hands a batch over; waits while one is still queued (so at most two exist besides the
   // one being computed). Rethrows a write error.
@@ -180,6 +191,7 @@ class RecordBatchWriter {
   std::vector<OutFile*> files_;
   std::vector<PackKindInfo*> kinds_;
   bool checksum_;
+  std::function<void(const RecordBatch&)> written_;
   std::mutex m_;
   std::condition_variable cv_;
   RecordBatch* queued_ = nullptr;
@@ -195,26 +207,31 @@ class RecordBatchWriter {
 // may replace; anything else is refused), creates the hidden staging directory
 // ".OUT.partial-PID" beside it, and commit() renames the staging directory into place (with
 // `force`, atomically exchanging it with the old pack, which is then removed). Destroyed
-// without commit, it removes the staging directory: a failed or interrupted writer never
-// leaves something at OUT that looks like a pack. A writer killed outright (SIGKILL) cannot
-// clean up: the next one removes staging directories for OUT whose PID no longer runs (PIDs
-// are this host's; OUT on a filesystem shared with another host writing it is not supported).
-// `tool` ("convert", "synth") starts messages.
+// without commit, it removes the staging directory (unless keep() was called): a failed or
+// interrupted writer never leaves something at OUT that looks like a pack. A staging
+// directory for OUT whose PID no longer runs (a writer killed outright, or one that kept its
+// partial pack to be resumed) is offered to `adopt`: the first one it accepts becomes this
+// writer's staging directory (resumed() is then true), the others are removed. PIDs are this
+// host's; OUT on a filesystem shared with another host writing it is not supported. `tool`
+// ("convert", "synth") starts messages.
 class PackStaging {
  public:
-  PackStaging(const std::filesystem::path& out, bool force, std::string tool);
+  PackStaging(const std::filesystem::path& out, bool force, std::string tool,
+              const std::function<bool(const std::filesystem::path&)>& adopt = {});
   ~PackStaging();
   PackStaging(const PackStaging&) = delete;
   PackStaging& operator=(const PackStaging&) = delete;
 
   const std::filesystem::path& dir() const { return tmp_; }       // write here
   const std::filesystem::path& out_dir() const { return out_; }   // absolute
+  bool resumed() const { return resumed_; }  // dir() holds an adopted partial pack
+  void keep() { armed_ = false; }             // leave dir() in place (to be resumed)
   void commit();
 
  private:
   std::string tool_;
   std::filesystem::path out_, parent_, tmp_;
-  bool replace_ = false, armed_ = true;
+  bool replace_ = false, armed_ = true, resumed_ = false;
 };
 
 // The staged pack must load as its family at every kind (cheap: weights are mapped, not read).

@@ -23,6 +23,8 @@ std::string_view dtype_name(DType t) {
     case DType::q4: return "q4";
     case DType::q2: return "q2";
     case DType::mxfp4: return "mxfp4";
+    case DType::f8_e4m3: return "f8_e4m3";
+    case DType::f8_e5m2: return "f8_e5m2";
   }
   return "?";
 }
@@ -49,7 +51,7 @@ size_t dtype_size(DType t) {
     case DType::f32: case DType::i32: return 4;
     case DType::f16: case DType::bf16: return 2;
     case DType::i64: return 8;
-    case DType::u8: case DType::i8: return 1;
+    case DType::u8: case DType::i8: case DType::f8_e4m3: case DType::f8_e5m2: return 1;
     case DType::q8: case DType::q4: case DType::q2: case DType::mxfp4: return 0;
   }
   return 0;
@@ -108,12 +110,41 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (exp << 10) | ((rounded >> 13) & 0x3ffu));
 }
 
+float f8_e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+  uint32_t bits;
+  if (exp == 0xf && mant == 0x7) {
+    bits = sign | 0x7fc00000u;  // NaN (the format has no infinity)
+  } else if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: mant / 8 * 2^-6 = mant * 2^-9, normalized
+      int e = 0;
+      uint32_t m = mant;
+      while ((m & 0x8u) == 0) {
+        m <<= 1;
+        ++e;
+      }
+      bits = sign | (static_cast<uint32_t>(127 - 6 - e) << 23) | ((m & 0x7u) << 20);
+    }
+  } else {
+    bits = sign | ((exp + 127 - 7) << 23) | (mant << 20);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 void dtype_row_to_f32(const void* src, DType from, int64_t count, float* dst) {
   const auto* h = static_cast<const uint16_t*>(src);
+  const auto* b = static_cast<const uint8_t*>(src);
   switch (from) {
     case DType::f32: std::memcpy(dst, src, static_cast<size_t>(count) * 4); return;
     case DType::bf16: for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(h[i]); return;
     case DType::f16: for (int64_t i = 0; i < count; ++i) dst[i] = f16_to_f32(h[i]); return;
+    case DType::f8_e4m3: for (int64_t i = 0; i < count; ++i) dst[i] = f8_e4m3_to_f32(b[i]); return;
+    case DType::f8_e5m2: for (int64_t i = 0; i < count; ++i) dst[i] = f8_e5m2_to_f32(b[i]); return;
     default: break;
   }
   SLUICE_ASSERT(dtype_is_float(from));

@@ -223,6 +223,40 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, std::vector<std::pair<
   return m;
 }
 
+BpeModel BpeModel::from_ranks(const std::vector<std::pair<std::string, int32_t>>& ranks,
+                              std::vector<std::pair<int32_t, std::string>>& vocab_out) {
+  BpeModel m;
+  m.byte_level_ = true;
+  m.ignore_merges_ = true;  // tiktoken emits a piece that is a token whole as that token
+  m.by_bytes_.reserve(ranks.size());
+  vocab_out.reserve(vocab_out.size() + ranks.size());
+  for (const auto& [bytes, rank] : ranks) {
+    SLUICE_CHECK(rank >= 0 && rank < max_token_id, Status::corrupt, "tiktoken.model: rank ", rank, " is outside [0, ",
+                 max_token_id, ")");
+    SLUICE_CHECK(m.by_bytes_.emplace(bytes, rank).second, Status::corrupt, "tiktoken.model: a token is listed twice (rank ",
+                 rank, ")");
+    vocab_out.emplace_back(rank, bytes);
+  }
+  m.byte_id_.fill(-1);
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    const std::optional<int32_t> id = m.find(std::string_view(&c, 1));
+    SLUICE_CHECK(id.has_value(), Status::corrupt, "tiktoken.model: byte ", b, " is not a token (tiktoken needs all 256)");
+    m.byte_id_[b] = *id;
+  }
+  size_t n_splits = 0;
+  for (const auto& [bytes, rank] : ranks) n_splits += bytes.size() > 1 ? bytes.size() - 1 : 0;
+  m.merges_.reserve(n_splits);
+  for (const auto& [bytes, rank] : ranks) {
+    for (size_t i = 1; i < bytes.size(); ++i) {
+      const std::optional<int32_t> l = m.find(std::string_view(bytes).substr(0, i));
+      const std::optional<int32_t> r = l ? m.find(std::string_view(bytes).substr(i)) : std::nullopt;
+      if (l && r) m.merges_.insert(*l, *r, {rank, rank});
+    }
+  }
+  return m;
+}
+
 void BpeModel::initial_symbols(std::string_view word, BpeScratch& s) const {
   // A unit (a byte; chars: a character) without a token becomes unk (fused with a preceding
   // unk when fuse_unk), or is dropped when there is no unk token, as in tokenizers.

@@ -91,6 +91,14 @@ class BpeModel {
   static BpeModel from_json(const nlohmann::json& model, std::vector<std::pair<int32_t, std::string>>& vocab_out,
                             const BpeSpelling& spelling = {});
 
+  // A tiktoken vocabulary (format/tiktoken.h): raw token bytes and their ranks, which are the
+  // ids. Byte-level; the merge of (a, b) ranks as the token a + b (for every split of every
+  // token into two tokens), and a piece that is a token whole is that token (ignore_merges):
+  // tiktoken's BPE. Every single byte must be a token (Error(corrupt) otherwise). Every entry
+  // is appended to vocab_out as (id, bytes).
+  static BpeModel from_ranks(const std::vector<std::pair<std::string, int32_t>>& ranks,
+                             std::vector<std::pair<int32_t, std::string>>& vocab_out);
+
   // Appends the ids of one pre-tokenized piece (raw bytes), as tokenizers' BPE::tokenize.
   void encode_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
 

@@ -72,11 +72,13 @@ std::optional<DType> loadable_dtype(std::string_view name) {
   if (name == "I64") return DType::i64;
   if (name == "U8") return DType::u8;
   if (name == "I8") return DType::i8;
+  if (name == "F8_E4M3") return DType::f8_e4m3;  // block-scaled FP8 weights (format/fp8.h)
+  if (name == "F8_E5M2") return DType::f8_e5m2;
   return std::nullopt;
 }
 
 bool known_dtype(std::string_view name) {
-  static const char* const names[] = {"BOOL", "F4", "F6_E2M3", "F6_E3M2", "F8_E5M2", "F8_E4M3", "F8_E8M0",
+  static const char* const names[] = {"BOOL", "F4", "F6_E2M3", "F6_E3M2", "F8_E8M0",
                                       "I16", "U16", "U32", "U64", "F64", "C64", "E8M0"};
   return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return name == n; });
 }
@@ -360,6 +362,8 @@ std::string_view safetensors_dtype_name(DType t) {
     case DType::i64: return "I64";
     case DType::u8: return "U8";
     case DType::i8: return "I8";
+    case DType::f8_e4m3: return "F8_E4M3";
+    case DType::f8_e5m2: return "F8_E5M2";
     case DType::q8: case DType::q4: case DType::q2: case DType::mxfp4: break;  // pack-only kinds: no safetensors name
   }
   return "?";

@@ -36,9 +36,10 @@ struct SafetensorsEntry {
 
 // Parses and fully validates the header of a whole safetensors file held in `file`.
 // Returns the tensors in file order (sorted by begin). Throws Error(corrupt) for malformed
-// input and Error(unsupported) for a dtype sluice does not load (F64, BOOL, F8_*, ...); the
+// input and Error(unsupported) for a dtype sluice does not load (F64, BOOL, F8_E8M0, ...); the
 // message names `file_name` and, where one is involved, the tensor. Accepted dtypes: F32,
-// BF16, F16, I32, I64, U8, I8. Tensors may leave gaps between them but may not overlap.
+// BF16, F16, I32, I64, U8, I8, and F8_E4M3 / F8_E5M2 (FP8 weights, which Checkpoint pairs
+// with their block scales and hands out dequantized). Tensors may leave gaps between them but may not overlap.
 // When `metadata` is given it receives the "__metadata__" object.
 std::vector<SafetensorsEntry> parse_safetensors_header(std::span<const uint8_t> file,
                                                        std::string_view file_name,

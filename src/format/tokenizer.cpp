@@ -7,10 +7,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "format/added_tokens.h"
-#include "format/bpe.h"
 #include "format/json_file.h"
-#include "format/pretokenizer.h"
+#include "format/tiktoken.h"
+#include "format/tokenizer_impl.h"
 #include "format/utf8.h"
 
 namespace sluice {
@@ -18,40 +17,6 @@ namespace sluice {
 // Texts are addressed with 32-bit offsets (pieces) and prefix spaces may grow the arena; 1 GiB
 // leaves room for both.
 constexpr size_t max_text_bytes = size_t(1) << 30;
-
-struct Tokenizer::Impl {
-  BpeModel model;
-  Normalizer normalizer;
-  PreTokenizer pre_tokenizer;
-  std::vector<AddedToken> added;  // stable: the matchers and maps point into it
-  AddedTokenMatcher raw_matcher;         // normalized == false: matched in the raw text
-  AddedTokenMatcher normalized_matcher;  // normalized == true: matched after normalization
-  TokenMap added_by_content;
-
-  // Per id, [0, vocab_size): bytes the decoder yields, and what the id is.
-  enum class Kind : uint8_t { none, model, added, special };
-  std::string token_blob;
-  std::vector<uint32_t> token_offset;  // [vocab_size + 1] into token_blob
-  std::vector<Kind> token_kind;        // [vocab_size]
-
-  std::optional<int32_t> bos, eos;
-  bool add_bos = false;
-
-  int32_t vocab_size() const { return static_cast<int32_t>(token_kind.size()); }
-  void check_id(int32_t id) const {
-    SLUICE_CHECK(id >= 0 && id < vocab_size(), Status::invalid_argument, "tokenizer: token id ", id,
-                 " is outside [0, ", vocab_size(), ")");
-    SLUICE_CHECK(token_kind[id] != Kind::none, Status::invalid_argument, "tokenizer: token id ", id,
-                 " is not in the vocabulary (a gap between ids)");
-  }
-  std::string_view bytes(int32_t id) const {
-    return std::string_view(token_blob).substr(token_offset[id], token_offset[id + 1] - token_offset[id]);
-  }
-  std::optional<int32_t> find(std::string_view content) const {
-    if (auto it = added_by_content.find(content); it != added_by_content.end()) return it->second;
-    return model.find(content);
-  }
-};
 
 namespace {
 
@@ -149,10 +114,87 @@ bool template_adds(const nlohmann::json& pp, const std::string& bos) {
 
 }  // namespace
 
+void tokenizer_finish(Tokenizer::Impl& impl, const std::vector<std::pair<int32_t, std::string>>& vocab,
+                      const nlohmann::json* config, const nlohmann::json* post_processor) {
+  for (const AddedToken& t : impl.added) {
+    impl.added_by_content.emplace(t.content, t.id);
+    if (!t.normalized) {
+      impl.raw_matcher.add(t.content, &t);
+    } else {
+      // Normalized tokens are looked for in normalized text, so their content is normalized too.
+      std::string normalized;
+      impl.normalized_matcher.add(impl.normalizer.apply(t.content, normalized) ? normalized : t.content, &t);
+    }
+  }
+
+  // Id tables: the bytes the decoder yields for each id. Added tokens win over a
+  // vocabulary entry with the same id, as in tokenizers' id_to_token.
+  int32_t n = 0;
+  for (const auto& [id, bytes] : vocab) n = std::max(n, id + 1);
+  for (const AddedToken& t : impl.added) n = std::max(n, t.id + 1);
+  std::vector<const std::string*> text_of(n, nullptr);
+  std::vector<std::string> added_bytes(impl.added.size());
+  impl.token_kind.assign(n, Tokenizer::Impl::Kind::none);
+  for (const auto& [id, bytes] : vocab) {
+    text_of[id] = &bytes;
+    impl.token_kind[id] = Tokenizer::Impl::Kind::model;
+  }
+  for (size_t i = 0; i < impl.added.size(); ++i) {
+    const AddedToken& t = impl.added[i];
+    added_bytes[i] = impl.model.decoded(t.content);
+    text_of[t.id] = &added_bytes[i];
+    impl.token_kind[t.id] = t.special ? Tokenizer::Impl::Kind::special : Tokenizer::Impl::Kind::added;
+  }
+  impl.token_offset.resize(size_t(n) + 1);
+  size_t total = 0;
+  for (int32_t id = 0; id < n; ++id) total += text_of[id] ? text_of[id]->size() : 0;
+  SLUICE_CHECK(total < (size_t(1) << 32), Status::corrupt, "tokenizer.json: token texts exceed 4 GiB");
+  impl.token_blob.reserve(total);
+  for (int32_t id = 0; id < n; ++id) {
+    impl.token_offset[id] = static_cast<uint32_t>(impl.token_blob.size());
+    if (text_of[id]) impl.token_blob += *text_of[id];
+  }
+  impl.token_offset[n] = static_cast<uint32_t>(impl.token_blob.size());
+
+  if (config) {
+    SLUICE_CHECK(config->is_object(), Status::corrupt, "tokenizer_config.json: top level is not an object");
+    for (const char* key : {"bos_token", "eos_token"}) {
+      const std::optional<std::string> content = config_token(*config, key);
+      if (!content) continue;
+      const std::optional<int32_t> id = impl.find(*content);
+      SLUICE_CHECK(id.has_value(), Status::corrupt, "tokenizer_config.json: ", key, " \"", *content,
+                   "\" is not a token of tokenizer.json");
+      (key == std::string_view("bos_token") ? impl.bos : impl.eos) = id;
+    }
+    if (const nlohmann::json* v = field(*config, "add_bos_token"); v && v->is_boolean()) {
+      impl.add_bos = v->get<bool>();
+    } else if (impl.bos) {
+      impl.add_bos = post_processor && template_adds(*post_processor, std::string(impl.bytes(*impl.bos)));
+    }
+  }
+}
+
+bool Tokenizer::present(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir / "tokenizer.json", ec) ||
+         std::filesystem::is_regular_file(dir / "tiktoken.model", ec);
+}
+
+void rethrow_with_paths(const Error& e, std::initializer_list<std::filesystem::path> files) {
+  const std::string_view what = e.what();
+  for (const std::filesystem::path& p : files)
+    if (what.starts_with(p.filename().string() + ": "))
+      throw Error(e.status(), p.string() + std::string(what.substr(p.filename().string().size())));
+  throw e;
+}
+
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
   std::error_code ec;
   // A path to tokenizer.json itself is accepted too.
   const bool is_file = std::filesystem::is_regular_file(dir, ec);
+  if (!is_file && !std::filesystem::is_regular_file(dir / "tokenizer.json", ec) &&
+      std::filesystem::is_regular_file(dir / "tiktoken.model", ec))
+    return load_tiktoken_tokenizer(dir);
   const std::filesystem::path json_path = is_file ? dir : dir / "tokenizer.json";
   SLUICE_CHECK(std::filesystem::is_regular_file(json_path, ec), Status::not_found, "tokenizer.json not found: ",
                json_path.string());
@@ -165,11 +207,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
   try {
     return from_json(tokenizer_json, config ? &*config : nullptr);
   } catch (const Error& e) {
-    const std::string_view what = e.what();
-    for (const std::filesystem::path& p : {json_path, config_path})
-      if (what.starts_with(p.filename().string() + ": "))
-        throw Error(e.status(), p.string() + std::string(what.substr(p.filename().string().size())));
-    throw;
+    rethrow_with_paths(e, {json_path, config_path});
   } catch (const nlohmann::json::exception& e) {
     fail(Status::corrupt, json_path.string(), ": ", describe_json_error(e, ""));
   }
@@ -212,63 +250,7 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json* c
       impl->added.push_back(std::move(t));
     }
   }
-  for (const AddedToken& t : impl->added) {
-    impl->added_by_content.emplace(t.content, t.id);
-    if (!t.normalized) {
-      impl->raw_matcher.add(t.content, &t);
-    } else {
-      // Normalized tokens are looked for in normalized text, so their content is normalized too.
-      std::string normalized;
-      impl->normalized_matcher.add(impl->normalizer.apply(t.content, normalized) ? normalized : t.content, &t);
-    }
-  }
-
-  // Id tables: the bytes the decoder yields for each id. Added tokens win over a
-  // vocabulary entry with the same id, as in tokenizers' id_to_token.
-  int32_t n = 0;
-  for (const auto& [id, bytes] : vocab) n = std::max(n, id + 1);
-  for (const AddedToken& t : impl->added) n = std::max(n, t.id + 1);
-  std::vector<const std::string*> text_of(n, nullptr);
-  std::vector<std::string> added_bytes(impl->added.size());
-  impl->token_kind.assign(n, Impl::Kind::none);
-  for (const auto& [id, bytes] : vocab) {
-    text_of[id] = &bytes;
-    impl->token_kind[id] = Impl::Kind::model;
-  }
-  for (size_t i = 0; i < impl->added.size(); ++i) {
-    const AddedToken& t = impl->added[i];
-    added_bytes[i] = impl->model.decoded(t.content);
-    text_of[t.id] = &added_bytes[i];
-    impl->token_kind[t.id] = t.special ? Impl::Kind::special : Impl::Kind::added;
-  }
-  impl->token_offset.resize(size_t(n) + 1);
-  size_t total = 0;
-  for (int32_t id = 0; id < n; ++id) total += text_of[id] ? text_of[id]->size() : 0;
-  SLUICE_CHECK(total < (size_t(1) << 32), Status::corrupt, "tokenizer.json: token texts exceed 4 GiB");
-  impl->token_blob.reserve(total);
-  for (int32_t id = 0; id < n; ++id) {
-    impl->token_offset[id] = static_cast<uint32_t>(impl->token_blob.size());
-    if (text_of[id]) impl->token_blob += *text_of[id];
-  }
-  impl->token_offset[n] = static_cast<uint32_t>(impl->token_blob.size());
-
-  if (config) {
-    SLUICE_CHECK(config->is_object(), Status::corrupt, "tokenizer_config.json: top level is not an object");
-    for (const char* key : {"bos_token", "eos_token"}) {
-      const std::optional<std::string> content = config_token(*config, key);
-      if (!content) continue;
-      const std::optional<int32_t> id = impl->find(*content);
-      SLUICE_CHECK(id.has_value(), Status::corrupt, "tokenizer_config.json: ", key, " \"", *content,
-                   "\" is not a token of tokenizer.json");
-      (key == std::string_view("bos_token") ? impl->bos : impl->eos) = id;
-    }
-    if (const nlohmann::json* v = field(*config, "add_bos_token"); v && v->is_boolean()) {
-      impl->add_bos = v->get<bool>();
-    } else if (impl->bos) {
-      const nlohmann::json* pp = field(tj, "post_processor");
-      impl->add_bos = pp && template_adds(*pp, std::string(impl->bytes(*impl->bos)));
-    }
-  }
+  tokenizer_finish(*impl, vocab, config, field(tj, "post_processor"));
   return Tokenizer(std::move(impl));
 }
 

@@ -1,4 +1,5 @@
-// Tokenizer: HF tokenizer.json for BPE, matching the `tokenizers` library's encode and decode:
+// Tokenizer: HF tokenizer.json for BPE, matching the `tokenizers` library's encode and decode
+// (and tiktoken vocabularies, matching tiktoken's: format/tiktoken.h):
 // byte-level BPE (GPT-2, Qwen, Llama 3, gpt-oss and kin) and SentencePiece-style BPE in plain
 // UTF-8 (Gemma: spaces as U+2581 by a normalizer Replace, byte-fallback tokens, decoders
 // Replace / ByteFallback / Fuse). Encoding runs: added-token split on the raw text,
@@ -14,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -22,12 +24,21 @@ namespace sluice {
 
 class Tokenizer {
  public:
-  // dir holds tokenizer.json and optionally tokenizer_config.json (bos/eos/add_bos_token).
-  // Errors: not_found (no tokenizer.json, naming the path), corrupt (malformed JSON, merges or
+  // dir holds tokenizer.json, or else a tiktoken vocabulary (tiktoken.model: Kimi K2's,
+  // format/tiktoken.h), and optionally tokenizer_config.json (bos/eos/add_bos_token).
+  // Errors: not_found (neither file, naming the path), corrupt (malformed JSON, merges or
   // ids naming unknown tokens), unsupported (model, normalizer, pre_tokenizer or decoder types
   // other than these two kinds of BPE need).
   static Tokenizer load(const std::filesystem::path& dir);
+  // Whether dir holds a tokenizer load() reads (tokenizer.json or tiktoken.model).
+  static bool present(const std::filesystem::path& dir);
   static Tokenizer from_json(const nlohmann::json& tokenizer_json, const nlohmann::json* tokenizer_config = nullptr);
+  // A tiktoken vocabulary ((bytes, rank) with ranks 0 .. n-1, the ids), its split pattern
+  // (Oniguruma syntax, as tokenizer.json's Split patterns) and its special tokens (id,
+  // content; matched anywhere in the text, all special).
+  static Tokenizer from_tiktoken(const std::vector<std::pair<std::string, int32_t>>& ranks, std::string_view pattern,
+                                 const std::vector<std::pair<int32_t, std::string>>& specials,
+                                 const nlohmann::json* tokenizer_config = nullptr);
 
   // Ids of text, with no special tokens added except bos as below. Added and special tokens
   // that appear literally in the text are matched first, as tokenizers does.

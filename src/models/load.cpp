@@ -85,8 +85,8 @@ LoadedModel load_model(const std::filesystem::path& dir, Backend& backend, const
     CheckpointSource source(Checkpoint::open(dir));
     out.model = family.load(out.config, source, backend);
   }
-  if (std::filesystem::exists(dir / "tokenizer.json", ec)) out.tokenizer = Tokenizer::load(dir);
-  else LOG_INFO("no tokenizer.json in ", dir.string(), ": token ids only");
+  if (Tokenizer::present(dir)) out.tokenizer = Tokenizer::load(dir);
+  else LOG_INFO("no tokenizer.json or tiktoken.model in ", dir.string(), ": token ids only");
   if (out.tokenizer && out.tokenizer->vocab_size() > out.model->info().n_vocab)
     fail(Status::corrupt, "tokenizer has ", out.tokenizer->vocab_size(), " tokens but the model's vocabulary is ",
          out.model->info().n_vocab);

@@ -1,28 +1,12 @@
 // MetaSource: made-up tensors for a dry run of a family loader.
 #include "models/meta_source.h"
 
-#include <sys/mman.h>
-
-#include <cerrno>
-
 #include "backends/backend.h"
 #include "core/error.h"
-#include "format/file_io.h"
+#include "core/zero_pages.h"
 #include "models/registry.h"
 
 namespace sluice {
-
-namespace {
-
-struct ZeroPages {
-  void* addr = nullptr;
-  size_t size = 0;
-  ~ZeroPages() {
-    if (addr) ::munmap(addr, size);
-  }
-};
-
-}  // namespace
 
 void MetaSource::declare(const std::string& name, std::span<const int64_t> shape, WeightHint hint) {
   if (index_.count(name)) return;
@@ -38,13 +22,7 @@ void MetaSource::declare(const std::string& name, std::span<const int64_t> shape
   }
   if (bytes > zeros_bytes_) {
     // A larger read-only mapping of the zero page; tensors handed out keep the old one alive.
-    auto z = std::make_shared<ZeroPages>();
-    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    SLUICE_CHECK(p != MAP_FAILED, Status::out_of_memory, "meta source: cannot reserve ", bytes,
-                 " bytes of address space: ", errno_text(errno));
-    z->addr = p;
-    z->size = bytes;
-    zeros_ = z;
+    zeros_ = zero_pages(bytes);
     zeros_bytes_ = bytes;
   }
   index_[name] = tensors_.size();
@@ -58,7 +36,7 @@ Tensor MetaSource::get(const std::string& name) {
   Tensor t;
   t.dtype = DType::bf16;
   for (int64_t d : m.shape) t.shape[t.ndim++] = d;
-  t.data = static_cast<ZeroPages*>(zeros_.get())->addr;  // read-only: never written
+  t.data = zeros_.get();  // read-only: never written
   t.storage = zeros_;
   consumed_.insert(name);
   return t;

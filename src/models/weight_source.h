@@ -63,13 +63,16 @@ class WeightSource {
   std::set<std::string> matrices_;
 };
 
+// An HF checkpoint directory. FP8 weights come dequantized (Checkpoint::get); in a dry run
+// they come as zero views of their dequantized dtype and shape instead, so that validating a
+// checkpoint of hundreds of GB reads no weight.
 class CheckpointSource final : public WeightSource {
  public:
   // dry_run: see values_needed.
   explicit CheckpointSource(Checkpoint checkpoint, bool dry_run = false) : ck_(std::move(checkpoint)), dry_run_(dry_run) {}
   bool values_needed() const override { return !dry_run_; }
   bool has(const std::string& name) const override { return ck_.has(name); }
-  Tensor get(const std::string& name) override { return ck_.get(name); }
+  Tensor get(const std::string& name) override;
   void consume(const std::string& name) override { ck_.consume(name); }
   std::vector<std::string> names() const override { return ck_.names(); }
   std::vector<std::string> unconsumed() const override { return ck_.unconsumed(); }

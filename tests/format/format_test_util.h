@@ -53,6 +53,18 @@ inline std::string read_bytes(const std::filesystem::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// Flips the bits `mask` of the byte at `offset` of an existing file (corrupting it in place).
+inline void flip_byte(const std::filesystem::path& p, uint64_t offset, uint8_t mask = 1) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ mask);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good()) << p;
+}
+
 inline std::span<const uint8_t> as_span(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }

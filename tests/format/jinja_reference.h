@@ -27,6 +27,10 @@ struct ReferenceRender {
   std::string error;
 };
 
+// Runs `node tests/format/SCRIPT ARGS...` (node found on PATH; TZ=UTC); a missing node or a
+// failed run is a test failure (with the script's stderr) and returns false.
+bool run_node_script(const std::string& script, const std::vector<std::string>& args);
+
 // Renders every case with @huggingface/jinja under node (found on PATH; the package from
 // SLUICE_NPM_DIR). A missing node or package, or a node failure, is a test failure and
 // returns an empty list.

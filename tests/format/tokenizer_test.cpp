@@ -171,7 +171,10 @@ TEST(Tokenizer, Qwen3MatchesReferenceFile) {
 // reference.json of cases.json made by `tokenizers` 0.23.2 (tools/make_tokenizer_refs.py):
 // Llama 3.1 (byte-level BPE, ignore_merges: Llama 4's kind), gpt-oss (o200k byte-level BPE)
 // and Gemma 3 (SentencePiece-style BPE: "\u2581" for spaces, byte fallback, no byte-level
-// step). Every case: the same ids, and decode(ids) the same text.
+// step); and DeepSeek-V3 (byte-level BPE behind three regex Splits), whose reference.json
+// @lenml/tokenizers made (tools/make_tokenizer_refs.mjs; it gives the `tokenizers`
+// references of the other four exactly). Every case: the same ids, and decode(ids) the same
+// text.
 class RealTokenizer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RealTokenizer, MatchesReferenceFile) {
@@ -202,6 +205,19 @@ TEST_P(RealTokenizer, MatchesReferenceFile) {
     EXPECT_EQ(tok.decode(want), msg);
     for (int32_t id : {200002, 200005, 200006, 200007, 200008, 200012}) EXPECT_TRUE(tok.is_special(id)) << id;
   }
+  if (name == "deepseek_v3") {
+    // bos "<｜begin▁of▁sentence｜>" (0) added, eos "<｜end▁of▁sentence｜>" (1); the chat format's
+    // tokens (normalized, not special) are matched whole.
+    EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(0));
+    EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(1));
+    EXPECT_TRUE(tok.add_bos());
+    std::vector<int32_t> want = {0, 128803};
+    for (int32_t id : tok.encode("Hi there")) want.push_back(id);
+    want.push_back(128804);
+    EXPECT_EQ(tok.encode("<\uff5cbegin\u2581of\u2581sentence\uff5c><\uff5cUser\uff5c>Hi there<\uff5cAssistant\uff5c>"), want);
+    EXPECT_TRUE(tok.is_special(1));
+    EXPECT_FALSE(tok.is_special(128803));
+  }
   if (name == "gemma3") {  // tokenizer_config.json: bos "<bos>" (2) added, eos "<end_of_turn>" (106)
     EXPECT_EQ(tok.bos_id(), std::optional<int32_t>(2));
     EXPECT_EQ(tok.eos_id(), std::optional<int32_t>(106));
@@ -210,7 +226,7 @@ TEST_P(RealTokenizer, MatchesReferenceFile) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Npm, RealTokenizer, ::testing::Values("llama3_1", "gptoss", "gemma3"),
+INSTANTIATE_TEST_SUITE_P(Npm, RealTokenizer, ::testing::Values("llama3_1", "gptoss", "gemma3", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
 // The SentencePiece-style path on a hand-made file whose every id can be worked out by hand:

@@ -1,5 +1,6 @@
 // sluice convert: an HF checkpoint directory to a pack (manifest.json, dense.bin,
-// experts.<kind>.bin). Progress on stderr; Ctrl-C stops cleanly, leaving no output.
+// experts.<kind>.bin). Progress on stderr; Ctrl-C stops cleanly, leaving no output but the
+// hidden partial pack that the same command resumes.
 #include <cstdio>
 #include <string>
 
@@ -12,7 +13,7 @@ namespace sluice::cli {
 void register_convert(CLI::App& app) {
   struct Options {
     std::string hf_dir, out_dir, kinds = "bf16,q4,q2", dense;
-    bool force = false, quiet = false;
+    bool force = false, quiet = false, no_resume = false;
     int threads = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -25,6 +26,9 @@ void register_convert(CLI::App& app) {
                   "projections, router, embeddings and output head quantized, norms and small vectors kept; "
                   "default: bf16 when the checkpoint is all bf16, else f32)");
   cmd->add_flag("--force", opt->force, "replace an existing pack at OUT_DIR");
+  cmd->add_flag("--no-resume", opt->no_resume,
+                "start over instead of resuming the partial pack an interrupted convert of the same checkpoint "
+                "and options left (by default it is checked and resumed)");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress output");
   add_threads(*cmd, opt->threads, "quantization threads");
   cmd->callback([opt] {
@@ -33,6 +37,7 @@ void register_convert(CLI::App& app) {
     co.kinds = parse_expert_kinds(opt->kinds);
     if (!opt->dense.empty()) co.dense_dtype = parse_dense_option(opt->dense);
     co.force = opt->force;
+    co.resume = !opt->no_resume;
     Progress progress("convert");
     if (!opt->quiet) {
       co.progress = [&](const ConvertProgress& p) {
@@ -56,10 +61,12 @@ void register_convert(CLI::App& app) {
     const std::string dense = s.dense_quant ? str(dense_dtype_name(*s.dense_quant), " (", s.n_dense_quantized, " of ", s.n_dense,
                                                   " tensors; the others ", dtype_name(s.dense_dtype), ")")
                                             : std::string(dtype_name(s.dense_dtype));
-    std::fprintf(stderr, "sluice: converted %s (%s) to %s: %s, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s\n",
+    const std::string resumed =
+        s.resumed_records ? str(" (resumed after ", s.resumed_records, " records already written)") : std::string();
+    std::fprintf(stderr, "sluice: converted %s (%s) to %s: %s, dense %s, %.3f GB in, %.3f GB out, %.1f s, %.2f GB/s%s\n",
                  opt->hf_dir.c_str(), s.family.c_str(), s.out_dir.string().c_str(), experts.c_str(),
                  dense.c_str(), s.bytes_in / 1e9, s.bytes_out / 1e9,
-                 s.seconds, s.seconds > 0 ? s.bytes_in / 1e9 / s.seconds : 0.0);
+                 s.seconds, s.seconds > 0 ? s.bytes_in / 1e9 / s.seconds : 0.0, resumed.c_str());
   });
 }
 

@@ -126,7 +126,10 @@ void register_tokenize(CLI::App& app) {
     SLUICE_CHECK(format.has_value(), Status::invalid_argument, "--format: '", opt->format, "' (ids, pieces or u32)");
     SLUICE_CHECK(*format != IdFormat::u32 || !opt->out.empty() || !isatty(fileno(stdout)), Status::invalid_argument,
                  "--format u32 writes binary: give --out FILE or redirect stdout");
-    expect_input_file(std::filesystem::path(opt->model) / "tokenizer.json", "--model", "a directory with tokenizer.json");
+    const std::filesystem::path tiktoken = std::filesystem::path(opt->model) / "tiktoken.model";
+    std::error_code ec;
+    expect_input_file(std::filesystem::is_regular_file(tiktoken, ec) ? tiktoken : std::filesystem::path(opt->model) / "tokenizer.json",
+                      "--model", "a directory with tokenizer.json (or tiktoken.model)");
     if (file->count()) expect_input_file(opt->file, "--file", "a UTF-8 text file");
     if (!opt->out.empty()) expect_output_file(opt->out, "--out", "a file for the token ids");
     const Tokenizer tok = Tokenizer::load(opt->model);

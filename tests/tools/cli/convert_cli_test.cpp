@@ -1,7 +1,7 @@
 // The command-line contract of convert and verify, and running from a pack: exit statuses,
 // one clear error line, progress lines when stderr is not a terminal; convert's memory
 // stays bounded (peak RSS of a child convert of a ~330 MB checkpoint, from wait4) and an
-// interrupted convert (SIGINT) leaves no output.
+// interrupted convert (SIGINT) leaves no output, only a partial pack the same command resumes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/format/format_test_util.h"
 #include "tests/models/fixture_util.h"
 #include "tests/tools/cli/cli_util.h"
 #include "testkit/synthetic_model.h"
@@ -165,15 +166,7 @@ TEST(ConvertCli, VerifyNamesTheFlippedRecord) {
   std::shared_ptr<Pack> p = Pack::open(pack);
   const uint64_t at = p->record_offset(DType::q4, 8 + 5) + 100;  // layer 1, expert 5
   p.reset();
-  {
-    std::fstream f(d / "pack" / "experts.q4.bin", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(at));
-    char c;
-    f.read(&c, 1);
-    c ^= 1;
-    f.seekp(static_cast<std::streamoff>(at));
-    f.write(&c, 1);
-  }
+  flip_byte(d / "pack" / "experts.q4.bin", at);
   CliRun v = sluice({"verify", "-q", pack});
   expect_clean_error(v, "record 13 (layer 1, expert 5, kind q4)");
   EXPECT_NE(v.err.find("checksum mismatch"), std::string::npos);
@@ -183,7 +176,7 @@ TEST(ConvertCli, VerifyNamesTheFlippedRecord) {
 // MiB of experts, dense tensors in 4M-element chunks, reads by pread so no mapped page of
 // the checkpoint counts as resident). Measured about 30 MB here; the bound leaves room for
 // allocator slack and still fails if convert held a third of the checkpoint.
-TEST(ConvertCli, MemoryStaysBoundedAndSigintLeavesNothing) {
+TEST(ConvertCli, MemoryStaysBoundedAndSigintResumes) {
   fs::path d = scratch("big");
   const uint64_t bytes = write_synthetic_checkpoint(d / "ck", synthetic_spec_for_bytes(300'000'000), 7);
   ASSERT_GT(bytes, 250'000'000u);
@@ -195,30 +188,42 @@ TEST(ConvertCli, MemoryStaysBoundedAndSigintLeavesNothing) {
 #endif
   EXPECT_TRUE(verify_pack(d / "pack").ok);
 
-  // SIGINT part way: the run stops with an error and leaves neither the output nor its
-  // temporary directory (a SIGKILL could leave only the hidden ".pack2.partial-PID").
-  // The signal goes as soon as the temporary directory exists (the writing has begun), so
-  // that a fast machine does not finish first.
-  CliRun i = sluice({"convert", (d / "ck").string(), (d / "pack2").string(), "--kinds", "bf16,q4", "-q"}, [&](pid_t pid) {
+  // SIGINT part way: the run stops with an error and leaves no output. Interrupted while
+  // dense.bin is written, it leaves nothing at all; later, it keeps its hidden partial pack
+  // (".pack2.partial-PID") and says the same command resumes it, which then gives the pack
+  // the uninterrupted convert gave, byte for byte. The signal goes as soon as the temporary
+  // directory exists (the writing has begun), so that a fast machine does not finish first.
+  const std::vector<std::string> args = {"convert", (d / "ck").string(), (d / "pack2").string(), "--kinds", "q4",
+                                         "--dense", "bf16", "-q"};
+  auto partials = [&] {
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.path().filename().string().find(".partial") != std::string::npos) found.push_back(e.path());
+    return found;
+  };
+  CliRun i = sluice(args, [&](pid_t pid) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    auto started = [&] {
-      for (const auto& e : fs::directory_iterator(d))
-        if (e.path().filename().string().find(".partial") != std::string::npos) return true;
-      return false;
-    };
-    while (!started() && std::chrono::steady_clock::now() < give_up)
+    while (partials().empty() && std::chrono::steady_clock::now() < give_up)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ::kill(pid, SIGINT);
   });
   if (i.status == 0) {
     GTEST_LOG_(INFO) << "convert finished before SIGINT; the interrupt path was not exercised";
     EXPECT_TRUE(Pack::is_pack(d / "pack2"));
-  } else {
-    expect_clean_error(i, "interrupted");
-    EXPECT_FALSE(fs::exists(d / "pack2"));
-    for (const auto& e : fs::directory_iterator(d))
-      EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+    return;
   }
+  expect_clean_error(i, "interrupted");
+  EXPECT_FALSE(fs::exists(d / "pack2"));
+  if (i.err.find("the same command resumes") == std::string::npos) {
+    EXPECT_TRUE(partials().empty());
+    return;
+  }
+  EXPECT_EQ(partials().size(), 1u);
+  CliRun again = sluice(args);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_TRUE(partials().empty());
+  for (const auto& e : fs::directory_iterator(d / "pack"))
+    EXPECT_TRUE(slurp(e.path()) == slurp(d / "pack2" / e.path().filename())) << e.path().filename();
 }
 
 }  // namespace
