@@ -210,12 +210,16 @@ void check_cancel(const ConvertOptions& opt) {
 // tensors; a dry run of the family loader over the checkpoint (which maps but does not read
 // the weights) checks config, shapes and that every tensor is used, before anything is written.
 // Returns the tensors the family reads only as matrices (WeightLoader::take_matrix): the ones
-// `--dense int8|q4` may quantize.
-std::set<std::string> validate_against_family(const nlohmann::json& config, const Family& family, const fs::path& hf_dir) {
+// `--dense int8|q4` may quantize; and those it needs at their stored precision
+// (WeightSource::note_exact), which dense.bin keeps as stored.
+struct FamilyTensors {
+  std::set<std::string> matrices, exact;
+};
+FamilyTensors validate_against_family(const nlohmann::json& config, const Family& family, const fs::path& hf_dir) {
   auto backend = make_cpu_backend();
   CheckpointSource source(Checkpoint::open(hf_dir), /*dry_run=*/true);
   family.load(config, source, *backend);
-  return source.matrices();
+  return {source.matrices(), source.exact()};
 }
 
 // One dense matrix quantized row by row (core/quant.h) in pieces of about 4M values:
@@ -365,8 +369,14 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
                " is already a sluice pack (convert reads an HF checkpoint directory)");
   const nlohmann::json config = read_json_file(hf_dir / "config.json");
   const Family& family = find_family(config);
-  const std::set<std::string> matrices = validate_against_family(config, family, hf_dir);
+  const FamilyTensors read_as = validate_against_family(config, family, hf_dir);
+  const std::set<std::string>& matrices = read_as.matrices;
   Checkpoint ck = Checkpoint::open(hf_dir);
+  const std::vector<std::string> mtp = family.mtp_prefixes(config);
+  auto in_mtp = [&](const std::string& name) {
+    return std::any_of(mtp.begin(), mtp.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  };
+  int64_t mtp_left_out = 0;
   // What stays out of dense.bin: the vision tower of a multimodal checkpoint (left out of the
   // pack), the PLE n-gram tables (their own row-addressable file), the routed experts.
   std::set<std::string> left_out;
@@ -377,15 +387,24 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
       left_out.insert(name);
       continue;
     }
+    if (in_mtp(name)) {  // multi-token prediction: decoding never reads it
+      left_out.insert(name);
+      ++mtp_left_out;
+      continue;
+    }
     if (auto t = ngram_table_tensor(name)) {
       tables[t->table].push_back({t->shard, name});
       continue;
     }
     decls.push_back({name, ck.entry(name).dtype, ck.entry(name).shape});
   }
-  if (!left_out.empty())
-    LOG_INFO("convert: ", family.model_type, ": leaving out what the text model never reads (", left_out.size(),
-             " tensors under ", family.towers_text(), "); the pack holds the text model");
+  if (static_cast<int64_t>(left_out.size()) > mtp_left_out)
+    LOG_INFO("convert: ", family.model_type, ": leaving out what the text model never reads (",
+             static_cast<int64_t>(left_out.size()) - mtp_left_out, " tensors under ", family.towers_text(),
+             "); the pack holds the text model");
+  if (mtp_left_out > 0)
+    LOG_INFO("convert: ", family.model_type, ": leaving out the multi-token-prediction layer (", mtp_left_out,
+             " tensors); decoding does not use it");
   std::set<std::string> expert_names;
   std::vector<ExpertLayer> layers = find_expert_layers(decls, ck.dir().string(), expert_names, family.fused_experts, true);
   if (layers.empty()) LOG_INFO("convert: ", family.model_type, ": no routed experts; the pack holds dense weights only");
@@ -409,7 +428,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     bytes_total += e.end - e.begin;
     if (expert_names.count(name) || left_out.count(name) || ngram_table_tensor(name)) continue;
     dense_names.push_back(name);
-    if (dtype_is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
+    if (dtype_is_float(e.dtype) && e.dtype != DType::bf16 && !read_as.exact.count(name)) all_bf16 = false;
   }
   const std::optional<DType> dense_quant =
       opt.dense_dtype && dtype_is_quantized(*opt.dense_dtype) ? opt.dense_dtype : std::nullopt;
@@ -464,7 +483,9 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
                    " has ", e.shape.size(), " dimensions (the pack holds 1 to 4)");
       const bool quantize = dense_quant && dtype_is_float(e.dtype) && matrices.count(name) &&
                             dense_quantizable_shape(e.shape);
-      const DType to = quantize ? *dense_quant : dtype_is_float(e.dtype) ? m.dense_dtype : e.dtype;
+      const DType to = quantize                                                   ? *dense_quant
+                       : dtype_is_float(e.dtype) && !read_as.exact.count(name) ? m.dense_dtype
+                                                                                : e.dtype;
       PackDenseTensor t{name, to, e.shape, out.begin_tensor(), 0};
       const uint64_t n_elem = (e.end - e.begin) / dtype_size(e.dtype);
       const int fd = fd_of(name);
