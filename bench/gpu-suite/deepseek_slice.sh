@@ -14,22 +14,33 @@
 # row's time a layer times 61).
 # The synthetic routers send nearly every token to the same experts, so the streamed rows
 # measure a cache that mostly hits; replayed routing (DESIGN.md) gives realistic locality.
-# Disk: the slice's q4 experts are about 50 GB (q2: about 29 GB) plus about 6 GB of dense
-# weights; a machine with 64 GiB of disk takes KIND=q2, or WORK on a larger volume.
-# Environment: KIND (q4), CACHES (5,10), TIERS (disk,host), LAYERS (11), WORK
-# (/tmp/deepseek_slice), KEEP (0), DEADLINE (s, 570), and family_decode.sh's own.
+# Disk (sluice synth --dry-run): the slice is 61.7 GB with q4 experts (50.7 GB of experts,
+# 10.9 GB of bf16 dense weights), 56.0 GB with q2, 58.9 GB with mxfp4; DENSE=int8 halves the
+# dense part. A 64 GiB disk takes KIND=q2 DENSE=int8 (about 51 GB); the 128 GiB of the
+# two-GPU machines take the q4 slice.
+# Environment: KIND (q4), DENSE (bf16), CACHES (5,10), TIERS (disk,host), LAYERS (11), WORK
+# (/tmp/deepseek_slice), KEEP_SLICE (0: the pack is removed at the end), DEADLINE (s, 570), and
+# family_decode.sh's own.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: deepseek_slice.sh BIN_DIR" >&2; exit 2; }
 BIN=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 export LIKE=deepseek-v3 KIND=${KIND:-q4} LAYERS=${LAYERS:-11} CACHES=${CACHES:-5,10} TIERS=${TIERS:-disk,host}
 export WORK=${WORK:-/tmp/deepseek_slice} DEADLINE=${DEADLINE:-570} KEEP=1
+DENSE=${DENSE:-bf16}
 mkdir -p "$WORK"
-free_gb=$(df -BG --output=avail "$WORK" | tail -1 | tr -dc '0-9')
-echo "deepseek_slice.sh: $free_gb GB free under $WORK (the $KIND slice needs about $([ "$KIND" = q2 ] && echo 35 || echo 56) GB)" >&2
+export PACK=$WORK/pack-$LIKE-$KIND-$DENSE-$LAYERS
+if [ ! -f "$PACK/manifest.json" ]; then
+  need=$("$BIN/sluice" synth --like "$LIKE" --layers "$LAYERS" --kinds "$KIND" --dense "$DENSE" --dry-run "$PACK" 2>&1 |
+         awk '/^ *total/ {print int($2 / 1e9) + 1}')
+  free_gb=$(df -BG --output=avail "$WORK" | tail -1 | tr -dc '0-9')
+  echo "deepseek_slice.sh: the slice needs ${need:-?} GB, $free_gb GB free under $WORK" >&2
+  [ -n "$need" ] && [ "$free_gb" -lt "$need" ] && { echo "deepseek_slice.sh: not enough disk (KIND=q2 DENSE=int8, or WORK elsewhere)" >&2; exit 1; }
+  timeout 900 "$BIN/sluice" synth --like "$LIKE" --layers "$LAYERS" --kinds "$KIND" --dense "$DENSE" "$PACK" --force -q ||
+    { echo "deepseek_slice.sh: synth failed" >&2; exit 1; }
+fi
 ROWS=$WORK/rows.md
 "$HERE/family_decode.sh" "$BIN" | tee "$ROWS"
-PACK=$WORK/pack-$LIKE-$KIND-$LAYERS
 # The latent cache's bytes a token, as -v reports it.
 if [ -f "$PACK/manifest.json" ]; then
   timeout 120 "$BIN/sluice" logits --model "$PACK" --expert-kind "$KIND" --tokens 1,2,3 --out "$WORK/x.npy" -v 2>&1 |
