@@ -202,7 +202,7 @@ def draw_deepseek_v3(rng):
     kw["num_key_value_heads"] = kw["num_attention_heads"]  # MLA forms keys and values per head
     L = rng.randint(1, 3)
     kw.update(grouped_router(rng))
-    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L), n_shared_experts=pick(rng, [1, 1, 2]),
+    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L - 1), n_shared_experts=pick(rng, [1, 1, 2]),
               q_lora_rank=pick(rng, [None, 8, 16]), kv_lora_rank=pick(rng, [8, 16, 24]),
               qk_nope_head_dim=pick(rng, [4, 8, 16]), qk_rope_head_dim=pick(rng, [2, 4, 8]),
               v_head_dim=pick(rng, [4, 8, 16]), intermediate_size=pick(rng, [32, 48]),
@@ -230,7 +230,7 @@ def draw_glm4_moe(rng):
     kw = common(rng)
     L = rng.randint(1, 3)
     kw.update(grouped_router(rng))
-    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L), n_shared_experts=pick(rng, [1, 1, 2]),
+    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L - 1), n_shared_experts=pick(rng, [1, 1, 2]),
               intermediate_size=pick(rng, [32, 48]), moe_intermediate_size=pick(rng, [8, 12, 16]),
               use_qk_norm=rng.random() < 0.5, attention_bias=rng.random() < 0.6,
               rope_theta=pick(rng, [10000.0, 1000000.0]))

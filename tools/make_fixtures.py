@@ -684,7 +684,7 @@ def append_mtp_layer(out: pathlib.Path, n_layers: int, seed: int):
     sd[new + "eh_proj.weight"] = rnd(h, 2 * h)
     sd[new + "embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
     sd[new + "shared_head.norm.weight"] = torch.ones(h, dtype=dt)
-    sd[new + "shared_head.head.weight"] = sd["lm_head.weight"].clone()
+    sd[new + "shared_head.head.weight"] = sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).clone()  # tied: no lm_head
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 

@@ -240,3 +240,15 @@ TEST(GiantFamilies, ConfigErrorsNameFamilyAndField) {
     }
   }
 }
+
+// The fixtures' packs (convert, every expert kind) pass sluice verify: records against their
+// checksums, and the manifest's config against the dense tensors and records (check_pack_model).
+TEST(GiantFamilies, PacksVerify) {
+  for (const std::string& fixture : giant_fixtures()) {
+    SCOPED_TRACE(fixture);
+    const PackVerifyResult r = verify_pack(fixture_pack(fixture));
+    EXPECT_TRUE(r.ok);
+    check_pack_model(fixture_pack(fixture));
+  }
+}
+
