@@ -13,7 +13,10 @@ tests/models/farm_test.cpp checks every position of every config against logits.
 both as one prefill and as a prefill followed by token-by-token decode.
 
 The configs are drawn from a seeded generator (the farm is reproducible): layer type mixes,
-head counts and sizes, rope variants (default, linear, yarn, partial rotary, M-RoPE sections),
+head counts and sizes, rope variants (default, linear, yarn with and without mscale, partial
+rotary, M-RoPE sections, interleaved rotary keys), latent attention sizes with and without a
+q-LoRA, group-limited sigmoid routing (1 to 8 groups, correction biases, scaling, shared
+experts, dense leading layers, MTP layers),
 sliding windows shorter than the prompt, QSA budgets and compress ratios, PLE settings,
 hyper-connection counts, top_k from 1 up, dense/MoE layer mixes, biases, clip_qkv, tied
 embeddings, saved dtypes, text-only and multimodal layouts, prompts of 16-96 tokens.
@@ -43,7 +46,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import make_fixtures as mf  # noqa: E402
 
 LIN, FULL, QSA = "linear_attention", "full_attention", "qwen_sparse_attention"
-PER_FAMILY = {"qwen3_moe": 6, "mixtral": 4, "olmoe": 4, "qwen3_next": 5, "qwen3_5_moe": 4, "qwen4_exp": 10}
+PER_FAMILY = {"qwen3_moe": 6, "mixtral": 4, "olmoe": 4, "qwen3_next": 5, "qwen3_5_moe": 4, "qwen4_exp": 10,
+              "deepseek_v3": 10, "glm4_moe": 6, "minimax_m2": 5}
 SEEDS_PER_CONFIG = 8   # weight seeds tried per config (the best margin is kept)
 MARGIN_MIN = 1e-4      # a config whose best seed is below this is drawn again
 MAX_DRAWS = 6          # configs drawn per farm slot before giving up on it
@@ -178,13 +182,91 @@ def draw_qwen4_exp(rng):
     return "qwen4_exp_text", kw, {"cls": "Qwen4ExpForCausalLM"}
 
 
+def grouped_router(rng, max_experts=32):
+    """Group-limited sigmoid routing (DeepSeek-V3, GLM-4.5): 1 to 8 groups of 2 to 4 experts,
+    some of them kept, top-k inside them, a correction bias (make_fixtures' router_bias)."""
+    groups = pick(rng, [1, 1, 2, 4, 8])
+    per = pick(rng, [p for p in (2, 3, 4) if groups * p <= max_experts])
+    keep = rng.randint(1, groups)
+    k = rng.randint(1, min(4, keep * per))
+    return dict(n_routed_experts=groups * per, n_group=groups, topk_group=keep, num_experts_per_tok=k,
+                norm_topk_prob=rng.random() < 0.5, routed_scaling_factor=pick(rng, [1.0, 2.5, 1.75]))
+
+
+def draw_deepseek_v3(rng):
+    """Multi-head latent attention: a q-LoRA or a plain q, latent and head sizes, the rotary key
+    interleaved or in halves, YaRN with and without mscale / mscale_all_dim (the softmax scale),
+    attention biases; dense leading layers, shared experts, an MTP layer."""
+    kw = common(rng)
+    del kw["head_dim"]  # transformers sets head_dim to qk_rope_head_dim
+    kw["num_key_value_heads"] = kw["num_attention_heads"]  # MLA forms keys and values per head
+    L = rng.randint(1, 3)
+    kw.update(grouped_router(rng))
+    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L - 1), n_shared_experts=pick(rng, [1, 1, 2]),
+              q_lora_rank=pick(rng, [None, 8, 16]), kv_lora_rank=pick(rng, [8, 16, 24]),
+              qk_nope_head_dim=pick(rng, [4, 8, 16]), qk_rope_head_dim=pick(rng, [2, 4, 8]),
+              v_head_dim=pick(rng, [4, 8, 16]), intermediate_size=pick(rng, [32, 48]),
+              moe_intermediate_size=pick(rng, [8, 12, 16]), rope_interleave=rng.random() < 0.5,
+              attention_bias=rng.random() < 0.3, rope_theta=pick(rng, [10000.0, 50000.0]))
+    r = rng.random()
+    if r < 0.6:  # YaRN as DeepSeek-V3 / Kimi K2 ship it, mscale variants
+        rs = {"rope_type": "yarn", "factor": pick(rng, [2.0, 4.0, 40.0]),
+              "original_max_position_embeddings": pick(rng, [32, 64]), "beta_fast": 32.0, "beta_slow": 1.0}
+        ms = pick(rng, [None, (1.0, 1.0), (1.0, 0.8), (0.707, 0.0), (1.0, 0.707)])
+        if ms:
+            rs.update(mscale=ms[0], mscale_all_dim=ms[1])
+        kw["rope_scaling"] = rs
+    elif r < 0.7:
+        kw["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
+    mtp = rng.random() < 0.5
+    if mtp:
+        kw["num_nextn_predict_layers"] = 1
+    return "deepseek_v3", kw, {"plain": True, "router_bias": pick(rng, [0.05, 0.1]), "mtp": mtp}
+
+
+def draw_glm4_moe(rng):
+    """GLM-4.5: partial rotary (written into rope_parameters, as the fixtures do), q/k norms on
+    or off, attention biases on or off, the grouped router, dense leading layers, an MTP layer."""
+    kw = common(rng)
+    L = rng.randint(1, 3)
+    kw.update(grouped_router(rng))
+    kw.update(num_hidden_layers=L, first_k_dense_replace=rng.randint(0, L - 1), n_shared_experts=pick(rng, [1, 1, 2]),
+              intermediate_size=pick(rng, [32, 48]), moe_intermediate_size=pick(rng, [8, 12, 16]),
+              use_qk_norm=rng.random() < 0.5, attention_bias=rng.random() < 0.6,
+              rope_theta=pick(rng, [10000.0, 1000000.0]))
+    rs = {"partial_rotary_factor": pick(rng, [0.25, 0.5, 1.0])}
+    if rng.random() < 0.3:
+        rs.update(rope_type="yarn", factor=2.0, original_max_position_embeddings=64)
+    kw["rope_scaling"] = rs
+    mtp = rng.random() < 0.5
+    if mtp:
+        kw["num_nextn_predict_layers"] = 1
+    return "glm4_moe", kw, {"plain": True, "router_bias": pick(rng, [0.05, 0.1]), "mtp": mtp}
+
+
+def draw_minimax_m2(rng):
+    """MiniMax-M2: q/k norms over the whole projections, rotary on part of each head (in
+    rope_parameters, and as the published config.json's rotary_dim on some), sigmoid routing
+    with a correction bias, always renormalized."""
+    kw = common(rng)
+    n_exp = pick(rng, [4, 6, 8, 16])
+    partial = pick(rng, [0.25, 0.5, 1.0])
+    kw.update(num_hidden_layers=rng.randint(1, 3), intermediate_size=pick(rng, [16, 24]), num_local_experts=n_exp,
+              num_experts_per_tok=rng.randint(1, min(4, n_exp - 1)), rope_theta=pick(rng, [10000.0, 5000000.0]),
+              rope_scaling={"partial_rotary_factor": partial})
+    if rng.random() < 0.5:
+        kw["rotary_dim"] = int(kw["head_dim"] * partial)
+    return "minimax_m2", kw, {"plain": True, "router_bias": pick(rng, [0.05, 0.1])}
+
+
 DRAW = {"qwen3_moe": draw_qwen3_moe, "mixtral": draw_mixtral, "olmoe": draw_olmoe, "qwen3_next": draw_qwen3_next,
-        "qwen3_5_moe": draw_qwen3_5_moe, "qwen4_exp": draw_qwen4_exp}
+        "qwen3_5_moe": draw_qwen3_5_moe, "qwen4_exp": draw_qwen4_exp, "deepseek_v3": draw_deepseek_v3,
+        "glm4_moe": draw_glm4_moe, "minimax_m2": draw_minimax_m2}
 
 
 def build(model_type, kw, opts):
-    if opts is None:
-        return mf.build_config(model_type, kw)
+    if opts is None or opts.get("plain"):  # rope_theta / rope_scaling and JSON_ONLY fields as the fixtures
+        return mf.build_config(model_type, kw, opts)
     if "vision" in opts:
         cfg = transformers.AutoConfig.for_model(model_type, text_config=kw, vision_config=opts["vision"],
                                                 tie_word_embeddings=kw.get("tie_word_embeddings", False))
@@ -201,6 +283,10 @@ def seeded(cfg, opts, seed, dtype):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * mf.PERTURB_STD)
+        if (opts or {}).get("router_bias"):  # a buffer, not a parameter (make_fixtures' seeded_model)
+            for bname, b in model.named_buffers():
+                if bname.endswith("e_score_correction_bias"):
+                    b.copy_(torch.randn_like(b) * opts["router_bias"])
     return model.to(dtype).float()
 
 
@@ -264,6 +350,9 @@ def search_and_save(root, name, family, model_type, kw, opts, dtype, ids, draw, 
     model.save_pretrained(str(out), safe_serialization=True)
     for extra in ("generation_config.json",):
         (out / extra).unlink(missing_ok=True)
+    mf.add_json_only(out, kw)  # rotary_dim, num_nextn_predict_layers: as published config.json files carry them
+    if (opts or {}).get("mtp"):  # the MTP layer a DeepSeek-V3 / GLM-4.5 checkpoint carries; transformers skips it
+        mf.append_mtp_layer(out, kw["num_hidden_layers"], best[0])
     cls = mf.model_class(opts)
     ref = cls.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():

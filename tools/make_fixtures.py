@@ -422,7 +422,9 @@ def sigmoid_margin_hook(w, bias, k, n_group, topk_group, margins):
             if topk_group < n_group:
                 ms.append(float((gs[:, topk_group - 1] - gs[:, topk_group]).min()))
             keep = torch.zeros_like(g).scatter_(1, torch.topk(g, topk_group, dim=-1).indices, 1.0)
-            c = c.masked_fill(keep.repeat_interleave(e // n_group, dim=1) == 0, 0.0)
+            # transformers' masked_fill(-inf): a dropped group's experts are out of the choice even
+            # where the kept ones' values are negative (a negative bias)
+            c = c.masked_fill(keep.repeat_interleave(e // n_group, dim=1) == 0, float("-inf"))
         s = torch.sort(c, dim=-1, descending=True).values
         ms.append(float((s[:, k - 1] - s[:, k]).min()))
         margins.append(min(ms))
@@ -682,7 +684,7 @@ def append_mtp_layer(out: pathlib.Path, n_layers: int, seed: int):
     sd[new + "eh_proj.weight"] = rnd(h, 2 * h)
     sd[new + "embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
     sd[new + "shared_head.norm.weight"] = torch.ones(h, dtype=dt)
-    sd[new + "shared_head.head.weight"] = sd["lm_head.weight"].clone()
+    sd[new + "shared_head.head.weight"] = sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).clone()  # tied: no lm_head
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 

@@ -149,6 +149,71 @@ void Backend::attention_rows(const Tensor& q, const Tensor& out, const RowCaches
   }
 }
 
+void Backend::matmul_heads(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t n = x.shape[0], H = x.shape[1], k = x.shape[2], m = y.shape[2];
+  SLUICE_CHECK(x.ndim == 3 && y.ndim == 3 && y.shape[0] == n && y.shape[1] == H && w.ndim == 2 && w.rows() == H * m &&
+                   w.cols() == k,
+               Status::internal, name(), " matmul_heads: x ", x.shape_str(), ", w ", w.shape_str(), ", y ", y.shape_str());
+  const Tensor x2 = x.reshape({n, H * k}), y2 = y.reshape({n, H * m});
+  Tensor xh = n == 1 ? Tensor{} : alloc(DType::f32, {n, k});
+  Tensor yh = n == 1 ? Tensor{} : alloc(DType::f32, {n, m});
+  for (int64_t h = 0; h < H; ++h) {
+    const Tensor wh = w.slice_rows(h * m, m);
+    if (n == 1) {  // one row: the head's columns are contiguous
+      matmul(Tensor(DType::f32, {1, k}, x.ptr<float>() + h * k, x.storage), wh,
+             Tensor(DType::f32, {1, m}, y.ptr<float>() + h * m, y.storage));
+      continue;
+    }
+    copy_cols(x2, h * k, xh, 0, k);
+    matmul(xh, wh, yh);
+    copy_cols(yh, 0, y2, h * m, m);
+  }
+}
+
+void Backend::write_rows(const Tensor& src, const Tensor& dst, int64_t row0, const Tensor& positions) {
+  const int64_t n = src.rows();
+  SLUICE_CHECK(src.dtype == DType::f32 && src.cols() == dst.cols() && (dst.dtype == DType::f32 || dst.dtype == DType::bf16) &&
+                   (!positions.empty() || row0 + n <= dst.rows()),
+               Status::internal, name(), " write_rows: src ", dtype_name(src.dtype), " ", src.shape_str(), " into ",
+               dtype_name(dst.dtype), " ", dst.shape_str(), " at ", row0);
+  if (positions.empty()) {
+    copy(src, dst.slice_rows(row0, n));  // a bf16 dst: rounded by the copy
+    return;
+  }
+  Tensor rows = src;
+  if (dst.dtype != DType::f32) {
+    rows = alloc(dst.dtype, {n, src.cols()});
+    copy(src, rows);
+  }
+  scatter_rows_at(rows, positions, dst);
+}
+
+void Backend::attention_latent(const Tensor& q, const Tensor& cache, const Tensor& out, const AttentionParams& params) {
+  const int64_t n = q.shape[0], H = q.shape[1], dk = q.shape[2], dv = out.shape[2];
+  SLUICE_CHECK(q.ndim == 3 && out.ndim == 3 && out.shape[0] == n && out.shape[1] == H && dv <= dk &&
+                   cache.ndim == 3 && cache.shape[1] == 1 && cache.shape[2] == dk,
+               Status::internal, name(), " attention_latent: q ", q.shape_str(), ", cache ", cache.shape_str(), ", out ",
+               out.shape_str());
+  AttentionParams p;
+  p.n_past = params.n_past;
+  p.n_past_at = params.n_past_at;
+  p.scale = params.scale;
+  Tensor full = dv == dk ? out : alloc(DType::f32, {n, H, dk});
+  attention(q, cache, cache, full, p);
+  if (dv != dk) copy_cols(full.reshape({n * H, dk}), 0, out.reshape({n * H, dv}), 0, dv);
+}
+
+void Backend::attention_latent_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale) {
+  for (int64_t b = 0; b < q.shape[0]; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    AttentionParams params;
+    params.n_past = caches.n_past[i];
+    params.n_past_at = caches.positions.empty() ? Tensor{} : caches.positions.slice_rows(b, 1);
+    params.scale = scale;
+    attention_latent(q.slice_rows(b, 1), caches.k[i], out.slice_rows(b, 1), params);
+  }
+}
+
 void Backend::set_kv_dtype(DType t) {
   SLUICE_CHECK(kv_dtype_supported(t), Status::unsupported, "the ", name(), " backend cannot hold a ", dtype_name(t),
                " KV cache", kv_dtype_supported(DType::bf16) ? " (f32 or bf16)" : " (f32 only so far)");

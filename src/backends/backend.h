@@ -157,6 +157,36 @@ class Backend {
   // at a time.
   virtual void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
                               int64_t sliding_window, const Tensor& sinks = {});
+  // ---- multi-head latent attention (models/mla.h) ----
+  // y[:, h, :] = x[:, h, :] . w[h m .. (h + 1) m, :]^T for each of the H heads: x [n, H, k] f32,
+  // w [H m, k] (f32, bf16 or f16), y [n, H, m] f32 (y may not alias x). Each head's rows are
+  // what matmul gives them. Default: one matmul a head (over copies of the head's columns
+  // unless n == 1).
+  virtual void matmul_heads(const Tensor& x, const Tensor& w, const Tensor& y);
+  // The absorbed form's attention of H query heads over a latent cache: q [n, H, Dk]; cache
+  // [n_ctx, 1, Dk] (f32 or bf16: the keys, and its first Dv columns the values) holding
+  // positions [0, n_past + n); out [n, H, Dv]:
+  //   out[i, h, :] = sum over j <= n_past + i of softmax_j(scale q[i, h] . cache[j]) cache[j, :Dv]
+  // (params: n_past, n_past_at and scale; no window, sinks, chunks or temperature). Default:
+  // attention() with the cache as the one kv head of both keys and values, then out's columns.
+  virtual void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& out, const AttentionParams& params);
+  // attention_latent of B rows (q [B, H, Dk], out [B, H, Dv]), row b against the latent cache
+  // caches.k[b] at its own position. Default: a row at a time.
+  virtual void attention_latent_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale);
+  // The latent cache's append: dst's rows positions[i] (i32 [n] on this backend, read when the
+  // op runs: a captured step) or, positions empty, row0 + i, set to src's rows (f32 [n, c])
+  // converted to dst's dtype (f32, or bf16 rounded to nearest even). dst [rows, c]. Default:
+  // copy or scatter_rows_at (through a bf16 copy of the rows for a bf16 dst).
+  virtual void write_rows(const Tensor& src, const Tensor& dst, int64_t row0, const Tensor& positions);
+  // Whether a prompt chunk (several rows of one sequence) takes MLA's expanded form: every
+  // head's keys and values formed from the cached latents, then attention(). True where
+  // per-head attention runs on faster kernels (CUDA's tensor cores); false (the default, the
+  // CPU): the absorbed form for every row, whose results do not depend on the chunk, so that
+  // decoding gives a teacher-forced pass's logits bit for bit.
+  virtual bool latent_attention_expands_prompts() const { return false; }
+  // The head size at which attention() runs its fastest kernel for heads of d dims (>= d; the
+  // caller pads q, k and v with zeros). Default: d.
+  virtual int64_t attention_padded_dim(int64_t d) const { return d; }
   // One weight holding the rows of parts one after another (same dtype and columns), so
   // that a decode step reads them in one product; the parts are then row slices of it.
   // Empty: this backend gains nothing from it (the default).

@@ -49,24 +49,37 @@ namespace {
 // The routed expert layers must be loaded by the family with exactly the pack's expert
 // tensors; a dry run of the family loader over the checkpoint (which maps but does not read
 // the weights, FP8 ones included) checks config, shapes and that every tensor is used, before
-// anything is written. Returns the tensors the family reads only as matrices
-// (WeightLoader::take_matrix): the ones `--dense int8|q4` may quantize.
-std::set<std::string> validate_against_family(const nlohmann::json& config, const Family& family, const Checkpoint& ck) {
+// anything is written. Records the tensors the family reads only as matrices
+// (WeightLoader::take_matrix): the ones `--dense int8|q4` may quantize; and those it needs at
+// their stored precision (WeightSource::note_exact), which dense.bin keeps as stored.
+void validate_against_family(const Checkpoint& ck, ConvertPlan& plan) {
   auto backend = make_cpu_backend();
   CheckpointSource source(ck, /*dry_run=*/true);
-  family.load(config, source, *backend);
-  return source.matrices();
+  plan.family->load(plan.config, source, *backend);
+  plan.matrices = source.matrices();
+  plan.exact = source.exact();
 }
 
-// 1. What stays out of dense.bin: the towers of a multimodal checkpoint (left out of the
-// pack), the PLE n-gram tables (their own row-addressable file), the routed experts (found by
-// name; FP8 ones by the dtype they dequantize to).
+// 1. What stays out of dense.bin: the towers of a multimodal checkpoint and the
+// multi-token-prediction layers (left out of the pack: decoding never reads them), the PLE
+// n-gram tables (their own row-addressable file), the routed experts (found by name; FP8 ones
+// by the dtype they dequantize to).
 void inspect_checkpoint(const Checkpoint& ck, ConvertPlan& plan) {
   const Family& family = *plan.family;
+  const std::vector<std::string> mtp = family.mtp_prefixes(plan.config);
+  auto in_mtp = [&](const std::string& name) {
+    return std::any_of(mtp.begin(), mtp.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  };
+  int64_t mtp_left_out = 0;
   std::vector<TensorDecl> decls;
   for (const std::string& name : ck.names()) {
     if (family.in_tower(name)) {
       plan.left_out.insert(name);
+      continue;
+    }
+    if (in_mtp(name)) {
+      plan.left_out.insert(name);
+      ++mtp_left_out;
       continue;
     }
     if (auto t = ngram_table_tensor(name)) {
@@ -75,9 +88,13 @@ void inspect_checkpoint(const Checkpoint& ck, ConvertPlan& plan) {
     }
     decls.push_back({name, ck.dtype(name), ck.entry(name).shape});
   }
-  if (!plan.left_out.empty())
-    LOG_INFO("convert: ", family.model_type, ": leaving out what the text model never reads (", plan.left_out.size(),
-             " tensors under ", family.towers_text(), "); the pack holds the text model");
+  if (static_cast<int64_t>(plan.left_out.size()) > mtp_left_out)
+    LOG_INFO("convert: ", family.model_type, ": leaving out what the text model never reads (",
+             static_cast<int64_t>(plan.left_out.size()) - mtp_left_out, " tensors under ", family.towers_text(),
+             "); the pack holds the text model");
+  if (mtp_left_out > 0)
+    LOG_INFO("convert: ", family.model_type, ": leaving out the multi-token-prediction layer (", mtp_left_out,
+             " tensors); decoding does not use it");
   plan.layers = find_expert_layers(decls, ck.dir().string(), plan.expert_names, family.fused_experts, true);
   if (plan.layers.empty()) LOG_INFO("convert: ", family.model_type, ": no routed experts; the pack holds dense weights only");
   size_t n_fp8 = 0;
@@ -103,7 +120,7 @@ void plan_manifest(const Checkpoint& ck, const ConvertOptions& opt, ConvertPlan&
     plan.bytes_total += e.end - e.begin;
     if (plan.expert_names.count(name) || plan.left_out.count(name) || ngram_table_tensor(name)) continue;
     plan.dense_names.push_back(name);
-    if (dtype_is_float(e.dtype) && e.dtype != DType::bf16) all_bf16 = false;
+    if (dtype_is_float(e.dtype) && e.dtype != DType::bf16 && !plan.exact.count(name)) all_bf16 = false;
   }
   plan.dense_quant = opt.dense_dtype && dtype_is_quantized(*opt.dense_dtype) ? opt.dense_dtype : std::nullopt;
   const DType by_default = all_bf16 ? DType::bf16 : DType::f32;
@@ -165,7 +182,7 @@ ConvertPlan plan_convert(const fs::path& hf_dir, const Checkpoint& ck, const Con
   ConvertPlan plan;
   plan.config = read_json_file(hf_dir / "config.json");
   plan.family = &find_family(plan.config);
-  plan.matrices = validate_against_family(plan.config, *plan.family, ck);
+  validate_against_family(ck, plan);
   inspect_checkpoint(ck, plan);
   plan_manifest(ck, opt, plan);
   return plan;

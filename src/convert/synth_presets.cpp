@@ -416,6 +416,234 @@ json tiny_qwen4_exp() {
                                                {"mrope_interleaved", true}}}}));
 }
 
+// DeepSeek-V3's config.json as published (deepseek-ai/DeepSeek-V3; R1 and V3.1 share the
+// shape): 61 layers (the first 3 dense, then 58 MoE), multi-head latent attention (128 heads,
+// q-LoRA 1536, KV latent 512 + rotary key 64), 256 experts of [2048, 7168] in 8 groups (4
+// kept), top-8, one shared expert, YaRN x40 from 4096 with mscale 1, an MTP layer. The
+// checkpoint's quantization_config (FP8 blocks) is left out: a synthetic pack's experts are
+// whatever --kinds says.
+json deepseek_v3() {
+  return json{{"architectures", {"DeepseekV3ForCausalLM"}},
+              {"attention_bias", false},
+              {"attention_dropout", 0.0},
+              {"bos_token_id", 0},
+              {"eos_token_id", 1},
+              {"first_k_dense_replace", 3},
+              {"hidden_act", "silu"},
+              {"hidden_size", 7168},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 18432},
+              {"kv_lora_rank", 512},
+              {"max_position_embeddings", 163840},
+              {"model_type", "deepseek_v3"},
+              {"moe_intermediate_size", 2048},
+              {"moe_layer_freq", 1},
+              {"n_group", 8},
+              {"n_routed_experts", 256},
+              {"n_shared_experts", 1},
+              {"norm_topk_prob", true},
+              {"num_attention_heads", 128},
+              {"num_experts_per_tok", 8},
+              {"num_hidden_layers", 61},
+              {"num_key_value_heads", 128},
+              {"num_nextn_predict_layers", 1},
+              {"q_lora_rank", 1536},
+              {"qk_nope_head_dim", 128},
+              {"qk_rope_head_dim", 64},
+              {"rms_norm_eps", 1e-6},
+              {"rope_scaling",
+               {{"beta_fast", 32},
+                {"beta_slow", 1},
+                {"factor", 40},
+                {"mscale", 1.0},
+                {"mscale_all_dim", 1.0},
+                {"original_max_position_embeddings", 4096},
+                {"type", "yarn"}}},
+              {"rope_theta", 10000},
+              {"routed_scaling_factor", 2.5},
+              {"scoring_func", "sigmoid"},
+              {"tie_word_embeddings", false},
+              {"topk_group", 4},
+              {"topk_method", "noaux_tc"},
+              {"torch_dtype", "bfloat16"},
+              {"use_cache", true},
+              {"v_head_dim", 128},
+              {"vocab_size", 129280}};
+}
+
+// Kimi K2's config.json as published (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's
+// architecture under model_type kimi_k2 with 64 heads, 384 experts in one group, the first
+// layer dense, routed_scaling_factor 2.827, YaRN x32 from 4096 at rope theta 50000.
+json kimi_k2() {
+  json c = deepseek_v3();
+  c.update(json{{"model_type", "kimi_k2"},
+                {"bos_token_id", 163584},
+                {"eos_token_id", 163585},
+                {"first_k_dense_replace", 1},
+                {"max_position_embeddings", 131072},
+                {"n_group", 1},
+                {"n_routed_experts", 384},
+                {"num_attention_heads", 64},
+                {"num_key_value_heads", 64},
+                {"num_nextn_predict_layers", 0},
+                {"rope_scaling",
+                 {{"beta_fast", 1.0},
+                  {"beta_slow", 1.0},
+                  {"factor", 32.0},
+                  {"mscale", 1.0},
+                  {"mscale_all_dim", 1.0},
+                  {"original_max_position_embeddings", 4096},
+                  {"type", "yarn"}}},
+                {"rope_theta", 50000.0},
+                {"routed_scaling_factor", 2.827},
+                {"topk_group", 1},
+                {"vocab_size", 163840}});
+  return c;
+}
+
+// GLM-4.5's config.json as published (zai-org/GLM-4.5): 92 layers (the first 3 dense), 96
+// query heads of 128 over 8 kv heads with biases and per-head q/k norms, rotary on half of
+// each head, 160 experts of [1536, 5120] top-8 in one group, a shared expert, an MTP layer.
+json glm4_5() {
+  return json{{"architectures", {"Glm4MoeForCausalLM"}},
+              {"attention_bias", true},
+              {"attention_dropout", 0.0},
+              {"eos_token_id", {151329, 151336, 151338}},
+              {"first_k_dense_replace", 3},
+              {"head_dim", 128},
+              {"hidden_act", "silu"},
+              {"hidden_size", 5120},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 12288},
+              {"max_position_embeddings", 131072},
+              {"model_type", "glm4_moe"},
+              {"moe_intermediate_size", 1536},
+              {"n_group", 1},
+              {"n_routed_experts", 160},
+              {"n_shared_experts", 1},
+              {"norm_topk_prob", true},
+              {"num_attention_heads", 96},
+              {"num_experts_per_tok", 8},
+              {"num_hidden_layers", 92},
+              {"num_key_value_heads", 8},
+              {"num_nextn_predict_layers", 1},
+              {"pad_token_id", 151329},
+              {"partial_rotary_factor", 0.5},
+              {"rms_norm_eps", 1e-5},
+              {"rope_scaling", nullptr},
+              {"rope_theta", 1000000},
+              {"routed_scaling_factor", 2.5},
+              {"tie_word_embeddings", false},
+              {"topk_group", 1},
+              {"torch_dtype", "bfloat16"},
+              {"use_cache", true},
+              {"use_qk_norm", true},
+              {"vocab_size", 151552}};
+}
+
+// MiniMax-M2's config.json as published (MiniMaxAI/MiniMax-M2), the fields transformers reads:
+// 62 layers, 48 query heads of 128 over 8 kv heads, q/k norms over the whole projections,
+// rotary on 64 of each head's 128 dims, 256 experts of [1536, 3072] top-8 under sigmoid
+// routing with a correction bias, no shared expert.
+json minimax_m2() {
+  return json{{"architectures", {"MiniMaxM2ForCausalLM"}},
+              {"attention_dropout", 0.0},
+              {"bos_token_id", 200034},
+              {"eos_token_id", 200020},
+              {"head_dim", 128},
+              {"hidden_act", "silu"},
+              {"hidden_size", 3072},
+              {"initializer_range", 0.02},
+              {"intermediate_size", 1536},
+              {"max_position_embeddings", 196608},
+              {"model_type", "minimax_m2"},
+              {"num_attention_heads", 48},
+              {"num_experts_per_tok", 8},
+              {"num_hidden_layers", 62},
+              {"num_key_value_heads", 8},
+              {"num_local_experts", 256},
+              {"qk_norm_type", "per_layer"},
+              {"rms_norm_eps", 1e-6},
+              {"rope_theta", 5000000},
+              {"rotary_dim", 64},
+              {"scoring_func", "sigmoid"},
+              {"tie_word_embeddings", false},
+              {"torch_dtype", "bfloat16"},
+              {"use_qk_norm", true},
+              {"use_routing_bias", true},
+              {"vocab_size", 200064}};
+}
+
+// Tiny variants of the three for tests: 3 to 4 layers of width 64, 16 experts top-4.
+// tiny-deepseek-v3: the first layer dense, a q-LoRA of 24, KV latent 32 + rotary key 8, 4 heads
+// of 16 + 8 (values 16), 4 groups keep 2, YaRN as published; expert width 40 (not a multiple
+// of the q4 and q2 group sizes).
+json tiny_deepseek_v3() {
+  json c = deepseek_v3();
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"num_hidden_layers", 4},
+                {"first_k_dense_replace", 1},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 4},
+                {"q_lora_rank", 24},
+                {"kv_lora_rank", 32},
+                {"qk_nope_head_dim", 16},
+                {"qk_rope_head_dim", 8},
+                {"v_head_dim", 16},
+                {"intermediate_size", 96},
+                {"moe_intermediate_size", 40},
+                {"n_routed_experts", 16},
+                {"num_experts_per_tok", 4},
+                {"n_group", 4},
+                {"topk_group", 2},
+                {"max_position_embeddings", 512},
+                {"bos_token_id", nullptr},
+                {"eos_token_id", nullptr}});
+  return c;
+}
+
+// tiny-glm-4.5: the first layer dense, 4 query heads of 32 over 2 kv heads, rotary on half.
+json tiny_glm4_5() {
+  json c = glm4_5();
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"num_hidden_layers", 3},
+                {"first_k_dense_replace", 1},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 32},
+                {"intermediate_size", 96},
+                {"moe_intermediate_size", 24},
+                {"n_routed_experts", 16},
+                {"num_experts_per_tok", 4},
+                {"n_group", 2},
+                {"topk_group", 1},
+                {"max_position_embeddings", 512},
+                {"pad_token_id", nullptr},
+                {"eos_token_id", nullptr}});
+  return c;
+}
+
+// tiny-minimax-m2: 4 query heads of 16 over 2 kv heads, rotary on 8 of the 16 dims.
+json tiny_minimax_m2() {
+  json c = minimax_m2();
+  c.update(json{{"vocab_size", 512},
+                {"hidden_size", 64},
+                {"num_hidden_layers", 3},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 16},
+                {"rotary_dim", 8},
+                {"intermediate_size", 24},
+                {"num_local_experts", 16},
+                {"num_experts_per_tok", 4},
+                {"max_position_embeddings", 512},
+                {"bos_token_id", nullptr},
+                {"eos_token_id", nullptr}});
+  return c;
+}
+
 // The first key of `keys` that `j` holds, or null.
 const char* first_key(const json& j, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
@@ -438,6 +666,13 @@ const std::vector<SynthPreset>& synth_presets() {
       {"tiny-llama4", "a tiny llama4_text for tests: 4 layers (2 MoE), 8 experts of [32, 64], top-1", tiny_llama4},
       {"gemma4-26b-a4b", "Gemma 4 26B-A4B (multimodal config, text model only): 30 layers, 128 experts of [704, 2816], top-8", gemma4_26b_a4b},
       {"tiny-gemma4", "a tiny gemma4_text for tests: 6 layers (2 KV-shared), 8 experts of [32, 64], top-2, PLE", tiny_gemma4},
+      {"deepseek-v3", "DeepSeek-V3 / R1: 61 layers (3 dense), MLA, 256 experts of [2048, 7168] in 8 groups, top-8, a shared expert", deepseek_v3},
+      {"kimi-k2", "Kimi K2: 61 layers (1 dense), MLA with 64 heads, 384 experts of [2048, 7168], top-8, a shared expert", kimi_k2},
+      {"glm-4.5", "GLM-4.5: 92 layers (3 dense), 160 experts of [1536, 5120], top-8, a shared expert", glm4_5},
+      {"minimax-m2", "MiniMax-M2: 62 layers, 256 experts of [1536, 3072], top-8", minimax_m2},
+      {"tiny-deepseek-v3", "a tiny deepseek_v3 for tests: 4 layers (1 dense), MLA, 16 experts of [40, 64] in 4 groups, top-4", tiny_deepseek_v3},
+      {"tiny-glm-4.5", "a tiny glm4_moe for tests: 3 layers (1 dense), 16 experts of [24, 64] in 2 groups, top-4", tiny_glm4_5},
+      {"tiny-minimax-m2", "a tiny minimax_m2 for tests: 3 layers, 16 experts of [24, 64], top-4", tiny_minimax_m2},
   };
   return presets;
 }
@@ -491,6 +726,17 @@ void synth_scale_config(json& config, std::optional<int64_t> n_layer, std::optio
     t[key] = *n_expert;
     if (const char* k = first_key(t, {"num_experts_per_tok", "top_k", "moe_topk", "top_k_experts"}); k && t[k].is_number_integer())
       t[k] = std::min(t[k].get<int64_t>(), *n_expert);
+    // Group-limited routing (DeepSeek-V3, GLM-4.5): the most groups that still divide the experts
+    // into groups of two or more, and enough of them kept for the top-k.
+    if (t.contains("n_group") && t["n_group"].is_number_integer()) {
+      int64_t groups = std::min(t["n_group"].get<int64_t>(), std::max<int64_t>(1, *n_expert / 2));
+      while (groups > 1 && *n_expert % groups != 0) --groups;
+      t["n_group"] = groups;
+      const int64_t per = *n_expert / groups, k = t.value("num_experts_per_tok", int64_t{1});
+      int64_t keep = std::min(t.value("topk_group", int64_t{1}), groups);
+      while (keep < groups && keep * per < k) ++keep;
+      t["topk_group"] = keep;
+    }
   }
 }
 

@@ -34,6 +34,9 @@ struct MoeLayerCall {
                                         // routing has it applied already)
   StreamPhase phase = StreamPhase::decode;  // prefill: rows of one sequence's prompt chunk;
                                             // decode: one token per sequence
+  Tensor score_bias = {};               // [n_expert] f32 on the backend: the layer's correction bias
+                                        // (RouterScoring::sigmoid_grouped), or empty
+  Tensor next_score_bias = {};          // the next MoE layer's (lookahead), or empty
 };
 
 class ExpertProvider {

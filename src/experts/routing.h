@@ -14,8 +14,9 @@ namespace sluice {
 
 struct RouterSpec {
   int64_t n_expert = 0, n_expert_used = 0;
-  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1 (softmax)
+  bool norm_topk_prob = false;  // renormalize the chosen k weights to sum to 1 (softmax, sigmoid_grouped)
   RouterScoring scoring = RouterScoring::softmax;
+  GroupedRouting grouped = {};  // sigmoid_grouped only
 };
 
 // Chosen experts of n rows, strongest first: ids/weights[row * k + rank].
@@ -38,7 +39,11 @@ struct RoutingEvent {
 using RoutingObserver = std::function<void(const RoutingEvent&)>;
 
 // Top-k over softmax(logits[n, n_expert]) as transformers does (f32 softmax; ties keep the
-// lower expert id first), or over the logits with sigmoid weights (RouterScoring::sigmoid).
-Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows);
+// lower expert id first), or over the logits with sigmoid weights (RouterScoring::sigmoid),
+// or group-limited over sigmoid scores plus the layer's correction bias score_bias
+// ([n_expert]; RouterScoring::sigmoid_grouped, core/router_group.h's arithmetic: equal values
+// keep the lower group and the lower expert first; the chosen strongest first by s + bias).
+Routing route_topk(const RouterSpec& spec, std::span<const float> logits, int64_t n_rows,
+                   std::span<const float> score_bias = {});
 
 }  // namespace sluice

@@ -26,7 +26,9 @@ std::vector<std::pair<float, int32_t>> predict_next_union(Backend& be, const Moe
   if (!call.next_router_bias.empty()) be.add_bias(logits_dev, call.next_router_bias);
   std::vector<float> logits(static_cast<size_t>(m * n_expert));
   be.to_host(logits_dev, logits.data());
-  const Routing pred = route_topk(*call.router, logits, m);
+  std::vector<float> bias(static_cast<size_t>(call.next_score_bias.numel()));
+  if (!bias.empty()) be.to_host(call.next_score_bias, bias.data());
+  const Routing pred = route_topk(*call.router, logits, m, bias);
   return predicted_union(pred.ids, pred.weights, n_expert);
 }
 

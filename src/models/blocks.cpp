@@ -83,20 +83,23 @@ void attend(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, cons
   be.attention(q3, kv.k, kv.v, att, params);
 }
 
-// out = att . o^T (+ bias); with then, the residual add and the next norm after it (fused
-// where there is no bias).
 void output_projection(Backend& be, const AttentionWeights& w, const Tensor& att, const Tensor& out,
                        const ResidualNorm* then) {
-  if (then && w.o_bias.empty()) {
-    be.matmul_add_rms_norm(att, w.o, then->x, then->norm, then->eps, then->h);
-    return;
-  }
-  be.matmul(att, w.o, out);
-  if (!w.o_bias.empty()) be.add_bias(out, w.o_bias);
-  if (then) be.add_rms_norm(then->x, out, then->norm, then->eps, then->h);
+  attention_output(be, w.o, w.o_bias, att, out, then);
 }
 
 }  // namespace
+
+void attention_output(Backend& be, const Tensor& o, const Tensor& o_bias, const Tensor& att, const Tensor& out,
+                      const ResidualNorm* then) {
+  if (then && o_bias.empty()) {
+    be.matmul_add_rms_norm(att, o, then->x, then->norm, then->eps, then->h);
+    return;
+  }
+  be.matmul(att, o, out);
+  if (!o_bias.empty()) be.add_bias(out, o_bias);
+  if (then) be.add_rms_norm(then->x, out, then->norm, then->eps, then->h);
+}
 
 void attention_block(Backend& be, const AttentionSpec& spec, const RopeConfig& rope, const AttentionWeights& w,
                      const Tensor& h, KvLayer& kv, int64_t n_past, const Tensor& cos, const Tensor& sin,

@@ -59,6 +59,11 @@ struct ResidualNorm {
   Tensor h;     // [n, n_embd] out: the normed row
 };
 
+// out = att . o^T (+ o_bias): an attention block's output projection; with then, the residual
+// add and the next norm after it (one fused op where there is no bias).
+void attention_output(Backend& be, const Tensor& o, const Tensor& o_bias, const Tensor& att, const Tensor& out,
+                      const ResidualNorm* then);
+
 // out[n, n_embd] = attention(h[n, n_embd]) for tokens at positions n_past.., appending their
 // keys and values to kv. cos/sin: [n, rot_dim/2] for these positions. positions: empty, or
 // the same positions as an i32 [n] tensor on the backend, which the KV append and the

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <optional>
 
+#include "core/log.h"
+
 namespace sluice {
 namespace {
 
@@ -129,6 +131,16 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
     layer_rope_.push_back(rope);
   }
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
+  if (spec_.mla) {
+    const MlaSpec& m = *spec_.mla;
+    const uint64_t per_token = static_cast<uint64_t>(m.latent_dim()) * dtype_size(be_.kv_dtype()) * spec_.layers.size();
+    const uint64_t expanded = static_cast<uint64_t>(m.n_head * (m.qk_head_dim() + m.v_head_dim)) *
+                              dtype_size(be_.kv_dtype()) * spec_.layers.size();
+    LOG_INFO(info_.family, ": latent KV cache: ", m.latent_dim(), " values a token and layer (kv_lora_rank ",
+             m.kv_lora_rank, " + qk_rope_head_dim ", m.qk_rope_head_dim, "): ", per_token, " bytes a token in ",
+             dtype_name(be_.kv_dtype()), " over ", spec_.layers.size(), " layers, against ", expanded,
+             " expanded per head");
+  }
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
@@ -138,6 +150,10 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
   st->n_ctx = n_ctx;
   const auto& a = spec_.attn;
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    if (spec_.mla) {  // the latent cache: k [n_ctx, 1, latent_dim], no v
+      st->kv.push_back(KvLayer{be_.alloc(be_.kv_dtype(), {n_ctx, 1, spec_.mla->latent_dim()}), {}});
+      continue;
+    }
     KvLayer kv{be_.alloc(be_.kv_dtype(), {n_ctx, a.n_head_kv, a.head_dim}),
                be_.alloc(be_.kv_dtype(), {n_ctx, a.n_head_kv, a.head_dim})};
     st->kv.push_back(std::move(kv));
@@ -154,11 +170,13 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
 
 uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
   const auto& a = spec_.attn;
-  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer, and
-  // the rotary tables' cos and sin rows (state_rope: rot_dim / 2 f32 each).
-  const uint64_t per_token =
-      spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * dtype_size(be_.kv_dtype()) +
-      2 * static_cast<uint64_t>(spec_.rope.rot_dim / 2) * sizeof(float);
+  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer (MLA:
+  // one latent row of latent_dim), and the rotary tables' cos and sin rows (state_rope:
+  // rot_dim / 2 f32 each).
+  const uint64_t kv_values = spec_.mla ? static_cast<uint64_t>(spec_.mla->latent_dim())
+                                       : 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim);
+  const uint64_t per_token = spec_.layers.size() * kv_values * dtype_size(be_.kv_dtype()) +
+                             2 * static_cast<uint64_t>(spec_.rope.rot_dim / 2) * sizeof(float);
   return saturating_product(per_token, n_ctx);
 }
 
@@ -375,8 +393,12 @@ void DecoderModel::forward_layers(SequenceState& state_base, const Tensor& x, co
                                   const Tensor& positions) {
   auto& state = static_cast<DecoderState&>(state_base);
   run_layers(x, state.n_past, [&](size_t l, const Tensor& h, const Tensor& y, const ResidualNorm& then) {
-    attention_block(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin, y,
-                    positions, &then);
+    if (spec_.mla)
+      mla_attention_block(be_, *spec_.mla, layer_rope_[l], w_.layers[l].mla, h, state.kv[l].k, state.n_past, cos, sin,
+                          y, positions, &then);
+    else
+      attention_block(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, state.kv[l], state.n_past, cos, sin,
+                      y, positions, &then);
   });
 }
 
@@ -396,7 +418,9 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
                       {static_cast<int64_t>(l), moe_index_[l], first_position, &spec_.router, lw.router, lw.router_bias,
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{},
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router_bias : Tensor{}, &lw.experts,
-                       expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {}},
+                       expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {},
+                       lw.router_score_bias,
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_score_bias : Tensor{}},
                       expert_provider_.get(), routing_observer_, h, y);
       if (!lw.shared.gate.empty()) {  // y += shared(h) (Llama 4: the same sum as shared + routed)
         Tensor s = be_.alloc(DType::f32, {n, d});
@@ -534,8 +558,12 @@ void DecoderModel::batch_layers(std::span<SequenceState* const> states, const Te
       auto& st = static_cast<DecoderState&>(*states[b]);
       segments[b] = AttentionSegment{static_cast<int64_t>(b), 1, &st.kv[l], st.n_past};
     }
-    attention_block_segments(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, segments, cos, sin, y, positions,
-                             &then);
+    if (spec_.mla)
+      mla_attention_block_segments(be_, *spec_.mla, layer_rope_[l], w_.layers[l].mla, h, segments, cos, sin, y,
+                                   positions, &then);
+    else
+      attention_block_segments(be_, layer_attn_[l], layer_rope_[l], w_.layers[l].attn, h, segments, cos, sin, y,
+                               positions, &then);
   });
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/blocks.h"
+#include "models/mla.h"
 #include "models/moe_layer.h"
 #include "models/model.h"
 
@@ -29,14 +30,21 @@ struct DecoderSpec {
   float norm_eps = 1e-6f;
   std::vector<DecoderLayerSpec> layers;
   ExpertMath expert_math;  // what one routed expert computes (SwiGLU for every family so far)
+  // Multi-head latent attention in every layer instead of `attn` (DeepSeek-V3): the KV cache
+  // holds each token's latent (MlaSpec::latent_dim values a layer), rope's rot_dim is
+  // qk_rope_head_dim.
+  std::optional<MlaSpec> mla = std::nullopt;
 };
 
 struct DecoderLayerWeights {
   Tensor attn_norm;                    // [n_embd]
   AttentionWeights attn;
+  MlaWeights mla;                      // DecoderSpec::mla: the latent attention's weights (attn empty)
   Tensor ffn_norm;                     // [n_embd]
   Tensor router;                       // [n_expert, n_embd] (moe layers)
   Tensor router_bias;                  // [n_expert] (gpt-oss), or empty
+  Tensor router_score_bias;            // [n_expert] f32 correction bias of the choice
+                                       // (RouterScoring::sigmoid_grouped), or empty
   ExpertWeights shared;                // a shared expert added to the routed sum (Llama 4), or empty
   std::vector<ExpertWeights> experts;  // [n_expert] (moe layers)
   ExpertWeights mlp;                   // dense layers

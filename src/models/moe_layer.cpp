@@ -3,6 +3,14 @@
 
 namespace sluice {
 
+std::vector<float> host_values(Backend& be, const Tensor& t) {
+  if (t.empty()) return {};
+  SLUICE_CHECK(t.dtype == DType::f32, Status::internal, "host_values: ", dtype_name(t.dtype), " tensor");
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  be.to_host(t, out.data());
+  return out;
+}
+
 void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
                      const Tensor& h, const Tensor& y) {
   const RouterSpec& spec = *refs.router;
@@ -21,14 +29,14 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
   if (device_routes && !observer) {
     if (provider)
       provider->moe(be, {refs.moe_layer, nullptr, h, y, &spec, refs.next_router, refs.next_router_bias, logits,
-                         refs.math, refs.expert_scale, phase});
+                         refs.math, refs.expert_scale, phase, refs.score_bias, refs.next_score_bias});
     else be.moe_routed(*refs.table, logits, spec.n_expert_used, spec.norm_topk_prob, h, y);
     return;
   }
 
   std::vector<float> host_logits(n * E);
   be.to_host(logits, host_logits.data());
-  Routing routing = route_topk(spec, host_logits, n);
+  Routing routing = route_topk(spec, host_logits, n, host_values(be, refs.score_bias));
   if (!refs.expert_scale.empty())  // Gemma 4: after the renormalization, w *= per_expert_scale[id]
     for (size_t p = 0; p < routing.ids.size(); ++p)
       routing.weights[p] *= refs.expert_scale[static_cast<size_t>(routing.ids[p])];
@@ -41,14 +49,15 @@ void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* prov
       if (!refs.next_router_bias.empty()) be.add_bias(next_logits, refs.next_router_bias);
       std::vector<float> host_next(n * E);
       be.to_host(next_logits, host_next.data());
-      predicted = route_topk(spec, host_next, n);
+      predicted = route_topk(spec, host_next, n, host_values(be, refs.next_score_bias));
     }
     observer({refs.layer, refs.first_position, &routing, predict ? &predicted : nullptr, refs.next_layer});
   }
   if (provider) {
     provider->moe(be, {refs.moe_layer, device_routes ? nullptr : &routing, h, y, &spec, refs.next_router,
                        refs.next_router_bias, logits, refs.math,
-                       device_routes ? std::span<const float>(refs.expert_scale) : std::span<const float>(), phase});
+                       device_routes ? std::span<const float>(refs.expert_scale) : std::span<const float>(), phase,
+                       refs.score_bias, refs.next_score_bias});
     return;
   }
   SLUICE_CHECK(refs.experts && static_cast<int64_t>(refs.experts->size()) == E, Status::internal, "layer ",

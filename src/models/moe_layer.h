@@ -41,22 +41,32 @@ struct MoeLayerRefs {
                                                      // itself (Gemma 4), or empty: h . router_w^T (+ bias)
   std::vector<float> expert_scale;                   // [n_expert] multiplies each chosen expert's
                                                      // routing weight (Gemma 4), or empty
+  Tensor score_bias = {};                            // [n_expert] f32 correction bias of the choice
+                                                     // (RouterScoring::sigmoid_grouped), or empty
+  Tensor next_score_bias = {};                       // the next MoE layer's, or empty
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].
 void moe_routed_half(Backend& be, const MoeLayerRefs& refs, ExpertProvider* provider, const RoutingObserver& observer,
                      const Tensor& h, const Tensor& y);
 
+// A tensor's f32 values on the host (a router's correction bias; empty for an empty tensor).
+std::vector<float> host_values(Backend& be, const Tensor& t);
+
 // The backend's tables over every layer's resident experts ([n_layer], null where a layer has
 // none, or the backend routes on the host, also because its kernels do not compute `math`
-// or route as `router` says).
+// or route as `router` says). A layer's correction bias (router_score_bias, where the layer
+// weights have one) goes into its table.
 template <typename LayerWeights>
 std::vector<std::unique_ptr<ExpertTable>> make_expert_tables(Backend& be, const std::vector<LayerWeights>& layers,
                                                              const RouterSpec& router, const ExpertMath& math) {
   std::vector<std::unique_ptr<ExpertTable>> tables(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l)
-    if (router.n_expert > 0 && static_cast<int64_t>(layers[l].experts.size()) == router.n_expert)
-      tables[l] = be.make_expert_table(layers[l].experts, math, TableRouting{router.scoring, {}});
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (router.n_expert <= 0 || static_cast<int64_t>(layers[l].experts.size()) != router.n_expert) continue;
+    std::vector<float> bias;
+    if constexpr (requires { layers[l].router_score_bias; }) bias = host_values(be, layers[l].router_score_bias);
+    tables[l] = be.make_expert_table(layers[l].experts, math, TableRouting{router.scoring, {}, router.grouped, bias});
+  }
   return tables;
 }
 

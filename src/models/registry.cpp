@@ -16,6 +16,9 @@ std::unique_ptr<Model> load_qwen4_exp(const nlohmann::json&, WeightSource&, Back
 std::unique_ptr<Model> load_gpt_oss(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_llama4(const nlohmann::json&, WeightSource&, Backend&);
 std::unique_ptr<Model> load_gemma4(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_deepseek_v3(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_glm4_moe(const nlohmann::json&, WeightSource&, Backend&);
+std::unique_ptr<Model> load_minimax_m2(const nlohmann::json&, WeightSource&, Backend&);
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
@@ -36,6 +39,15 @@ const std::vector<Family>& families() {
       // Gemma 4 as published: the text model under model.language_model.
       {"gemma4", {"Gemma4ForConditionalGeneration"}, load_gemma4,
        {"model.vision_tower.", "model.embed_vision.", "model.vision_embedder.", "model.audio_tower.", "model.embed_audio."}},
+      {"deepseek_v3", {"DeepseekV3ForCausalLM"}, load_deepseek_v3, {}, FusedExperts::gate_rows_first, {"model.layers."}},
+      // Kimi K2: DeepSeek-V3's architecture under a model_type of its own.
+      {"kimi_k2", {}, load_deepseek_v3, {}, FusedExperts::gate_rows_first, {"model.layers."}},
+      // Kimi K2.5: the same text model in text_config, beside a vision tower.
+      {"kimi_k25", {"KimiK25ForConditionalGeneration", "Kimi_K25ForConditionalGeneration"}, load_deepseek_v3,
+       {"vision_tower.", "mm_projector.", "model.vision_tower.", "model.mm_projector."}, FusedExperts::gate_rows_first,
+       {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}},
+      {"glm4_moe", {"Glm4MoeForCausalLM"}, load_glm4_moe, {}, FusedExperts::gate_rows_first, {"model.layers."}},
+      {"minimax_m2", {"MiniMaxM2ForCausalLM"}, load_minimax_m2},
   };
   return table;
 }
@@ -44,6 +56,21 @@ bool Family::in_tower(std::string_view name) const {
   for (std::string_view tower : towers)
     if (name.substr(0, tower.size()) == tower) return true;
   return false;
+}
+
+std::vector<std::string> Family::mtp_prefixes(const nlohmann::json& config) const {
+  if (mtp_layer_prefixes.empty() || !config.is_object()) return {};
+  const nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+  auto count = [&](const char* key, int64_t fallback) {
+    auto it = text.find(key);
+    return it != text.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+  };
+  const int64_t layers = count("num_hidden_layers", -1);
+  const int64_t mtp = count("num_nextn_predict_layers", count("num_mtp_layers", 1));
+  std::vector<std::string> out;
+  for (int64_t i = 0; layers >= 0 && i < mtp; ++i)
+    for (std::string_view p : mtp_layer_prefixes) out.push_back(str(p, layers + i, "."));
+  return out;
 }
 
 std::string Family::towers_text() const {

@@ -37,11 +37,20 @@ struct Family {
   // audio towers, their projectors), which the loader skips and a pack leaves out.
   std::vector<std::string_view> towers = {};
   FusedExperts fused_experts = FusedExperts::gate_rows_first;
+  // Multi-token-prediction layers (DeepSeek-V3, Kimi K2, GLM-4.5): checkpoints store them after
+  // the decoder's last layer, as <prefix><num_hidden_layers + i>.* for i <
+  // num_nextn_predict_layers, under one of these prefixes; decoding never reads them, so the
+  // loader skips them (saying so with -v) and a pack leaves them out.
+  std::vector<std::string_view> mtp_layer_prefixes = {};
 
   // Whether a tensor belongs to one of the towers.
   bool in_tower(std::string_view name) const;
   // The towers' prefixes, comma-separated (messages).
   std::string towers_text() const;
+  // The tensor-name prefixes of `config`'s multi-token-prediction layers ("model.layers.61."),
+  // from num_hidden_layers and num_nextn_predict_layers (transformers' default: 1) of the
+  // config or its text_config; empty for a family without them.
+  std::vector<std::string> mtp_prefixes(const nlohmann::json& config) const;
 };
 
 const std::vector<Family>& families();

@@ -74,8 +74,12 @@ RopeConfig rope_config_from_json(const nlohmann::json& cfg, const std::string& f
     rope.inv_freq = default_inv_freq(rope.theta, dim);
     for (float& f : rope.inv_freq) f /= static_cast<float>(factor);
   } else if (rope.type == "yarn") {
-    double orig = get_number(params, "original_max_position_embeddings", 0);
-    SLUICE_CHECK(orig > 0, Status::corrupt, family, ": yarn rope needs original_max_position_embeddings");
+    // transformers' standardize_rope_params: a top-level original_max_position_embeddings
+    // wins, then rope_parameters', then max_position_embeddings.
+    const double orig = get_number(cfg, "original_max_position_embeddings",
+                                   get_number(params, "original_max_position_embeddings",
+                                              static_cast<double>(max_position_embeddings)));
+    SLUICE_CHECK(orig > 0, Status::corrupt, family, ": yarn rope needs original_max_position_embeddings > 0");
     double factor = get_number(params, "factor", static_cast<double>(max_position_embeddings) / orig);
     auto mscale_of = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
     double attention_factor = get_number(params, "attention_factor", -1);

@@ -54,6 +54,11 @@ class WeightSource {
   // checkpoint and synth's run over a MetaSource read the set afterwards (matrices()).
   void note_matrix(const std::string& name) { matrices_.insert(name); }
   const std::set<std::string>& matrices() const { return matrices_; }
+  // The family needs `name` at the precision the checkpoint stores it (a router's correction
+  // bias, whose rounding would move the routing choice): a pack writer keeps its dtype
+  // instead of converting it to the pack's dense dtype (exact()).
+  void note_exact(const std::string& name) { exact_.insert(name); }
+  const std::set<std::string>& exact() const { return exact_; }
   // A PLE n-gram table stored row-addressable under `table` ("...ple_embedding.ngram_embedding.",
   // a pack's ple.<dtype>.bin), marked used; null when the source has none there (a
   // checkpoint: the loader takes the table's tensors).
@@ -61,6 +66,7 @@ class WeightSource {
 
  private:
   std::set<std::string> matrices_;
+  std::set<std::string> exact_;
 };
 
 // An HF checkpoint directory. FP8 weights come dequantized (Checkpoint::get); in a dry run

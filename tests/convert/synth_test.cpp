@@ -399,6 +399,82 @@ TEST(Synth, FullSizePlans) {
   }
 }
 
+// The giant families' tiny presets: synthesized, verified, loaded and run (latent attention,
+// the group-limited router with its correction bias, dense leading layers, shared experts).
+TEST(Synth, TinyGiantFamiliesWriteVerifyLoadAndRun) {
+  for (const auto& [like, family, moe_layers] :
+       {std::tuple<const char*, const char*, size_t>{"tiny-deepseek-v3", "deepseek_v3", 3},
+        {"tiny-glm-4.5", "glm4_moe", 2}, {"tiny-minimax-m2", "minimax_m2", 3}}) {
+    SCOPED_TRACE(like);
+    ScratchDir d;
+    const fs::path out = d / "pack";
+    synth_pack(synth_preset_config(like), out, kinds({DType::q4}));
+    EXPECT_TRUE(verify_pack(out).ok);
+    std::shared_ptr<Pack> pack = Pack::open(out);
+    EXPECT_EQ(pack->manifest().family, family);
+    EXPECT_EQ(pack->manifest().moe_layers.size(), moe_layers);
+    expect_forward_sane(out, DType::q4);
+  }
+}
+
+// The published shapes: DeepSeek-V3's 3 dense + 58 MoE layers of 256 experts of [2048, 7168]
+// and its latent attention's tensors; the 11-layer slice the benchmarks run (3 dense + 8 MoE);
+// Kimi K2's 384 experts and 64 heads; GLM-4.5's 89 MoE layers of 160 experts; MiniMax-M2's 62
+// of 256.
+TEST(Synth, GiantFamiliesPublishedPlans) {
+  struct Want {
+    const char* like;
+    std::optional<int64_t> layers;
+    const char* family;
+    size_t moe_layers;
+    int64_t n_expert, n_embd, n_ff;
+  };
+  for (const Want& w : {Want{"deepseek-v3", {}, "deepseek_v3", 58, 256, 7168, 2048},
+                        Want{"deepseek-v3", 11, "deepseek_v3", 8, 256, 7168, 2048},
+                        Want{"kimi-k2", {}, "kimi_k2", 60, 384, 7168, 2048},
+                        Want{"glm-4.5", {}, "glm4_moe", 89, 160, 5120, 1536},
+                        Want{"minimax-m2", {}, "minimax_m2", 62, 256, 3072, 1536}}) {
+    SCOPED_TRACE(w.like);
+    json config = synth_preset_config(w.like);
+    if (w.layers) synth_scale_config(config, w.layers, std::nullopt);
+    SynthPlan p = synth_plan(config, {DType::q4});
+    const PackManifest& m = p.manifest;
+    EXPECT_EQ(m.family, w.family);
+    EXPECT_EQ(m.moe_layers.size(), w.moe_layers);
+    EXPECT_EQ(m.n_expert, w.n_expert);
+    EXPECT_EQ(m.n_embd, w.n_embd);
+    EXPECT_EQ(m.n_ff, w.n_ff);
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const PackDenseTensor& t : m.dense) shapes[t.name] = t.shape;
+    if (std::string(w.family) == "deepseek_v3") {
+      const std::string a = "model.layers.0.self_attn.";
+      EXPECT_EQ(shapes[a + "q_a_proj.weight"], (std::vector<int64_t>{1536, 7168}));
+      EXPECT_EQ(shapes[a + "q_b_proj.weight"], (std::vector<int64_t>{128 * 192, 1536}));
+      EXPECT_EQ(shapes[a + "kv_a_proj_with_mqa.weight"], (std::vector<int64_t>{576, 7168}));
+      EXPECT_EQ(shapes[a + "kv_b_proj.weight"], (std::vector<int64_t>{128 * 256, 512}));
+      EXPECT_EQ(shapes["model.layers.3.mlp.gate.e_score_correction_bias"], (std::vector<int64_t>{256}));
+      EXPECT_EQ(shapes["model.layers.3.mlp.shared_experts.gate_proj.weight"], (std::vector<int64_t>{2048, 7168}));
+      EXPECT_EQ(shapes["model.layers.2.mlp.gate_proj.weight"], (std::vector<int64_t>{18432, 7168}));  // dense
+    }
+    std::printf("%s%s q4: dense.bin %.3f GB, experts.q4.bin %.3f GB, total %.3f GB\n", w.like,
+                w.layers ? str(" --layers ", *w.layers).c_str() : "", p.dense_bytes / 1e9, p.expert_bytes / 1e9,
+                p.total_bytes() / 1e9);
+  }
+}
+
+// --experts on a group-limited router keeps its config valid: the most groups that divide the
+// experts into groups of two or more, enough of them kept for the top-k.
+TEST(Synth, FewerExpertsKeepTheGroupsValid) {
+  for (const auto& [experts, groups, keep] : {std::tuple<int64_t, int64_t, int64_t>{10, 5, 4}, {16, 8, 4}, {9, 3, 3},
+                                              {7, 1, 1}, {64, 8, 4}}) {
+    json config = synth_preset_config("deepseek-v3");
+    synth_scale_config(config, 4, experts);
+    EXPECT_EQ(config["n_group"], groups) << experts;
+    EXPECT_EQ(config["topk_group"], keep) << experts;
+    EXPECT_EQ(synth_plan(config, {DType::q4}).manifest.n_expert, experts);
+  }
+}
+
 TEST(Synth, ScaleConfigShrinksLayersAndExperts) {
   json c = synth_preset_config("qwen4-exp");
   synth_scale_config(c, 6, 16);

@@ -216,6 +216,16 @@ TEST(CudaStreaming, HybridFamiliesSameRoutingAndTokensAsTheCpu) {
               runs, static_cast<double>(worst));
 }
 
+// DeepSeek-V3 (latent attention), GLM-4.5 and MiniMax-M2: the group-limited sigmoid top-k with
+// each layer's correction bias on the device (router_group_topk.cu), for the step's routing
+// and lookahead's prediction alike.
+TEST(CudaStreaming, GiantFamiliesSameRoutingAndTokensAsTheCpu) {
+  int runs = 0;
+  const float worst = expect_same_as_the_cpu(giant_fixtures(), runs);
+  std::printf("cuda streaming, giant families: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n",
+              runs, static_cast<double>(worst));
+}
+
 // The body of the test below over `fixtures`: the number of (fixture, cache size, mode) runs
 // compared. Modes: a group once its union is resident (SLUICE_CUDA_PREFILL_WAVES=0), in waves,
 // and (unless `beside` is false) in waves with the copies beside the compute

@@ -1,6 +1,7 @@
 // Checkpoint layouts beyond the fixtures' own:
-//  - Llama 4 and Gemma 4 as published: multimodal checkpoints (Llama4ForConditionalGeneration,
-//    Gemma4ForConditionalGeneration) whose text model sits under a prefix, its config in
+//  - Llama 4, Gemma 4 and Kimi K2.5 as published: multimodal checkpoints
+//    (Llama4ForConditionalGeneration, Gemma4ForConditionalGeneration,
+//    KimiK25ForConditionalGeneration) whose text model sits under a prefix, its config in
 //    text_config, beside vision and audio towers. Built here from the text fixtures (the
 //    weights renamed as the published checkpoints name them, tower tensors added), they must
 //    give the text model's logits bit for bit, from the checkpoint and from a pack, which
@@ -55,6 +56,10 @@ std::vector<Layout> layouts() {
       {"gemma4_kv", "gemma4", "Gemma4ForConditionalGeneration",
        [](const std::string& n) { return "model.language_model." + n.substr(std::string("model.").size()); },
        {"model.vision_tower.patch_embedder.input_proj.weight"}, true},
+      // Kimi K2.5: DeepSeek-V3's text model (its MTP layer too) under language_model.
+      {"deepseek_v3", "kimi_k25", "KimiK25ForConditionalGeneration",
+       [](const std::string& n) { return "language_model." + n; },
+       {"vision_tower.encoder.blocks.0.norm0.weight", "mm_projector.proj.0.weight"}, true},
   };
 }
 

@@ -53,6 +53,16 @@ inline std::vector<std::string> llama4_fixtures() { return {"llama4", "llama4_to
 // On CUDA: tests/gpu/cuda_gemma4_test.cpp.
 inline std::vector<std::string> gemma4_fixtures() { return {"gemma4", "gemma4_kv"}; }
 
+// The giant families' fixtures: DeepSeek-V3 (multi-head latent attention with a q-LoRA,
+// YaRN's mscale, interleaved rope, 4 groups keep 2, an MTP layer; and without q-LoRA, default
+// rope, one group), GLM-4.5 (biases, partial rotary, qk-norm, 2 groups keep 1, an MTP layer;
+// and without qk-norm) and MiniMax-M2 (whole-projection qk-norm, partial rotary): the
+// group-limited sigmoid router with a correction bias that changes the choice. The CUDA
+// backend routes them on the device (tests/gpu/cuda_giant_test.cpp).
+inline std::vector<std::string> giant_fixtures() {
+  return {"deepseek_v3", "deepseek_v3_plain", "glm4_moe", "glm4_moe_plain", "minimax_m2"};
+}
+
 // Every fixture with routed experts.
 inline std::vector<std::string> expert_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
@@ -60,6 +70,7 @@ inline std::vector<std::string> expert_fixtures() {
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
   for (auto& f : llama4_fixtures()) all.push_back(f);
   for (auto& f : gemma4_fixtures()) all.push_back(f);
+  for (auto& f : giant_fixtures()) all.push_back(f);
   return all;
 }
 
@@ -67,6 +78,7 @@ inline std::vector<std::string> expert_fixtures() {
 inline std::vector<std::string> cuda_expert_fixtures() {
   std::vector<std::string> all = decoder_fixtures();
   for (auto& f : hybrid_expert_fixtures()) all.push_back(f);
+  for (auto& f : giant_fixtures()) all.push_back(f);
   return all;
 }
 
@@ -94,6 +106,7 @@ inline std::vector<std::string> model_fixtures() {
   for (auto& f : gpt_oss_fixtures()) all.push_back(f);
   for (auto& f : llama4_fixtures()) all.push_back(f);
   for (auto& f : gemma4_fixtures()) all.push_back(f);
+  for (auto& f : giant_fixtures()) all.push_back(f);
   return all;
 }
 

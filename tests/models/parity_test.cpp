@@ -89,7 +89,10 @@ constexpr float kBf16KvToleranceAmplified = 5e-2f;
 // normed q and k: peaky softmaxes), so the cache's rounding flips routing decisions there
 // (counted below, against the f32 cache's); a flipped expert moves logits by O(1), which is a
 // property of the seed, not of the cache: for those the logits are reported, and the bitwise
-// decode = teacher forcing still asserted.
+// decode = teacher forcing still asserted. Two fixtures of the group-limited sigmoid routers
+// (deepseek_v3_plain, minimax_m2: top-k margins of 6.9e-4 and 8.6e-4 on the sigmoid + bias
+// scale) see 4 flips each under the cache's rounding, which move their logits less than the
+// bound: for them the bound is asserted all the same.
 
 // Every routing decision of a teacher-forced pass, in order (layer, row, rank: expert id).
 std::vector<int32_t> routing_of(const std::string& fixture, DType kv, const std::vector<int32_t>& ids,
@@ -141,7 +144,12 @@ TEST_P(Parity, Bf16KvCacheDecodeEqualsTeacherForcedBitwise) {
     } else {
       std::printf("%s bf16 KV cache: %zu of %zu routing decisions differ from the f32 cache's; logits reported\n",
                   GetParam().c_str(), flips, routed_f32.size());
-      EXPECT_EQ(GetParam().rfind("gemma4", 0), 0u) << "routing flips under the bf16 cache outside Gemma 4's fixtures";
+      const bool sigmoid_flips = GetParam() == "deepseek_v3_plain" || GetParam() == "minimax_m2";
+      if (sigmoid_flips) {
+        EXPECT_LE(diff, kBf16KvTolerance) << GetParam();
+      }
+      EXPECT_TRUE(GetParam().rfind("gemma4", 0) == 0 || sigmoid_flips)
+          << "routing flips under the bf16 cache outside Gemma 4's fixtures";
     }
   } else {
     EXPECT_LE(max_abs_diff(got, forced), kLogitTolerance) << GetParam();

@@ -55,6 +55,15 @@ class CudaBackend final : public Backend {
   void attention_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale,
                       int64_t sliding_window, const Tensor& sinks) override;
   Tensor concat_rows(std::span<const Tensor> parts) override;
+  // Multi-head latent attention (cuda/mla_ops.cpp; kernels in attention_latent.h): the
+  // absorbed form's per-head products and attention over the latent cache; a prompt chunk
+  // takes the expanded form, its heads zero-padded to the flash kernel's sizes.
+  void matmul_heads(const Tensor& x, const Tensor& w, const Tensor& y) override;
+  void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& out, const AttentionParams& params) override;
+  void attention_latent_rows(const Tensor& q, const Tensor& out, const RowCaches& caches, float scale) override;
+  void write_rows(const Tensor& src, const Tensor& dst, int64_t row0, const Tensor& positions) override;
+  bool latent_attention_expands_prompts() const override { return true; }
+  int64_t attention_padded_dim(int64_t d) const override;
   // f32 or bf16 caches: every attention kernel reads either (bf16 converted as read, f32 math).
   bool kv_dtype_supported(DType t) const override { return t == DType::f32 || t == DType::bf16; }
   DType auto_kv_dtype() const override { return DType::bf16; }

@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_persistent.h"
+#include "backends/cuda/router_group_topk.h"
 #include "core/quant.h"
 #include "core/router_scoring.h"
 
@@ -21,6 +22,8 @@ struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
   Tensor expert_scale;  // [n_expert] f32 multiplying the chosen experts' weights, or empty
   RouterScoring scoring = RouterScoring::softmax;
+  cuda::RouterGroupArgs group;  // sigmoid_grouped: groups, scaling and the layer's correction bias
+  Tensor score_bias;            // [n_expert] f32 behind group.score_bias, or empty
   bool scale_input = false;  // the weights scale the experts' inputs; their outputs are summed (Llama 4)
   bool aligned16 = true;     // every matrix starts on a 16-byte boundary (the persistent step needs it)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
@@ -57,9 +60,15 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
 
 void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k,
                          bool norm_topk, int32_t* ids, float* weights, Stream s, const float* expert_scale,
-                         RoutingCopy copy) {
-  if (scoring == RouterScoring::sigmoid) launch_router_topk_sigmoid(logits, n, n_expert, k, ids, weights, s, copy);
-  else launch_router_topk(logits, n, n_expert, k, norm_topk, ids, weights, s, expert_scale, copy);
+                         RoutingCopy copy, const RouterGroupArgs* group) {
+  if (scoring == RouterScoring::sigmoid_grouped) {
+    SLUICE_CHECK(group != nullptr, Status::internal, "cuda router: group-limited routing without its parameters");
+    launch_router_group_topk(logits, n, n_expert, k, norm_topk, *group, ids, weights, s, copy);
+  } else if (scoring == RouterScoring::sigmoid) {
+    launch_router_topk_sigmoid(logits, n, n_expert, k, ids, weights, s, copy);
+  } else {
+    launch_router_topk(logits, n, n_expert, k, norm_topk, ids, weights, s, expert_scale, copy);
+  }
 }
 
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
@@ -71,6 +80,11 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
   SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
                expert_scale.size(), " expert scales for ", experts.size(), " experts");
   if (routing.scoring == RouterScoring::sigmoid && experts.size() > 512) return nullptr;  // the device top-k's bound
+  if (routing.scoring == RouterScoring::sigmoid_grouped &&
+      !cuda::router_group_topk_supported(static_cast<int64_t>(experts.size()), 32, routing.grouped.n_group))
+    return nullptr;  // routed on the host
+  SLUICE_CHECK(routing.score_bias.empty() || routing.score_bias.size() == experts.size(), Status::internal,
+               "cuda moe: ", routing.score_bias.size(), " correction biases for ", experts.size(), " experts");
   auto table = std::make_unique<CudaExpertTable>();
   table->n_expert = static_cast<int64_t>(experts.size());
   SLUICE_CHECK(table->n_expert > 0, Status::internal, "cuda moe: an expert table needs experts");
@@ -113,6 +127,13 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
   if (!expert_scale.empty()) {
     table->expert_scale = alloc(DType::f32, {table->n_expert});
     from_host(table->expert_scale, expert_scale.data());
+  }
+  table->group = {routing.grouped.n_group, routing.grouped.topk_group, routing.grouped.routed_scaling_factor,
+                  routing.grouped.norm_eps, nullptr};
+  if (!routing.score_bias.empty()) {
+    table->score_bias = alloc(DType::f32, {table->n_expert});
+    from_host(table->score_bias, routing.score_bias.data());
+    table->group.score_bias = table->score_bias.ptr<float>();
   }
   return table;
 }
@@ -179,7 +200,7 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
                                          stream_))
     return;
   cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                      weights.ptr<float>(), stream_, expert_scale);
+                      weights.ptr<float>(), stream_, expert_scale, {}, &table->group);
   if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.

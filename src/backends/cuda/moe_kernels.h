@@ -92,10 +92,12 @@ void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert
                                 float* weights, Stream s, RoutingCopy copy = {});
 
 // The device top-k of `scoring` (route_topk's): launch_router_topk (softmax; norm_topk and
-// expert_scale apply) or launch_router_topk_sigmoid. Host code; defined in cuda_moe.cpp.
+// expert_scale apply), launch_router_topk_sigmoid, or launch_router_group_topk
+// (sigmoid_grouped, with `group`: router_group_topk.h). Host code; defined in cuda_moe.cpp.
+struct RouterGroupArgs;
 void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk,
                    int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
-                   RoutingCopy copy = {});
+                   RoutingCopy copy = {}, const RouterGroupArgs* group = nullptr);
 
 // The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
 // x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/router_group_topk.h"
 #include "core/bits.h"
 #include "core/log.h"
 #include "core/units.h"
@@ -300,7 +301,11 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
   // past the device top-k's bounds (512 experts, 32 a token) do.
   const bool sigmoid_fits = router.scoring != RouterScoring::sigmoid ||
                             (router.n_expert <= 512 && router.n_expert_used <= 32);
-  return plain || (!host_routing_forced() && sigmoid_fits);
+  // Group-limited sigmoid routing (DeepSeek-V3, GLM-4.5, MiniMax-M2) within the device top-k's
+  // bounds (router_group_topk.h).
+  const bool grouped_fits = router.scoring != RouterScoring::sigmoid_grouped ||
+                            cuda::router_group_topk_supported(router.n_expert, router.n_expert_used, router.grouped.n_group);
+  return plain || (!host_routing_forced() && sigmoid_fits && grouped_fits);
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -346,9 +351,18 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const bool norm = c.router->norm_topk_prob;
   const RouterScoring scoring = c.router->scoring;
   const Impl::LayerView lv = m.layer_view(L);
+  // Group-limited routing's parameters with this layer's (and for lookahead the next layer's)
+  // correction bias.
+  auto group_of = [&](const Tensor& bias) {
+    const GroupedRouting& g = c.router->grouped;
+    return cuda::RouterGroupArgs{g.n_group, g.topk_group, g.routed_scaling_factor, g.norm_eps,
+                                 bias.empty() ? nullptr : bias.ptr<float>()};
+  };
+  const cuda::RouterGroupArgs group = group_of(c.score_bias), next_group = group_of(c.next_score_bias);
   // The routing goes to the host-mapped handshake memory too, where the service thread reads it.
   cuda::launch_router(scoring, c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
-                      m.expert_scale_on_device(L, c.expert_scale), {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)});
+                      m.expert_scale_on_device(L, c.expert_scale), {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)},
+                      &group);
   // Weights that scale the experts' inputs (Llama 4): each pair's input row is its own
   // (Impl::d_x), computed as a top-1 row, and the pairs' outputs are summed with weight 1.
   if (c.math.scale_input)
@@ -373,7 +387,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     be.matmul(c.h, c.next_router, plog);
     if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
     cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s,
-                        nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)});
+                        nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)}, &next_group);
   }
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
   // The job goes first: whatever of this call reaches the device gets its signals answered,
