@@ -43,11 +43,14 @@ std::map<std::string, std::string> documented_rows() {
   return rows;
 }
 
-// Sets (or unsets: null) environment variables for a scope and reloads the registry, both on
-// entry and on exit, so that no other test sees the values.
+// (name, value) pairs; a null value: unset.
+using Vars = std::vector<std::pair<std::string, const char*>>;
+
+// Sets (or unsets) environment variables for a scope and, on exit, puts them back and reloads
+// the registry, so that no other test sees the values.
 class ScopedSwitches {
  public:
-  explicit ScopedSwitches(std::vector<std::pair<std::string, const char*>> vars) {
+  explicit ScopedSwitches(Vars vars) {
     for (auto& [name, value] : vars) {
       const char* old = std::getenv(name.c_str());
       old_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
@@ -113,8 +116,8 @@ TEST(Switches, OnlyTheRegistryReadsTheEnvironment) {
 }
 
 // Every switch unset for a scope.
-std::vector<std::pair<std::string, const char*>> every_switch_unset() {
-  std::vector<std::pair<std::string, const char*>> vars;
+Vars every_switch_unset() {
+  Vars vars;
   for (const switches::Info& s : switches::kSwitches) vars.emplace_back(s.name, nullptr);
   return vars;
 }
@@ -172,7 +175,7 @@ TEST(Switches, AnyOtherValueIsAnErrorNamingTheVariable) {
       {"SLUICE_CUDA_GQA_SHAPE", "1,2,3,65", "4 integers"},
   };
   for (const auto& b : bad) {
-    ScopedSwitches one({{b.name, b.value}});
+    ScopedSwitches one(Vars{{b.name, b.value}});
     const std::string err = reload_error();
     EXPECT_NE(err.find(b.says), std::string::npos) << b.name << "=" << b.value << ": " << err;
     EXPECT_NE(err.find("docs/configuration.md"), std::string::npos) << err;
