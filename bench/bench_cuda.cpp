@@ -21,9 +21,8 @@
 //                                  call routes to other experts) with the generic kernels
 //                                  (SLUICE_CUDA_MOE_DECODE=0) and the decode kernels, GB/s of
 //                                  expert bytes read, next to the measured copy bandwidth;
-//                                  then the routed layer from router logits: the top-k and
-//                                  the experts chained against the persistent step
-//                                  (moe_persistent.h), us a call;
+//                                  then the routed layer from router logits (the top-k and
+//                                  the experts, three chained launches), us a call;
 //   bench_cuda --read-wave         one launch in the q4 MoE gate/up kernel's grid reading a
 //                                  layer's 14.2 MB cold in L2 by 16-byte loads, cp.async and
 //                                  cp.async.bulk (bench/cuda/read_wave.cu): the floor of a
@@ -70,7 +69,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_persistent.h"
+#include "core/switches.h"
 #endif
 
 using namespace sluice;
@@ -351,7 +350,6 @@ int run_moe(double copy_bw) {
   constexpr int64_t kEmbd = 2048, kFf = 768, kExperts = 128, kTopK = 8;
   constexpr int kCalls = 16;  // routings a graph holds, each on other experts than the last
   auto gpu = make_cuda_backend(0);
-  cuda::persistent_step_probe();  // before the captures below
   cudaStream_t st = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   std::printf("MoE expert kernels, hidden %lld, %lld experts of width %lld, top-%lld; us a launch, each call "
@@ -399,6 +397,7 @@ int run_moe(double copy_bw) {
         std::map<std::string, double> us[2];  // generic, decode
         for (int variant = 0; variant < 2; ++variant) {
           setenv("SLUICE_CUDA_MOE_DECODE", variant ? "1" : "0", 1);
+          switches::reload();
           cudaGraph_t g = nullptr;
           CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
           for (int c = 0; c < kCalls; ++c) {
@@ -421,6 +420,7 @@ int run_moe(double copy_bw) {
           CUDA_CHECK(cudaGraphDestroy(g));
         }
         unsetenv("SLUICE_CUDA_MOE_DECODE");
+        switches::reload();
         // Rows in launch order; the generic and decode kernels of a role side by side.
         const std::vector<std::string> roles = resident ? std::vector<std::string>{"gate_up", "down_combine", "layer"}
                                                         : std::vector<std::string>{"gate_up", "down", "mark",
@@ -440,78 +440,34 @@ int run_moe(double copy_bw) {
         }
       }
       // The routed layer from router logits (each call on other logits, so other experts):
-      // the top-k and the experts as three chained launches against the persistent step
-      // (moe_persistent.h) at 3 and at 2 blocks an SM.
+      // the top-k and the experts, three chained launches.
       std::vector<float> lv(static_cast<size_t>(kCalls * n * kExperts));
       std::mt19937 rng(static_cast<uint32_t>(n));
       std::normal_distribution<float> normal(0.0f, 1.5f);
       for (float& x : lv) x = normal(rng);
       Tensor d_logits = gpu->alloc(DType::f32, {kCalls * n, kExperts});
       gpu->from_host(d_logits, lv.data());
-      Tensor d_barrier = gpu->alloc(DType::u8, {static_cast<int64_t>(cuda::kGridBarrierStateBytes)});
-      CUDA_CHECK(cudaMemset(d_barrier.data, 0, cuda::kGridBarrierStateBytes));
       Tensor r_ids = gpu->alloc(DType::i32, {pairs}), r_w = gpu->alloc(DType::f32, {pairs});
       gpu->synchronize();
-      double route_us[3] = {0, 0, 0};
-      for (int variant = 0; variant < 3; ++variant) {
-        if (variant == 2) setenv("SLUICE_CUDA_PERSISTENT_BLOCKS", "2", 1);
-        cudaGraph_t g = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        bool taken = true;
-        for (int c = 0; c < kCalls; ++c) {
-          const float* call_logits = d_logits.ptr<float>() + c * n * kExperts;
-          if (variant == 0) {
-            cuda::launch_router_topk(call_logits, n, kExperts, kTopK, true, r_ids.ptr<int32_t>(), r_w.ptr<float>(), st);
-            cuda::launch_moe_experts_combine(h.ptr<float>(), r_ids.ptr<int32_t>(), r_w.ptr<float>(), dtable,
-                                             act.ptr<float>(), out.ptr<float>(), shape, st);
-          } else {
-            taken = cuda::launch_moe_decode_persistent(
-                        {.logits = call_logits, .h = h.ptr<float>(), .table = dtable, .norm_topk = true,
-                         .ids = r_ids.ptr<int32_t>(), .weights = r_w.ptr<float>(), .act = act.ptr<float>(),
-                         .out = out.ptr<float>(), .barrier = static_cast<cuda::GridBarrierState*>(d_barrier.data),
-                         .shape = shape},
-                        st) &&
-                    taken;
-          }
-        }
-        CUDA_CHECK(cudaStreamEndCapture(st, &g));
-        unsetenv("SLUICE_CUDA_PERSISTENT_BLOCKS");
-        route_us[variant] = taken ? graph_us(g, st, kCalls) : 0.0;
-        CUDA_CHECK(cudaGraphDestroy(g));
+      cudaGraph_t g = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int c = 0; c < kCalls; ++c) {
+        const float* call_logits = d_logits.ptr<float>() + c * n * kExperts;
+        cuda::launch_router_topk(call_logits, n, kExperts, kTopK, true, r_ids.ptr<int32_t>(), r_w.ptr<float>(), st);
+        cuda::launch_moe_experts_combine(h.ptr<float>(), r_ids.ptr<int32_t>(), r_w.ptr<float>(), dtable,
+                                         act.ptr<float>(), out.ptr<float>(), shape, st);
       }
+      CUDA_CHECK(cudaStreamEndCapture(st, &g));
+      const double route_us = graph_us(g, st, kCalls);
+      CUDA_CHECK(cudaGraphDestroy(g));
       char row[256];
-      std::snprintf(row, sizeof row, "| %s | %lld | %.2f | %.2f | %.2f | %.2fx | %.0f |\n",
-                    std::string(dtype_name(dt)).c_str(), static_cast<long long>(n), route_us[0], route_us[1],
-                    route_us[2], route_us[1] > 0 ? route_us[0] / route_us[1] : 0.0,
-                    route_us[1] > 0 ? pairs * (gate_up_bytes + down_bytes) / (route_us[1] * 1e-6) / 1e9 : 0.0);
+      std::snprintf(row, sizeof row, "| %s | %lld | %.2f | %.0f |\n", std::string(dtype_name(dt)).c_str(),
+                    static_cast<long long>(n), route_us, pairs * (gate_up_bytes + down_bytes) / (route_us * 1e-6) / 1e9);
       routed_rows += row;
     }
   }
-  {  // the grid barrier alone: a launch of 1 barrier against one of 101
-    Tensor d_barrier = gpu->alloc(DType::u8, {static_cast<int64_t>(cuda::kGridBarrierStateBytes)});
-    CUDA_CHECK(cudaMemset(d_barrier.data, 0, cuda::kGridBarrierStateBytes));
-    auto* state = static_cast<cuda::GridBarrierState*>(d_barrier.data);
-    std::printf("\nThe grid barrier (grid_barrier.cuh), us a barrier: (a launch of 101 - a launch of 1) / 100, "
-                "10 launches each\n\n| blocks an SM | us a barrier |\n|---|---|\n");
-    for (int per_sm : {1, 2, 3}) {
-      double us[2];
-      for (int v = 0; v < 2; ++v) {
-        const int n = v ? 101 : 1;
-        cuda::launch_grid_barriers(state, n, per_sm, st);
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        const auto t0 = Clock::now();
-        for (int r = 0; r < 10; ++r) cuda::launch_grid_barriers(state, n, per_sm, st);
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        us[v] = seconds_since(t0) * 1e6 / 10;
-      }
-      std::printf("| %d | %.2f |\n", per_sm, (us[1] - us[0]) / 100.0);
-    }
-  }
-  std::printf("\nThe routed layer from router logits, us a call in a graph of %d (0: the shape not taken): "
-              "top-k + experts chained (three launches) against the persistent step (one launch; "
-              "SLUICE_CUDA_PERSISTENT_BLOCKS=2 for the 2-an-SM variant)\n\n"
-              "| wtype | rows | chained us | persistent us | persistent, 2 an SM, us | speedup | persistent GB/s |\n"
-              "|---|---|---|---|---|---|---|\n%s",
+  std::printf("\nThe routed layer from router logits, us a call in a graph of %d: top-k + experts (three chained "
+              "launches)\n\n| wtype | rows | us | expert GB/s |\n|---|---|---|---|\n%s",
               kCalls, routed_rows.c_str());
   CUDA_CHECK(cudaStreamDestroy(st));
   return 0;

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <span>
 
 namespace sluice {
@@ -40,15 +38,5 @@ struct TableRouting {
   std::span<const float> score_bias = {};  // sigmoid_grouped: [n_expert] the layer's correction bias
                                         // (e_score_correction_bias), added for the choice only
 };
-
-// SLUICE_CUDA_HOST_ROUTED=1: the CUDA backend and streamer route the experts the device
-// kernels compute only since 2026-12-05 (gpt-oss's biased clamped SwiGLU and MXFP4, Gemma 4's
-// GeGLU with per-expert scales, Llama 4's sigmoid routing with scaled inputs) on the host, as
-// before, and compute them with the generic ops: to compare, and so that the GPU tests keep
-// that path covered. Read at every call.
-inline bool host_routing_forced() {
-  const char* e = std::getenv("SLUICE_CUDA_HOST_ROUTED");
-  return e != nullptr && std::strcmp(e, "1") == 0;
-}
 
 }  // namespace sluice

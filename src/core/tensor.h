@@ -21,9 +21,6 @@ struct Tensor {
   void* data = nullptr;
   void* scales = nullptr;         // quantized dtypes only (core/quant.h): per-row/group scales
   std::shared_ptr<void> storage;  // owner of the memory `data` points into (may be null for borrowed)
-  // Weights a backend's upload wrote (and views of them): no op writes them afterwards, so a
-  // kernel may read them before the kernels ahead of it finish (backends/cuda/matvec.cu).
-  bool uploaded = false;
 
   Tensor() = default;
   Tensor(DType t, std::initializer_list<int64_t> dims, void* ptr, std::shared_ptr<void> owner = {});

@@ -3,8 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
+
+#include "core/switches.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -153,8 +154,7 @@ void ThreadPool::set_global_threads(int n) { g_global_threads = n; }
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
     if (g_global_threads > 0) return g_global_threads;
-    if (const char* env = std::getenv("SLUICE_THREADS")) return std::atoi(env);
-    return 0;
+    return static_cast<int>(switches::integer(Switch::threads));  // 0: every core
   }());
   return pool;
 }

@@ -98,7 +98,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
       // sequence in the same order either way.
       const int64_t draw = pending_draw ? *pending_draw : sampler.next_draw53();
       pending_draw.reset();
-      if (step + 2 < opt.n_predict && !kl_check_selects(step + 2, opt.n_predict - 1, opt.kl_check_steps))
+      if (opt.steps_ahead && step + 2 < opt.n_predict &&
+          !kl_check_selects(step + 2, opt.n_predict - 1, opt.kl_check_steps))
         pending_draw = sampler.next_draw53();
       next = model_.forward_sample(next, *state, sampler.rule(), n_sampled, draw, pending_draw);
     }

@@ -40,6 +40,11 @@ struct GenerateOptions {
   // Needs Model::decode_step_rerunnable().
   int64_t kl_check_steps = 0;
   std::shared_ptr<ExpertProvider> kl_exact;
+  // Whether a decode step may be enqueued before the host has read the token of the step
+  // before it (Model::forward_sample's next_draw53: the GPU does not wait for the host between
+  // steps). false runs each step alone, after the one before returned: the same tokens, for
+  // tests that need every step to start from a settled expert cache.
+  bool steps_ahead = true;
 };
 
 struct GenerateStats {

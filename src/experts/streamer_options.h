@@ -59,10 +59,6 @@ struct StreamerOptions {
   // Tests only: (record, the OS's answer to a read: bytes or -errno) -> the answer to act on
   // (IoEngineOptions::fault_injection).
   std::function<int64_t(int64_t record, int64_t result)> io_fault_injection;
-  // Tests only (CUDA streamer): the copy stream of the prefill's copies beside its compute
-  // waits this long before each chunk, so that a wave not ordered after its copies reads
-  // stale slots and the result shows it.
-  uint32_t test_copy_delay_us = 0;
   // Tests only (CUDA streamer): the service thread waits this long before it publishes the
   // first table of the run (a host that answers late), so that the device's own wait times out.
   uint32_t test_publish_delay_us = 0;

@@ -3,8 +3,6 @@
 #include "models/decoder.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <optional>
 
@@ -66,13 +64,6 @@ struct DecoderState : SequenceState {
     return r;
   }
 };
-
-// Whether forward_sample enqueues the next step before it waits for this one
-// (SLUICE_DECODE_AHEAD=0 turns it off, e.g. to compare; read at every step).
-bool decode_ahead_enabled() {
-  const char* e = std::getenv("SLUICE_DECODE_AHEAD");
-  return !(e && std::strcmp(e, "0") == 0);
-}
 
 // Rows a state's rotary tables are filled by beyond what a forward needs: a decode step
 // computes and uploads them once every kRopeFill tokens (~1 ms of cos and sin on one core at
@@ -259,7 +250,7 @@ int32_t DecoderModel::forward_sample_eager(int32_t token, SequenceState& state_b
   // the replayed graph's does below; its n_past is the caller's, as there. Not with a routing
   // observer, which would see the routing of a step the caller may drop, nor without a
   // provider (a family routed on the host waits for each layer's router on the way).
-  if (next_draw53 && decode_ahead_enabled() && readbacks && state.n_past < state.n_ctx && expert_provider_ &&
+  if (next_draw53 && readbacks && state.n_past < state.n_ctx && expert_provider_ &&
       expert_provider_->forwards_overlap() && !routing_observer_) {
     Tensor x = be_.alloc(DType::f32, {1, spec_.info.n_embd});
     be_.get_rows_at(w_.tok_embd, state.step_token, x);
@@ -304,7 +295,7 @@ int32_t DecoderModel::forward_sample(int32_t token, SequenceState& state_base, c
   // leaves on the device, so that the GPU does not wait for the host between steps; its draw
   // is copied in after this step's graph read its own. If the caller stops here, that step's
   // work is dropped (its KV rows lie past n_past, where the next step writes before it reads).
-  if (next_draw53 && decode_ahead_enabled() && state.n_past < state.n_ctx) {
+  if (next_draw53 && state.n_past < state.n_ctx) {
     be_.from_host(state.step_draw, &*next_draw53);
     replay_step(state, nullptr, &rule, n_valid);
     state.ahead = DecoderState::AheadStep{state.n_past, -1, state.begin_readback(), rule, n_valid, *next_draw53};

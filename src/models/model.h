@@ -114,7 +114,8 @@ class Model {
   // samples there, so only the token id crosses to the host. next_draw53: where the caller
   // means to run the drawn token next by the same rule, that step's uniform draw (any value
   // for a greedy rule, which reads none); a model may then enqueue that step before it reads
-  // this one's token. None at a generation's last step, so that no step is wasted.
+  // this one's token. None at a generation's last step, so that no step is wasted (and none
+  // where the caller wants each step run alone, e.g. to compare).
   virtual int32_t forward_sample(int32_t token, SequenceState& state, const SampleRule& rule, int64_t n_valid,
                                  int64_t draw53, std::optional<int64_t> next_draw53);
 

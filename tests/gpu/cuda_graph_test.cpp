@@ -13,8 +13,6 @@
 
 #include "tests/models/fixture_util.h"
 #include "tests/models/pack_util.h"
-#include "backends/cuda/kernels.h"
-#include "backends/cuda/moe_persistent.h"
 #include "core/sampling.h"
 #include "models/load.h"
 #include "tests/gpu/scoped_env.h"
@@ -67,90 +65,31 @@ TEST_P(CudaGraph, ReplayEqualsEagerDecode) {
   }
 }
 
-// The persistent decode MoE step (moe_persistent.h; SLUICE_CUDA_PERSISTENT=1) inside the
-// decode graph: the fixture's pack with bf16, q8 and q4 experts (the
-// decode kernels' types) decodes to the same logits, bit for bit, as with the three chained
-// launches, and the graphs hold the step where the decode kernels take the widths.
-TEST_P(CudaGraph, PersistentMoeStepIsTheChainBitForBit) {
+// The resident MoE layers on the decode kernels (moe_decode.cu: the down + combine launched
+// early, its pairs' experts read and its weights in flight before it waits for the gate/up
+// product) decode as the generic per-pair kernels do (SLUICE_CUDA_MOE_DECODE=0: each kernel
+// waits for the one before at its entry), bit for bit, eagerly and in the graphs: the
+// fixture's pack with bf16 experts (the decode kernels take bf16 rows at every fixture's
+// widths, multiples of 8; int8 and q4 need 16 and 32) and with q4 experts.
+TEST_P(CudaGraph, DecodeKernelsDecodeAsTheGenericKernelsBitForBit) {
   FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv persistent("SLUICE_CUDA_PERSISTENT", nullptr);
-  for (DType kind : {DType::bf16, DType::q8, DType::q4}) {
-    LoadOptions lo;
-    lo.expert_kind = kind;
-    std::vector<std::vector<float>> got[2];
-    for (int on = 0; on < 2; ++on) {
-      persistent.set(on ? "1" : nullptr);
-      auto be = cuda_backend(true);
-      LoadedModel m = load_model(fixture_pack(GetParam()), *be, lo);
-      const int64_t before = cuda::moe_persistent_launches();
-      got[on] = greedy_logits(*m.model, ref.prompt_ids, 12);
-      const int64_t taken = cuda::moe_persistent_launches() - before;
-      // bf16 rows take the decode kernels at every fixture's widths (multiples of 8); q8 and q4
-      // need widths of 16 and 32 (the fixtures' expert widths are 24 to 48), else the chain runs.
-      if (!on) {
-        EXPECT_EQ(taken, 0) << expert_kind_name(kind) << ": taken while off";
-      } else if (kind == DType::bf16) {
-        EXPECT_GT(taken, 0) << expert_kind_name(kind) << ": not taken";
+  const ScopedEnv generic("SLUICE_CUDA_MOE_DECODE", nullptr);
+  for (DType kind : {DType::bf16, DType::q4})
+    for (bool graphs : {false, true}) {
+      LoadOptions lo;
+      lo.expert_kind = kind;
+      std::vector<std::vector<float>> got[2];
+      for (int decode_kernels = 0; decode_kernels < 2; ++decode_kernels) {
+        generic.set(decode_kernels ? "1" : "0");
+        auto be = cuda_backend(graphs);
+        LoadedModel m = load_model(fixture_pack(GetParam()), *be, lo);
+        got[decode_kernels] = greedy_logits(*m.model, ref.prompt_ids, 12);
       }
-      if (on) std::printf("%s %s: %lld persistent steps captured\n", GetParam().c_str(),
-                          std::string(expert_kind_name(kind)).c_str(), static_cast<long long>(taken));
+      ASSERT_EQ(got[0].size(), got[1].size());
+      for (size_t s = 0; s < got[0].size(); ++s)
+        EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f)
+            << GetParam() << " " << expert_kind_name(kind) << " graphs " << graphs << " step " << s;
     }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " " << expert_kind_name(kind) << " step " << s;
-  }
-}
-
-// Early launches (common.cuh's chained_kernel_entry(bool): the norms and the attention merge
-// let the next kernel launch at their entry, the products of uploaded weights load their first
-// weight chunks before they wait; SLUICE_CUDA_EARLY=1) decode to the same logits, bit for
-// bit, as with SLUICE_CUDA_EARLY=0, eagerly and from the graphs, and the early products
-// are taken.
-TEST_P(CudaGraph, EarlyLaunchesDecodeBitForBit) {
-  FixtureReference ref = read_reference(GetParam());
-  const ScopedEnv early("SLUICE_CUDA_EARLY", nullptr);
-  for (bool graphs : {false, true}) {
-    std::vector<std::vector<float>> got[2];
-    for (int off = 0; off < 2; ++off) {
-      early.set(off ? "0" : "1");
-      auto be = cuda_backend(graphs);
-      LoadedModel m = load_model(fixture_dir(GetParam()), *be);
-      const int64_t before = cuda::matvec_early_launches();
-      got[off] = greedy_logits(*m.model, ref.prompt_ids, 12);
-      const int64_t taken = cuda::matvec_early_launches() - before;
-      if (off) EXPECT_EQ(taken, 0) << GetParam() << ": early products while off";
-      else EXPECT_GT(taken, 0) << GetParam() << ": no early product";
-    }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << GetParam() << " graphs " << graphs << " step " << s;
-  }
-}
-
-// Greedy decode of the fixture with `env` set to `off` and to `on`: the same logits, bit for
-// bit, eagerly and from the graphs (where the launches overlap).
-void expect_switch_decodes_bit_for_bit(const std::string& fixture, const char* env, const char* off, const char* on) {
-  FixtureReference ref = read_reference(fixture);
-  const ScopedEnv scoped(env, nullptr);
-  for (bool graphs : {false, true}) {
-    std::vector<std::vector<float>> got[2];
-    for (int i = 0; i < 2; ++i) {
-      scoped.set(i ? on : off);
-      auto be = cuda_backend(graphs);
-      LoadedModel m = load_model(fixture_dir(fixture), *be);
-      got[i] = greedy_logits(*m.model, ref.prompt_ids, 12);
-    }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    for (size_t s = 0; s < got[0].size(); ++s)
-      EXPECT_EQ(max_abs_diff(got[1][s], got[0][s]), 0.0f) << fixture << " " << env << " graphs " << graphs << " step " << s;
-  }
-}
-
-// The MoE down + combine launched early (the default; SLUICE_CUDA_EARLY_DOWN=0 is the plain
-// launch: its pairs' experts read and its weights in flight before it waits for the gate/up
-// product).
-TEST_P(CudaGraph, EarlyDownCombineDecodeBitForBit) {
-  expect_switch_decodes_bit_for_bit(GetParam(), "SLUICE_CUDA_EARLY_DOWN", "0", "1");
 }
 
 // Four sequences at different positions decode `steps` tokens each: the batch of step t

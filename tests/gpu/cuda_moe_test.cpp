@@ -24,7 +24,6 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_persistent.h"
 #include "core/quant.h"
 #include "models/blocks.h"
 #include "tests/gpu/scoped_env.h"
@@ -329,19 +328,29 @@ GpuRun gpu_routed(const ExpertLayer& layer, const Routing& routing, const std::v
 }
 
 // The fully resident launch (launch_moe_experts_combine: no done flags, down and combine
-// fused): out [n, n_embd] + guard.
+// fused): out [n, n_embd] + guard. one_down: the CUDA streamer's decode layer as one phase
+// instead (launch_moe_gate_up, then launch_moe_down_combine_table: the down + combine that
+// waits for the gate/up product at its entry, where the resident launch reads its experts
+// first).
 std::vector<float> gpu_fused(const std::vector<cuda::ExpertRef>& table, const Routing& routing,
                              const std::vector<float>& hv, int64_t n_embd, int64_t n_ff,
-                             cuda::WType wtype = cuda::WType::unavailable) {
+                             cuda::WType wtype = cuda::WType::unavailable, bool one_down = false) {
   const int64_t n = routing.n_rows, k = routing.k;
   DeviceBuffers d;
   const float* h = d.put(hv);
   const int32_t* ids = d.put(routing.ids);
   const float* w = d.put(routing.weights);
+  const cuda::ExpertRef* t = d.put(table);
   float* act = d.put(std::vector<float>(n * k * n_ff, 0.0f), kGuard, kSentinel);
   float* out = d.put(std::vector<float>(n * n_embd, 0.0f), kGuard, kSentinel);
-  cuda::launch_moe_experts_combine(h, ids, w, d.put(table), act, out,
-                                   {n, k, n_embd, n_ff, static_cast<int64_t>(table.size()), wtype}, nullptr);
+  const cuda::MoeShape shape{n, k, n_embd, n_ff, static_cast<int64_t>(table.size()), wtype};
+  if (one_down) {
+    float* pair_out = d.put(std::vector<float>(n * k * n_embd, 0.0f), kGuard, kSentinel);
+    cuda::launch_moe_gate_up(h, ids, t, nullptr, act, shape, nullptr);
+    cuda::launch_moe_down_combine_table(ids, w, t, act, pair_out, out, shape, nullptr);
+  } else {
+    cuda::launch_moe_experts_combine(h, ids, w, t, act, out, shape, nullptr);
+  }
   auto got = d.get(out, n * n_embd + kGuard);
   auto act_h = d.get(act, n * k * n_ff + kGuard);
   for (int64_t i = 0; i < kGuard; ++i) {
@@ -459,7 +468,8 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
 // the layer's math: the one-phase result within the bound of the CPU's; two phases (experts
 // 1, 4, 7, ... unavailable in the first, the second giving the others another expert's
 // weights, which a done pair computed again would show) the same bits; the fused resident
-// launch the same bits; and both again on the generic kernels (SLUICE_CUDA_MOE_DECODE=0).
+// launch and the CUDA streamer's one down + combine the same bits; and both again on the
+// generic kernels (SLUICE_CUDA_MOE_DECODE=0).
 void expect_every_launch_agrees(const ExpertLayer& layer, const Shape& s, cuda::WType wt, int64_t n, uint32_t seed,
                                 const ExpertMath& math, const std::string& what) {
   std::vector<cuda::ExpertRef> phase1 = layer.table, phase2 = layer.table;
@@ -476,11 +486,8 @@ void expect_every_launch_agrees(const ExpertLayer& layer, const Shape& s, cuda::
   for (int64_t p = 0; p < n * s.k; ++p) ASSERT_EQ(two.done[p], 1) << what << " two phases, pair " << p;
   expect_same_bits(two.out, one.out, n * s.n_embd, what + " two phases");
   expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd, what + " fused");
-  {
-    const ScopedEnv plain("SLUICE_CUDA_EARLY_DOWN", "0");
-    expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt), one.out, n * s.n_embd,
-                     what + " fused, the down + combine not early");
-  }
+  expect_same_bits(gpu_fused(layer.table, routing, hv, s.n_embd, s.n_ff, wt, /*one_down=*/true), one.out,
+                   n * s.n_embd, what + " one down + combine (not early)");
   GenericMoeKernels generic;
   expect_same_bits(gpu_routed(layer, routing, hv, s.n_embd, s.n_ff, {layer.table}, wt).out, one.out, n * s.n_embd,
                    what + " generic kernels");
@@ -691,11 +698,11 @@ TEST(CudaMoe, BackendMoeRoutedFamilyExpertMath) {
       }
 }
 
-// The grouped experts over activations split beforehand (moe_grouped_split_kernel, two
-// stages) against the tiles that split while staging (SLUICE_CUDA_MOE_SPLIT=0): the same
-// parts and the same per-step sums, so the same bits, in tiles of 64 pairs (300 rows) and of
-// 32 (100 rows), and with n_ff and n_embd whole k steps but not whole 64-column tiles.
-TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
+// The grouped experts of a prefill on the tensor cores (moe_grouped.cu: the activations split
+// into their bf16 parts beforehand, two stages) and on the f32 FMA tiles
+// (SLUICE_CUDA_TENSOR_CORES=0) against the CPU, in tiles of 64 pairs (300 rows) and of 32
+// (100 rows), and with n_ff and n_embd whole k steps but not whole 64-column tiles.
+TEST(CudaMoe, GroupedKernelsMatchTheCpu) {
   for (DType dt : {DType::bf16, DType::q8, DType::q4})
     for (Shape s : {Shape{300, 8, 2, 256, 192}, {100, 8, 2, 256, 192}, {90, 6, 3, 160, 96}}) {
       auto gpu = make_cuda_backend(0);
@@ -707,107 +714,21 @@ TEST(CudaMoe, GroupedSplitKernelsAreTheTilesBitForBit) {
       Tensor h = gpu->alloc(DType::f32, {s.n, s.n_embd}), logits = gpu->alloc(DType::f32, {s.n, s.E});
       gpu->from_host(h, hv.data());
       gpu->from_host(logits, lv.data());
+      const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) + " n_ff=" + std::to_string(s.n_ff);
+      const auto want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, true}, lv, s.n), hv, s.n_embd);
       std::vector<float> got[2];
-      const ScopedEnv split_env("SLUICE_CUDA_MOE_SPLIT", nullptr);
-      for (int split = 0; split < 2; ++split) {
-        split_env.set(split ? "1" : "0");
+      const ScopedEnv tensor_cores("SLUICE_CUDA_TENSOR_CORES", nullptr);
+      for (int fma = 0; fma < 2; ++fma) {
+        tensor_cores.set(fma ? "0" : "1");
         Tensor out = gpu->alloc(DType::f32, {s.n, s.n_embd});
         gpu->moe_routed(*table, logits, s.k, true, h, out);
-        got[split].resize(static_cast<size_t>(s.n * s.n_embd));
-        gpu->to_host(out, got[split].data());
+        got[fma].resize(static_cast<size_t>(s.n * s.n_embd));
+        gpu->to_host(out, got[fma].data());
+        expect_close(got[fma], want, (fma ? "f32 tiles " : "tensor cores ") + what);
       }
-      const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(s.n) + " n_ff=" + std::to_string(s.n_ff);
-      ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
-      auto want = cpu_routed(layer, route_topk(RouterSpec{s.E, s.k, true}, lv, s.n), hv, s.n_embd);
-      expect_close(got[1], want, "split " + what);
+      EXPECT_NE(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
+          << what << ": the tensor cores gave the f32 tiles' bits: did they run?";
     }
-}
-
-// The persistent decode MoE step (moe_persistent.h) against the three chained launches it
-// replaces (launch_router_topk + launch_moe_experts_combine): the same routing (ids, weights)
-// and the same out, bit for bit, twice in a row (the grid barrier's state is reused), for
-// every decode weight type; both register budgets (3 blocks an SM, then
-// SLUICE_CUDA_PERSISTENT_BLOCKS=2); 1 to 8 rows; top-k 2 to 10 (more ranks than a block's 4
-// warps, twice over); 10 to 512 experts (every width of the register top-k); the
-// qwen3-30b-a3b layer's widths, where 4 rows make more
-// virtual blocks than the grid (each block loops), and small ones; plain and gpt-oss experts
-// (biases, the clamped SwiGLU); with per-expert routing scales. Then Backend::moe_routed takes it with the switch on and gives the bits it
-// gives with the switch off.
-TEST(CudaMoe, PersistentStepIsTheChainBitForBit) {
-  for (DType dt : {DType::q4, DType::bf16, DType::q8, DType::mxfp4})
-    for (Shape s : {Shape{1, 10, 8, 2048, 768}, {4, 10, 8, 2048, 768}, {3, 512, 10, 64, 32}, {8, 40, 4, 512, 384},
-                    {2, 200, 6, 256, 192}, {1, 64, 2, 256, 64}})
-      for (const ExpertMath& math : {ExpertMath{}, clamped_math()}) {
-        const std::string what = std::string(dtype_name(dt)) + (math == ExpertMath{} ? "" : " clamped, biased") +
-                                 " n=" + std::to_string(s.n) + " E=" + std::to_string(s.E) + " k=" +
-                                 std::to_string(s.k) + " " + std::to_string(s.n_embd) + "x" + std::to_string(s.n_ff);
-        SCOPED_TRACE(what);
-        auto gpu = make_cuda_backend(0);
-        ExpertLayer layer(*gpu, dt, s.E, s.n_embd, s.n_ff, math);
-        const int64_t pairs = s.n * s.k;
-        const cuda::MoeShape shape{s.n, s.k, s.n_embd, s.n_ff, s.E, wtype_code(dt)};
-        DeviceBuffers d;
-        const float* h = d.put(random_vec(s.n * s.n_embd, 61));
-        const float* logits = d.put(random_vec(s.n * s.E, 62, 1.5f));
-        const float* scale = d.put(random_vec(s.E, 63, 1.0f));
-        const cuda::ExpertRef* table = d.put(layer.table);
-        auto* barrier = reinterpret_cast<cuda::GridBarrierState*>(d.put(std::vector<uint32_t>(2, 0u)));
-        for (const float* expert_scale : {static_cast<const float*>(nullptr), scale}) {
-          int32_t* ids[2] = {d.put(std::vector<int32_t>(pairs, -1), kGuard, -7), d.put(std::vector<int32_t>(pairs, -1), kGuard, -7)};
-          float* w[2] = {d.put(std::vector<float>(pairs, 0.0f), kGuard, kSentinel),
-                         d.put(std::vector<float>(pairs, 0.0f), kGuard, kSentinel)};
-          float* act[2] = {d.put(std::vector<float>(pairs * s.n_ff, 0.0f), kGuard, kSentinel),
-                           d.put(std::vector<float>(pairs * s.n_ff, 0.0f), kGuard, kSentinel)};
-          float* out[2] = {d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel),
-                           d.put(std::vector<float>(s.n * s.n_embd, 0.0f), kGuard, kSentinel)};
-          cuda::launch_router_topk(logits, s.n, s.E, s.k, true, ids[0], w[0], nullptr, expert_scale);
-          cuda::launch_moe_experts_combine(h, ids[0], w[0], table, act[0], out[0], shape, nullptr);
-          const auto want_ids = d.get(ids[0], pairs + kGuard);
-          const auto want_w = d.get(w[0], pairs + kGuard);
-          const auto want_out = d.get(out[0], s.n * s.n_embd + kGuard);
-          const ScopedEnv blocks("SLUICE_CUDA_PERSISTENT_BLOCKS", nullptr);
-          for (int rep = 0; rep < 3; ++rep) {
-            blocks.set(rep == 2 ? "2" : nullptr);
-            const int64_t before = cuda::moe_persistent_launches();
-            ASSERT_TRUE(cuda::launch_moe_decode_persistent({.logits = logits, .h = h, .table = table,
-                                                            .expert_scale = expert_scale, .norm_topk = true,
-                                                            .ids = ids[1], .weights = w[1], .act = act[1],
-                                                            .out = out[1], .barrier = barrier, .shape = shape},
-                                                           nullptr))
-                << "the persistent step refused the shape";
-            EXPECT_EQ(cuda::moe_persistent_launches(), before + 1);
-            const std::string step = std::string(expert_scale ? " scaled" : "") + " launch " + std::to_string(rep) +
-                                     (rep == 2 ? ", 2 blocks an SM" : "");
-            EXPECT_EQ(d.get(ids[1], pairs + kGuard), want_ids) << step;
-            expect_same_bits(d.get(w[1], pairs + kGuard), want_w, pairs + kGuard, "weights" + step);
-            expect_same_bits(d.get(out[1], s.n * s.n_embd + kGuard), want_out, s.n * s.n_embd + kGuard, "out" + step);
-            const auto act_h = d.get(act[1], pairs * s.n_ff + kGuard);
-            for (int64_t i = 0; i < kGuard; ++i) ASSERT_EQ(act_h[pairs * s.n_ff + i], kSentinel) << "act past the end";
-          }
-        }
-        // Backend::moe_routed with the switch on takes the step (the launch count moves) and
-        // gives the bits of the switch off.
-        if (math == ExpertMath{}) {
-          auto t = gpu->make_expert_table(layer.device, math);
-          ASSERT_NE(t, nullptr);
-          auto hv = random_vec(s.n * s.n_embd, 64), lv = random_vec(s.n * s.E, 65, 1.5f);
-          Tensor th = gpu->alloc(DType::f32, {s.n, s.n_embd}), tl = gpu->alloc(DType::f32, {s.n, s.E});
-          gpu->from_host(th, hv.data());
-          gpu->from_host(tl, lv.data());
-          std::vector<float> got[2];
-          const ScopedEnv persistent("SLUICE_CUDA_PERSISTENT", nullptr);
-          for (int on = 0; on < 2; ++on) {
-            persistent.set(on ? "1" : nullptr);
-            const int64_t before = cuda::moe_persistent_launches();
-            Tensor o = gpu->alloc(DType::f32, {s.n, s.n_embd});
-            gpu->moe_routed(*t, tl, s.k, true, th, o);
-            got[on].resize(static_cast<size_t>(s.n * s.n_embd));
-            gpu->to_host(o, got[on].data());
-            EXPECT_EQ(cuda::moe_persistent_launches(), before + on) << "moe_routed, switch " << on;
-          }
-          expect_same_bits(got[1], got[0], s.n * s.n_embd, "moe_routed, persistent against chained");
-        }
-      }
 }
 
 }  // namespace

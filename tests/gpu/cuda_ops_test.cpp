@@ -182,71 +182,6 @@ TEST(CudaOps, MatmulAddRmsNormIsMatmulThenAddRmsNorm) {
       }
 }
 
-// Uploaded weights (Tensor::uploaded) of one-row products take the matrix-vector kernels'
-// early path with SLUICE_CUDA_EARLY=1 (matvec.cu: the next kernel launches at once and the
-// first weight chunks load before the wait for x); the same memory unflagged, with
-// SLUICE_CUDA_EARLY=0, or of more rows, takes the wait-first path. They give the same bits, for every weight type, the three row shapes (4 rows a warp, a row a
-// warp, k split over warps), one to eight activation rows, the scalar path (k = 130, 40) and
-// the residual-norm epilogue; the early path is counted only where it is taken.
-TEST(CudaOps, MatvecWeightsLoadedAheadBitForBit) {
-  Pair p;
-  const ScopedEnv early("SLUICE_CUDA_EARLY", nullptr);
-  for (DType wt : {DType::f32, DType::bf16, DType::f16, DType::q8, DType::q4, DType::q2, DType::mxfp4})
-    for (auto [m, k] : {std::pair<int64_t, int64_t>{8195, 64}, {3000, 2048}, {300, 1024}, {129, 130}, {1030, 40}}) {
-      const bool quantized = dtype_is_quantized(wt);
-      auto wv = random_vec(m * k, 41, 0.05f);
-      std::vector<uint8_t> data, scales;
-      Tensor host;
-      HostTensor plain(quantized ? DType::f32 : wt, {m, k}, wv);
-      if (quantized) {
-        data.resize(m * quant_row_bytes(wt, k));
-        scales.resize(m * quant_scale_row_bytes(wt, k));
-        for (int64_t r = 0; r < m; ++r)
-          ASSERT_TRUE(quantize_row(wt, wv.data() + r * k, k, data.data() + r * quant_row_bytes(wt, k),
-                                   scales.data() + r * quant_scale_row_bytes(wt, k)));
-        host = Tensor(wt, {m, k}, data.data());
-        host.scales = scales.data();
-      } else {
-        host = plain.t;
-      }
-      const Tensor wg = p.gpu->upload(host);
-      ASSERT_TRUE(wg.uploaded);
-      Tensor unflagged = wg;
-      unflagged.uploaded = false;
-      for (int64_t n : {1, 2, 5, 8}) {
-        const std::string what = str("matvec ", dtype_name(wt), " n=", n, " m=", m, " k=", k);
-        auto xv = random_vec(n * k, 42);
-        Tensor xg = gpu_f32(*p.gpu, {n, k}, xv);
-        std::vector<float> got[3];
-        for (int way = 0; way < 3; ++way) {  // early, unflagged, switched off
-          early.set(way == 2 ? "0" : "1");
-          Tensor yg = gpu_f32(*p.gpu, {n, m}, {});
-          const int64_t before = cuda::matvec_early_launches();
-          p.gpu->matmul(xg, way == 1 ? unflagged : wg, yg);
-          got[way] = read_with_guard(*p.gpu, yg);
-          EXPECT_EQ(cuda::matvec_early_launches() - before, way == 0 && n == 1 ? 1 : 0) << what << " way " << way;
-        }
-        for (int way = 1; way < 3; ++way)
-          ASSERT_EQ(std::memcmp(got[way].data(), got[0].data(), got[0].size() * sizeof(float)), 0) << what << " way " << way;
-      }
-      if (m % 4 == 0 && k % 4 == 0) {  // the residual-norm epilogue (one row)
-        auto av = random_vec(k, 43), xv = random_vec(m, 44), nv = random_vec(m, 45);
-        const Tensor ng = p.gpu->upload(HostTensor(DType::bf16, {m}, nv).t);
-        Tensor a = gpu_f32(*p.gpu, {1, k}, av);
-        std::vector<float> got_x[2], got_h[2];
-        for (int way = 0; way < 2; ++way) {
-          early.set(way == 1 ? "0" : "1");
-          Tensor x1 = gpu_f32(*p.gpu, {1, m}, xv), h1 = gpu_f32(*p.gpu, {1, m}, {});
-          p.gpu->matmul_add_rms_norm(a, wg, x1, ng, 1e-6f, h1);
-          got_x[way] = read_with_guard(*p.gpu, x1);
-          got_h[way] = read_with_guard(*p.gpu, h1);
-        }
-        ASSERT_EQ(got_x[0], got_x[1]) << dtype_name(wt) << " m=" << m << " residual x";
-        ASSERT_EQ(got_h[0], got_h[1]) << dtype_name(wt) << " m=" << m << " residual h";
-      }
-    }
-}
-
 double nse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -297,9 +232,9 @@ TEST(CudaOps, MatmulTensorCores) {
           if (path == kTiles && wt != DType::bf16) continue;  // the default path already
           std::vector<float> got;
           {
-            const ScopedEnv cublas("SLUICE_CUDA_CUBLAS", path == kTiles ? "0" : std::getenv("SLUICE_CUDA_CUBLAS"));
-            const ScopedEnv tensor_cores("SLUICE_CUDA_TENSOR_CORES",
-                                         path == kF32Tiles ? "0" : std::getenv("SLUICE_CUDA_TENSOR_CORES"));
+            std::optional<ScopedEnv> cublas, tensor_cores;
+            if (path == kTiles) cublas.emplace("SLUICE_CUDA_CUBLAS", "0");
+            if (path == kF32Tiles) tensor_cores.emplace("SLUICE_CUDA_TENSOR_CORES", "0");
             Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
             p.gpu->matmul(xg, wg, yg);
             got = read_with_guard(*p.gpu, yg);
@@ -316,38 +251,6 @@ TEST(CudaOps, MatmulTensorCores) {
     std::printf("matmul %s: worst normalized squared error, %s %.3g, tensor-core tiles %.3g, f32 tiles %.3g\n",
                 std::string(dtype_name(wt)).c_str(), path_name[kDefault], worst[kDefault],
                 wt == DType::bf16 ? worst[kTiles] : worst[kDefault], worst[kF32Tiles]);
-  }
-}
-
-// SLUICE_CUDA_PREFILL_PARTS=2 (cublas_x_parts): the bf16 prefill products on cuBLAS with x's
-// hi and mid parts only. hi = bf16(x) is within 2^-9 of x, mid = bf16(x - hi) within 2^-9 of
-// the rest, so the dropped lo part is below 2^-18 of each activation and a product's
-// relative error near 2^-18 / sqrt(3) (a normalized squared error near 5e-12, the order of
-// kTensorCoreNse's 1e-11 for all three parts). Bound here: 1e-10 (the estimate with 20x
-// room); and not the three parts' bits (the switch takes effect).
-TEST(CudaOps, MatmulCublasTwoParts) {
-  Pair p;
-  for (auto [n, m, k] : {std::tuple<int64_t, int64_t, int64_t>{200, 2056, 512}, {513, 96, 2048}, {65, 130, 96}}) {
-    auto xv = random_vec(n * k, 31), wv = random_vec(m * k, 32, 0.05f);
-    HostTensor w(DType::bf16, {m, k}, wv);
-    Tensor xc = cpu_f32(*p.cpu, {n, k}, xv), yc = p.cpu->alloc(DType::f32, {n, m});
-    p.cpu->matmul(xc, w.t, yc);
-    const auto want = read(*p.cpu, yc);
-    Tensor wg = p.gpu->upload(w.t);
-    std::vector<float> got[2];
-    const ScopedEnv parts("SLUICE_CUDA_PREFILL_PARTS", nullptr);
-    for (int two = 0; two < 2; ++two) {
-      parts.set(two ? "2" : nullptr);
-      Tensor xg = gpu_f32(*p.gpu, {n, k}, xv), yg = gpu_f32(*p.gpu, {n, m}, {});
-      p.gpu->matmul(xg, wg, yg);
-      got[two] = read_with_guard(*p.gpu, yg);
-    }
-    const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
-    std::printf("matmul bf16 %s on cuBLAS: normalized squared error, 3 parts %.3g, 2 parts %.3g\n", what.c_str(),
-                nse(got[0], want), nse(got[1], want));
-    EXPECT_LE(nse(got[1], want), 1e-10) << what;
-    EXPECT_NE(std::memcmp(got[0].data(), got[1].data(), want.size() * sizeof(float)), 0) << what << ": the switch took no effect";
-    for (int64_t i = n * m; i < n * m + kGuard; ++i) ASSERT_EQ(got[1][static_cast<size_t>(i)], kSentinel) << what;
   }
 }
 
@@ -729,8 +632,8 @@ TEST(CudaOps, AttentionReadsBf16Caches) {
 
 // The decode attention's tensor-core kernel (attention_decode_mma.cu: bf16 caches, 2 to 16
 // query heads a kv head, 64 or 128 dims) at positions on both sides of its stages (64 keys) and
-// of its warps' 16 keys, capacities at and past the position (one split and many, and every
-// capacity in one split: SLUICE_CUDA_ATTENTION_ONE_SPLIT), windows, against the CPU's
+// of its warps' 16 keys, capacities at and past the position (one split up to 4 stages of 64
+// keys, many past them), windows, against the CPU's
 // attention and against the FMA kernel it replaces
 // (SLUICE_CUDA_ATTENTION_MMA=0); the two kernels' bits differ somewhere, so the tensor-core
 // one ran. Cache positions past the query hold NaN.
@@ -754,22 +657,16 @@ TEST(CudaOps, DecodeAttentionOnTensorCores) {
                      tensor_of(*p.cpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv), oc, ap);
     const Tensor q = gpu_f32(*p.gpu, {1, c.hq, c.d}, qv), k = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, kv),
                  v = tensor_of(*p.gpu, DType::bf16, {c.ctx, c.hkv, c.d}, vv);
-    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}), of = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}),
-           o1 = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
+    Tensor og = gpu_f32(*p.gpu, {1, c.hq, c.d}, {}), of = gpu_f32(*p.gpu, {1, c.hq, c.d}, {});
     p.gpu->attention(q, k, v, og, ap);
     {
       const ScopedEnv fma("SLUICE_CUDA_ATTENTION_MMA", "0");
       p.gpu->attention(q, k, v, of, ap);
     }
-    {
-      const ScopedEnv one("SLUICE_CUDA_ATTENTION_ONE_SPLIT", "1000");  // every case's capacity in one split
-      p.gpu->attention(q, k, v, o1, ap);
-    }
     const std::string what = str("tensor-core decode attention n_past=", c.n_past, " ctx=", c.ctx, " hq=", c.hq,
                                  " hkv=", c.hkv, " d=", c.d, " window=", c.window);
     const std::vector<float> got = read_with_guard(*p.gpu, og), fma_out = read_with_guard(*p.gpu, of);
     expect_close(got, read(*p.cpu, oc), what.c_str());
-    expect_close(read_with_guard(*p.gpu, o1), read(*p.cpu, oc), (what + " in one split").c_str());
     expect_close(got, std::vector<float>(fma_out.begin(), fma_out.begin() + static_cast<std::ptrdiff_t>(c.hq * c.d)),
                  (what + " against the FMA kernel").c_str());
     differs = differs || std::memcmp(got.data(), fma_out.data(), got.size() * sizeof(float)) != 0;

@@ -16,8 +16,8 @@
 #include "tests/models/fixture_util.h"
 #include "tests/models/pack_util.h"
 #include "core/sampling.h"
+#include "engine/generator.h"
 #include "models/load.h"
-#include "tests/gpu/scoped_env.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -27,12 +27,11 @@ namespace {
 class CudaSampleStep : public ::testing::TestWithParam<std::string> {};
 
 // Tokens drawn by forward_sample after the prompt, with the draws of generator `seed`, each
-// step given the next one's draw (so that it may enqueue that step ahead; SLUICE_DECODE_AHEAD
-// as `ahead` says); the logits of each step from a second sequence (forward) go to
-// `step_logits`.
+// step given the next one's draw when `ahead` (so that it may enqueue that step ahead) and
+// none otherwise (each step alone); the logits of each step from a second sequence (forward)
+// go to `step_logits`.
 std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const SampleRule& rule, uint64_t seed,
                          int steps, std::vector<std::vector<float>>* step_logits, bool ahead = true) {
-  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
   const int64_t V = m.info().n_vocab;
   auto a = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
   auto b = m.new_state(static_cast<int64_t>(prompt.size()) + steps + 1);
@@ -48,7 +47,8 @@ std::vector<int32_t> run(Model& m, const std::vector<int32_t>& prompt, const Sam
     m.forward(std::span<const int32_t>(&token, 1), *b, logits, false);
     if (step_logits) step_logits->push_back(logits);
     token = m.forward_sample(token, *a, rule, V, draws[static_cast<size_t>(i)],
-                             i + 1 < steps ? std::optional<int64_t>(draws[static_cast<size_t>(i) + 1]) : std::nullopt);
+                             ahead && i + 1 < steps ? std::optional<int64_t>(draws[static_cast<size_t>(i) + 1])
+                                                    : std::nullopt);
     EXPECT_GE(token, 0);
     if (token < 0) break;
     out.push_back(token);
@@ -78,8 +78,8 @@ TEST_P(CudaSampleStep, GreedyMatchesAndSampledTokensAreKept) {
   }
 }
 
-// The greedy tokens of `steps` forward_sample calls on a fresh state after the prompt, with
-// SLUICE_DECODE_AHEAD as given; the caller's choices at step i: feed `other` instead of the
+// The greedy tokens of `steps` forward_sample calls on a fresh state after the prompt, each
+// given the next step's draw when `ahead` (none otherwise); the caller's choices at step i: feed `other` instead of the
 // drawn token where swap(i), run a forward() of the token first (its logits to `logits`) where
 // eager(i), and rewind n_past by one (re-running the step before) where rewind(i).
 struct Script {
@@ -90,7 +90,6 @@ struct Script {
 std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, int steps, bool ahead,
                                 const Script& script, std::vector<std::vector<float>>* logits_out) {
   const int64_t V = m.info().n_vocab;
-  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
   auto a = m.new_state(static_cast<int64_t>(prompt.size()) + 2 * steps + 1);
   std::vector<float> logits(V);
   m.forward(std::span(prompt).first(prompt.size() - 1), *a, logits, false);
@@ -108,7 +107,7 @@ std::vector<int32_t> run_greedy(Model& m, const std::vector<int32_t>& prompt, in
       a->n_past -= 1;  // the step below runs the same token at the same position
     }
     before = token;
-    token = m.forward_sample(token, *a, SampleRule{}, V, 0, std::optional<int64_t>(0));
+    token = m.forward_sample(token, *a, SampleRule{}, V, 0, ahead ? std::optional<int64_t>(0) : std::nullopt);
     out.push_back(token);
     if (token < 0) break;
   }
@@ -191,13 +190,20 @@ TEST_P(CudaSampleStep, StreamedGreedyStepsAheadAreTheStepByStepOnes) {
       m.streamer->residency().check_invariants();
     }
     // A generation enqueues no step after its last token (Model::forward_sample's
-    // next_follows): as many layer steps with the steps ahead as without, the same tokens.
+    // next_draw53): as many layer steps with the steps ahead as without
+    // (GenerateOptions::steps_ahead), the same tokens.
     std::vector<int32_t> generated[2];
     uint64_t layer_steps[2] = {0, 0};
     for (int ahead : {1, 0}) {
-      const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", ahead ? nullptr : "0");
       m.streamer->reset_stats();
-      generated[ahead] = greedy(*m.model, ref.prompt_ids, steps);
+      GenerateOptions g;
+      g.n_predict = steps;
+      g.sampling.temperature = 0;
+      g.steps_ahead = ahead != 0;
+      Generator(*m.model).generate(ref.prompt_ids, g, [&](int32_t id) {
+        generated[ahead].push_back(id);
+        return true;
+      });
       ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
       layer_steps[ahead] = m.streamer->stats().totals().steps;
     }

@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/sample.h"
 #include "core/sampling.h"
-#include "tests/gpu/scoped_env.h"
 
 using namespace sluice;
 
@@ -27,14 +28,31 @@ struct Case {
   SampleRule rule;
 };
 
-// Each case twice: sampled rows over many blocks a row (the default) and in the one-block
-// kernel (SLUICE_CUDA_SAMPLE_BLOCKS=0); greedy rows take many blocks either way.
+// Backend::sample, or with one_block the one-block kernel of sample.cu, which draws the rows
+// past kSampleMaxRows: launch_sample without the many-block kernels' scratch.
+void sample(Backend& gpu, const Tensor& logits, int64_t n_valid, const SampleRule& rule, const Tensor& uniform,
+            const Tensor& ids, bool one_block) {
+  if (!one_block) return gpu.sample(logits, n_valid, rule, uniform, ids);
+  cuda::SampleParams p;
+  p.logits = logits.ptr<float>();
+  p.uniform = uniform.ptr<int64_t>();
+  p.ids = ids.ptr<int32_t>();
+  p.n = logits.rows();
+  p.vocab = logits.cols();
+  p.n_valid = n_valid;
+  p.temperature = rule.temperature;
+  p.top_k = rule.top_k;
+  p.top_p = rule.top_p;
+  cuda::launch_sample(p, dynamic_cast<CudaBackend&>(gpu).stream());
+}
+
+// Each case twice: over many blocks a row (Backend::sample) and in the one-block kernel.
 TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
   auto gpu = make_cuda_backend(0);
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 3.0f);
   const int64_t n = 64;  // rows, each its own draw
-  for (const char* blocks : {static_cast<const char*>(nullptr), "0"})
+  for (const bool one_block : {false, true})
   for (const Case c : {Case{151936, 151669, {0.0f, 0, 1.0f}}, Case{151936, 151669, {1.0f, 0, 1.0f}},
                        Case{151936, 151936, {0.7f, 40, 1.0f}}, Case{151936, 151669, {1.0f, 0, 0.9f}},
                        Case{151936, 151936, {0.8f, 20, 0.95f}}, Case{1000, 997, {1.0f, 1, 1.0f}},
@@ -50,8 +68,7 @@ TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
                        Case{7, 7, {1.0f, 3, 0.5f}}, Case{1025, 1001, {1.0f, 1000, 1.0f}},
                        Case{151936, 151669, {1.0f, 1, 1.0f}}, Case{4096, 4096, {1.0f, 0, 1e-13f}},
                        Case{151936, 151669, {4.0f, 0, 0.5f}}, Case{151936, 151669, {0.6f, 200, 0.99f}}}) {
-    const ScopedEnv sample_blocks("SLUICE_CUDA_SAMPLE_BLOCKS", blocks);
-    SCOPED_TRACE(blocks ? "one block" : "many blocks");
+    SCOPED_TRACE(one_block ? "one block" : "many blocks");
     std::vector<float> logits(static_cast<size_t>(n * c.vocab));
     for (auto& x : logits) x = g(rng);
     // Ties at the top and in the middle: several rows share a value at many ids.
@@ -68,7 +85,7 @@ TEST(CudaSample, SameKeptSetsAndNearlyAlwaysTheSameTokenAsTheCpu) {
     gpu->from_host(tl, logits.data());
     gpu->from_host(tu, draws.data());
     gpu->from_host(ti_all, init.data());
-    gpu->sample(tl, c.n_valid, c.rule, tu, ti_all.slice_rows(0, n));
+    sample(*gpu, tl, c.n_valid, c.rule, tu, ti_all.slice_rows(0, n), one_block);
     std::vector<int32_t> got(static_cast<size_t>(n + 16));
     gpu->to_host(ti_all, got.data());
     for (int64_t j = n; j < n + 16; ++j) EXPECT_EQ(got[j], 7777) << "a write past ids";
@@ -120,11 +137,10 @@ TEST(CudaSample, DrawsFollowTheRulesDistribution) {
   gpu->from_host(tl, logits.data());
   const std::span<const float> valid = std::span<const float>(row).first(n_valid);
   const float top = *std::max_element(valid.begin(), valid.end());
-  for (const char* blocks : {static_cast<const char*>(nullptr), "0"})
+  for (const bool one_block : {false, true})
   for (const SampleRule rule : {SampleRule{1.0f, 0, 1.0f}, SampleRule{0.7f, 7, 1.0f}, SampleRule{1.0f, 0, 0.8f},
                                 SampleRule{0.8f, 20, 0.9f}, SampleRule{1.5f, 9, 1.0f}, SampleRule{2.0f, 0, 0.97f}}) {
-    const ScopedEnv sample_blocks("SLUICE_CUDA_SAMPLE_BLOCKS", blocks);
-    SCOPED_TRACE(std::string(blocks ? "one block" : "many blocks") + ", temperature " + std::to_string(rule.temperature) +
+    SCOPED_TRACE(std::string(one_block ? "one block" : "many blocks") + ", temperature " + std::to_string(rule.temperature) +
                  ", top_k " + std::to_string(rule.top_k) + ", top_p " + std::to_string(rule.top_p));
     SampleScratch sc;
     const std::vector<uint8_t> kept = sample_kept(valid, rule, sc);
@@ -138,7 +154,7 @@ TEST(CudaSample, DrawsFollowTheRulesDistribution) {
       for (int64_t r = 0; r < rows; ++r)
         draws[r] = static_cast<int64_t>((static_cast<double>(round * rows + r) + 0.5) / n * 0x1p53);
       gpu->from_host(tu, draws.data());
-      gpu->sample(tl, n_valid, rule, tu, ti);
+      sample(*gpu, tl, n_valid, rule, tu, ti, one_block);
       std::vector<int32_t> got(static_cast<size_t>(rows));
       gpu->to_host(ti, got.data());
       for (const int32_t id : got) {

@@ -29,6 +29,7 @@
 #include "tests/gpu/cuda_family_checks.h"
 #include "backends/cuda/moe_kernels.h"
 #include "core/router_scoring.h"
+#include "core/switches.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "engine/generator.h"
 #include "experts/streamer.h"
@@ -151,10 +152,11 @@ float expect_same_as_the_cpu(const std::vector<std::string>& fixtures, int& runs
         // Plain SwiGLU experts without biases route on the device; so do every family's (gpt-oss's
         // biases included) but with SLUICE_CUDA_HOST_ROUTED=1.
         EXPECT_EQ(mg.model->expert_provider()->routes_on_device(ExpertMath{}, RouterSpec{}),
-                  !p->kind(DType::q4).has_biases() || !host_routing_forced());
+                  !p->kind(DType::q4).has_biases() || !switches::on(Switch::cuda_host_routed));
         ExpertMath clamped;
         clamped.activation = ExpertActivation::swiglu_clamped;
-        EXPECT_EQ(mg.model->expert_provider()->routes_on_device(clamped, RouterSpec{}), !host_routing_forced());
+        EXPECT_EQ(mg.model->expert_provider()->routes_on_device(clamped, RouterSpec{}),
+                  !switches::on(Switch::cuda_host_routed));
         Decisions dc, dg;
         observe(mc, dc);
         observe(mg, dg);
@@ -199,11 +201,7 @@ TEST(CudaStreaming, SameRoutingAndTokensAsTheCpu) {
 TEST(CudaStreaming, HostRoutedFamiliesSameRoutingAndTokensAsTheCpu) {
   const HostRouted host_routed;
   int runs = 0;
-  float worst = expect_same_as_the_cpu(host_routed_fixtures(), runs);
-  {  // And with each group computed once it is resident (the path before the waves).
-    const ScopedEnv waves("SLUICE_CUDA_PREFILL_WAVES", "0");
-    worst = std::max(worst, expect_same_as_the_cpu(host_routed_fixtures(), runs));
-  }
+  const float worst = expect_same_as_the_cpu(host_routed_fixtures(), runs);
   std::printf("cuda streaming, host-routed families: %d runs; routing equal to the CPU's; logits max |gpu - cpu| %.3g\n",
               runs, static_cast<double>(worst));
 }
@@ -226,20 +224,13 @@ TEST(CudaStreaming, GiantFamiliesSameRoutingAndTokensAsTheCpu) {
               runs, static_cast<double>(worst));
 }
 
-// The body of the test below over `fixtures`: the number of (fixture, cache size, mode) runs
-// compared. Modes: a group once its union is resident (SLUICE_CUDA_PREFILL_WAVES=0), in waves,
-// and (unless `beside` is false) in waves with the copies beside the compute
-// (SLUICE_CUDA_PREFILL_COPY_STREAM=1: land_group_in_chunks), from the disk and from a host tier that
-// holds every record (all of a group's misses land at its plan).
-int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures, bool beside = true) {
+// The body of the test below over `fixtures`: the number of (fixture, cache size, source)
+// runs compared. Sources: the disk (a group's misses land while its first waves compute) and
+// a host tier that holds every record (all of a group's misses land at its plan).
+int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures) {
   auto gpu = make_cuda_backend(0);
   int compared = 0;
-  const ScopedEnv waves_env("SLUICE_CUDA_PREFILL_WAVES", nullptr);
-  const ScopedEnv copy_stream("SLUICE_CUDA_PREFILL_COPY_STREAM", nullptr);
-  for (int mode = 0; mode < (beside ? 4 : 2); ++mode) {
-    const bool waves = mode >= 1, host_tier = mode == 3;
-    waves_env.set(waves ? "1" : "0");
-    if (mode >= 2) copy_stream.set("1");
+  for (const bool host_tier : {false, true}) {
     for (const std::string& fixture : fixtures) {
       const fs::path& pack = fixture_pack(fixture);
       std::vector<int32_t> ids = fixture_ids(fixture);
@@ -255,8 +246,7 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
       const int32_t k = static_cast<int32_t>(info.n_expert_used);
       const int32_t all = static_cast<int32_t>(Pack::open(pack, false)->manifest().n_records());
       for (int32_t slots : {k, 2 * k + 1, all}) {
-        SCOPED_TRACE(str(fixture, " slots ", slots, waves ? ", waves" : "", mode >= 2 ? ", copies beside" : "",
-                         host_tier ? ", host tier" : ""));
+        SCOPED_TRACE(str(fixture, " slots ", slots, host_tier ? ", host tier" : ", from disk"));
         StreamerOptions so;
         so.slots = slots;
         so.wait_timeout = std::chrono::seconds(10);
@@ -264,18 +254,11 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
           so.host_cache_bytes = static_cast<uint64_t>(all) * Pack::open(pack, false)->kind(DType::q4).record_stride;
           so.host_cache_preload = true;
         }
-        // The copies beside: the copy stream waits 200 us before each chunk, so that a wave
-        // not ordered after its chunk's copies would read the slots' old bytes.
-        if (mode >= 2) so.test_copy_delay_us = 200;
-        const int64_t chunks_before = CudaStreamer::prefill_copy_chunks();
         LoadedModel streamed = load(pack, *gpu, DType::q4, so);
         std::vector<float> got(want.size());
         streamed.model->forward(ids, *streamed.model->new_state(96), got, true);
         EXPECT_EQ(floats_differing(got, want), 0u)
             << "logits differing from the resident prefill's (max |diff| " << max_abs_diff(got, want) << ")";
-        if (mode >= 2 && slots < all) {
-          EXPECT_GT(CudaStreamer::prefill_copy_chunks(), chunks_before) << "the copies beside took no chunk";
-        }
         const uint64_t steps = streamed.streamer->stats().totals().steps;
         if (slots < all) EXPECT_GT(steps, static_cast<uint64_t>(info.n_layer)) << "no grouping";
         else EXPECT_LE(steps, static_cast<uint64_t>(info.n_layer)) << "one group a MoE layer";
@@ -287,19 +270,18 @@ int expect_grouped_prefill_bit_for_bit(const std::vector<std::string>& fixtures,
 }
 
 // A prefill whose union exceeds the cache takes the streamer's grouped path: each group of
-// rows is computed in waves as its experts land, or (SLUICE_CUDA_PREFILL_WAVES=0) once its
-// union is resident. With many pairs an expert those rows go
+// rows is computed in waves as its experts land. With many pairs an expert those rows go
 // through the grouped kernels as the resident prefill's do, so the logits are the resident
-// model's bit for bit, at every cache size (many groups at k slots, fewer at more), both
-// ways. An exact prompt chunk whose union fits (every record cached) takes it too, as one
-// group a layer.
+// model's bit for bit, at every cache size (many groups at k slots, fewer at more), from disk
+// and from a host tier. An exact prompt chunk whose union fits (every record cached) takes it
+// too, as one group a layer.
 TEST(CudaStreaming, GroupedPrefillIsTheResidentPrefillBitForBit) {
   EXPECT_GT(expect_grouped_prefill_bit_for_bit(cuda_expert_fixtures()), 0)
       << "no fixture has enough pairs an expert for the grouped kernels";
 }
 
-// gpt-oss's, Gemma 4's and Llama 4's experts routed on the device (the default since
-// 2026-12-05; SLUICE_CUDA_HOST_ROUTED=1 routes them on the host: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
+// gpt-oss's, Gemma 4's and Llama 4's experts routed on the device (the default;
+// SLUICE_CUDA_HOST_ROUTED=1 routes them on the host: biases, the clamped SwiGLU and GeGLU in the streamer's table entries,
 // Gemma 4's per-expert scales and Llama 4's sigmoid scoring in the device top-k, Llama 4's
 // inputs scaled a row per pair; the decode kernels' two phases and the grouped prefill): the
 // CPU streamer's routing decisions and greedy tokens at every cache size, the resident
@@ -379,12 +361,6 @@ struct MixtralThreeSlots {
   }
 };
 
-// SLUICE_CUDA_DEVICE_WAITS=0: the stream memory operations instead of the device-side waits.
-bool device_waits_off() {
-  const char* waits = std::getenv("SLUICE_CUDA_DEVICE_WAITS");
-  return waits && std::string(waits) == "0";
-}
-
 TEST(CudaStreaming, HostTierAndBlockingWaits) {
   MixtralThreeSlots t;
   StreamerOptions so = t.base;
@@ -398,100 +374,102 @@ TEST(CudaStreaming, HostTierAndBlockingWaits) {
   EXPECT_GT(mg.streamer->stats().totals().host_hits, 0u) << "the second pass should be served from the tier";
 }
 
-// The copies beside phase 1 (the default with the device-side waits): a preloaded host tier
-// answers every miss at the plan, so each miss is copied by blocks of phase 1's gate/up launch
-// and computed in phase 2: the logits equal those of the copies on the stream before phase 1
-// (SLUICE_CUDA_COPIES_BESIDE=0, the misses computed in phase 1) bit for bit, and the CPU
-// streamer's within 1e-3.
-// The mixtral fixture at 3 slots streamed with `so` twice, the switch `name` set to "0" and
-// then to "1": the decode logits the same bits, both runs' logits within 1e-3 of the CPU's,
-// and the second run's streamer consistent. taken() counts the layers that took the switched
-// path in this process: with expect_taken, the second run must add some.
-void expect_switch_keeps_the_bits(const MixtralThreeSlots& t, const StreamerOptions& so, const char* name,
-                                  int64_t (*taken)(), bool expect_taken, const char* what) {
-  const ScopedEnv sw(name, "0");
-  std::vector<float> sd, sp;
-  {
-    LoadedModel off = load(t.pack, *t.gpu, DType::q4, so);
-    std::tie(sd, sp) = run_logits(*off.model, t.ids);
-  }
-  sw.set("1");
-  const int64_t before = taken();
-  LoadedModel mg = load(t.pack, *t.gpu, DType::q4, so);
-  const auto [gd, gp] = run_logits(*mg.model, t.ids);
-  if (expect_taken) {
-    EXPECT_GT(taken(), before) << "no decode layer took the path of " << name;
-  }
-  ASSERT_EQ(gd.size(), sd.size());
-  EXPECT_EQ(floats_differing(gd, sd), 0u) << "decode logits differing from " << what << " (max |diff| "
-                                          << max_abs_diff(gd, sd) << ")";
-  EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
-  EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
-  expect_consistent(*mg.streamer, t.stride, true);
-}
+// One way to stream the mixtral fixture in the tests below: its options, whether its decode
+// layers must take the path under test, and its name.
+struct Way {
+  StreamerOptions so;
+  bool takes = false;
+  std::string name;
+};
 
-TEST(CudaStreaming, CopiesBesidePhaseOneSameBits) {
-  if (device_waits_off()) GTEST_SKIP() << "the copies beside need the device-side waits";
-  MixtralThreeSlots t;
-  expect_switch_keeps_the_bits(t, t.with(3, true), "SLUICE_CUDA_COPIES_BESIDE", &CudaStreamer::decode_copies_beside, true,
-                               "the copies on the stream");
-}
-
-// Phase 2 settled at the plan (SLUICE_CUDA_SETTLED): with a preloaded host tier every miss is
-// ready at its plan, so phase 2's list goes out with phase 1's and the device's phase-2
-// handshake takes it from device memory. The same bits as with the host answering
-// misses_ready, and the same as with reads from disk (where layers settle only when nothing
-// missed), at 3 slots (most layers miss) and with the copies beside on and off.
-TEST(CudaStreaming, SettledAtThePlanSameBits) {
-  if (device_waits_off()) GTEST_SKIP() << "settling at the plan needs the device-side waits";
-  MixtralThreeSlots t;
-  for (const char* beside_on : {"1", "0"}) {
-    const ScopedEnv beside("SLUICE_CUDA_COPIES_BESIDE", beside_on);
-    for (bool host_tier : {true, false}) {
-      SCOPED_TRACE(std::string("copies beside ") + beside_on + (host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, t.with(3, host_tier), "SLUICE_CUDA_SETTLED", &CudaStreamer::decode_settled_at_plan, host_tier,
-                                   "phase 2 answered by the host");
+// The mixtral fixture streamed each way: every run's decode and teacher-forced logits within
+// 1e-3 of the CPU streamer's at 3 slots and its streamer consistent, and every run's decode
+// logits the first run's bit for bit (a pair's result depends only on its row and its expert,
+// and the layer is combined in rank order, so neither where a record came from nor when it
+// landed changes a bit). taken() counts the decode MoE layers of this process that took the
+// path under test: each run whose `takes` is set must add some.
+void expect_every_way_the_same_bits(const MixtralThreeSlots& t, const std::vector<Way>& ways, int64_t (*taken)(),
+                                    const char* path) {
+  std::vector<float> first;
+  for (const Way& w : ways) {
+    SCOPED_TRACE(w.name);
+    const int64_t before = taken();
+    LoadedModel mg = load(t.pack, *t.gpu, DType::q4, w.so);
+    const auto [gd, gp] = run_logits(*mg.model, t.ids);
+    if (w.takes) {
+      EXPECT_GT(taken(), before) << "no decode layer took " << path;
     }
+    EXPECT_LE(max_abs_diff(gd, t.cd), 1e-3f);
+    EXPECT_LE(max_abs_diff(gp, t.cp), 1e-3f);
+    expect_consistent(*mg.streamer, t.stride, true);
+    if (first.empty()) {
+      first = gd;
+      continue;
+    }
+    ASSERT_EQ(gd.size(), first.size());
+    EXPECT_EQ(floats_differing(gd, first), 0u) << "decode logits differing from " << ways.front().name << "'s (max |diff| "
+                                               << max_abs_diff(gd, first) << ")";
   }
 }
 
-// A layer of hits taken on the device (SLUICE_CUDA_HITS_ON_DEVICE): when every routed expert's
-// record is in the host's slot map, the phase-1 handshake builds the tables from it without
-// waiting for the host. The same bits as with the host answering every layer, at 3 slots (few
-// layers hit) and with room for every expert (every decode layer hits), from the preloaded
-// host tier and from disk.
-TEST(CudaStreaming, HitsOnDeviceSameBits) {
-  if (device_waits_off()) GTEST_SKIP() << "the hits on the device need the device-side waits";
+// The copies beside phase 1: a preloaded host tier answers every miss at the plan, so each
+// miss is copied by leading blocks of phase 1's gate/up launch and computed in phase 2. The
+// same bits as from disk, where most misses land after the plan and phase 2's copy kernel
+// copies them.
+TEST(CudaStreaming, CopiesBesidePhaseOneSameBitsAsFromDisk) {
   MixtralThreeSlots t;
-  for (int32_t slots : {3, 64}) {
-    for (bool host_tier : {true, false}) {
-      SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, t.with(slots, host_tier), "SLUICE_CUDA_HITS_ON_DEVICE", &CudaStreamer::decode_hits_on_device,
-                                   slots == 64, "the host answering every layer");
-    }
-  }
+  expect_every_way_the_same_bits(t, {{t.with(3, true), true, "3 slots, host tier"}, {t.with(3, false), false, "3 slots, from disk"}},
+                                 &CudaStreamer::decode_copies_beside, "the copies beside phase 1");
 }
 
-// One down + combine after phase 2 (SLUICE_CUDA_ONE_DOWN): the phases compute the gate/up
-// products alone, and the fused down + combine over the pairs phase 2's table holds follows.
-// The same bits as a down kernel a phase and the combine apart, at 3 slots (most layers miss)
-// and with room for every expert, from the preloaded host tier (the copies beside phase 1) and
-// from disk; and with the worst-case deadline (every miss late), which either cuts every miss
-// (cut pairs count as zero in both) or computes each from its q2 copy (mixed kinds: the
-// per-pair down and the combine by the table instead of the fused kernel). Those runs read
-// from a preloaded host tier: a late miss's full read lands at its plan, so the run is a
-// function of the routing (from disk it lands whenever the read ends, and the next layers'
-// hits with it; KlCheckAgainstASecondStreamer below); the switch-off run twice shows it.
-TEST(CudaStreaming, OneDownAfterPhaseTwoSameBits) {
-  if (device_waits_off()) GTEST_SKIP() << "one down after phase 2 needs the device-side waits";
+// Phase 2 settled at the plan: with a preloaded host tier every miss is ready at its plan, so
+// phase 2's list goes out with phase 1's and the device's phase-2 handshake takes it from
+// device memory without waiting for the host. The same bits as from disk (where layers settle
+// only when nothing missed and the host answers misses_ready), at 3 slots (most layers miss)
+// and with room for every expert.
+TEST(CudaStreaming, SettledAtThePlanSameBitsAsFromDisk) {
   MixtralThreeSlots t;
-  for (int32_t slots : {3, 64}) {
-    for (bool host_tier : {true, false}) {
-      SCOPED_TRACE(str(slots, " slots", host_tier ? ", host tier" : ", from disk"));
-      expect_switch_keeps_the_bits(t, t.with(slots, host_tier), "SLUICE_CUDA_ONE_DOWN", &CudaStreamer::decode_one_down, true,
-                                   "a down a phase and the combine apart");
-    }
+  expect_every_way_the_same_bits(t,
+                                 {{t.with(3, true), true, "3 slots, host tier"},
+                                  {t.with(3, false), false, "3 slots, from disk"},
+                                  {t.with(64, true), true, "64 slots, host tier"}},
+                                 &CudaStreamer::decode_settled_at_plan, "phase 2 settled at the plan");
+}
+
+// A layer of hits taken on the device: when every routed expert's record is in the host's
+// slot map, the phase-1 handshake builds the tables from it without waiting for the host. With
+// room for every expert every decode layer after the first pass hits; with lookahead the
+// device waits for the host's lists instead (they carry the prefetches' copies). The same bits
+// every way, from the preloaded host tier and from disk, and at 3 slots (few layers hit).
+TEST(CudaStreaming, HitsOnDeviceSameBitsAsTheHostsTables) {
+  MixtralThreeSlots t;
+  std::vector<Way> ways;
+  for (const bool host_tier : {true, false}) {
+    StreamerOptions look = t.with(64, host_tier);
+    look.lookahead = true;
+    ways.push_back({t.with(64, host_tier), true, str("64 slots", host_tier ? ", host tier" : ", from disk")});
+    ways.push_back({look, false, str("64 slots, lookahead", host_tier ? ", host tier" : ", from disk")});
   }
+  ways.push_back({t.with(3, true), false, "3 slots, host tier"});
+  expect_every_way_the_same_bits(t, ways, &CudaStreamer::decode_hits_on_device, "the hits on the device");
+}
+
+// One down + combine after phase 2: the phases compute the gate/up products alone, and the
+// fused down + combine over the pairs phase 2's table holds follows. The same bits at 3 slots
+// (most layers miss) and with room for every expert, from the preloaded host tier (the copies
+// beside phase 1) and from disk. Then with the worst-case deadline (every miss late), which
+// either cuts every miss (cut pairs count as zero) or computes each from its q2 copy (mixed
+// kinds: the per-pair down and the combine by the table instead of the fused kernel): those
+// runs read from a preloaded host tier, where a late miss's full read lands at its plan, so
+// the run is a function of the routing (from disk it lands whenever the read ends, and the
+// next layers' hits with it; KlCheckAgainstASecondStreamer below): two runs the same bits.
+TEST(CudaStreaming, OneDownAfterPhaseTwoSameBitsEveryWay) {
+  MixtralThreeSlots t;
+  std::vector<Way> ways;
+  for (int32_t slots : {3, 64})
+    for (bool host_tier : {true, false})
+      ways.push_back({t.with(slots, host_tier), true, str(slots, " slots", host_tier ? ", host tier" : ", from disk")});
+  expect_every_way_the_same_bits(t, ways, &CudaStreamer::decode_one_down, "one down + combine after phase 2");
   for (const bool low_bit : {false, true}) {
     SCOPED_TRACE(low_bit ? "every miss from its q2 copy" : "every miss cut");
     StreamerOptions so = t.with(3, true);
@@ -501,24 +479,21 @@ TEST(CudaStreaming, OneDownAfterPhaseTwoSameBits) {
     } else {
       so.cut = 1.0;
     }
-    const ScopedEnv sw("SLUICE_CUDA_ONE_DOWN", "0");
-    std::vector<float> off;
+    std::vector<float> first;
     for (int run = 0; run < 2; ++run) {
       LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
       const std::vector<float> d = run_logits(*m.model, t.ids).first;
+      ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
+      const LayerStats st = m.streamer->stats().totals();
+      EXPECT_GT(low_bit ? st.low_bit : st.cut, 0u);
+      for (float v : d) ASSERT_TRUE(std::isfinite(v));
       if (run == 1) {
-        ASSERT_EQ(floats_differing(d, off), 0u) << "two runs of one configuration differ: not a function of the routing";
+        ASSERT_EQ(d.size(), first.size());
+        EXPECT_EQ(floats_differing(d, first), 0u) << "two runs of one configuration differ: not a function of the "
+                                                  << "routing (max |diff| " << max_abs_diff(d, first) << ")";
       }
-      off = d;
+      first = d;
     }
-    sw.set("1");
-    LoadedModel m = load(t.pack, *t.gpu, DType::q4, so);
-    const std::vector<float> on = run_logits(*m.model, t.ids).first;
-    ASSERT_TRUE(m.streamer->drain(std::chrono::seconds(10)));
-    const LayerStats st = m.streamer->stats().totals();
-    EXPECT_GT(low_bit ? st.low_bit : st.cut, 0u);
-    ASSERT_EQ(on.size(), off.size());
-    EXPECT_EQ(floats_differing(on, off), 0u) << "max |diff| " << max_abs_diff(on, off);
   }
 }
 
@@ -545,17 +520,15 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
 // whose full read (issued in the background after its q2 copy) landed is a hit, one still in
 // flight is pending and takes its q2 copy again. On CUDA those reads land while the device
 // runs, so the lossy tokens depend on timing, and the exact pass of a checked step gives them
-// time to land (Generator::checked_step's "one bias"; the first GPU run of this test, without
-// what follows, saw the tokens part at the 8th). So both lossy runs start every step from a
-// settled cache: no greedy step enqueued ahead (SLUICE_DECODE_AHEAD=0) and the streamer
-// drained after every token. That settles the cache between tokens only: within a token, a
-// layer's background reads may still be in flight at the next layer's plan (3 slots for all
-// layers), and once the streamed step got faster (sixteenth session, ~100 -> ~47 us of
-// handshake a layer) the lossy tokens parted between runs of one binary at the fifth token
-// in 5 of 10 runs. So the lossy runs read from a preloaded host-RAM tier: every fill lands at
+// time to land (Generator::checked_step's "one bias"; without what follows the tokens parted
+// at the 8th). So both lossy runs start every step from a settled cache: no greedy step
+// enqueued ahead (GenerateOptions::steps_ahead false) and the streamer drained after every
+// token. That settles the cache between tokens only: within a token, a layer's background
+// reads may still be in flight at the next layer's plan (3 slots for all layers), and with a
+// faster streamed step (~100 -> ~47 us of handshake a layer) the lossy tokens parted between
+// runs of one binary at the fifth token in 5 of 10 runs. So the lossy runs read from a preloaded host-RAM tier: every fill lands at
 // its plan, and the lossy step is a function of the routing alone.
 TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
-  const ScopedEnv decode_ahead("SLUICE_DECODE_AHEAD", "0");
   MixtralThreeSlots t;
   auto generate = [&](bool lossy, int64_t kl_steps) {
     StreamerOptions so = t.with(3, lossy);
@@ -568,6 +541,7 @@ TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
     g.n_predict = 12;
     g.sampling.temperature = 0;
     g.kl_check_steps = kl_steps;
+    g.steps_ahead = false;
     if (kl_steps > 0) g.kl_exact = make_streamer(m.pack, DType::q4, m.model->info().n_expert_used, *t.gpu, t.base);
     std::vector<int32_t> tokens;
     Generator gen(*m.model);
@@ -649,7 +623,6 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
 // up after the wait timeout: the forward fails with an error naming the layer, instead of a
 // hang or an answer computed without the layer's experts.
 TEST(CudaStreaming, LateTablesAreATimedErrorNamingTheLayer) {
-  if (device_waits_off()) GTEST_SKIP() << "stream memory operations wait without a bound";
   MixtralThreeSlots t;
   StreamerOptions so = t.base;
   so.wait_timeout = std::chrono::milliseconds(300);

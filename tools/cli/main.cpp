@@ -9,6 +9,7 @@
 #include "cli_args.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/switches.h"
 
 namespace sluice::cli {
 void register_run(CLI::App& app);
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.push_back(std::strcmp(argv[i], "-gp") == 0 ? "--gp" : argv[i]);
   try {
+    sluice::switches::load();  // an invalid SLUICE_* value is the first error (docs/configuration.md)
     app.parse(args);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

@@ -50,11 +50,7 @@ std::optional<uint64_t> CpuBackend::memory_available() const {
   return avail;
 }
 
-Tensor CpuBackend::upload(const Tensor& host) {
-  Tensor t = host;
-  t.uploaded = true;
-  return t;
-}
+Tensor CpuBackend::upload(const Tensor& host) { return host; }
 
 void CpuBackend::to_host(const Tensor& src, void* dst) {
   if (src.nbytes()) std::memcpy(dst, src.data, src.nbytes());

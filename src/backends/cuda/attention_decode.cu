@@ -46,6 +46,7 @@
 #include <cstring>
 
 #include "backends/cuda/common.cuh"
+#include "core/switches.h"
 
 namespace sluice::cuda {
 namespace {
@@ -184,19 +185,13 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
 // A batch decode step (kPerRow): blockIdx.z is the batch row b, a sequence of its own with
 // caches row_caches.k[b] / .v[b] at position n_past_dev[b]; q, out and the partials are
 // row b's.
-//
-// kEarly (one sequence only; a compile-time choice, since the early path's registers would
-// otherwise cost the plain kernel blocks an SM): the stages before the position go before the
-// wait (early_attention_enabled).
-template <int DPL, int HPW, bool kPerRow, typename KV, bool kEarly = false>
+template <int DPL, int HPW, bool kPerRow, typename KV>
 __global__ void __launch_bounds__(256)
     attention_decode_gqa_kernel(const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v,
                                 float* __restrict__ out, float* __restrict__ part, int hq, int hkv, int C, int NST, int64_t n_past_arg,
                                 const int32_t* __restrict__ n_past_dev, float scale_arg, const AttentionSpan span,
                                 const RowCachePtrs row_caches, const float* __restrict__ sinks) {
-  static_assert(!kEarly || !kPerRow, "early: one sequence");
-  if constexpr (kEarly) griddep_launch_dependents();
-  else chained_kernel_entry();
+  chained_kernel_entry();
   constexpr int d = 32 * DPL;
   constexpr int EPC = 16 / sizeof(KV);  // elements a 16-byte copy
   constexpr int ds = d + EPC;           // a staged row's elements
@@ -226,11 +221,10 @@ __global__ void __launch_bounds__(256)
   // This block's stages: s, s + S, s + 2 S, ...
   const int64_t mine = s < n_stages ? (n_stages - s + S - 1) / S : 0;
   const int64_t stride = static_cast<int64_t>(hkv) * d;  // elements between consecutive positions
-  // Not early: the kv head's G query rows, copied with stage 0 (group 0), so that no load of
-  // this block waits for another before the first stages are in flight.
-  if constexpr (!kEarly)
-    for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
-      cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
+  // The kv head's G query rows, copied with stage 0 (group 0), so that no load of this block
+  // waits for another before the first stages are in flight.
+  for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x)
+    cp_async16(qs + 4 * i, q + static_cast<int64_t>(kvh) * G * d + 4 * i, true);
 
   // Copies the K and V rows of this block's stage i (if any) into buffer i mod NST, and
   // commits a group either way, so that group i is always stage i.
@@ -250,21 +244,9 @@ __global__ void __launch_bounds__(256)
     }
     cp_async_commit();
   };
-  // The first NST - 1 stages in flight. early: the stages wholly before the query's position
-  // go before the wait for the kernel that appends the query's own key and value row (the
-  // rows before it were written by earlier steps and the position by the host), then the
-  // wait, then the rest, and the kv head's G query rows (written by that kernel) after the
-  // wait, loaded while the stages are in flight.
+  // The first NST - 1 stages in flight.
   int issued = 0;
-  if constexpr (kEarly) {
-    for (; issued < NST - 1 && lo + 32 * C * (issued * S + s + 1) <= pos; ++issued) stage_load(issued);
-    griddep_wait();
-  }
   for (; issued < NST - 1; ++issued) stage_load(issued);
-  if constexpr (kEarly) {
-    const float4* q4 = reinterpret_cast<const float4*>(q + static_cast<int64_t>(kvh) * G * d);
-    for (int i = threadIdx.x; i < G * d / 4; i += blockDim.x) reinterpret_cast<float4*>(qs)[i] = __ldcg(q4 + i);
-  }
 
   // This warp's work: chunk r of each stage, heads g0 .. g0 + HPW - 1 (those < G).
   const int r = warp % C, g0 = (warp / C) * HPW;
@@ -397,13 +379,12 @@ __global__ void __launch_bounds__(256)
 // denominator.
 //
 // grid (hq, rows), block d threads; part [rows][hq][S][d + 4] (o, max, denominator), out
-// [rows][hq][d]. early: the next kernel (the output projection) launches at this one's entry
-// (chained_kernel_entry(bool)) and puts its weight loads in flight while the merge waits.
+// [rows][hq][d].
 template <int D>
 __global__ void __launch_bounds__(256)
     attention_decode_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int hq, int S,
-                                  const float* __restrict__ sinks, bool early) {
-  chained_kernel_entry(early);
+                                  const float* __restrict__ sinks) {
+  chained_kernel_entry();
   constexpr int ds = D + 4;
   __shared__ float fs[kMaxSplits];  // factors e^(m_t - m)
   __shared__ float den, mref;
@@ -450,8 +431,7 @@ __global__ void __launch_bounds__(256)
 template <int D>
 void launch_merge(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   launch_chained(attention_decode_merge_kernel<D>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(a.n_rows)),
-                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks,
-                 early_launch_enabled());
+                 dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks);
 }
 
 // The GQA kernel's launch shape for (hq, hkv, d, n_ctx): heads a warp HPW, chunks a stage C,
@@ -468,13 +448,8 @@ constexpr size_t kGqaMaxSmem = 200 * 1024;  // the dynamic shared memory launch_
 
 // SLUICE_CUDA_GQA_SHAPE=HPW,C,NST,S overrides the shape (0: the default), for benchmarks.
 std::array<int, 4> gqa_shape_override() {
-  static const std::array<int, 4> o = [] {
-    std::array<int, 4> v{0, 0, 0, 0};
-    if (const char* e = std::getenv("SLUICE_CUDA_GQA_SHAPE"))
-      std::sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
-    return v;
-  }();
-  return o;
+  const std::vector<int64_t>& v = switches::integers(Switch::cuda_gqa_shape);
+  return {static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), static_cast<int>(v[3])};
 }
 
 // kv_bytes: a cache element's (4: f32, 2: bf16); the stage buffers hold such elements, rows of
@@ -511,21 +486,14 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
 
 template <int DPL, int HPW, bool kPerRow, typename KV>
 void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
-  // The plain kernel and, for one sequence, the early one (kEarly).
   static const bool smem_set = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
-    if constexpr (!kPerRow)
-      CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, false, KV, true>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
     return true;
   }();
   (void)smem_set;
   const RowCachePtrs none{};
-  auto kernel = attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>;
-  if constexpr (!kPerRow)
-    if (early_attention_enabled()) kernel = attention_decode_gqa_kernel<DPL, HPW, false, KV, true>;
-  launch_chained(kernel,
+  launch_chained(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                  dim3(static_cast<unsigned>(a.hkv), static_cast<unsigned>(g.S), static_cast<unsigned>(a.n_rows)),
                  dim3(32 * g.W), g.smem, st, a.q, static_cast<const KV*>(a.k), static_cast<const KV*>(a.v), a.out,
                  a.partials, static_cast<int>(a.hq), static_cast<int>(a.hkv), g.C, g.NST, a.n_past, a.n_past_dev,
@@ -548,15 +516,11 @@ void launch_gqa_d(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t 
   }
 }
 
-// Whether the GQA kernel serves these heads (SLUICE_CUDA_GQA_DECODE=0: never, to compare):
-// 2 to 32 query heads a kv head in at most 8 warps, whose buffers fit kGqaMaxSmem (with f32
-// caches, so that the choice, and the splits, do not depend on the cache's dtype).
+// Whether the GQA kernel serves these heads: 2 to 32 query heads a kv head in at most 8 warps,
+// whose buffers fit kGqaMaxSmem (with f32 caches, so that the choice, and the splits, do not
+// depend on the cache's dtype).
 bool gqa_applies(int64_t hq, int64_t hkv, int64_t d) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_CUDA_GQA_DECODE");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  if (off || hkv <= 0 || hq / hkv < 2 || hq / hkv > 32) return false;
+  if (hkv <= 0 || hq / hkv < 2 || hq / hkv > 32) return false;
   const GqaShape g = gqa_shape(hq, hkv, d, 1 << 20, sizeof(float));
   return g.W <= 8 && g.smem <= kGqaMaxSmem;
 }
@@ -571,11 +535,9 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
   if (S > 1) launch_merge<d>(a, S, st);
 }
 
-// Whether the launch takes the tensor-core kernel (not for an early single-sequence launch,
-// whose inputs are in flight before the wait in the FMA kernel only).
+// Whether the launch takes the tensor-core kernel.
 bool takes_mma(const AttentionDecodeArgs& a) {
-  return (a.rows || !early_attention_enabled()) && gqa_applies(a.hq, a.hkv, a.d) &&
-         attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16);
+  return gqa_applies(a.hq, a.hkv, a.d) && attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16);
 }
 
 // Either kernel for the cache's element type.

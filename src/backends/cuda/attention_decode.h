@@ -53,11 +53,10 @@ void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 
 // The tensor-core kernel (attention_decode_mma.cu), which launch_attention_decode takes (one
 // sequence or a batch step's rows) when it applies: a bf16 cache, 2 to 16 query heads a kv head, 64 or 128 dims
-// (SLUICE_CUDA_ATTENTION_MMA=0: never, to compare; read at every launch). Its splits for a
-// cache of n_ctx positions (64 keys a stage: never more than the FMA kernel's, whose partial
-// rows the scratch is sized for; one split for caches of at most 4 stages, or
-// SLUICE_CUDA_ATTENTION_ONE_SPLIT), and the launch writing S partial rows a head (S > 1: the
-// merge follows) or the output.
+// (SLUICE_CUDA_ATTENTION_MMA=0: never, to compare; captured graphs take it at capture). Its
+// splits for a cache of n_ctx positions (64 keys a stage: never more than the FMA kernel's,
+// whose partial rows the scratch is sized for; one split for caches of at most 4 stages), and
+// the launch writing S partial rows a head (S > 1: the merge follows) or the output.
 bool attention_decode_mma_applies(int64_t hq, int64_t hkv, int64_t d, bool kv_bf16);
 int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits);
 void launch_attention_decode_mma(const AttentionDecodeArgs& a, int S, cudaStream_t st);

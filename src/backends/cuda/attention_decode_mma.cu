@@ -28,11 +28,10 @@
 #include "backends/cuda/attention_decode.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/attention_mma.cuh"
 #include "backends/cuda/common.cuh"
+#include "core/switches.h"
 
 namespace sluice::cuda {
 namespace {
@@ -295,26 +294,20 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
 }  // namespace
 
 bool attention_decode_mma_applies(int64_t hq, int64_t hkv, int64_t d, bool kv_bf16) {
-  const char* e = std::getenv("SLUICE_CUDA_ATTENTION_MMA");  // read at every launch (captured graphs: at capture)
-  if (e && std::strcmp(e, "0") == 0) return false;
+  if (!switches::on(Switch::cuda_attention_mma)) return false;
   return kv_bf16 && hkv > 0 && hq % hkv == 0 && hq / hkv >= 2 && hq / hkv <= kTileHeads && (d == 64 || d == 128);
 }
 
 // Caches of at most this many stages take one split (no merge launch): the kernel's blocks
-// walk every stage themselves. Default 4: on an H100 (bench/RESULTS.md, "The twenty-sixth
-// session's GPU calls") the merge launch costs ~5.7 us a layer and one block walks a stage in
-// ~1.2 us, so one split gains at 3 stages (1.03x decode after one token) and loses at 10 (the
-// attention 6.6 + 5.8 -> 18.3 us). SLUICE_CUDA_ATTENTION_ONE_SPLIT=N sets it (0: never); read
-// at every launch (captured graphs: at capture).
-static int64_t one_split_stages() {
-  const char* e = std::getenv("SLUICE_CUDA_ATTENTION_ONE_SPLIT");
-  return e ? std::strtoll(e, nullptr, 10) : 4;
-}
+// walk every stage themselves. On an H100 the merge launch costs ~5.7 us a layer and one
+// block walks a stage in ~1.2 us, so one split gains at 3 stages (1.03x decode after one
+// token) and loses at 10 (the attention 6.6 + 5.8 -> 18.3 us; docs/history/removed-switches.md).
+constexpr int64_t kOneSplitStages = 4;
 
 int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits) {
   // About two blocks an SM at full capacity (as the FMA kernel's), each at least one stage.
   const int64_t stages = (n_ctx + kStageKeys - 1) / kStageKeys;
-  if (stages <= one_split_stages()) return 1;
+  if (stages <= kOneSplitStages) return 1;
   const int64_t s_max = std::min<int64_t>(max_splits, std::max<int64_t>(8, (2 * device_sm_count() + hkv - 1) / hkv));
   return static_cast<int>(std::max<int64_t>(1, std::min(stages, s_max)));
 }

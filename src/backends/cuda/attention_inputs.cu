@@ -30,16 +30,14 @@ __device__ __forceinline__ float load_any(const void* w, WType wtype, int64_t i)
 }
 
 // kWarpItems: an item a warp (else an item a block); items run (row, head) row-major.
-// early: the decode attention after it launches at this kernel's entry
-// (chained_kernel_entry(bool)) and copies the cache rows before the position meanwhile.
 template <bool kPerRow, bool kWarpItems, typename KV>
 __global__ void __launch_bounds__(kThreads) attention_inputs_kernel(
     float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v, const void* __restrict__ q_norm,
     WType q_wtype, const void* __restrict__ k_norm, WType k_wtype, float eps, const float* __restrict__ cos,
     const float* __restrict__ sin, int64_t rot, bool interleaved, KV* __restrict__ k_cache, KV* __restrict__ v_cache,
     const int32_t* __restrict__ positions, int64_t n_past, int64_t n, int64_t nh, int64_t nkv, int64_t d,
-    const RowCachePtrs rows, bool early) {
-  chained_kernel_entry(early);
+    const RowCachePtrs rows) {
+  chained_kernel_entry();
   constexpr int kGroups = kWarpItems ? kWarps : 1, kLanes = kThreads / kGroups;
   __shared__ float xs_group[kGroups][kMaxDim];
   __shared__ float partial[kWarps];
@@ -113,7 +111,7 @@ void launch(const AttentionInputsParams& p, cudaStream_t st) {
   launch_chained(p.rows ? attention_inputs_kernel<true, kWarpItems, KV> : attention_inputs_kernel<false, kWarpItems, KV>,
                  grid, dim3(kThreads), 0, st, p.q, p.k, p.v, p.q_norm, p.q_norm_wtype, p.k_norm, p.k_norm_wtype, p.eps,
                  p.cos, p.sin, p.rot, p.interleaved, static_cast<KV*>(p.k_cache), static_cast<KV*>(p.v_cache),
-                 p.positions, p.n_past, p.n, p.nh, p.nkv, p.d, p.rows ? *p.rows : none, early_attention_enabled());
+                 p.positions, p.n_past, p.n, p.nh, p.nkv, p.d, p.rows ? *p.rows : none);
 }
 
 template <typename KV>

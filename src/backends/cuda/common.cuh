@@ -7,8 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -141,9 +139,6 @@ __device__ __forceinline__ float warp_max(float v) {
 // following it. Such a kernel calls chained_kernel_entry() first, before it touches memory:
 // it waits there until the previous kernel finished and its writes are visible, then lets
 // the next kernel launch. In a kernel launched otherwise both are no-ops.
-// The two halves apart, for a kernel that must not let the next one launch yet (one with a
-// grid barrier: moe_persistent.cu): griddep_wait() first, griddep_launch_dependents() after
-// its last barrier.
 __device__ __forceinline__ void griddep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -157,54 +152,6 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 __device__ __forceinline__ void chained_kernel_entry() {
   griddep_wait();
   griddep_launch_dependents();
-}
-// The entry of a kernel launched early (early_launch_enabled): it lets the next kernel launch
-// first, then waits. The next kernel's blocks then become resident while this one still waits
-// or runs, as far as the SMs have room, and a matrix-vector product among them puts its first
-// weight chunks in flight before its own wait (matvec.cu), so that its weight streaming
-// overlaps the small kernels before it. The chain stays ordered: every kernel still waits for
-// the one before it, which waited for its own predecessor; and the next kernel launches only
-// once every block of this one is resident, so it cannot take an SM this one still needs.
-// Nothing but weights (which no op of a step writes) may be read before the wait.
-__device__ __forceinline__ void chained_kernel_entry(bool early) {
-  if (early) {
-    griddep_launch_dependents();
-    griddep_wait();
-  } else {
-    chained_kernel_entry();
-  }
-}
-
-// Whether launch_chained chains (SLUICE_CUDA_PDL=0 turns it off, e.g. to compare).
-inline bool chained_launches_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLUICE_CUDA_PDL");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return on;
-}
-
-// Whether the environment variable `name` is set to exactly `value` (the CUDA backend's
-// switches, read at each launch: captured graphs take them at capture).
-inline bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
-}
-
-// Whether the kernels that take an `early` flag launch early (chained_kernel_entry(bool);
-// SLUICE_CUDA_EARLY=1 turns it on for all of them, SLUICE_CUDA_EARLY=attention for the decode
-// attention's two (its inputs and the GQA kernel: the cache rows before the position in
-// flight early) only; off by default: on an H100, 0.92x after 512 tokens and 0.95x after 8192
-// with all of them, 0.99x and 0.98x with the attention's alone, bench/RESULTS.md). Read at each
-// launch, so that a test can capture graphs both ways in one process.
-inline const char* early_launch_setting() {  // "" when off or unset
-  const char* e = std::getenv("SLUICE_CUDA_EARLY");
-  return chained_launches_enabled() && e ? e : "";
-}
-inline bool early_launch_enabled() { return std::strcmp(early_launch_setting(), "1") == 0; }
-inline bool early_attention_enabled() {
-  const char* e = early_launch_setting();
-  return std::strcmp(e, "1") == 0 || std::strcmp(e, "attention") == 0;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the previous kernel's
@@ -221,7 +168,7 @@ void launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sme
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = chained_launches_enabled() ? 1 : 0;
+  cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

@@ -11,9 +11,9 @@
 #include "backends/cuda/gemm_bf16.h"
 #include "backends/cuda/graph_profile.h"
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/moe_persistent.h"
 #include "core/log.h"
 #include "core/quant.h"
+#include "core/switches.h"
 
 #include "backends/cuda/cuda_check.h"
 
@@ -65,14 +65,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = str("cuda:", device, " (", prop.name, ")");
   pool_ = std::make_shared<cuda::DevicePool>(device);
-  if (const char* g = std::getenv("SLUICE_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
+  graphs_enabled_ = switches::on(Switch::cuda_graphs);
   pinned_ = std::make_unique<cuda::PinnedRing>();
   sample_counters_ = device_alloc(cuda::kSampleMaxRows * sizeof(int), device);
   norm_counter_ = device_alloc(sizeof(int), device);
   CUDA_CHECK(cudaMemsetAsync(norm_counter_.get(), 0, sizeof(int), stream_));
-  moe_barrier_ = device_alloc(cuda::kGridBarrierStateBytes, device);
-  CUDA_CHECK(cudaMemsetAsync(moe_barrier_.get(), 0, cuda::kGridBarrierStateBytes, stream_));
-  if (cuda::moe_persistent_requested()) cuda::persistent_step_probe();  // before any capture
   CUDA_CHECK(cudaMemsetAsync(sample_counters_.get(), 0, cuda::kSampleMaxRows * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -110,7 +107,6 @@ Tensor CudaBackend::upload(const Tensor& host) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   t.storage = std::move(mem);
-  t.uploaded = true;
   return t;
 }
 
@@ -227,7 +223,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
     SLUICE_CHECK(w.scales != nullptr || m == 0, Status::internal, "cuda matmul: quantized weight without scales");
   if (n == 0 || m == 0) return;
   const cuda::MatmulParams mp{x.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), y.ptr<float>(),
-                              n, m, k, w.uploaded};
+                              n, m, k};
   if (n <= cuda::kMatvecMaxRows) {  // decode: bandwidth-bound, every weight byte read once
     cuda::launch_matvec(mp, stream_);
   } else if (n <= cuda::kMatvecBatchRows && m < cuda::kMatvecPassMaxCols) {  // batch decode (kernels.h)
@@ -263,7 +259,7 @@ void CudaBackend::matmul_add_rms_norm(const Tensor& a, const Tensor& w, const Te
     return;
   }
   const cuda::MatmulParams mp{a.ptr<float>(), w.data, w.scales, cuda::matmul_wtype_of(w.dtype, "matmul"), x.ptr<float>(),
-                              n, m, k, w.uploaded};
+                              n, m, k};
   cuda::MatvecResidualNorm rn;
   rn.norm_w = norm.empty() ? nullptr : norm.data;
   rn.norm_type = norm.empty() ? cuda::WType::f32 : wtype_of(norm, "matmul_add_rms_norm");
@@ -460,7 +456,6 @@ Tensor CudaBackend::concat_rows(std::span<const Tensor> parts) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the parts may be freed once this returns
   all.storage = std::move(mem);
-  all.uploaded = std::all_of(parts.begin(), parts.end(), [](const Tensor& t) { return t.uploaded; });
   return all;
 }
 
@@ -616,8 +611,7 @@ std::unique_ptr<BackendGraph> CudaBackend::graph_end() {
   capture_pool_ = nullptr;
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
   CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
-  if (const char* p = std::getenv("SLUICE_CUDA_PROFILE"); p && std::string(p) != "0")
-    cuda::profile_graph(g->graph, g->exec, stream_);
+  if (switches::on(Switch::cuda_profile)) cuda::profile_graph(g->graph, g->exec, stream_);
   return g;
 }
 

@@ -151,7 +151,6 @@ class CudaBackend final : public Backend {
   size_t readback_bytes_ = 0;
   std::shared_ptr<void> sample_counters_;     // [kSampleMaxRows] i32, zero between launches
   std::shared_ptr<void> norm_counter_;        // one i32 (matvec_add_rms_norm), zero between launches
-  std::shared_ptr<void> moe_barrier_;         // the persistent MoE step's grid barrier, zero between launches
   std::unique_ptr<cuda::CublasGemm> cublas_;  // prefill products of bf16 weights, made at the first one
 };
 

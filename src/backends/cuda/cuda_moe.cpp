@@ -8,10 +8,10 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_persistent.h"
 #include "backends/cuda/router_group_topk.h"
 #include "core/quant.h"
 #include "core/router_scoring.h"
+#include "core/switches.h"
 
 #include "backends/cuda/cuda_check.h"
 
@@ -25,7 +25,6 @@ struct CudaExpertTable final : ExpertTable {
   cuda::RouterGroupArgs group;  // sigmoid_grouped: groups, scaling and the layer's correction bias
   Tensor score_bias;            // [n_expert] f32 behind group.score_bias, or empty
   bool scale_input = false;  // the weights scale the experts' inputs; their outputs are summed (Llama 4)
-  bool aligned16 = true;     // every matrix starts on a 16-byte boundary (the persistent step needs it)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
@@ -33,7 +32,7 @@ struct CudaExpertTable final : ExpertTable {
 // Whether the device MoE kernels compute these experts: SwiGLU without biases under softmax
 // routing in any type the matrix kernels read, and gpt-oss's experts (clamped SwiGLU, f32
 // biases, MXFP4 or any other type), Gemma 4's (GeGLU, per-expert scales) and Llama 4's (sigmoid
-// routing whose weights scale the inputs) unless SLUICE_CUDA_HOST_ROUTED=1 (core/router_scoring.h).
+// routing whose weights scale the inputs) unless SLUICE_CUDA_HOST_ROUTED=1 (core/switches.h).
 bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath& math, const TableRouting& routing) {
   const bool verified = math.activation == ExpertActivation::swiglu && !math.scale_input &&
                         routing.scoring == RouterScoring::softmax && routing.expert_scale.empty() &&
@@ -41,7 +40,7 @@ bool device_experts_ok(std::span<const ExpertWeights> experts, const ExpertMath&
                           return w.has_biases() || w.gate.dtype == DType::mxfp4;
                         });
   if (verified) return true;
-  if (host_routing_forced()) return false;
+  if (switches::on(Switch::cuda_host_routed)) return false;
   for (const ExpertWeights& w : experts)
     for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
       if (!b->empty() && b->dtype != DType::f32) return false;  // the kernels add f32 biases
@@ -104,7 +103,6 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
     const int64_t bias_len[3] = {table->n_ff, table->n_ff, table->n_embd};
     for (int i = 0; i < 3; ++i) {
       refs[e].data[i] = parts[i]->data;
-      table->aligned16 = table->aligned16 && reinterpret_cast<uintptr_t>(parts[i]->data) % 16 == 0;
       refs[e].scales[i] = parts[i]->scales;
       SLUICE_CHECK(!dtype_is_quantized(t) || parts[i]->scales, Status::internal, "cuda moe: expert ", e,
                    " is quantized without scales");
@@ -187,18 +185,6 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
   const float* expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>();
-  // The persistent step (moe_persistent.h): the top-k and the experts in one launch, asked for
-  // with SLUICE_CUDA_PERSISTENT=1 (off: it measured slower than the chained launches).
-  if (table->scoring == RouterScoring::softmax && !table->scale_input && table->aligned16 &&
-      n * k < cuda::kMoeGroupedPairsPerExpert * table->n_expert && cuda::moe_persistent_requested() &&
-      cuda::launch_moe_decode_persistent({.logits = logits.ptr<float>(), .h = h.ptr<float>(), .table = refs,
-                                          .expert_scale = expert_scale, .norm_topk = norm_topk,
-                                          .ids = ids.ptr<int32_t>(), .weights = weights.ptr<float>(),
-                                          .act = act.ptr<float>(), .out = out.ptr<float>(),
-                                          .barrier = static_cast<cuda::GridBarrierState*>(moe_barrier_.get()),
-                                          .shape = shape},
-                                         stream_))
-    return;
   cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
                       weights.ptr<float>(), stream_, expert_scale, {}, &table->group);
   if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);

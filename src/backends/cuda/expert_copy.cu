@@ -6,15 +6,19 @@
 // cost milliseconds per launch over PCIe. launch_phase_handshake: the device's side of a
 // phase's handshake in one block, which is also what takes the list into device memory (one
 // block's reads of it, not thousands).
-#include <cstdlib>
-
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/expert_copy.h"
-#include "backends/cuda/grid_barrier.cuh"
 
 namespace sluice::cuda {
 namespace {
+
+// The device's global timer, in ns (the handshake's wait bound and its timeline).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // One wave of blocks (expert_copy_blocks): most launches copy nothing (a decode layer's phase
 // 2 with every miss copied beside phase 1, or none), and such a launch costs its grid.
@@ -28,13 +32,7 @@ __global__ void expert_copies_kernel(const CopyDesc* descs, const uint32_t* coun
 
 // The copy kernel's blocks: one a streaming multiprocessor, each thread kCopyLoads 16-byte loads
 // in flight (132 x 256 x 8 x 16 B = 4.3 MiB on an H100: PCIe needs ~0.1 MiB in flight).
-// SLUICE_CUDA_COPY_BLOCKS=N launches N instead (528, with a load in flight a thread, was the
-// grid before), to compare; read at every launch.
-unsigned expert_copy_blocks() {
-  const char* e = std::getenv("SLUICE_CUDA_COPY_BLOCKS");
-  const int n = e ? std::atoi(e) : 0;
-  return static_cast<unsigned>(n > 0 ? n : device_sm_count());
-}
+unsigned expert_copy_blocks() { return static_cast<unsigned>(device_sm_count()); }
 
 __device__ __forceinline__ uint64_t load_system(const uint64_t* p) {
   uint64_t v;
@@ -236,21 +234,10 @@ __global__ void timeline_stamp_kernel(uint64_t* times, int64_t layer) {
   times[0] = now;
 }
 
-__global__ void stream_delay_kernel(uint32_t us) {
-  const uint64_t t0 = global_timer_ns();
-  do __nanosleep(1000);
-  while (global_timer_ns() - t0 < uint64_t{us} * 1000);
-}
-
 }  // namespace
 
 void launch_timeline_stamp(uint64_t* times, int64_t layer, Stream s) {
   timeline_stamp_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(times, layer);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_stream_delay(uint32_t us, Stream s) {
-  stream_delay_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(us);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -101,9 +101,4 @@ constexpr int kTimelinePoints = 3, kTimelineSums = 4;
 // (it starts once the combine finished).
 void launch_timeline_stamp(uint64_t* times, int64_t layer, Stream s);
 
-// A kernel that only waits `us` microseconds on `s` (one thread, the device's global timer):
-// tests delay a stream with it so that a missing ordering between two streams shows
-// (StreamerOptions::test_copy_delay_us).
-void launch_stream_delay(uint32_t us, Stream s);
-
 }  // namespace sluice::cuda

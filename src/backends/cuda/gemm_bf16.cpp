@@ -1,5 +1,4 @@
-// CublasGemm (gemm_bf16.h): three cublasGemmEx calls a pass of rows, one per bf16 part of x
-// (two with SLUICE_CUDA_PREFILL_PARTS=2).
+// CublasGemm (gemm_bf16.h): three cublasGemmEx calls a pass of rows, one per bf16 part of x.
 //
 // cuBLAS is opened with dlopen at the first product, not linked: mapping and relocating
 // libcublas and libcublasLt (~700 MB of files) costs a process ~190 MB of resident memory at
@@ -12,13 +11,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "core/switches.h"
 
 namespace sluice::cuda {
 namespace {
@@ -85,14 +83,8 @@ struct CublasGemm::Handle {
   void* workspace = nullptr;
 };
 
-int cublas_x_parts() {
-  const char* e = std::getenv("SLUICE_CUDA_PREFILL_PARTS");
-  return e && std::strcmp(e, "2") == 0 ? 2 : 3;
-}
-
 bool cublas_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_CUBLAS");
-  if (e && std::strcmp(e, "0") == 0) return false;
+  if (!switches::on(Switch::cuda_cublas)) return false;
   const CublasApi& api = cublas_api();
   if (!api.error.empty()) {
     static std::once_flag said;
@@ -131,8 +123,7 @@ void CublasGemm::bf16(const float* x, const void* w, float* y, int64_t n, int64_
     launch_split_bf16_parts(x + r0 * k, rows, k, part, stream_);
     // Column-major view: y^T [m, rows] (ld m) = w^T [m, k] (w row-major [m][k]: ld k, op T) .
     // part^T [k, rows] (ld k).
-    const int n_parts = cublas_x_parts();  // the lo part, below 2^-18 of each element, may be left out
-    for (int i = 0; i < n_parts; ++i) {
+    for (int i = 0; i < 3; ++i) {
       const float alpha = 1.0f, beta = i == 0 ? 0.0f : 1.0f;
       check(cublas_api().gemm_ex(h_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(rows),
                                  static_cast<int>(k), &alpha, w, CUDA_R_16BF, static_cast<int>(k), part + i * rows * k,

@@ -39,14 +39,8 @@ class CublasGemm {
   cudaStream_t stream_;
 };
 
-// The bf16 parts of x the products take: 3 (all 24 bits: the hand-written tiles' accuracy),
-// or 2 with SLUICE_CUDA_PREFILL_PARTS=2 (hi + mid: each element's dropped lo part is below
-// 2^-18 of it, against the 2^-9 a bf16 KV cache rounds to; a third fewer tensor-core passes,
-// an experiment to measure). Read at each product.
-int cublas_x_parts();
-
-// Whether prefill products of bf16 weights take cuBLAS (SLUICE_CUDA_CUBLAS=0 sends them to the
-// hand-written tiles, to compare). Read at each product, so a test can flip it.
+// Whether prefill products of bf16 weights take cuBLAS: not with SLUICE_CUDA_CUBLAS=0 (the
+// hand-written tiles instead), nor when cuBLAS cannot be loaded (said once on stderr).
 bool cublas_enabled();
 
 }  // namespace sluice::cuda

@@ -74,15 +74,8 @@ void profile_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream,
     const char* name = nullptr;
     if (cudaFuncGetName(&name, p.func) != cudaSuccess || !name) name = "?";
     CUDA_CHECK(cudaEventRecord(e0, stream));
-    // A cooperative node (the persistent MoE step: a grid barrier) is launched cooperatively.
-    cudaLaunchAttributeValue coop{};
-    const bool cooperative =
-        cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeCooperative, &coop) == cudaSuccess && coop.cooperative;
-    (void)cudaGetLastError();  // an attribute the driver does not report is not an error here
     for (int r = 0; r < reps; ++r)
-      CUDA_CHECK(cooperative ? cudaLaunchCooperativeKernel(p.func, p.gridDim, p.blockDim, p.kernelParams,
-                                                           p.sharedMemBytes, stream)
-                             : cudaLaunchKernel(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, stream));
+      CUDA_CHECK(cudaLaunchKernel(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, stream));
     CUDA_CHECK(cudaEventRecord(e1, stream));
     CUDA_CHECK(cudaEventSynchronize(e1));
     const double us = 1e3 * elapsed_ms(e0, e1) / reps;

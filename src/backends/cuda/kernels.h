@@ -18,7 +18,6 @@ struct MatmulParams {
   WType wtype = WType::f32;       // any but unavailable
   float* y = nullptr;             // [n, m] f32
   int64_t n = 0, m = 0, k = 0;
-  bool weights_fixed = false;     // w is uploaded weights (Tensor::uploaded): its loads may go first
 };
 // Decode matrix-vector product (matvec.cu) for 1 <= n <= kMatvecMaxRows.
 constexpr int64_t kMatvecMaxRows = 8;
@@ -29,9 +28,6 @@ constexpr int64_t kMatvecMaxRows = 8;
 constexpr int64_t kMatvecBatchRows = 64;
 constexpr int64_t kMatvecPassMaxCols = 16384;
 void launch_matvec(const MatmulParams& p, Stream s);
-// Matrix-vector launches so far that loaded their weights ahead (one activation row,
-// p.weights_fixed, early_launch_enabled: matvec.cu), for tests.
-int64_t matvec_early_launches();
 // The output projection of a decode token with the residual add and the next norm after it
 // (matvec.cu): p.y [1, m] is the residual stream x; x += p.x . w^T, then h = rms_norm(x) *
 // norm_w, as launch_matvec into a temporary followed by launch_add_rms_norm.

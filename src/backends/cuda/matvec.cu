@@ -4,8 +4,6 @@
 // each lane streams the rows in 16-byte loads and applies each loaded chunk to all n
 // activation rows, so every weight byte is read once. Rows that are not
 // 16-byte aligned (odd k) take the scalar path of row_dot.cuh.
-#include <atomic>
-
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/norm_row.cuh"
 #include "backends/cuda/row_dot.cuh"
@@ -18,22 +16,12 @@ constexpr int kWarps = 8;
 // A block's kWarps warps form kWarps / KS groups of KS warps; a group computes weight rows
 // j0 .. j0 + NW - 1 (rows past m read row m - 1 and store nothing), its warps splitting k
 // (small m: enough blocks to fill the GPU); the KS partial sums are added in warp order.
-// EARLY (one activation row, the weights written by no op of the step, early_launch_enabled): the kernel
-// lets the next one launch at once and loads its first weight chunks (row_dot.cuh's
-// RowsAhead) before it waits for x, so that its weight streaming starts while the kernels
-// before it (a norm, the attention merge, the output projection) still run; otherwise the
-// plain loop after the wait. The sums are the same either way.
-// A compile-time choice, one activation row only: the early kernel holds its chunks across
-// the wait (60 registers a thread for a bf16 row against 39), which in the plain kernel
-// would cost blocks an SM (a q/k/v product of 640 blocks in two waves instead of one).
-template <WType T, int NX, int NW, int KS, bool RESID, bool EARLY>
+template <WType T, int NX, int NW, int KS, bool RESID>
 __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
                               const uint8_t* __restrict__ scales, float* __restrict__ y, int64_t m, int64_t k,
                               int64_t row_bytes, int64_t scale_row_bytes, bool vec, MatvecResidualNorm rn) {
   static_assert(!RESID || NX == 1, "a residual norm takes one activation row");
-  static_assert(!EARLY || NX == 1, "early: one activation row");
-  if constexpr (EARLY) griddep_launch_dependents();
-  else chained_kernel_entry();
+  chained_kernel_entry();
   __shared__ float part[kWarps][NX * NW];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / KS, ks = warp % KS;
@@ -47,20 +35,12 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
     wr[r] = w + j * row_bytes;
     sr[r] = scales ? scales + j * scale_row_bytes : nullptr;
   }
-  RowsAhead<T, NW> ahead;
-  if constexpr (EARLY) {
-    if (live && vec) load_rows_ahead<T, NW>(ahead, wr, sr, k, lane, ks, KS);
-    griddep_wait();
-  }
   float acc[NX][NW];
 #pragma unroll
   for (int i = 0; i < NX; ++i)
 #pragma unroll
     for (int r = 0; r < NW; ++r) acc[i][r] = 0.0f;
-  if (live) {
-    if (EARLY && vec) rows_dot_partial<T, NX, NW, EARLY>(wr, sr, x, k, k, true, lane, acc, ks, KS, &ahead);
-    else rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc, ks, KS);
-  }
+  if (live) rows_dot_partial<T, NX, NW>(wr, sr, x, k, k, vec, lane, acc, ks, KS);
 #pragma unroll
   for (int i = 0; i < NX; ++i)
 #pragma unroll
@@ -108,13 +88,10 @@ __global__ void matvec_kernel(const float* __restrict__ x, const uint8_t* __rest
 
 template <WType T, int NX, int NW, int KS, bool RESID = false>
 void launch_nx(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
-               int64_t sb, bool vec, bool early, cudaStream_t st, const MatvecResidualNorm& rn = {}) {
+               int64_t sb, bool vec, cudaStream_t st, const MatvecResidualNorm& rn = {}) {
   static_assert(kWarps * 32 == kNormThreads, "the last block norms the row with all its threads");
   const dim3 grid(blocks_for(m, (kWarps / KS) * NW));
-  auto kernel = matvec_kernel<T, NX, NW, KS, RESID, false>;
-  if constexpr (NX == 1)
-    if (early) kernel = matvec_kernel<T, NX, NW, KS, RESID, true>;
-  launch_chained(kernel, grid, dim3(kWarps * 32), 0, st, x, static_cast<const uint8_t*>(w),
+  launch_chained(matvec_kernel<T, NX, NW, KS, RESID>, grid, dim3(kWarps * 32), 0, st, x, static_cast<const uint8_t*>(w),
                  static_cast<const uint8_t*>(scales), y, m, k, rb, sb, vec, rn);
 }
 
@@ -124,10 +101,10 @@ void launch_nx(const float* x, const void* w, const void* scales, float* y, int6
 // (k, v of few kv heads, routers) a row per 4 warps splitting k, so that enough blocks run.
 template <WType T, int NX>
 void launch_rows(const float* x, const void* w, const void* scales, float* y, int64_t m, int64_t k, int64_t rb,
-                 int64_t sb, bool vec, bool early, cudaStream_t st) {
-  if (m >= 8192) launch_nx<T, NX, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, early, st);
-  else if (m >= 1024) launch_nx<T, NX, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, early, st);
-  else launch_nx<T, NX, 1, 4>(x, w, scales, y, m, k, rb, sb, vec, early, st);
+                 int64_t sb, bool vec, cudaStream_t st) {
+  if (m >= 8192) launch_nx<T, NX, 2, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+  else if (m >= 1024) launch_nx<T, NX, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+  else launch_nx<T, NX, 1, 4>(x, w, scales, y, m, k, rb, sb, vec, st);
 }
 
 // Decode (n = 1): large m, 4 weight rows per warp; 1024..8191 rows (attention projections),
@@ -136,34 +113,32 @@ void launch_rows(const float* x, const void* w, const void* scales, float* y, in
 // (routers, expert-sized matrices), one row per 8 warps splitting k, so that enough blocks run. Small batches: 2 rows per warp (registers hold n x 2 sums).
 template <WType T>
 void launch_t(const float* x, const void* w, const void* scales, float* y, int64_t n, int64_t m, int64_t k,
-              int64_t rb, int64_t sb, bool vec, bool early, cudaStream_t st, const MatvecResidualNorm* rn) {
+              int64_t rb, int64_t sb, bool vec, cudaStream_t st, const MatvecResidualNorm* rn) {
   if (rn) {  // n == 1
-    if (m >= 8192) launch_nx<T, 1, 4, 1, true>(x, w, scales, y, m, k, rb, sb, vec, early, st, *rn);
-    else if (m >= 1024) launch_nx<T, 1, 1, 1, true>(x, w, scales, y, m, k, rb, sb, vec, early, st, *rn);
-    else launch_nx<T, 1, 1, 8, true>(x, w, scales, y, m, k, rb, sb, vec, early, st, *rn);
+    if (m >= 8192) launch_nx<T, 1, 4, 1, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
+    else if (m >= 1024) launch_nx<T, 1, 1, 1, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
+    else launch_nx<T, 1, 1, 8, true>(x, w, scales, y, m, k, rb, sb, vec, st, *rn);
     return;
   }
   switch (n) {
     case 1:
-      if (m >= 8192) launch_nx<T, 1, 4, 1>(x, w, scales, y, m, k, rb, sb, vec, early, st);
-      else if (m >= 1024) launch_nx<T, 1, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, early, st);
-      else launch_nx<T, 1, 1, 8>(x, w, scales, y, m, k, rb, sb, vec, early, st);
+      if (m >= 8192) launch_nx<T, 1, 4, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+      else if (m >= 1024) launch_nx<T, 1, 1, 1>(x, w, scales, y, m, k, rb, sb, vec, st);
+      else launch_nx<T, 1, 1, 8>(x, w, scales, y, m, k, rb, sb, vec, st);
       break;
-    case 2: launch_rows<T, 2>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    case 3: launch_rows<T, 3>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    case 4: launch_rows<T, 4>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    case 5: launch_rows<T, 5>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    case 6: launch_rows<T, 6>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    case 7: launch_rows<T, 7>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
-    default: launch_rows<T, 8>(x, w, scales, y, m, k, rb, sb, vec, early, st); break;
+    case 2: launch_rows<T, 2>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 3: launch_rows<T, 3>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 4: launch_rows<T, 4>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 5: launch_rows<T, 5>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 6: launch_rows<T, 6>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    case 7: launch_rows<T, 7>(x, w, scales, y, m, k, rb, sb, vec, st); break;
+    default: launch_rows<T, 8>(x, w, scales, y, m, k, rb, sb, vec, st); break;
   }
 }
 
 }  // namespace
 
 namespace {
-
-std::atomic<int64_t> g_early_launches{0};
 
 void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stream s) {
   const float* x = p.x;
@@ -176,17 +151,15 @@ void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stre
   const WType t = p.wtype;
   const int64_t rb = dot_row_bytes(t, k), sb = dot_scale_row_bytes(t, k);
   const bool vec = row_dot_vec_ok(t, w, k, x, k);
-  const bool early = n == 1 && p.weights_fixed && early_launch_enabled();
-  if (early) g_early_launches.fetch_add(1, std::memory_order_relaxed);
   auto st = static_cast<cudaStream_t>(s);
   switch (t) {
-    case WType::f32: launch_t<WType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::f16: launch_t<WType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::bf16: launch_t<WType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
-    case WType::mxfp4: launch_t<WType::mxfp4>(x, w, scales, y, n, m, k, rb, sb, vec, early, st, rn); break;
+    case WType::f32: launch_t<WType::f32>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::f16: launch_t<WType::f16>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::bf16: launch_t<WType::bf16>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q8: launch_t<WType::q8>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q4: launch_t<WType::q4>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::q2: launch_t<WType::q2>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
+    case WType::mxfp4: launch_t<WType::mxfp4>(x, w, scales, y, n, m, k, rb, sb, vec, st, rn); break;
     default: fail(Status::internal, "cuda matvec: weight type ", static_cast<int>(t));
   }
   CUDA_CHECK(cudaGetLastError());
@@ -195,8 +168,6 @@ void launch_matvec_any(const MatmulParams& p, const MatvecResidualNorm* rn, Stre
 }  // namespace
 
 void launch_matvec(const MatmulParams& p, Stream s) { launch_matvec_any(p, nullptr, s); }
-
-int64_t matvec_early_launches() { return g_early_launches.load(std::memory_order_relaxed); }
 
 bool matvec_add_rms_norm_supported(int64_t n, int64_t m, const void* y, const void* h) {
   return n == 1 && m % 4 == 0 && m <= int64_t{kNormThreads} * 4 * kNormMaxVec &&

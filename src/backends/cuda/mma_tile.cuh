@@ -24,6 +24,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
+#include "core/switches.h"
 
 namespace sluice::cuda::mma {
 
@@ -45,11 +46,8 @@ inline bool usable(WType t, int64_t k, const void* x, int64_t x_row_floats, cons
 }
 
 // Whether prefill products may take the tensor-core tiles (SLUICE_CUDA_TENSOR_CORES=0 sends
-// them to the f32 FMA tiles, to compare). Read at each launch, so a test can flip it.
-inline bool tensor_cores_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_TENSOR_CORES");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+// them to the f32 FMA tiles).
+inline bool tensor_cores_enabled() { return switches::on(Switch::cuda_tensor_cores); }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(

@@ -21,11 +21,9 @@
 //                  sums combined in rank order as moe_combine_done_kernel does
 #include "backends/cuda/moe_decode.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cuda/copy_listed.cuh"
 #include "backends/cuda/moe_decode_rows.cuh"
+#include "core/switches.h"
 
 namespace sluice::cuda {
 namespace {
@@ -149,7 +147,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32, 1) moe_decode_down_combine
 
 }  // namespace
 
-bool moe_decode_enabled() { return !env_is("SLUICE_CUDA_MOE_DECODE", "0"); }
+bool moe_decode_enabled() { return switches::on(Switch::cuda_moe_decode); }
 
 bool launch_moe_decode_gate_up(const float* h, const int32_t* ids, const ExpertRef* table, const uint8_t* done,
                                float* act, const MoeShape& shape, Stream s, const CopyList& copies) {
@@ -186,8 +184,6 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
-
-bool early_down_enabled() { return !env_is("SLUICE_CUDA_EARLY_DOWN", "0"); }
 
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s, bool early) {

@@ -13,8 +13,8 @@
 
 namespace sluice::cuda {
 
-// Whether the decode kernels are on (SLUICE_CUDA_MOE_DECODE=0 turns them off, e.g. to compare
-// with the generic kernels; read at every launch).
+// Whether the decode kernels are on (SLUICE_CUDA_MOE_DECODE=0 turns them off, to compare with
+// the generic kernels; captured graphs take it at capture).
 bool moe_decode_enabled();
 
 // Each returns false, enqueuing nothing, when its kernel does not take the shape: weight type
@@ -32,12 +32,10 @@ bool launch_moe_decode_down(const int32_t* ids, const ExpertRef* table, const ui
 // out[row, i] = sum over ranks r in order of weights[p] * (down_i . act[p] + down_bias_i), p = row * k + r;
 // a pair whose expert's entry is unavailable (a cut miss) counts as zero. early: the blocks
 // read ids, table and weights before waiting for the kernel before them, which must write
-// nothing of those (the gate/up product without copies: launch_moe_experts_combine's).
+// nothing of those (the gate/up product without copies: launch_moe_experts_combine's, which
+// always passes it; the CUDA streamer's phases do not).
 bool launch_moe_decode_down_combine(const int32_t* ids, const float* weights, const ExpertRef* table,
                                     const float* act, float* out, const MoeShape& shape, Stream s,
                                     bool early = false);
-// Whether launch_moe_experts_combine's down + combine launches early: on unless
-// SLUICE_CUDA_EARLY_DOWN=0 (read at every launch, captured graphs: at capture).
-bool early_down_enabled();
 
 }  // namespace sluice::cuda

@@ -1,9 +1,7 @@
-// The building blocks of the decode MoE expert kernels (moe_decode.cu) and of the persistent
-// decode MoE step (moe_persistent.cu): the warp's weight rows in flight (WarpRows), the
-// swizzled staging of activation rows in shared memory, and the bodies of one gate/up block
-// and one down + combine tile. Both files compute a pair's sums through these same functions,
-// so the two agree bit for bit (moe_decode.cu's header says why the sums are the generic
-// kernels' too). Device code only; included by .cu files.
+// The building blocks of the decode MoE expert kernels (moe_decode.cu): the warp's weight rows
+// in flight (WarpRows), the swizzled staging of activation rows in shared memory, and the
+// bodies of one gate/up block and one down + combine tile (moe_decode.cu's header says why the
+// sums are the generic kernels'). Device code only; included by .cu files.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,9 @@
 // path (a table the host service thread publishes per layer: expert -> device slot, entries
 // of experts not yet landed marked unavailable; two calls, phase 1 then phase 2).
 // Plain C++ declarations like kernels.h: pointers are device memory (or host-mapped memory
-// where said), sizes in elements, everything enqueued on `s`.
+// where said), sizes in elements, everything enqueued on `s`. Defined in moe_router.cu (the
+// top-k, the scaled inputs), moe_kernels.cu (the per-pair experts and the combines) and
+// moe_grouped.cu (the grouped prefill experts).
 #pragma once
 
 #include <cstdint>

@@ -10,13 +10,11 @@ namespace {
 constexpr int kThreads = 256;
 
 // add != null: x += add first (add_rms_norm); each thread norms the elements it summed, so
-// the result is that of launch_add then launch_rms_norm, bit for bit. early: the next kernel
-// (a decode step's q/k/v product or output head) launches at this one's entry
-// (chained_kernel_entry(bool)), in both kernels here.
+// the result is that of launch_add then launch_rms_norm, bit for bit.
 template <WType T>
 __global__ void rms_norm_kernel(float* x, const float* __restrict__ add, const void* __restrict__ w, float* y,
-                                int64_t cols, float eps, bool early) {
-  chained_kernel_entry(early);
+                                int64_t cols, float eps) {
+  chained_kernel_entry();
   __shared__ float partial[kThreads / 32];
   float* xr = x + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
@@ -49,8 +47,8 @@ __global__ void rms_norm_kernel(float* x, const float* __restrict__ add, const v
 template <WType T>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* x, const float* __restrict__ add,
                                                                     const void* __restrict__ w, float* y, int64_t cols,
-                                                                    float eps, bool early) {
-  chained_kernel_entry(early);
+                                                                    float eps) {
+  chained_kernel_entry();
   rms_norm_row_vec<T>(x + blockIdx.x * cols, add ? add + blockIdx.x * cols : nullptr, w, y + blockIdx.x * cols, cols,
                       eps);
 }
@@ -69,7 +67,7 @@ void launch_norm_t(float* x, const float* add, const void* w, float* y, int64_t 
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(add) |
                      reinterpret_cast<uintptr_t>(y)) & 15) == 0;
   launch_chained(vec ? rms_norm_vec_kernel<T> : rms_norm_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kThreads),
-                 0, st, x, add, w, y, cols, eps, early_launch_enabled());
+                 0, st, x, add, w, y, cols, eps);
 }
 
 }  // namespace

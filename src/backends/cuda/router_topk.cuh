@@ -1,6 +1,6 @@
 // The router's softmax top-k of one row in one warp's registers: the body of the decode
-// top-k kernel (moe_kernels.cu) and of the persistent decode MoE step (moe_persistent.cu),
-// so that both route bit for bit alike. Device code only; included by .cu files.
+// top-k kernel (router_kernels.cu), bit for bit the shared-memory kernel's. Device code only;
+// included by .cu files.
 #pragma once
 
 #include <cstdint>

@@ -268,50 +268,20 @@ __host__ __device__ constexpr int rows_dot_unroll() {
   return NW >= 4 ? 2 : 8 / NW;
 }
 
-// The weight chunks of the first rows_dot_unroll<NW>() steps of a lane's vectorized loop,
-// loaded by load_rows_ahead before the activations exist (matvec.cu: before the kernel waits
-// for the kernel that writes x) and finished by rows_dot_partial.
-template <WType T, int NW>
-struct RowsAhead {
-  static constexpr int P = rows_dot_unroll<NW>();
-  uint4 wv[P][NW];
-  ChunkScale<T> sv[P][NW];
-};
-template <WType T, int NW>
-__device__ __forceinline__ void load_rows_ahead(RowsAhead<T, NW>& ahead, const uint8_t* const (&w)[NW],
-                                                const uint8_t* const (&s)[NW], int64_t k, int lane, int ks = 0,
-                                                int n_ks = 1) {
-  const int64_t step = 32 * static_cast<int64_t>(n_ks), chunks = k / dot_vec_elems<T>();
-#pragma unroll
-  for (int p = 0; p < RowsAhead<T, NW>::P; ++p) {
-    const int64_t c = lane + 32 * ks + p * step;
-    if (c < chunks) load_row_chunks<T, NW>(w, s, c, ahead.wv[p], ahead.sv[p]);
-  }
-}
-
 // Per-lane partial dots of NW weight rows (any rows of the same type and k: w[r], s[r]) with NX
 // activation rows x + i * ldx: acc[i][r]. Each loaded activation chunk serves all NW rows
 // (the activations, not the weights, would otherwise bound the L1 traffic of a 4-bit row).
 // The caller reduces with warp_sum. vec: the vectorized path (row_dot_vec_ok held for every
-// row and x). AHEAD (vectorized path only): *ahead holds the first steps' chunks, already
-// loaded (load_rows_ahead with the same rows, k, lane and split); the sums are the same
-// either way. (A compile-time choice: a pointer chosen at run time keeps the chunks in
-// local memory instead of registers.)
-template <WType T, int NX, int NW, bool AHEAD = false>
+// row and x).
+template <WType T, int NX, int NW>
 __device__ __forceinline__ void rows_dot_partial(const uint8_t* const (&w)[NW], const uint8_t* const (&s)[NW],
                                                  const float* __restrict__ x, int64_t ldx, int64_t k, bool vec,
-                                                 int lane, float (&acc)[NX][NW], int ks = 0, int n_ks = 1,
-                                                 const RowsAhead<T, NW>* ahead = nullptr) {
+                                                 int lane, float (&acc)[NX][NW], int ks = 0, int n_ks = 1) {
   // Split over k (ks of n_ks warps on the same rows): lane takes chunks lane + 32 (ks + n_ks i).
   const int64_t step = 32 * static_cast<int64_t>(n_ks);
   if (vec) {
     const int64_t chunks = k / dot_vec_elems<T>();
     int64_t c = lane + 32 * ks;
-    if constexpr (AHEAD) {
-#pragma unroll
-      for (int p = 0; p < RowsAhead<T, NW>::P; ++p, c += step)
-        if (c < chunks) apply_row_chunks<T, NX, NW>(ahead->wv[p], ahead->sv[p], x, ldx, c, acc);
-    }
     constexpr int kUnroll = rows_dot_unroll<NW>();
 #pragma unroll kUnroll
     for (; c < chunks; c += step) {

@@ -19,8 +19,8 @@
 // token). There kGreedyBlocks blocks a row each reduce a slice in 16-byte loads to (max,
 // lowest id, NaN/inf seen), and the last block of the row to finish reduces those partials.
 // Sampled rows take the greedy kernel for the maximum too, then sample_blocks.cu's kernels
-// over many blocks a row (the one-block kernel below stays for more than kSampleMaxRows rows
-// and for SLUICE_CUDA_SAMPLE_BLOCKS=0).
+// over many blocks a row (the one-block kernel below stays for more than kSampleMaxRows
+// rows).
 #include "backends/cuda/sample.h"
 
 #include <cub/block/block_reduce.cuh>

@@ -9,8 +9,8 @@
 // most likely first after top-k / top-p), so the distribution is the host's and a seed
 // reproduces a run on the device, but a given uniform number may pick another token.
 // Every rule is spread over kSampleBlocks blocks a row (up to kSampleMaxRows rows, with the
-// scratch below); otherwise, or with SLUICE_CUDA_SAMPLE_BLOCKS=0 for a sampled rule, one
-// block a row draws.
+// scratch below); otherwise (more rows, or a launch without that scratch) one block a row
+// draws.
 #pragma once
 
 #include <cstdint>

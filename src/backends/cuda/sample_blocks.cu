@@ -24,8 +24,6 @@
 // launch's last block resets its row's).
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/sample_rule.cuh"
@@ -494,10 +492,8 @@ void launch_sample_draw_blocks(const SampleParams& p, Stream s) {
       launch_chained(sample_pass_kernel<Pass::top_k>, grid, dim3(kT), 0, st, p, pass);
       CUDA_CHECK(cudaGetLastError());
     }
-  // z: with top-p (its probabilities need it); top-k alone draws by exp(s) without it
-  // (SLUICE_CUDA_SAMPLE_Z=1 runs it there too, to compare; read at every call).
-  const char* z_env = std::getenv("SLUICE_CUDA_SAMPLE_Z");
-  const bool z_ran = p_on || (k_on && z_env && std::strcmp(z_env, "1") == 0);
+  // z: with top-p (its probabilities need it); top-k alone draws by exp(s) without it.
+  const bool z_ran = p_on;
   if (z_ran) {
     launch_chained(sample_z_kernel, grid, dim3(kT), 0, st, p);
     CUDA_CHECK(cudaGetLastError());

@@ -1,9 +1,6 @@
 // CudaBackend::sample: the sampling rule of core/sampling.h on the device (sample.cu).
 #include "backends/cuda/cuda_backend.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include "backends/cuda/sample.h"
 
 namespace sluice {
@@ -31,14 +28,11 @@ void CudaBackend::sample(const Tensor& logits, int64_t n_valid, const SampleRule
   // Rows take many blocks a row (sample.cu, sample_blocks.cu): their scratch, i32 words: for
   // a sampled rule with top-k or top-p the rows' states [n] (SampleSelectRow, 8-byte words
   // first), then the greedy partials [n][B] (3 words each), then for a sampled rule the rows'
-  // maxima [n] (3 words each) and the blocks' sums [n][B] (f32).
-  // SLUICE_CUDA_SAMPLE_BLOCKS=0 draws a sampled rule in the one-block kernel, to compare (read
-  // at every call, as a graph captures it).
-  const char* blocks_env = std::getenv("SLUICE_CUDA_SAMPLE_BLOCKS");
-  const bool sampled_blocks = !(blocks_env && std::string_view(blocks_env) == "0");
+  // maxima [n] (3 words each) and the blocks' sums [n][B] (f32). More rows than the backend
+  // keeps counters for draw in the one-block kernel (sample.cu).
   const bool greedy = rule.temperature < cuda::kSampleKernelGreedyTemperature;
   Tensor partials;
-  if ((greedy || sampled_blocks) && n <= cuda::kSampleMaxRows) {
+  if (n <= cuda::kSampleMaxRows) {
     static_assert(sizeof(cuda::GreedyPartial) == 3 * sizeof(int32_t) && sizeof(float) == sizeof(int32_t));
     static_assert(sizeof(cuda::SampleSelectRow) % 8 == 0);
     const bool select = !greedy && !cuda::sample_by_temperature_alone(rule.temperature, rule.top_k, rule.top_p, n_valid);

@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "core/router_scoring.h"
+#include "core/switches.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
@@ -49,12 +48,10 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
 
   if (host && opt.host_cache_preload) preload_host_tier();
   hs = std::make_unique<cuda::Handshake>(n_layers);
-  if (map_hits) {
-    const int64_t n_records = pack->manifest().n_records();
-    hit_slot_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_records) * sizeof(int32_t), "the device's slot map");
-    std::fill(hit_slots(), hit_slots() + n_records, -1);
-    d_slot_ref = cuda::DeviceBuffer(sizeof(cuda::ExpertRef), "the slot map's table entry");
-  }
+  const int64_t n_records = pack->manifest().n_records();
+  hit_slot_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_records) * sizeof(int32_t), "the device's slot map");
+  std::fill(hit_slots(), hit_slots() + n_records, -1);
+  d_slot_ref = cuda::DeviceBuffer(sizeof(cuda::ExpertRef), "the slot map's table entry");
   calls.assign(static_cast<size_t>(n_layers), 0);
   wave_tables = cuda::MappedHostBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                        "the prefill wave tables");
@@ -65,14 +62,13 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   CUDA_CHECK(cudaMemset(d_phase.as(), 0, settled_table_offset()));
   d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
   CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
-  if (const char* t = std::getenv("SLUICE_CUDA_HANDSHAKE_TIMES"); device_waits && t && std::string_view(t) == "1") {
+  if (switches::on(Switch::cuda_handshake_times)) {
     const size_t bytes = (1 + static_cast<size_t>(n_layers) * cuda::kTimelinePoints * cuda::kTimelineSums) * sizeof(uint64_t);
     d_times = cuda::DeviceBuffer(bytes, "the handshake timeline");
     CUDA_CHECK(cudaMemset(d_times.as(), 0, bytes));
   }
   device_failed = cuda::MappedHostBuffer(64, "the device-side wait's failure flag");
   *reinterpret_cast<volatile uint32_t*>(device_failed.data()) = 0;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
   if (opt.lookahead && layout.speculative_slots == 0)
     LOG_WARN("--lookahead needs more slots than the ", top_k, " of one token; prefetching is off");
   if (opt.fake_experts)
@@ -112,13 +108,6 @@ CudaStreamer::Impl::~Impl() {
   }
   cudaStreamSynchronize(stream);
   print_handshake_times();
-  if (copy_stream) {
-    cudaStreamSynchronize(copy_stream);
-    cudaStreamDestroy(copy_stream);
-  }
-  if (copy_order) cudaEventDestroy(copy_order);
-  for (cudaEvent_t ev : pending_copies) cudaEventDestroy(ev);
-  for (cudaEvent_t ev : free_copy_events) cudaEventDestroy(ev);
   bool drained = true;
   try {
     drained = io->drain(opt.io_timeout);
@@ -184,11 +173,6 @@ void CudaStreamer::Impl::throw_if_failed() {
     throw *error;
   }
   throw_if_device_timed_out();
-}
-
-bool CudaStreamer::Impl::switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && std::string_view(v) == "0");
 }
 
 void CudaStreamer::Impl::throw_if_device_timed_out() const {
@@ -305,7 +289,7 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
   // bounds (router_group_topk.h).
   const bool grouped_fits = router.scoring != RouterScoring::sigmoid_grouped ||
                             cuda::router_group_topk_supported(router.n_expert, router.n_expert_used, router.grouped.n_group);
-  return plain || (!host_routing_forced() && sigmoid_fits && grouped_fits);
+  return plain || (!switches::on(Switch::cuda_host_routed) && sigmoid_fits && grouped_fits);
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -321,7 +305,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     m.math = c.math;
     m.math_known = true;
   }
-  if (m.map_hits && !m.slot_ref_uploaded) {  // slot 0's entry, which needs math (ref)
+  if (!m.slot_ref_uploaded) {  // slot 0's entry, which needs math (ref)
     const cuda::ExpertRef r0 = m.ref(0, m.kind);
     CUDA_CHECK(cudaMemcpyAsync(m.d_slot_ref.as(), &r0, sizeof r0, cudaMemcpyHostToDevice, m.stream));
     m.slot_ref_uploaded = true;
@@ -399,27 +383,25 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   }
   m.q_cv.notify_all();
   // Everything after each wait reads what the host published before the signal: the phase's
-  // list (taken to the device), then the landed records' copies by the copy kernel (phase 1's,
-  // with copies_beside, by leading blocks of its gate/up launch); the pairs' done flags are
-  // zeroed before phase 1.
+  // list (taken to the device by its handshake kernel), then the landed records' copies
+  // (phase 1's by leading blocks of its gate/up launch, phase 2's by the copy kernel); the
+  // pairs' done flags are zeroed before phase 1. No kernel marks the pairs done: phase 2's
+  // handshake kernel marks phase 1's (from the table before it takes phase 2's), and the
+  // combine counts the pairs whose entry phase 2's table holds (phase 1's and the landed
+  // misses').
   const Impl::ExpertInputs in = m.expert_inputs(c, shape);
-  // With the device-side waits no kernel marks the pairs done: phase 2's handshake kernel
-  // marks phase 1's (from the table before it takes phase 2's), and the combine counts the
-  // pairs whose entry phase 2's table holds (phase 1's and the landed misses').
-  const bool mark = !m.device_waits;
-  // With one_down the phases compute the gate/up products alone and one down + combine over
-  // the pairs phase 2's table holds follows (not for pairs run as rows of their own: their
-  // combine sums k rows).
-  const bool one_down = m.one_down && in.shape.k == shape.k;
-  const cuda::CopyList copies = m.copies_beside ? m.device_copies() : cuda::CopyList{};
+  // The phases compute the gate/up products alone and one down + combine over the pairs
+  // phase 2's table holds follows; pairs run as rows of their own (scaled inputs: their
+  // combine sums k rows) take a down a phase and the combine apart.
+  const bool one_down = in.shape.k == shape.k;
   const cuda::ExpertRef* table = m.enqueue_phase(L, v, lv.phase1, cuda::Signal::router_ready,
                                                  cuda::Signal::resident_ready, nk, m.d_done.as(), /*from_map=*/!look);
   if (one_down)
     cuda::launch_moe_gate_up(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(), in.shape, s,
-                             copies);
+                             m.device_copies());
   else
     cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                             m.d_pair.as<float>(), in.shape, s, mark, copies);
+                             m.d_pair.as<float>(), in.shape, s, /*mark=*/false, m.device_copies());
   table = m.enqueue_phase(L, v, lv.phase2, cuda::Signal::resident_done, cuda::Signal::misses_ready, nk, nullptr);
   if (one_down) {
     cuda::launch_moe_gate_up(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(), in.shape, s);
@@ -428,9 +410,9 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     g_decode_one_down.fetch_add(1, std::memory_order_relaxed);
   } else {
     cuda::launch_moe_experts(in.h, m.d_ids.as<int32_t>(), table, m.d_done.as(), m.d_act.as<float>(),
-                             m.d_pair.as<float>(), in.shape, s, mark);
-    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, mark ? m.d_done.as() : nullptr,
-                                  c.out.ptr<float>(), shape, s, m.d_ids.as<int32_t>(), table);
+                             m.d_pair.as<float>(), in.shape, s, /*mark=*/false);
+    cuda::launch_moe_combine_done(m.d_pair.as<float>(), in.combine_weights, nullptr, c.out.ptr<float>(), shape, s,
+                                  m.d_ids.as<int32_t>(), table);
   }
   if (m.d_times.as()) cuda::launch_timeline_stamp(m.d_times.as<uint64_t>(), L, s);
   const auto enqueue1 = StreamerClock::now();

@@ -64,9 +64,6 @@ class CudaStreamer final : public StreamingProvider {
   RunStats stats() const override;
   void reset_stats() override;
   bool drain(std::chrono::milliseconds wait) override;
-  // The chunks the streamed prefill has copied beside its compute in this process (the tests
-  // ask whether a run took that path).
-  static int64_t prefill_copy_chunks();
   // The decode MoE layers whose phase-1 copies rode with phase 1's gate/up in this process
   // (the tests ask whether a run took that path).
   static int64_t decode_copies_beside();
@@ -74,10 +71,10 @@ class CudaStreamer final : public StreamingProvider {
   // nothing left to land or decide, phase 2's list published before resident_ready.
   static int64_t decode_settled_at_plan();
   // Decode MoE layers (process-wide, for tests) whose experts the device took from the slot
-  // map without the host (SLUICE_CUDA_HITS_ON_DEVICE).
+  // map without the host (the hits on the device).
   static int64_t decode_hits_on_device();
   // Decode MoE layers (process-wide, for tests) computed with one down + combine after phase 2
-  // (SLUICE_CUDA_ONE_DOWN).
+  // (every layer but those of pairs run as rows of their own).
   static int64_t decode_one_down();
   int32_t n_slots() const override;
   uint64_t slot_bytes() const override;

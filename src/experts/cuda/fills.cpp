@@ -160,7 +160,7 @@ void CudaStreamer::Impl::clear_phase(const PhaseList& p) const {
 }
 
 void CudaStreamer::Impl::map_slot(int32_t slot) {
-  if (map_hits && residency->kind(slot) == kind) hit_slots()[residency->record(slot)] = slot;
+  if (residency->kind(slot) == kind) hit_slots()[residency->record(slot)] = slot;
 }
 
 void CudaStreamer::Impl::unmap_slot(int32_t slot, int64_t record, DType k) {
@@ -171,48 +171,40 @@ const cuda::ExpertRef* CudaStreamer::Impl::enqueue_phase(int64_t L, uint64_t v, 
                                                           cuda::Signal out, cuda::Signal in, size_t nk,
                                                           uint8_t* clear, bool from_map) {
   const PhaseList dev = device_phase();
-  if (device_waits) {
-    cuda::PhaseHandshake h;
-    h.signals = hs->device_signals(L);
-    h.signal_out = static_cast<int>(out);
-    h.signal_in = static_cast<int>(in);
-    h.calls = d_calls.as<uint64_t>() + L;
-    h.next_call = out == cuda::Signal::router_ready;  // the phase that starts a call
-    h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
-    h.dev_list = d_phase.as();
-    h.table_offset = static_cast<uint32_t>(phase_table_offset());
-    h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
-    h.max_copies = static_cast<uint32_t>(residency->n_slots());
-    h.ids = d_ids.as<int32_t>();
-    h.pairs = static_cast<int32_t>(nk);
-    h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
-    h.layer = L;
-    h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
-    h.times = d_times.as<uint64_t>();
-    if (!h.next_call) h.mark_done = d_done.as();  // phase 2 marks phase 1's pairs
-    if (settle_at_plan) {
-      h.next_list_offset = static_cast<uint32_t>(phase_list_bytes());  // LayerView: phase 2's list follows
-      h.settled_table_offset = static_cast<uint32_t>(settled_table_offset());
-    }
-    if (from_map && h.next_call && map_hits && nk <= static_cast<size_t>(cuda::kMaxMapPairs)) {
-      h.hit_slots = hit_slot_mem.dev(hit_slots());
-      h.first_record = L * n_expert;
-      h.slot_ref = d_slot_ref.as<cuda::ExpertRef>();
-      h.slot_bytes = slot_bytes;
-      h.signal_hits = static_cast<int>(cuda::Signal::hits_taken);
-    }
-    if (copies_beside && h.next_call) {  // no copy kernel: the handshake zeroes the flags, gate/up copies
-      h.clear = clear;
-      h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
-      cuda::launch_phase_handshake(h, stream);
-      return dev.table;
-    }
-    cuda::launch_phase_handshake(h, stream);
-  } else {
-    hs->device_write(stream, L, out, v);
-    hs->device_wait(stream, L, in, v);
-    CUDA_CHECK(cudaMemcpyAsync(dev.count, host.count, phase_list_bytes(), cudaMemcpyHostToDevice, stream));
+  cuda::PhaseHandshake h;
+  h.signals = hs->device_signals(L);
+  h.signal_out = static_cast<int>(out);
+  h.signal_in = static_cast<int>(in);
+  h.calls = d_calls.as<uint64_t>() + L;
+  h.next_call = out == cuda::Signal::router_ready;  // the phase that starts a call
+  h.host_list = layer_mem.dev(reinterpret_cast<uint8_t*>(host.count));
+  h.dev_list = d_phase.as();
+  h.table_offset = static_cast<uint32_t>(phase_table_offset());
+  h.copies_offset = static_cast<uint32_t>(phase_copies_offset());
+  h.max_copies = static_cast<uint32_t>(residency->n_slots());
+  h.ids = d_ids.as<int32_t>();
+  h.pairs = static_cast<int32_t>(nk);
+  h.failed = device_failed.dev(reinterpret_cast<uint32_t*>(device_failed.data()));
+  h.layer = L;
+  h.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opt.wait_timeout).count());
+  h.times = d_times.as<uint64_t>();
+  if (!h.next_call) h.mark_done = d_done.as();  // phase 2 marks phase 1's pairs
+  h.next_list_offset = static_cast<uint32_t>(phase_list_bytes());  // LayerView: phase 2's list follows
+  h.settled_table_offset = static_cast<uint32_t>(settled_table_offset());
+  if (from_map && h.next_call && nk <= static_cast<size_t>(cuda::kMaxMapPairs)) {
+    h.hit_slots = hit_slot_mem.dev(hit_slots());
+    h.first_record = L * n_expert;
+    h.slot_ref = d_slot_ref.as<cuda::ExpertRef>();
+    h.slot_bytes = slot_bytes;
+    h.signal_hits = static_cast<int>(cuda::Signal::hits_taken);
   }
+  if (h.next_call) {  // no copy kernel: the handshake zeroes the flags, phase 1's gate/up copies
+    h.clear = clear;
+    h.clear_bytes = clear ? static_cast<uint32_t>(nk) : 0;
+    cuda::launch_phase_handshake(h, stream);
+    return dev.table;
+  }
+  cuda::launch_phase_handshake(h, stream);
   cuda::launch_expert_copies(dev.copies, dev.count, stream, clear, clear ? static_cast<uint32_t>(nk) : 0);
   return dev.table;
 }

@@ -8,17 +8,12 @@
 // Otherwise the group's union is wholly resident before the pair kernels compute it. With
 // lookahead, each group's prediction of the next layer is prefetched behind its reads.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 
 #include "backends/cuda/cuda_check.h"
 #include "experts/cuda/streamer_impl.h"
 
 namespace sluice {
-
-bool CudaStreamer::Impl::prefill_waves_enabled() { return switch_on("SLUICE_CUDA_PREFILL_WAVES"); }
 
 // Landed records are copied on the stream; their staging buffers come back once it passed the
 // copies. A fill that waits for a staging buffer (a background fill landed, was copied and its
@@ -103,146 +98,6 @@ void CudaStreamer::Impl::land_group(const StepPlan& plan, int64_t L, LayerStats&
   ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
 }
 
-namespace {
-std::atomic<int64_t> g_copy_chunks{0};  // CudaStreamer::prefill_copy_chunks
-}  // namespace
-
-bool CudaStreamer::Impl::prefill_copies_beside_enabled() {
-  const char* e = std::getenv("SLUICE_CUDA_PREFILL_COPY_STREAM");
-  return e != nullptr && std::strcmp(e, "1") == 0;
-}
-
-int64_t CudaStreamer::prefill_copy_chunks() { return g_copy_chunks.load(std::memory_order_relaxed); }
-
-std::vector<CudaStreamer::Impl::CopyChunk> CudaStreamer::Impl::copy_landed_in_chunks(
-    int chunks, const StepPlan& plan, const std::unordered_map<int32_t, size_t>& plan_slots) {
-  std::vector<CopyChunk> out;
-  const size_t n = landed.size();
-  if (n == 0) return out;
-  const size_t per = (n + static_cast<size_t>(std::max(chunks, 1)) - 1) / static_cast<size_t>(std::max(chunks, 1));
-  for (size_t i = 0; i < n; ++i) {
-    const Fill& f = landed[i];
-    if (i % per == 0) {
-      out.emplace_back();
-      if (opt.test_copy_delay_us > 0) cuda::launch_stream_delay(opt.test_copy_delay_us, copy_stream);
-      g_copy_chunks.fetch_add(1, std::memory_order_relaxed);
-    }
-    copy_fill(f, copy_stream);
-    const auto it = plan_slots.find(f.slot);
-    if (it != plan_slots.end() && f.kind == kind && plan.experts[it->second].record == f.record)
-      out.back().experts.push_back(it->second);
-    if (i + 1 == n || (i + 1) % per == 0) {
-      cudaEvent_t ev = nullptr;
-      if (free_copy_events.empty()) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-      } else {
-        ev = free_copy_events.back();
-        free_copy_events.pop_back();
-      }
-      CUDA_CHECK(cudaEventRecord(ev, copy_stream));
-      out.back().done = ev;
-      pending_copies.push_back(ev);
-    }
-  }
-  landed.clear();
-  return out;
-}
-
-void CudaStreamer::Impl::wait_copies_through(cudaEvent_t done) {
-  if (pending_copies.empty()) return;
-  auto last = done ? std::find(pending_copies.begin(), pending_copies.end(), done) : pending_copies.end() - 1;
-  SLUICE_ASSERT(last != pending_copies.end());  // a wave waits for the chunk just copied
-  // One copy stream: its later event completing means every earlier one has.
-  CUDA_CHECK(cudaStreamWaitEvent(stream, *last, 0));
-  free_copy_events.insert(free_copy_events.end(), pending_copies.begin(), last + 1);
-  pending_copies.erase(pending_copies.begin(), last + 1);
-}
-
-void CudaStreamer::Impl::land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
-                                              const std::function<void(std::span<const size_t> experts)>& compute) {
-  // The copy stream after everything the stream holds so far: a slot the plan's stall path
-  // (land_synchronously) or an earlier step filled on the stream, or a kernel still reads, is
-  // not overwritten from the copy stream before that.
-  if (!copy_order) CUDA_CHECK(cudaEventCreateWithFlags(&copy_order, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(copy_order, stream));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream, copy_order, 0));
-  try {
-    land_chunks(plan, L, ls, compute);
-  } catch (...) {
-    // Whatever went out on the copy stream is waited for by the stream on every exit: the
-    // fills it copies count as resident, and their host buffers are reused after a sync of
-    // the stream alone (retire).
-    try {
-      wait_copies_through(nullptr);
-    } catch (...) {
-    }
-    throw;
-  }
-  wait_copies_through(nullptr);  // the copies of records outside the plan (lookahead) too
-}
-
-void CudaStreamer::Impl::land_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
-                                     const std::function<void(std::span<const size_t> experts)>& compute) {
-  const size_t n = plan.experts.size();
-  std::unordered_map<int32_t, size_t> plan_slots;
-  for (size_t i = 0; i < n; ++i) plan_slots.emplace(plan.experts[i].slot, i);
-  std::vector<uint8_t> taken(n, 0);
-  size_t left = n;
-  int waves_left = kPrefillWaves;
-  std::vector<size_t> copied;  // copied (or copying) experts of the plan, not yet computed
-  cudaEvent_t copied_through = nullptr;
-  auto launch = [&](std::vector<size_t>& experts, cudaEvent_t after) {
-    if (after) wait_copies_through(after);
-    for (size_t i : experts) taken[i] = 1;
-    left -= experts.size();
-    --waves_left;
-    compute(experts);
-    experts.clear();
-  };
-  // The first wave: what the plan found resident, before any of the group's copies.
-  std::vector<size_t> ready;
-  for (size_t i = 0; i < n; ++i)
-    if (resident(plan.experts[i].slot, plan.experts[i].record, kind)) ready.push_back(i);
-  if (!ready.empty()) launch(ready, nullptr);
-  const auto t0 = StreamerClock::now();
-  auto since = t0;
-  while (left > 0) {
-    size_t progress = pump();
-    if (!landed.empty()) {
-      size_t of_plan = 0;  // landed records of the plan: is this the group's last batch?
-      for (const Fill& f : landed) {
-        const auto it = plan_slots.find(f.slot);
-        of_plan += it != plan_slots.end() && f.kind == kind && plan.experts[it->second].record == f.record &&
-                   !taken[it->second];
-      }
-      const bool last = copied.size() + of_plan == left;
-      const int chunks = last ? std::max(1, std::min(waves_left, kCopyChunks)) : 1;
-      progress += landed.size();
-      for (CopyChunk& c : copy_landed_in_chunks(chunks, plan, plan_slots)) {
-        copied.insert(copied.end(), c.experts.begin(), c.experts.end());
-        copied_through = c.done;
-        // As land_group's take_now: each wave at least its share of what is left, the last
-        // one everything.
-        const bool all = copied.size() == left;
-        const size_t share = (left + static_cast<size_t>(waves_left) - 1) / static_cast<size_t>(std::max(waves_left, 1));
-        if (!copied.empty() && (all || (waves_left > 1 && copied.size() >= share))) launch(copied, copied_through);
-      }
-    }
-    // A fill waiting for a staging buffer gets one only once the stream passed the copies
-    // out of the staging buffers retiring holds (land_synchronously's case).
-    if (left > 0 && !waiting.empty() && staging_free.empty() && !retiring.empty()) {
-      wait_copies_through(nullptr);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      retire();
-      ++progress;
-    }
-    if (progress) since = StreamerClock::now();
-    else if (left > 0) cuda::host_idle(wait_mode);
-    check_landing(L, since);
-  }
-  ls.demand_wait_seconds += seconds_between(t0, StreamerClock::now());
-}
-
 void CudaStreamer::Impl::wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls) {
   land_group(plan, L, ls, [](size_t ready, size_t left) { return ready == left; }, [](std::span<const size_t>) {});
 }
@@ -273,8 +128,7 @@ void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeG
                            d_wave_tables.as<cuda::ExpertRef>() + offset);
     cuda::launch_moe_grouped_experts(p, stream);
   };
-  if (prefill_copies_beside_enabled()) land_group_in_chunks(plan, L, ls, launch);
-  else land_group(plan, L, ls, take_now, launch);
+  land_group(plan, L, ls, take_now, launch);
   cuda::launch_moe_grouped_combine(rows, stream);
 }
 
@@ -313,18 +167,15 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
                                       per_pair ? d_pair_sum.as<float>() + row0 * k * shape.n_embd
                                                : c.out.ptr<float>() + row0 * shape.n_embd,
                                       in.shape};
-    if (grouped_kernels && prefill_waves_enabled()) {
+    if (grouped_kernels) {
       compute_in_waves(plan_group(c, ids, weights, row0, row1, ls), group_rows, L, ls);
     } else {
       const StepPlan plan = load_group(c, ids, weights, row0, row1, ls);
       std::vector<size_t> all(plan.experts.size());
       std::iota(all.begin(), all.end(), size_t{0});
       upload_table(plan, all, lv.phase1.table, device_phase().table);
-      if (grouped_kernels)
-        cuda::launch_moe_experts_grouped(group_rows, stream);
-      else
-        cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), device_phase().table, d_done.as(),
-                                 d_act.as<float>(), d_pair.as<float>(), all_rows.shape, stream);
+      cuda::launch_moe_experts(all_rows.h, d_ids.as<int32_t>(), device_phase().table, d_done.as(), d_act.as<float>(),
+                               d_pair.as<float>(), all_rows.shape, stream);
     }
     retire_group();
     row0 = row1;

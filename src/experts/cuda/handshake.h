@@ -1,9 +1,7 @@
 // The host/device handshake of the CUDA streamer (DESIGN.md, "The streamed decode step"):
 // five monotonic 64-bit signals per MoE layer in host-mapped memory, written and awaited by
-// the device (by default a handshake kernel, expert_copy.h's PhaseHandshake, through
-// device_signals; with SLUICE_CUDA_DEVICE_WAITS=0 stream memory operations,
-// cuStreamWriteValue64 / cuStreamWaitValue64), and read and written by the host's service
-// thread with plain atomic loads and stores:
+// the device (a handshake kernel, expert_copy.h's PhaseHandshake, through device_signals), and
+// read and written by the host's service thread with plain atomic loads and stores:
 //
 //   router_ready    device -> host   the layer's top-k ids and weights are in host memory
 //   resident_ready  host -> device   the phase-1 table (resident experts) is published
@@ -14,9 +12,7 @@
 //                                    the host only plans the layer behind it
 //
 // A layer's n-th call uses the value n for all of them, so a value never has to be reset and a
-// late reader can never mistake an old call for a new one. The driver API entry points are
-// resolved at run time through the CUDA runtime (cudaGetDriverEntryPointByVersion), so no
-// binary links libcuda: the tests and the CLI still start on a machine without a driver.
+// late reader can never mistake an old call for a new one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,18 +28,11 @@ const char* signal_name(Signal s);
 
 class Handshake {
  public:
-  // Signals for n_layers MoE layers, all 0. Throws unsupported when the driver lacks stream
-  // memory operations.
+  // Signals for n_layers MoE layers, all 0.
   explicit Handshake(int64_t n_layers);
   ~Handshake();
   Handshake(const Handshake&) = delete;
   Handshake& operator=(const Handshake&) = delete;
-
-  // Device side, enqueued on `s`: the write happens once everything before it on the stream
-  // finished (with a system-wide fence); the wait holds everything after it on the stream
-  // until the value is >= `value`.
-  void device_write(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
-  void device_wait(cudaStream_t s, int64_t layer, Signal sig, uint64_t value) const;
 
   // The layer's kSignalCount signals as the device addresses them (the device-side waits of
   // expert_copy.h's PhaseHandshake).
@@ -60,9 +49,7 @@ class Handshake {
 
   int64_t n_layers_ = 0;
   uint64_t* host_ = nullptr;  // [n_layers][kSignalCount], host-mapped
-  uint64_t dev_ = 0;          // the same memory as the device sees it (CUdeviceptr)
-  void* write_fn_ = nullptr;  // cuStreamWriteValue64
-  void* wait_fn_ = nullptr;   // cuStreamWaitValue64
+  uint64_t dev_ = 0;          // the same memory as the device sees it
 };
 
 enum class HostWait { spin, block };

@@ -34,9 +34,8 @@ void CudaStreamer::Impl::host_routed(Backend& be, const MoeLayerCall& c) {
   LayerStats& ls = layer_stats(L, c.phase);
   const PackKindInfo& info = pack->kind(kind);
   Tensor expert_out = be.alloc(DType::f32, {n * k, n_embd});  // [n * k, n_embd], row = pair
-  // Each expert as it lands, or (SLUICE_CUDA_PREFILL_WAVES=0) once its group is resident.
-  const bool as_they_land = prefill_waves_enabled();
-  auto take_now = [&](size_t ready, size_t left) { return as_they_land || ready == left; };
+  // Each expert as it lands.
+  auto take_now = [](size_t, size_t) { return true; };
   for (int64_t row0 = 0; row0 < n;) {
     const int64_t row1 = row_group_end(r.ids, k, row0, n, residency->n_slots(), n_expert);
     const StepPlan plan = plan_group(c, r.ids, r.weights, row0, row1, ls);

@@ -158,7 +158,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   ls.unique += plan.experts.size();
   uint32_t n1 = 0, n2 = 0;
   Fills fills(*this, [&] { return list_landed(lv.phase1.copies, n1); });
-  if (map_hits && hs->load(L, cuda::Signal::hits_taken) >= v) {
+  if (hs->load(L, cuda::Signal::hits_taken) >= v) {
     // The device took every expert from the slot map and computes the layer without a table
     // from here: the plan only pins, counts and tells the policy. Nothing can be a miss (the
     // map is the cache's resident main-kind records, and only this thread's plans change them
@@ -183,16 +183,14 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     delayed_publish = true;
     std::this_thread::sleep_for(std::chrono::microseconds(opt.test_publish_delay_us));
   }
-  // Phase 1: the experts resident now, with the records that landed copied first; with the
-  // copies beside (copies_beside) those records are copied while phase 1 computes the
-  // others, and their experts are phase 2's.
+  // Phase 1: the experts resident now. The records that landed are copied beside it (by
+  // leading blocks of its gate/up launch) while it computes the others, and their experts are
+  // phase 2's.
   list_landed(lv.phase1.copies, n1);
   *lv.phase1.count = n1;
   std::vector<int32_t> beside_slots;
-  if (copies_beside) {
-    for (uint32_t i = 0; i < n1; ++i) beside_slots.push_back(slot_of(lv.phase1.copies[i]));
-    if (n1 > 0) g_decode_copies_beside.fetch_add(1, std::memory_order_relaxed);
-  }
+  for (uint32_t i = 0; i < n1; ++i) beside_slots.push_back(slot_of(lv.phase1.copies[i]));
+  if (n1 > 0) g_decode_copies_beside.fetch_add(1, std::memory_order_relaxed);
   auto copied_beside = [&](int32_t slot) {
     return std::find(beside_slots.begin(), beside_slots.end(), slot) != beside_slots.end();
   };
@@ -217,7 +215,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // list). The device's phase-2 handshake then takes it from device memory.
   bool decided = !plan.deadline();
   auto ready_now = [&](const PlannedExpert& w) { return w.done || plan.ready(w, decided) != ReadyCopy::none; };
-  const bool settled = settle_at_plan && std::all_of(plan.experts.begin(), plan.experts.end(), ready_now);
+  const bool settled = std::all_of(plan.experts.begin(), plan.experts.end(), ready_now);
   if (settled) {
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);
     for (PlannedExpert& w : plan.experts)
@@ -229,7 +227,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   hs->store(L, cuda::Signal::resident_ready, v);
   published_resident = true;
   if (settled) {
-    hs->store(L, cuda::Signal::misses_ready, v);  // for SLUICE_CUDA_DEVICE_WAITS=0 and release_device
+    hs->store(L, cuda::Signal::misses_ready, v);  // for release_device
     published_misses = true;
     count_service_time();
     return;
@@ -288,10 +286,9 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     }
   }
   list_landed(lv.phase2.copies, n2);
-  // Phase 2's table: phase 1's with the union's entries over it (the whole table: with
-  // SLUICE_CUDA_DEVICE_WAITS=0 it is copied whole); its copies, the n2 records just listed.
+  // Phase 2's table: the union's entries (the handshake kernel reads the entries of the
+  // call's pairs only); its copies, the n2 records just listed.
   *lv.phase2.count = n2;
-  std::copy(lv.phase1.table, lv.phase1.table + n_expert, lv.phase2.table);
   fill_union_entries();
   hs->store(L, cuda::Signal::misses_ready, v);
   published_misses = true;

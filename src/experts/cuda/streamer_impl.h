@@ -68,8 +68,7 @@ struct CudaStreamer::Impl : StreamState {
   // What one phase of a decode MoE layer reads, laid out as one block (phase_list_bytes) so
   // that one copy takes it to the device: the copy list's length (64 bytes), the expert table
   // [n_expert], the copy list [n_slots]. The host publishes it in the layer's handshake memory;
-  // the handshake kernel (or, with SLUICE_CUDA_DEVICE_WAITS=0, one copy on the stream behind
-  // the signal) takes it into d_phase.
+  // the handshake kernel takes it into d_phase.
   struct PhaseList {
     uint32_t* count;
     uint32_t* settled;  // the header's second word (phase 1's): phase 2's list was final with it
@@ -132,15 +131,16 @@ struct CudaStreamer::Impl : StreamState {
   PhaseList phase_list_at(uint8_t* base) const;
   // A phase that computes and copies nothing (every table entry unavailable).
   void clear_phase(const PhaseList& p) const;
-  // Model thread: one phase of call v of MoE layer L, enqueued. The device stores `out`
-  // (router_ready starts a call, resident_done the second phase) and waits for `in`, then
-  // takes the phase's list the host published in `host`: by default a handshake kernel does
-  // both (device_waits; in phase 2 it also marks the pairs phase 1 computed done), else stream
-  // memory operations and one copy of the list. Then the copy kernel over the landed records,
-  // which also zeroes clear[0, nk) (the pairs' done flags before phase 1; null: nothing).
-  // Returns the phase's expert table on the device. Phase 1 with copies_beside runs no copy
-  // kernel: the handshake kernel zeroes `clear`, and the copies go with phase 1's gate/up
-  // (device_copies()). from_map: phase 1 first tries the hits on the device (map_hits).
+  // Model thread: one phase of call v of MoE layer L, enqueued: a handshake kernel stores
+  // `out` (router_ready starts a call, resident_done the second phase), waits on the device
+  // for `in`, then takes the phase's list the host published in `host` (in phase 2 it also
+  // marks the pairs phase 1 computed done). Phase 2 then runs the copy kernel over its landed
+  // records; phase 1 runs none: its handshake zeroes clear[0, nk) (the pairs' done flags), and
+  // its copies ride with its gate/up launch (device_copies()). Phase 1's list carries phase
+  // 2's when the plan settled it (PhaseHandshake::settled_table_offset). Returns the phase's
+  // expert table on the device. from_map: phase 1 first tries the hits on the device
+  // (PhaseHandshake::hit_slots; not with lookahead, whose prefetches' copies ride in the lists
+  // every layer's device must read).
   const cuda::ExpertRef* enqueue_phase(int64_t L, uint64_t v, const PhaseList& host, cuda::Signal out, cuda::Signal in,
                                        size_t nk, uint8_t* clear, bool from_map = false);
   // The phase's copy list in device memory, as launch_moe_experts takes it.
@@ -148,39 +148,6 @@ struct CudaStreamer::Impl : StreamState {
     const PhaseList dev = device_phase();
     return {dev.copies, dev.count};
   }
-  // An environment switch that is on unless set to "0" (the paths below, to compare).
-  static bool switch_on(const char* name);
-  // Whether the decode phases wait on the device (a handshake kernel polling host-mapped
-  // signals) instead of with stream memory operations; SLUICE_CUDA_DEVICE_WAITS=0 turns it
-  // off, to compare. Read once, at construction: the device's call counters (d_calls) count
-  // only the calls of this path.
-  const bool device_waits = switch_on("SLUICE_CUDA_DEVICE_WAITS");
-  // Whether a decode MoE layer's phase-1 copies (the records landed by the plan: the host
-  // tier's misses) ride with phase 1's gate/up launch, a few of its blocks copying while the
-  // others compute the resident experts (their experts then are phase 2's), instead of a copy
-  // kernel on the stream before phase 1. Device waits only; on by default,
-  // SLUICE_CUDA_COPIES_BESIDE=0 turns it off, to compare. Read once, at construction.
-  const bool copies_beside = device_waits && switch_on("SLUICE_CUDA_COPIES_BESIDE");
-  // Whether a decode MoE layer whose plan leaves nothing to land or decide (every miss in the
-  // host tier, or none) publishes phase 2's list with phase 1's, so that the device's phase-2
-  // handshake neither waits for misses_ready nor reads host memory (PhaseHandshake's
-  // settled_table_offset). Device waits only; on by default, SLUICE_CUDA_SETTLED=0 turns it
-  // off, to compare. Read once, at construction.
-  const bool settle_at_plan = device_waits && switch_on("SLUICE_CUDA_SETTLED");
-  // Whether a decode MoE layer's phase-1 handshake first looks its pairs' records up in the
-  // host's slot map (hit_slots) and, when every one is resident, takes them without waiting
-  // for the host (PhaseHandshake::hit_slots; docs/streamed-step.md, step 4). With the settled
-  // layers only, and not with lookahead (its prefetches' copies ride in the lists every
-  // layer's device must read). On by default, SLUICE_CUDA_HITS_ON_DEVICE=0 turns it off, to
-  // compare. Read once, at construction.
-  const bool map_hits = settle_at_plan && switch_on("SLUICE_CUDA_HITS_ON_DEVICE");
-  // Whether a decode MoE layer's phases compute only the gate/up products, and one down +
-  // combine over every pair phase 2's table holds follows phase 2 (launch_moe_down_combine_table:
-  // the resident path's fused kernel), instead of a down kernel a phase and the combine apart:
-  // two launches fewer a layer, and phase 1's down no longer waits behind the copies riding in
-  // its gate/up launch. Device waits only; on by default, SLUICE_CUDA_ONE_DOWN=0 turns it off,
-  // to compare. Read once, at construction.
-  const bool one_down = device_waits && switch_on("SLUICE_CUDA_ONE_DOWN");
   // The host's slot map the device reads: [n_records] i32, the device slot holding the
   // record's main kind once its copy is listed (or done on the stream), -1 otherwise (free,
   // loading, landed but not listed, evicted). Written by whichever thread changes the cache
@@ -261,42 +228,11 @@ struct CudaStreamer::Impl : StreamState {
   // and copied to `dev` on the stream; returns dev.
   const cuda::ExpertRef* upload_table(const StepPlan& plan, std::span<const size_t> experts, cuda::ExpertRef* host,
                                       cuda::ExpertRef* dev);
-  // Whether groups compute as their experts land (compute_in_waves; host_routed expert by
-  // expert): SLUICE_CUDA_PREFILL_WAVES=0 makes each group wait for all its reads, to compare.
-  // Read at every call.
-  static bool prefill_waves_enabled();
   void retire_group();
   size_t land_synchronously();
   // The synchronous paths' wait bound: a timeout naming the layer once nothing landed since
   // `since` for the wait timeout.
   void check_landing(int64_t L, StreamerClock::time_point since) const;
-  // The streamed prefill's copies beside its compute (SLUICE_CUDA_PREFILL_COPY_STREAM=1; off by
-  // default: on an H100 it measured no faster, bench/RESULTS.md): a group's landed records are copied on copy_stream in
-  // chunks, and the wave computing a chunk's experts waits only for that chunk's event, so the
-  // copy engine fills the next chunk's slots while the SMs compute this one (on the stream
-  // itself a group's copies and its waves take turns: the host tier's records all land at
-  // the plan, so they went as one wave after all their copies).
-  static bool prefill_copies_beside_enabled();
-  struct CopyChunk {
-    cudaEvent_t done = nullptr;   // recorded on copy_stream after the chunk's copies
-    std::vector<size_t> experts;  // the plan's experts it makes resident (indices into plan.experts)
-  };
-  // Copies every landed record on copy_stream, in up to `chunks` chunks in landing order (the
-  // records of the plan, slot -> index in plan_slots, named in each chunk); each chunk's event
-  // is pending until the stream waits for it (wait_copies_through).
-  std::vector<CopyChunk> copy_landed_in_chunks(int chunks, const StepPlan& plan,
-                                               const std::unordered_map<int32_t, size_t>& plan_slots);
-  // The stream waits for `done` (and so every chunk copied before it); null: every pending one.
-  void wait_copies_through(cudaEvent_t done);
-  // land_group's loop with the copies beside: the plan's resident experts as the first wave,
-  // then waves as chunks of landed records are copied (the last batch in up to kCopyChunks
-  // chunks), at most kPrefillWaves in all; every copy waited for by the stream at the end.
-  void land_group_in_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
-                            const std::function<void(std::span<const size_t> experts)>& compute);
-  // land_group_in_chunks' loop (it orders the copy stream first and waits for every copy on
-  // every exit).
-  void land_chunks(const StepPlan& plan, int64_t L, LayerStats& ls,
-                   const std::function<void(std::span<const size_t> experts)>& compute);
   void wait_group_resident(const StepPlan& plan, int64_t L, LayerStats& ls);
   // The synchronous paths' one loop over a planned group: lands reads (copying them on the
   // stream) until every expert of the plan was handed to `compute` (indices into
@@ -374,19 +310,11 @@ struct CudaStreamer::Impl : StreamState {
   static constexpr int kPrefillWaves = 8;
   cuda::MappedHostBuffer wave_tables;
   cuda::DeviceBuffer d_wave_tables;
-  // The copies beside the compute (land_group_in_chunks): their stream, the events of chunks
-  // the stream has not waited for yet (in copy order), and events free for reuse (an event
-  // may be recorded again once a wait on it, or on a later chunk, has been enqueued).
-  static constexpr int kCopyChunks = 4;
-  cudaStream_t copy_stream = nullptr;
-  cudaEvent_t copy_order = nullptr;  // the stream's position the copy stream waits for at a group's start
-  std::vector<cudaEvent_t> pending_copies;
-  std::vector<cudaEvent_t> free_copy_events;
   // A phase's list on the device (PhaseList's layout, phase_list_bytes): the decode phases'
   // and the grouped path's expert table and copy list.
   cuda::DeviceBuffer d_phase;
-  cuda::DeviceBuffer d_calls;         // [n_layers] u64: the device's count of each layer's calls (device_waits)
-  // SLUICE_CUDA_HANDSHAKE_TIMES=1 (device waits only): the handshake kernels' timeline sums
+  cuda::DeviceBuffer d_calls;         // [n_layers] u64: the device's count of each layer's calls
+  // SLUICE_CUDA_HANDSHAKE_TIMES=1: the handshake kernels' timeline sums
   // (PhaseHandshake::times), printed as a table on stderr when the streamer is destroyed.
   cuda::DeviceBuffer d_times;
   double barrier_seconds = 0;  // with d_times: forward_done's waits for the service thread (model thread)
