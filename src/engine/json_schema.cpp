@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kMaxWs = 32;       // whitespace bytes between two tokens
+constexpr int kMaxWs = 16;       // whitespace bytes between two tokens
 constexpr int kMaxDigits = 16;   // digits of an integer part, a fraction, (3) an exponent
 constexpr int kMaxDepth = 64;    // schema nesting the compiler follows
 
@@ -401,6 +401,11 @@ bool value_has_type(const json& v, const std::string& t) {
 
 // Shallow merge of schema objects (allOf, anyOf's siblings): keys must not clash.
 json merged(const json& a, const json& b, const std::string& at, const char* how) {
+  // additionalProperties sees only the properties beside it: merged with properties from the
+  // other side it would mean something else.
+  if ((a.contains("additionalProperties") && b.contains("properties")) ||
+      (b.contains("additionalProperties") && a.contains("properties")))
+    refuse(at, str("'additionalProperties' beside '", how, "' whose other part sets 'properties' is not supported"));
   json out = a;
   for (auto it = b.begin(); it != b.end(); ++it) {
     if (annotations().count(it.key())) continue;
@@ -418,7 +423,10 @@ GExpr json_string_pattern(const std::string& pattern) { return PatternParser(pat
 JsonGrammar::JsonGrammar(GrammarBuilder& b) : b_(b) {}
 
 GExpr JsonGrammar::ws() {
-  if (ws_ < 0) ws_ = b_.rule("ws", g_repeat(g_bytes(byte_set_of(" \t\n\r")), 0, kMaxWs));
+  // Nothing, one space, or a newline and an indent: compact and pretty-printed JSON both,
+  // without runs of blank space a sampled reply could spend its tokens on.
+  if (ws_ < 0)
+    ws_ = b_.rule("ws", g_opt(g_alt({g_lit(" "), g_seq({g_lit("\n"), g_repeat(g_bytes(byte_set_of(" \t")), 0, kMaxWs - 1)})})));
   return g_ref(ws_);
 }
 

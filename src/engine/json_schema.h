@@ -14,7 +14,7 @@
 // Error(invalid_argument) whose message names it ("json_schema: 'uniqueItems' is not
 // supported (at #/properties/tags)").
 //
-// Whitespace between tokens is allowed (at most 32 bytes at a time), numbers have at most 16
+// Whitespace between tokens is one space or a newline and an indent (at most 16 bytes), numbers have at most 16
 // digits in each part, so that a sampled reply cannot run on forever inside one token.
 #pragma once
 
@@ -32,7 +32,7 @@ class JsonGrammar {
  public:
   explicit JsonGrammar(GrammarBuilder& builder);
 
-  GExpr ws();            // whitespace: at most 32 of space, tab, newline, carriage return
+  GExpr ws();            // whitespace: nothing, one space, or a newline and up to 15 spaces or tabs
   GExpr any_value();     // any JSON value
   GExpr any_object();    // any JSON object
   GExpr string_char();   // one character inside a JSON string (escapes included)

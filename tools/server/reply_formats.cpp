@@ -508,15 +508,38 @@ GExpr kv_args(const json& params, JsonGrammar& j, const std::string& key_open, c
   if (params.contains("required") && params["required"].is_array())
     for (const json& r : params["required"])
       if (r.is_string()) required.push_back(r.get<std::string>());
-  ByteSet text = byte_range(0x20, 0xFF);
-  text['<' >> 6] &= ~(uint64_t{1} << ('<' & 63));
-  text['\n' >> 6] |= uint64_t{1} << '\n';
+  // One character of a text value: printable ASCII but '<', newline, tab, or any other code point.
+  ByteSet ascii = byte_range(0x20, 0x7E);
+  ascii['<' >> 6] &= ~(uint64_t{1} << ('<' & 63));
+  ascii['\n' >> 6] |= uint64_t{1} << '\n';
+  ascii['\t' >> 6] |= uint64_t{1} << '\t';
+  const GExpr text_char = g_alt({g_bytes(ascii), json_string_pattern(".")});  // "." adds the non-ASCII code points
   std::vector<GExpr> items;
   for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
     const json& s = it.value();
-    const bool is_text = s.is_object() && s.value("type", json()) == "string" && !s.contains("enum") && !s.contains("pattern") &&
-                         !s.contains("const");
-    const GExpr value = is_text ? g_star(g_bytes(text)) : j.schema(s);
+    GExpr value;
+    if (s.is_object() && s.value("type", json()) == "string") {
+      // A string parameter is written as its text: its enum / const values, or characters
+      // within minLength / maxLength.
+      if (s.contains("pattern") || s.contains("format"))
+        fail(Status::invalid_argument, "json_schema: 'pattern' and 'format' on a string parameter are not supported in ",
+             "this family's call format (at #/properties/", it.key(), ")");
+      if (s.contains("enum") || s.contains("const")) {
+        std::vector<GExpr> alts;
+        for (const json& v : s.contains("const") ? json::array({s["const"]}) : s["enum"])
+          if (v.is_string()) alts.push_back(g_lit(v.get<std::string>()));
+        if (alts.empty()) fail(Status::invalid_argument, "json_schema: no string in 'enum' (at #/properties/", it.key(), ")");
+        value = g_alt(std::move(alts));
+      } else {
+        const int lo = s.contains("minLength") && s["minLength"].is_number_integer() ? s["minLength"].get<int>() : 0;
+        const int hi = s.contains("maxLength") && s["maxLength"].is_number_integer() ? s["maxLength"].get<int>() : -1;
+        if (lo < 0 || lo > 10000 || hi > 10000 || (hi >= 0 && hi < lo))
+          fail(Status::invalid_argument, "json_schema: 'minLength' / 'maxLength' out of range (at #/properties/", it.key(), ")");
+        value = g_repeat(text_char, lo, hi);
+      }
+    } else {
+      value = j.schema(s);
+    }
     const GExpr kv = g_seq({g_lit(key_open + it.key() + key_close), value, g_lit(value_close)});
     const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
     items.push_back(req ? kv : g_opt(kv));
