@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kMaxWs = 16;       // whitespace bytes between two tokens
+constexpr int kMaxWs = 12;       // whitespace bytes between two tokens
 constexpr int kMaxDigits = 16;   // digits of an integer part, a fraction, (3) an exponent
 constexpr int kMaxDepth = 64;    // schema nesting the compiler follows
 
@@ -420,11 +420,12 @@ json merged(const json& a, const json& b, const std::string& at, const char* how
 
 GExpr json_string_pattern(const std::string& pattern) { return PatternParser(pattern).parse(); }
 
-JsonGrammar::JsonGrammar(GrammarBuilder& b) : b_(b) {}
+JsonGrammar::JsonGrammar(GrammarBuilder& b, bool compact) : b_(b), compact_(compact) {}
 
 GExpr JsonGrammar::ws() {
   // Nothing, one space, or a newline and an indent: compact and pretty-printed JSON both,
   // without runs of blank space a sampled reply could spend its tokens on.
+  if (ws_ < 0 && compact_) ws_ = b_.rule("ws", g_opt(g_lit(" ")));
   if (ws_ < 0)
     ws_ = b_.rule("ws", g_opt(g_alt({g_lit(" "), g_seq({g_lit("\n"), g_repeat(g_bytes(byte_set_of(" \t")), 0, kMaxWs - 1)})})));
   return g_ref(ws_);

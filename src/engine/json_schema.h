@@ -14,7 +14,7 @@
 // Error(invalid_argument) whose message names it ("json_schema: 'uniqueItems' is not
 // supported (at #/properties/tags)").
 //
-// Whitespace between tokens is one space or a newline and an indent (at most 16 bytes), numbers have at most 16
+// Whitespace between tokens is one space or a newline and an indent (at most 12 bytes), numbers have at most 16
 // digits in each part, so that a sampled reply cannot run on forever inside one token.
 #pragma once
 
@@ -30,9 +30,11 @@ namespace sluice {
 
 class JsonGrammar {
  public:
-  explicit JsonGrammar(GrammarBuilder& builder);
+  // compact: whitespace between tokens is at most one space (tool-call arguments, where
+  // models write compact JSON and a newline's indent would only cost tokens).
+  explicit JsonGrammar(GrammarBuilder& builder, bool compact = false);
 
-  GExpr ws();            // whitespace: nothing, one space, or a newline and up to 15 spaces or tabs
+  GExpr ws();            // whitespace: nothing, one space, or a newline and up to 11 spaces or tabs
   GExpr any_value();     // any JSON value
   GExpr any_object();    // any JSON object
   GExpr string_char();   // one character inside a JSON string (escapes included)
@@ -53,6 +55,7 @@ class JsonGrammar {
   GExpr ref(const std::string& pointer, const std::string& at, int depth);
 
   GrammarBuilder& b_;
+  bool compact_ = false;
   int value_ = -1, object_ = -1, array_ = -1, string_ = -1, char_ = -1, ws_ = -1;
   int doc_counter_ = 0;
   const nlohmann::json* doc_ = nullptr;  // the document of the schema() call in progress

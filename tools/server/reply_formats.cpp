@@ -120,6 +120,7 @@ json kv_value(const std::string& raw, const std::string& type) {
 struct ThinkSplit {
   std::string reasoning;
   size_t rest = 0;      // where the text after the reasoning starts
+  bool found = false;   // a reasoning block was opened (by the reply or the prompt)
   bool decided = true;  // false: the text so far could still open <think> (hold everything)
   bool closed = true;   // the reasoning has ended (or there is none)
   size_t raw_end = 0;   // the end of the reasoning as written, markers included (inline mode)
@@ -140,6 +141,7 @@ ThinkSplit split_think(const std::string& text, bool open, bool final) {
       return s;  // no reasoning: rest at 0
     }
   }
+  s.found = true;
   const size_t close = text.find(kThinkClose, at);
   if (close == std::string::npos) {
     s.reasoning = held(std::string_view(text).substr(at), final, {kThinkClose});
@@ -384,7 +386,7 @@ ParsedReply parse(ReplyFormat f, const std::string& text, const ReplyOptions& o,
       return out;
     }
     rest_at = t.rest;
-    if (!o.reasoning_inline)
+    if (!o.reasoning_inline && t.found)
       while (rest_at < text.size() && is_space(text[rest_at])) ++rest_at;  // the newlines after </think>
   }
   const std::string_view rest = std::string_view(text).substr(rest_at);
@@ -551,7 +553,7 @@ GExpr kv_args(const json& params, JsonGrammar& j, const std::string& key_open, c
 
 ForcedCalls forced_call_grammar(ReplyFormat f, const json& tools, const std::optional<std::string>& name, bool parallel) {
   GrammarBuilder b;
-  JsonGrammar j(b);
+  JsonGrammar j(b, /*compact=*/true);
   std::vector<GExpr> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& fn = tools[i]["function"];
