@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -259,6 +260,12 @@ std::optional<ojson> read_body(const httplib::Request& req, httplib::Response& r
   }
 }
 
+// The stop sequence that ended a reply, when it is one the client sent (a format's own stop,
+// such as harmony's <|call|>, is not).
+std::string user_stop(const ParsedRequest& pr, const std::string& matched) {
+  return std::find(pr.stop.begin(), pr.stop.end(), matched) != pr.stop.end() ? matched : std::string();
+}
+
 json tool_use_block(const ToolCall& c, const std::string& id) {
   json input = json::parse(c.arguments, nullptr, false);
   if (!input.is_object()) input = json::object();
@@ -344,7 +351,7 @@ void messages(const ServeContext& ctx, const httplib::Request& req, httplib::Res
       if (!reply.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
       if (!reply.content.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
       for (size_t i = 0; i < reply.calls.size(); ++i) content.push_back(tool_use_block(reply.calls[i], str("toolu_", id.substr(4), "_", i)));
-      const std::string matched = stream->stop_matched();
+      const std::string matched = user_stop(ar.parsed, stream->stop_matched());
       send(res, 200,
            {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model}, {"content", content},
             {"stop_reason", anthropic_stop_reason(*ev->done, !reply.calls.empty(), !matched.empty())},
@@ -362,7 +369,7 @@ void messages(const ServeContext& ctx, const httplib::Request& req, httplib::Res
   const int64_t prompt_tokens = gen.prompt_tokens;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [stream, started, blocks, reply, id, model, prompt_tokens](size_t, httplib::DataSink& sink) {
+      [stream, started, blocks, reply, id, model, prompt_tokens, parsed = ar.parsed](size_t, httplib::DataSink& sink) {
         std::string out;
         if (!*started) {
           *started = true;
@@ -389,7 +396,7 @@ void messages(const ServeContext& ctx, const httplib::Request& req, httplib::Res
             if (ev->done->reason == FinishReason::error) {
               out += event("error", anthropic_error_json("api_error", ev->done->error));
             } else {
-              const std::string matched = stream->stop_matched();
+              const std::string matched = user_stop(parsed, stream->stop_matched());
               out += event("message_delta",
                            {{"type", "message_delta"},
                             {"delta", {{"stop_reason", anthropic_stop_reason(*ev->done, blocks->calls > 0, !matched.empty())},

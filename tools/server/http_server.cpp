@@ -318,8 +318,10 @@ Generation HttpServer::Impl::start(const ParsedRequest& pr, const nlohmann::orde
   } catch (const Error& e) {
     throw api_error(400, e.what(), "invalid_request_error", "unsupported_schema");
   }
-  g.stream = std::make_shared<RequestStream>(*model.tokenizer, pr.stop,
-                                             !(g.parse_reply && reply_format_keeps_special(g.format)));
+  // Harmony ends a call with <|call|>, which is not the end-of-sequence token: the reply stops there.
+  std::vector<std::string> stops = pr.stop;
+  if (g.parse_reply && g.format == ReplyFormat::harmony) stops.push_back("<|call|>");
+  g.stream = std::make_shared<RequestStream>(*model.tokenizer, stops, !(g.parse_reply && reply_format_keeps_special(g.format)));
   cr.prompt = std::move(prompt);
   cr.max_tokens = max_tokens;
   cr.sampling = pr.sampling;
