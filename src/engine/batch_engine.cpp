@@ -167,7 +167,7 @@ bool BatchEngine::deliver(Job& job, int32_t token) {
     finish(job, FinishReason::error, str("the request's token callback failed: ", e.what()));
     return false;
   }
-  if (!go_on) {
+  if (!go_on || (job.req.constraint && job.req.constraint->must_end())) {
     finish(job, FinishReason::stop);
     return false;
   }
@@ -304,7 +304,25 @@ void BatchEngine::sample_and_deliver(Job& job, std::span<const float> row) {
                sampled[static_cast<size_t>(bad)], "): NaN or infinite weights or activations"));
     return;
   }
-  deliver(job, job.sampler.sample(sampled));
+  const int32_t t = draw(job, sampled);
+  if (t >= 0) deliver(job, t);
+}
+
+int32_t BatchEngine::draw(Job& job, std::span<const float> row) {
+  if (!job.req.constraint) return job.sampler.sample(row);
+  const int32_t t = job.sampler.sample_masked(row, job.req.constraint->allowed());
+  if (t < 0) {
+    finish(job, FinishReason::error, "the output's grammar allows no token of the vocabulary here");
+    return -1;
+  }
+  job.req.constraint->accept(t);
+  return t;
+}
+
+void BatchEngine::count_decode_step(size_t rows) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++counters_.decode_steps;
+  counters_.decode_rows += rows;
 }
 
 void BatchEngine::decode_step() {
@@ -318,11 +336,30 @@ void BatchEngine::decode_step() {
   // (Model::forward_batch_sample), the same token sample_and_deliver would draw from its row.
   std::vector<int32_t> tokens, next(batch.size(), -1);
   std::vector<SequenceState*> states;
-  std::vector<SampleRule> rules;
-  std::vector<int64_t> draws;
   for (Job* j : batch) {
     tokens.push_back(j->next);
     states.push_back(states_[static_cast<size_t>(j->state)].get());
+  }
+  const bool constrained = std::any_of(batch.begin(), batch.end(), [](Job* j) { return j->req.constraint != nullptr; });
+  if (constrained) {
+    // A row's mask is applied on the host: the batch's logits come back and every row is
+    // sampled there (the rule and the draws are the device's, so unconstrained rows draw the
+    // tokens they would have drawn there).
+    std::vector<float> logits(batch.size() * static_cast<size_t>(V));
+    try {
+      model_.forward_batch(tokens, states, logits);
+    } catch (const std::exception& e) {
+      for (Job* j : batch) finish(*j, FinishReason::error, e.what());
+      return;
+    }
+    count_decode_step(batch.size());
+    for (size_t b = 0; b < batch.size(); ++b)
+      sample_and_deliver(*batch[b], std::span<const float>(logits).subspan(b * static_cast<size_t>(V), static_cast<size_t>(V)));
+    return;
+  }
+  std::vector<SampleRule> rules;
+  std::vector<int64_t> draws;
+  for (Job* j : batch) {
     rules.push_back(j->sampler.rule());
     draws.push_back(j->sampler.next_draw53());
   }
@@ -332,11 +369,7 @@ void BatchEngine::decode_step() {
     for (Job* j : batch) finish(*j, FinishReason::error, e.what());
     return;
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++counters_.decode_steps;
-    counters_.decode_rows += batch.size();
-  }
+  count_decode_step(batch.size());
   for (size_t b = 0; b < batch.size(); ++b) {
     Job& job = *batch[b];
     if (next[b] < 0) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/token_mask.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -58,6 +59,11 @@ struct CompletionRequest {
   std::function<bool(int32_t token)> on_token;
   // Called once, on the engine thread, when the request ended for any reason.
   std::function<void(const CompletionResult&)> on_done;
+  // Constrained sampling (structured output, forced tool calls): each token is drawn among
+  // those the constraint allows, and the request ends (stop) when it says nothing may follow.
+  // A decode step with a constrained row reads the batch's logits back and samples every row
+  // on the host (the same draws the device would make).
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct BatchEngineOptions {
@@ -121,6 +127,10 @@ class BatchEngine {
   // Samples the job's next token from its logits row (an error ends it when the row holds
   // NaN or inf) and delivers it.
   void sample_and_deliver(Job& job, std::span<const float> row);
+  // The job's next token from its row (its constraint's mask applied, the token accepted by
+  // it); -1 when the mask allows nothing (the job has ended with an error).
+  int32_t draw(Job& job, std::span<const float> row);
+  void count_decode_step(size_t rows);
   void reap();                  // ended jobs leave running_ (finish() gave their states back)
   void finish(Job& job, FinishReason reason, std::string error = {});
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "core/sampling.h"
 
@@ -26,6 +27,10 @@ class Sampler {
   // The next token from logits (all of them may be drawn). A row with NaN or +inf is an error
   // for the caller to catch first (first_non_finite); here it draws -1.
   int32_t sample(std::span<const float> logits);
+  // The same draw among the tokens whose bit is set in allowed (engine/token_mask.h: bit t of
+  // word t / 64; ids past the words are not allowed): the others count as -inf. -1 when no
+  // token of logits is allowed.
+  int32_t sample_masked(std::span<const float> logits, const std::vector<uint64_t>& allowed);
   // The rule, and the next uniform draw as u * 2^53 (u in [0, 1)), for a draw made elsewhere
   // (Model::forward_sample). sample() takes one draw per call too, greedy or not, so that a
   // run's draws do not depend on where its tokens were sampled.
@@ -36,6 +41,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   SampleScratch scratch_;
+  std::vector<float> masked_;  // sample_masked's copy of the row
 };
 
 int32_t argmax(std::span<const float> logits);

@@ -14,6 +14,8 @@
 #include "tests/models/fixture_util.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
+#include "engine/json_schema.h"
+#include "engine/token_mask.h"
 #include "models/load.h"
 
 using namespace sluice;
@@ -265,4 +267,48 @@ TEST(BatchEngine, CancelQueueAndShutdownFreeEverySequence) {
   EXPECT_EQ(c.requests_done, 4u);
   EXPECT_GE(c.requests_cancelled, 2u);
   EXPECT_EQ(c.requests_refused, 2u);
+}
+
+// Constrained requests beside free ones in the same decode steps: the constrained rows' replies
+// are sentences of their grammar (a JSON schema over the fixture's vocabulary) that end by
+// themselves, and the free rows, sampled on the host in those steps, still draw exactly what
+// they draw alone.
+TEST(BatchEngine, ConstrainedRowsBesideFreeOnes) {
+  auto be = make_cpu_backend();
+  LoadedModel m = load_model(fixture_dir("qwen3_moe"), *be);
+  const auto prompts = prompts_of("qwen3_moe", 5);
+  const SamplingParams greedy{0.0f, 1.0f, 0, 0};
+  const SamplingParams seeded{0.9f, 0.95f, 20, 77};
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) alone.push_back(generate_alone(*m.model, prompts[i], 12, i % 4 ? seeded : greedy));
+  const auto grammar = json_schema_grammar(nlohmann::json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"enum": ["x", "y"]}},
+          "required": ["a", "b"], "additionalProperties": false})"));
+  auto matcher = std::make_shared<GrammarMatcher>(grammar, std::make_shared<TokenVocabulary>(*m.tokenizer));
+  BatchEngineOptions o;
+  o.n_parallel = 5;
+  o.n_ctx = 128;
+  std::vector<std::unique_ptr<Collector>> cs;
+  BatchEngine engine(*m.model, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    CompletionRequest r = cs.back()->request(prompts[i], i % 2 ? 60 : 12, i % 4 ? seeded : greedy);
+    if (i % 2) {
+      r.constraint = std::make_shared<GrammarConstraint>(matcher, m.eos_id());
+      r.eos_id = m.eos_id();
+    }
+    engine.submit(std::move(r));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Outcome out = cs[i]->wait();
+    if (i % 2 == 0) {
+      EXPECT_EQ(out.tokens, alone[i]) << "free request " << i;
+      continue;
+    }
+    EXPECT_EQ(out.result.reason, FinishReason::stop) << "constrained request " << i;
+    const std::string text = m.tokenizer->decode(out.tokens);
+    EXPECT_TRUE(grammar->matches(text)) << text;
+    const nlohmann::json v = nlohmann::json::parse(text);
+    EXPECT_TRUE(v["a"].get<int>() >= 0 && v["a"].get<int>() <= 99) << text;
+  }
 }

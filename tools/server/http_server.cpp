@@ -12,11 +12,14 @@
 #include <thread>
 #include <ctime>
 
+#include "anthropic_api.h"
 #include "chat_page.h"
 #include "core/log.h"
 #include "format/utf8.h"
 #include "metrics.h"
 #include "request_stream.h"
+#include "serve_context.h"
+#include "structured_output.h"
 
 namespace sluice::server {
 
@@ -104,30 +107,40 @@ struct HttpServer::Impl {
   httplib::Server svr;
   ServerMetrics metrics;
   std::optional<ModelChatTemplate> chat;
+  std::optional<ReplyFormat> reply_format;  // how the model writes reasoning and tool calls
+  StructuredOutput structured;
   std::atomic<bool> stopping{false};
   // run()'s progress: 0 not called, 1 inside (listening or about to), 2 returned. stop() and
   // run() each write their flag before reading the other's (sequentially consistent), so a
   // stop either finds run() inside and waits for it, or run() finds the stop and returns.
   std::atomic<int> run_state{0};
 
-  Impl(LoadedModel& m, BatchEngine& e, const ServerOptions& o) : model(m), engine(e), opt(o) {}
+  Impl(LoadedModel& m, BatchEngine& e, const ServerOptions& o) : model(m), engine(e), opt(o), structured(*m.tokenizer) {}
 
+  // The API key as a bearer token (OpenAI) or x-api-key (Anthropic).
   bool authorized(const httplib::Request& req) const {
+    return key_matches(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+  }
+  bool key_matches(const std::string& authorization, const std::string& x_api_key) const {
     if (opt.api_key.empty()) return true;
-    return req.get_header_value("Authorization") == "Bearer " + opt.api_key;
+    return authorization == "Bearer " + opt.api_key || x_api_key == opt.api_key;
   }
 
   // The route a request counts under in the metrics (a fixed set, so labels stay bounded).
   static std::string route_of(const httplib::Request& req) {
-    for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/cache", "/health", "/metrics", "/"})
+    for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
+                          "/v1/cache", "/health", "/metrics", "/"})
       if (req.path == r) return r;
     return "other";
   }
 
   void routes();
   void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  // The prompt's tokens; body: the request as sent (key order kept), for chats with tools.
-  std::vector<int32_t> prompt_of(const ParsedRequest& pr, const std::string& body);
+  // The prompt's tokens; sent: the request as sent (key order kept), for chats with tools;
+  // rendered: the chat's prompt text.
+  std::vector<int32_t> prompt_of(const ParsedRequest& pr, const nlohmann::ordered_json& sent, std::string* rendered = nullptr);
+  Generation start(const ParsedRequest& pr, const nlohmann::ordered_json& sent);
+  ServeContext context();
 };
 
 void HttpServer::Impl::routes() {
@@ -148,9 +161,13 @@ void HttpServer::Impl::routes() {
                             : s == 413 ? "the request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes"
                             : s == 400 ? "malformed HTTP request"
                                        : "HTTP error " + std::to_string(s);
+    if (is_anthropic_route(req.path)) {  // Anthropic's error shape on its routes
+      send_json(res, s, anthropic_error_json(anthropic_error_type(s), msg));
+      return;
+    }
     send_json(res, s, api_error(s, msg, s == 413 ? "invalid_request_error" : s >= 500 ? "server_error" : "invalid_request_error").to_json());
   });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -158,13 +175,18 @@ void HttpServer::Impl::routes() {
       what = e.what();
     } catch (...) {
     }
-    send_error(res, api_error(500, what, "server_error"));
+    if (is_anthropic_route(req.path)) send_json(res, 500, anthropic_error_json("api_error", what));
+    else send_error(res, api_error(500, what, "server_error"));
   });
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.count_response(route_of(req), res.status);
   });
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const bool open = req.path == "/" || req.path == "/health";
+    if (!open && !authorized(req) && is_anthropic_route(req.path)) {
+      send_json(res, 401, anthropic_error_json("authentication_error", "a valid API key is required (x-api-key: KEY)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (!open && !authorized(req)) {
       res.set_header("WWW-Authenticate", "Bearer");
       send_error(res, api_error(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
@@ -197,9 +219,25 @@ void HttpServer::Impl::routes() {
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     complete(req, res, Endpoint::chat);
   });
+  register_anthropic_routes(svr, context());
 }
 
-std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const std::string& body) {
+ServeContext HttpServer::Impl::context() {
+  ServeContext c;
+  c.model_name = opt.model_name;
+  c.default_sampling = opt.default_sampling;
+  c.prompt = [this](const ParsedRequest& pr, const nlohmann::ordered_json& sent) { return prompt_of(pr, sent); };
+  c.start = [this](const ParsedRequest& pr, const nlohmann::ordered_json& sent) { return start(pr, sent); };
+  c.cancel = [this](const Generation& g) {
+    g.stream->close();
+    engine.cancel(g.id);
+  };
+  c.authorized = [this](const std::string& a, const std::string& x) { return key_matches(a, x); };
+  return c;
+}
+
+std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const nlohmann::ordered_json& sent,
+                                                std::string* rendered) {
   const Tokenizer& tok = *model.tokenizer;
   try {
     if (pr.endpoint == Endpoint::completions) {
@@ -218,16 +256,15 @@ std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const 
     const bool with_tools = !pr.tools.is_null() && !pr.tool_choice_none;
     bool tool_messages = false;
     for (const ChatMessage& m : pr.messages) tool_messages |= m.role == "tool" || !m.tool_calls.is_null();
-    if (with_tools && !template_has_tool_calls(chat->tmpl.source()))
+    if (with_tools && (!reply_format || chat->tmpl.source().find("tools") == std::string::npos))
       throw api_error(400,
-                      "'tools': this model's chat template has no <tool_call> format (the Qwen and Hermes one) that "
-                      "sluice reads calls in",
+                      "'tools': this model's chat template does not show tools, or sluice does not know how the model "
+                      "writes tool calls (docs/server.md lists the formats: <tool_call>, harmony, ...)",
                       "invalid_request_error", "unsupported");
     std::string text;
     if (with_tools || tool_messages) {
       // The messages as OpenAI JSON (tool_calls, tool_call_id), in the client's key order, so
       // that tojson prints schemas and arguments as sent; content is the joined text.
-      const auto sent = nlohmann::ordered_json::parse(body);
       nlohmann::ordered_json messages = sent["messages"];
       for (size_t i = 0; i < messages.size(); ++i)
         if (messages[i].contains("content") && !messages[i]["content"].is_null())
@@ -239,10 +276,66 @@ std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const 
       for (const ChatMessage& m : pr.messages) turns.push_back({m.role, m.content});
       text = chat->tmpl.render(turns, ro);
     }
+    if (rendered) *rendered = text;
     return tok.encode(text, false);  // the template writes the bos token itself when the model wants one
   } catch (const Error& e) {
     throw api_error(400, e.what(), "invalid_request_error", e.status() == Status::invalid_argument ? "invalid_value" : "");
   }
+}
+
+Generation HttpServer::Impl::start(const ParsedRequest& pr, const nlohmann::ordered_json& sent) {
+  std::string rendered;
+  std::vector<int32_t> prompt = prompt_of(pr, sent, &rendered);
+  const int64_t n_ctx = engine.options().n_ctx, n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt == 0) throw api_error(400, "the prompt is empty", "invalid_request_error", "invalid_value");
+  if (n_prompt >= n_ctx)
+    throw api_error(400,
+                    "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " + std::to_string(n_ctx) +
+                        " (prompt and completion together)",
+                    "invalid_request_error", "context_length_exceeded");
+  // OpenAI's defaults: completions 16 tokens, chat until the end of the context.
+  const int64_t max_tokens = pr.max_tokens.value_or(pr.endpoint == Endpoint::completions ? 16 : n_ctx - n_prompt);
+  if (n_prompt + max_tokens > n_ctx)
+    throw api_error(400,
+                    "the prompt (" + std::to_string(n_prompt) + " tokens) and max_tokens (" + std::to_string(max_tokens) +
+                        ") exceed the context of " + std::to_string(n_ctx) + " tokens",
+                    "invalid_request_error", "context_length_exceeded");
+  Generation g;
+  g.prompt_tokens = n_prompt;
+  // A chat's reply is split into reasoning, content and tool calls by its family's format.
+  g.parse_reply = pr.endpoint == Endpoint::chat && reply_format.has_value();
+  g.format = reply_format.value_or(ReplyFormat::hermes);
+  g.reply_options.reasoning_open = prompt_opens_reasoning(rendered);
+  g.reply_options.reasoning_inline = pr.reasoning_inline;
+  g.reply_options.parse_calls = !pr.tools.is_null() && !pr.tool_choice_none;
+  g.reply_options.tools = pr.tools;
+  CompletionRequest cr;
+  try {
+    if (!pr.response_format.is_null())
+      cr.constraint = structured.response_format(pr.response_format, model.eos_id());
+    else if (g.reply_options.parse_calls && (pr.tool_choice_required || pr.tool_choice_name))
+      cr.constraint = structured.forced_calls(g.format, pr.tools, pr.tool_choice_name, pr.parallel_tool_calls, model.eos_id());
+  } catch (const Error& e) {
+    throw api_error(400, e.what(), "invalid_request_error", "unsupported_schema");
+  }
+  // Harmony ends a call with <|call|>, which is not the end-of-sequence token: the reply stops there.
+  std::vector<std::string> stops = pr.stop;
+  if (g.parse_reply && g.format == ReplyFormat::harmony) stops.push_back("<|call|>");
+  g.stream = std::make_shared<RequestStream>(*model.tokenizer, stops, !(g.parse_reply && reply_format_keeps_special(g.format)));
+  cr.prompt = std::move(prompt);
+  cr.max_tokens = max_tokens;
+  cr.sampling = pr.sampling;
+  cr.eos_id = model.eos_id();
+  auto stream = g.stream;
+  cr.on_token = [stream](int32_t id) { return stream->on_token(id); };
+  cr.on_done = [stream](const CompletionResult& r) { stream->on_done(r); };
+  try {
+    g.id = engine.submit(std::move(cr));
+  } catch (const Error& e) {
+    if (e.status() == Status::unavailable) throw api_error(503, e.what(), "server_error", "unavailable");
+    throw api_error(400, e.what(), "invalid_request_error", "invalid_value");
+  }
+  return g;
 }
 
 void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
@@ -263,56 +356,18 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
     return;
   }
   ParsedRequest pr;
-  std::vector<int32_t> prompt;
+  Generation gen;
   try {
     pr = parse_request(body, endpoint, opt.default_sampling);
-    prompt = prompt_of(pr, req.body);
+    gen = start(pr, nlohmann::ordered_json::parse(req.body));
   } catch (const ApiError& e) {
     send_error(res, e);
     return;
   }
-  const int64_t n_ctx = engine.options().n_ctx, n_prompt = static_cast<int64_t>(prompt.size());
-  if (n_prompt == 0) {
-    send_error(res, api_error(400, "the prompt is empty", "invalid_request_error", "invalid_value"));
-    return;
-  }
-  if (n_prompt >= n_ctx) {
-    send_error(res, api_error(400,
-                              "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " +
-                                  std::to_string(n_ctx) + " (prompt and completion together)",
-                              "invalid_request_error", "context_length_exceeded"));
-    return;
-  }
-  // OpenAI's defaults: completions 16 tokens, chat until the end of the context.
-  const int64_t max_tokens = pr.max_tokens.value_or(endpoint == Endpoint::completions ? 16 : n_ctx - n_prompt);
-  if (n_prompt + max_tokens > n_ctx) {
-    send_error(res, api_error(400,
-                              "the prompt (" + std::to_string(n_prompt) + " tokens) and max_tokens (" +
-                                  std::to_string(max_tokens) + ") exceed the context of " + std::to_string(n_ctx) +
-                                  " tokens",
-                              "invalid_request_error", "context_length_exceeded"));
-    return;
-  }
-  auto stream = std::make_shared<RequestStream>(*model.tokenizer, pr.stop);
-  CompletionRequest cr;
-  cr.prompt = std::move(prompt);
-  cr.max_tokens = max_tokens;
-  cr.sampling = pr.sampling;
-  cr.eos_id = model.eos_id();
-  cr.on_token = [stream](int32_t id) { return stream->on_token(id); };
-  cr.on_done = [stream](const CompletionResult& r) { stream->on_done(r); };
-  uint64_t id = 0;
-  try {
-    id = engine.submit(std::move(cr));
-  } catch (const Error& e) {
-    if (e.status() == Status::unavailable) send_error(res, api_error(503, e.what(), "server_error", "unavailable"));
-    else send_error(res, api_error(400, e.what(), "invalid_request_error", "invalid_value"));
-    return;
-  }
+  auto stream = gen.stream;
+  const uint64_t id = gen.id;
   ResponseIds ids{random_id(endpoint == Endpoint::chat ? "chatcmpl" : "cmpl"), unix_now(),
                   pr.model.empty() ? opt.model_name : pr.model};
-  // A chat offered tools: the reply's <tool_call> blocks become tool_calls.
-  const bool parse_calls = endpoint == Endpoint::chat && !pr.tools.is_null() && !pr.tool_choice_none;
 
   if (!pr.stream) {
     std::string text;
@@ -325,28 +380,27 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
         send_error(res, api_error(500, ev->done->error, "server_error"));
         return;
       }
-      if (parse_calls) {
-        ParsedReply reply = parse_tool_calls(text);
-        if (!reply.calls.empty()) {
-          send_json(res, 200, completion_response(ids, endpoint, reply.content, *ev->done, reply.calls));
-          return;
-        }
+      if (gen.parse_reply) {
+        const ParsedReply reply = parse_reply(gen.format, text, gen.reply_options);
+        send_json(res, 200, completion_response(ids, endpoint, reply.content, *ev->done, reply.calls, reply.reasoning));
+        return;
       }
       send_json(res, 200, completion_response(ids, endpoint, text, *ev->done));
       return;
     }
   }
 
-  // Server-sent events: a chunk per piece of text, the last with its finish_reason, the usage
-  // when asked for, then [DONE]. A keep-alive comment while nothing comes: a client that went
-  // away fails the write, and its request ends at the engine's next step.
+  // Server-sent events: a chunk per piece of text (reasoning as delta.reasoning_content), each
+  // tool call once complete, the last chunk with its finish_reason, the usage when asked for,
+  // then [DONE]. A keep-alive comment while nothing comes: a client that went away fails the
+  // write, and its request ends at the engine's next step.
   res.set_header("Cache-Control", "no-cache");
   const bool include_usage = pr.include_usage;
   auto first = std::make_shared<bool>(true);
-  auto calls = parse_calls ? std::make_shared<ToolCallStream>() : nullptr;
+  auto reply = gen.parse_reply ? std::make_shared<ReplyStream>(gen.format, gen.reply_options) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, stream, ids, endpoint, include_usage, first, calls](size_t, httplib::DataSink& sink) {
+      [this, stream, ids, endpoint, include_usage, first, reply](size_t, httplib::DataSink& sink) {
         if (*first && endpoint == Endpoint::chat) {  // the role comes first, as OpenAI sends it
           *first = false;
           const std::string s = sse(stream_chunk(ids, endpoint, "", true, std::nullopt));
@@ -358,28 +412,24 @@ void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& 
           static const std::string ping = ": keep-alive\n\n";
           return sink.write(ping.data(), ping.size());
         }
-        const std::string content = calls ? calls->push(ev->text) : ev->text;
-        if (!content.empty()) {
-          const std::string s = sse(stream_chunk(ids, endpoint, content, false, std::nullopt));
-          if (!sink.write(s.data(), s.size())) return false;
+        std::string out;
+        auto emit = [&](const ReplyStream::Delta& d) {
+          if (!d.reasoning.empty()) out += sse(stream_reasoning_chunk(ids, d.reasoning));
+          if (!d.content.empty()) out += sse(stream_chunk(ids, endpoint, d.content, false, std::nullopt));
+          if (!d.calls.empty()) out += sse(stream_tool_calls_chunk(ids, d.calls, reply->calls_emitted() - d.calls.size()));
+        };
+        if (reply) emit(reply->push(ev->text));
+        else if (!ev->text.empty()) out += sse(stream_chunk(ids, endpoint, ev->text, false, std::nullopt));
+        if (ev->done) {
+          if (reply) emit(reply->finish());
+          if (ev->done->reason == FinishReason::error) out += sse(api_error(500, ev->done->error, "server_error").to_json());
+          else if (reply && reply->calls_emitted() > 0) out += sse(stream_tool_calls_end(ids));
+          else out += sse(stream_chunk(ids, endpoint, "", false, ev->done->reason));
+          if (include_usage) out += sse(stream_usage_chunk(ids, endpoint, *ev->done));
+          out += "data: [DONE]\n\n";
         }
-        if (!ev->done) return true;
-        std::string tail;
-        ParsedReply reply;
-        if (calls) reply = calls->finish();
-        if (!reply.content.empty()) tail += sse(stream_chunk(ids, endpoint, reply.content, false, std::nullopt));
-        if (ev->done->reason == FinishReason::error) {
-          tail += sse(api_error(500, ev->done->error, "server_error").to_json());
-        } else if (!reply.calls.empty()) {
-          tail += sse(stream_tool_calls_chunk(ids, reply.calls));
-          tail += sse(stream_tool_calls_end(ids));
-        } else {
-          tail += sse(stream_chunk(ids, endpoint, "", false, ev->done->reason));
-        }
-        if (include_usage) tail += sse(stream_usage_chunk(ids, endpoint, *ev->done));
-        tail += "data: [DONE]\n\n";
-        if (!sink.write(tail.data(), tail.size())) return false;
-        sink.done();
+        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+        if (ev->done) sink.done();
         return true;
       },
       [this, stream, id](bool success) {
@@ -395,6 +445,7 @@ HttpServer::HttpServer(LoadedModel& model, BatchEngine& engine, const ServerOpti
                model.dir.string());
   impl_->chat = load_chat_template(model.dir);
   if (!impl_->chat) LOG_WARN("serve: ", model.dir.string(), " has no chat template: /v1/chat/completions answers 400");
+  impl_->reply_format = reply_format_for(model.config.value("model_type", ""), impl_->chat ? impl_->chat->tmpl.source() : "");
   impl_->routes();
 }
 

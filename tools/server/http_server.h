@@ -6,13 +6,17 @@
 //   GET  /v1/models            the one model
 //   POST /v1/completions       OpenAI completions (stream: server-sent events)
 //   POST /v1/chat/completions  OpenAI chat completions, the prompt made by the model's chat
-//                              template (format/chat_template.h)
+//                              template (format/chat_template.h); structured output
+//                              (structured_output.h), tool calls and reasoning per family
+//                              (reply_formats.h)
+//   POST /v1/messages[/count_tokens]  Anthropic's Messages API (anthropic_api.h)
 //   GET  /metrics              Prometheus text: requests, tokens, queue, sequences, the
 //                              expert cache and its reads (metrics.h)
 //   GET  /v1/cache             the page's live panel: per-layer hit rates and rates (JSON)
 //
 // Every error is OpenAI's error object with its status (400 malformed or invalid bodies, 401
-// a wrong API key, 404, 405, 413 a body over the limit, 503 a full queue or a shutdown). A
+// a wrong API key, 404, 405, 413 a body over the limit, 503 a full queue or a shutdown);
+// Anthropic's shape on the /v1/messages routes. A
 // streaming client that goes away frees its sequence at the engine's next step (a failed
 // write, or a keep-alive comment every 250 ms while the request waits).
 #pragma once

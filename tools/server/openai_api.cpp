@@ -144,22 +144,60 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
         if (!names_a_function(tool) || tool.value("type", "") != "function")
           bad(str("tools[", t, "] must be {type: \"function\", function: {name, description, parameters}}"),
               "invalid_type");
+        const json& fn = tool["function"];
+        if (fn["name"].get<std::string>().empty()) bad(str("tools[", t, "].function.name is empty"));
+        if (const json* params = field(fn, "parameters"); params && !params->is_object())
+          bad(str("tools[", t, "].function.parameters must be a JSON schema object"), "invalid_type");
       }
       if (!tools->empty()) r.tools = *tools;
     }
     if (const json* tc = field(body, "tool_choice")) {
-      if (!tc->is_string()) unsupported_if(true, "a 'tool_choice' naming a function (only \"auto\" and \"none\")");
-      const std::string choice = tc->get<std::string>();
-      unsupported_if(choice == "required", "'tool_choice' \"required\" (only \"auto\" and \"none\")");
-      if (choice != "auto" && choice != "none") bad(str("'tool_choice' is '", choice, "'; expected auto or none"));
-      r.tool_choice_none = choice == "none";
+      if (tc->is_object()) {
+        const json* fn = field(*tc, "function");
+        if (tc->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+          bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {type: \"function\", function: {name}}",
+              "invalid_type");
+        r.tool_choice_name = (*fn)["name"].get<std::string>();
+      } else if (tc->is_string()) {
+        const std::string choice = tc->get<std::string>();
+        if (choice != "auto" && choice != "none" && choice != "required")
+          bad(str("'tool_choice' is '", choice, "'; expected none, auto or required"));
+        r.tool_choice_none = choice == "none";
+        r.tool_choice_required = choice == "required";
+      } else {
+        bad("'tool_choice' must be a string or an object", "invalid_type");
+      }
+      if ((r.tool_choice_required || r.tool_choice_name) && r.tools.is_null())
+        bad("'tool_choice' asks for a tool call but 'tools' is empty", "invalid_value");
     }
-    if (const json* ptc = field(body, "parallel_tool_calls")) (void)bool_field(*ptc, "parallel_tool_calls");
+    if (const json* ptc = field(body, "parallel_tool_calls")) r.parallel_tool_calls = bool_field(*ptc, "parallel_tool_calls");
     unsupported_if(field(body, "functions") != nullptr, "'functions' (use 'tools')");
     if (const json* lp = field(body, "logprobs")) unsupported_if(bool_field(*lp, "logprobs"), "'logprobs'");
     unsupported_if(field(body, "top_logprobs") != nullptr, "'top_logprobs'");
-    if (const json* rf = field(body, "response_format"))
-      unsupported_if(!rf->is_object() || rf->value("type", "") != "text", "a 'response_format' other than text");
+    if (const json* rf = field(body, "response_format")) {
+      if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+        bad("'response_format' must be an object with a 'type' (text, json_object or json_schema)", "invalid_type");
+      const std::string type = (*rf)["type"].get<std::string>();
+      if (type == "json_schema") {
+        const json* js = field(*rf, "json_schema");
+        if (!js || !js->is_object()) bad("'response_format.json_schema' must be an object {name, schema}", "invalid_type");
+        const json* schema = field(*js, "schema");
+        if (schema && !schema->is_object() && !schema->is_boolean())
+          bad("'response_format.json_schema.schema' must be a JSON schema (an object)", "invalid_type");
+      } else if (type != "text" && type != "json_object") {
+        bad(str("'response_format.type' is '", type, "'; expected text, json_object or json_schema"));
+      }
+      if (type != "text") r.response_format = *rf;
+      if (type != "text" && (r.tool_choice_required || r.tool_choice_name))
+        unsupported_if(true, "'response_format' together with a 'tool_choice' that forces a call");
+    }
+    if (const json* rfmt = field(body, "reasoning_format")) {
+      if (!rfmt->is_string()) bad("'reasoning_format' must be a string", "invalid_type");
+      const std::string v = rfmt->get<std::string>();
+      if (v == "none" || v == "inline") r.reasoning_inline = true;
+      else if (v != "auto" && v != "deepseek" && v != "separate" && v != "parsed")
+        bad(str("'reasoning_format' is '", v, "'; expected auto (reasoning_content) or none (inline)"));
+    }
     if (const json* mc = field(body, "max_completion_tokens"))
       r.max_tokens = integer_field(*mc, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max());
   }
@@ -220,13 +258,14 @@ json usage_json(const CompletionResult& r) {
 namespace {
 
 // OpenAI's tool_calls list; with_index: the streamed form (delta.tool_calls[i].index).
-json tool_calls_json(const std::string& response_id, const std::vector<ToolCall>& calls, bool with_index) {
+json tool_calls_json(const std::string& response_id, const std::vector<ToolCall>& calls, bool with_index,
+                    size_t first_index = 0) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", str("call_", response_id, "_", i)},
+    json c = {{"id", str("call_", response_id, "_", first_index + i)},
               {"type", "function"},
               {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) c["index"] = i;
+    if (with_index) c["index"] = first_index + i;
     out.push_back(std::move(c));
   }
   return out;
@@ -234,11 +273,17 @@ json tool_calls_json(const std::string& response_id, const std::vector<ToolCall>
 
 }  // namespace
 
-json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls) {
+json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls, size_t first_index) {
   json choice = {{"index", 0},
-                 {"delta", {{"tool_calls", tool_calls_json(ids.id, calls, true)}}},
+                 {"delta", {{"tool_calls", tool_calls_json(ids.id, calls, true, first_index)}}},
                  {"logprobs", nullptr},
                  {"finish_reason", nullptr}};
+  return {{"id", ids.id}, {"object", "chat.completion.chunk"}, {"created", ids.created}, {"model", ids.model},
+          {"choices", json::array({choice})}};
+}
+
+json stream_reasoning_chunk(const ResponseIds& ids, const std::string& reasoning) {
+  json choice = {{"index", 0}, {"delta", {{"reasoning_content", reasoning}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   return {{"id", ids.id}, {"object", "chat.completion.chunk"}, {"created", ids.created}, {"model", ids.model},
           {"choices", json::array({choice})}};
 }
@@ -250,7 +295,7 @@ json stream_tool_calls_end(const ResponseIds& ids) {
 }
 
 json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text, const CompletionResult& r,
-                         const std::vector<ToolCall>& calls) {
+                         const std::vector<ToolCall>& calls, const std::string& reasoning) {
   json choice;
   if (endpoint == Endpoint::chat && !calls.empty()) {
     choice = {{"index", 0},
@@ -266,6 +311,7 @@ json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::s
   } else {
     choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_text(r.reason)}};
   }
+  if (endpoint == Endpoint::chat && !reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
   return {{"id", ids.id},
           {"object", endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
           {"created", ids.created},

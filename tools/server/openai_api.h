@@ -43,6 +43,11 @@ struct ParsedRequest {
   std::vector<ChatMessage> messages;        // chat
   nlohmann::json tools;                     // chat: null, or [{type: "function", function: {name, ...}}] as sent
   bool tool_choice_none = false;            // tool_choice "none": tools are neither shown nor parsed
+  bool tool_choice_required = false;        // tool_choice "required": the reply is calls (grammar)
+  std::optional<std::string> tool_choice_name;  // tool_choice naming a function: one call of it (grammar)
+  bool parallel_tool_calls = true;
+  nlohmann::json response_format;           // null (text), or {"type": "json_object" | "json_schema", ...} as sent
+  bool reasoning_inline = false;            // reasoning_format "none": reasoning stays in the content
   std::optional<int64_t> max_tokens;        // none: the endpoint's default
   SamplingParams sampling;
   std::vector<std::string> stop;            // at most 4
@@ -66,11 +71,16 @@ struct ResponseIds {
 
 nlohmann::json usage_json(const CompletionResult& r);
 // The whole response of a request that did not stream; chat replies with tool calls carry
-// them (content null when empty, finish_reason "tool_calls").
+// them (content null when empty, finish_reason "tool_calls"), and the reasoning of a model
+// that thinks as message.reasoning_content.
 nlohmann::json completion_response(const ResponseIds& ids, Endpoint endpoint, const std::string& text,
-                                   const CompletionResult& r, const std::vector<ToolCall>& calls = {});
-// The streamed chunk of a reply's tool calls (delta.tool_calls with index, id, type, function).
-nlohmann::json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls);
+                                   const CompletionResult& r, const std::vector<ToolCall>& calls = {},
+                                   const std::string& reasoning = {});
+// The streamed chunk of a reply's tool calls (delta.tool_calls with index, id, type, function);
+// first_index: the index of calls[0] in the reply.
+nlohmann::json stream_tool_calls_chunk(const ResponseIds& ids, const std::vector<ToolCall>& calls, size_t first_index = 0);
+// A streamed chunk of reasoning (delta.reasoning_content).
+nlohmann::json stream_reasoning_chunk(const ResponseIds& ids, const std::string& reasoning);
 // The last chunk of a reply that ended in tool calls: an empty delta, finish_reason "tool_calls".
 nlohmann::json stream_tool_calls_end(const ResponseIds& ids);
 // One streamed chunk: text (chat: the delta's content; first: also the role), and the

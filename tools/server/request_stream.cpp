@@ -41,6 +41,11 @@ void RequestStream::close() {
   closed_ = true;
 }
 
+std::string RequestStream::stop_matched() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stops_.stopped() ? stops_.matched() : std::string();
+}
+
 bool RequestStream::closed() const {
   std::lock_guard<std::mutex> lk(mu_);
   return closed_;

@@ -20,8 +20,10 @@ namespace sluice::server {
 
 class RequestStream {
  public:
-  RequestStream(const Tokenizer& tokenizer, std::vector<std::string> stops)
-      : decoder_(tokenizer), stops_(std::move(stops)) {}
+  // skip_special: special tokens print nothing (reply formats whose markers are special
+  // tokens keep them: reply_formats.h).
+  RequestStream(const Tokenizer& tokenizer, std::vector<std::string> stops, bool skip_special = true)
+      : decoder_(tokenizer, skip_special), stops_(std::move(stops)) {}
 
   // Engine thread: a generated token; false ends the request (a stop string was reached, or
   // the client went away).
@@ -39,6 +41,8 @@ class RequestStream {
   // HTTP thread: the client is gone; the next token ends the request.
   void close();
   bool closed() const;
+  // The stop string that ended the request, or "" (read after the last event).
+  std::string stop_matched() const;
 
  private:
   StreamDecoder decoder_;

@@ -13,7 +13,10 @@ std::string StopStrings::push(const std::string& text) {
   for (const std::string& s : stops_) {
     if (s.empty()) continue;
     const size_t at = pending_.find(s);
-    if (at != std::string::npos) cut = std::min(cut, at);
+    if (at != std::string::npos && at < cut) {
+      cut = at;
+      matched_ = s;
+    }
   }
   if (cut != std::string::npos) {
     stopped_ = true;

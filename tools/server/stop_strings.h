@@ -18,11 +18,13 @@ class StopStrings {
   // The held-back text at the end of a generation that ended otherwise.
   std::string flush();
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string found (stopped())
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace sluice::server

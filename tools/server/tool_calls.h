@@ -24,6 +24,7 @@ struct ToolCall {
 struct ParsedReply {
   std::string content;          // the text before the first call (trailing whitespace dropped when there are calls)
   std::vector<ToolCall> calls;  // empty: the reply is all content
+  std::string reasoning;        // the reasoning of models that think (reply_formats.h)
 };
 
 // A reply whose calls do not all parse (not JSON, no string "name", arguments neither an

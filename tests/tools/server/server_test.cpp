@@ -384,8 +384,8 @@ const char* const kWeatherTools = R"([{"type": "function", "function": {"name": 
 
 // Chat with tools: the tools and the tool turns reach the template (the reply is the greedy
 // continuation of exactly that rendering, in the client's key order), streamed or not;
-// tool_choice "required", malformed tools and calls on a user turn are 400s; a template
-// without the <tool_call> format refuses tools (and tool_choice "none" ignores them).
+// tool_choice "required" makes a call (grammar); malformed tools and calls on a user turn are
+// 400s; a template that does not show tools refuses them (and tool_choice "none" ignores them).
 TEST(Server, ChatWithTools) {
   server::ServerOptions so;
   const std::filesystem::path dir = server_test_model("server-tools-model", kToolTemplate);
@@ -424,10 +424,37 @@ TEST(Server, ChatWithTools) {
     EXPECT_EQ(text, want);
   }
   const json user = json::array({{{"role", "user"}, {"content", "Hi"}}});
-  expect_error(c.Post("/v1/chat/completions",
-                      json{{"messages", user}, {"tools", json::parse(kWeatherTools)}, {"tool_choice", "required"}}.dump(),
-                      "application/json"),
-               400, "\"required\"");
+  // tool_choice "required": the grammar makes even this random model call the tool (its
+  // argument bounded, so that the call fits the fixture's context).
+  const json bounded = json::parse(R"([{"type": "function", "function": {"name": "weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}])");
+  for (const bool stream : {false, true}) {
+    auto r = c.Post("/v1/chat/completions",
+                    json{{"messages", user}, {"tools", bounded}, {"tool_choice", "required"},
+                         {"max_tokens", 80}, {"temperature", 0}, {"stream", stream}, {"parallel_tool_calls", false}}
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    json call;
+    std::string finish;
+    if (!stream) {
+      const json j = json::parse(r->body)["choices"][0];
+      ASSERT_TRUE(j["message"].contains("tool_calls")) << r->body;
+      call = j["message"]["tool_calls"][0];
+      finish = j["finish_reason"];
+    } else {
+      for (const std::string& e : sse_data(r->body)) {
+        if (e == "[DONE]") continue;
+        const json ch = json::parse(e)["choices"][0];
+        if (ch["delta"].contains("tool_calls")) call = ch["delta"]["tool_calls"][0];
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      }
+    }
+    EXPECT_EQ(finish, "tool_calls") << r->body;
+    EXPECT_EQ(call["function"]["name"], "weather") << r->body;
+    EXPECT_TRUE(json::parse(call["function"]["arguments"].get<std::string>()).is_object()) << r->body;
+  }
   expect_error(c.Post("/v1/chat/completions", json{{"messages", user}, {"tools", json::array({{{"type", "web"}}})}}.dump(),
                       "application/json"),
                400, "tools[0]");
@@ -441,7 +468,7 @@ TEST(Server, ChatWithTools) {
   auto p = plain.client();
   expect_error(p.Post("/v1/chat/completions", json{{"messages", user}, {"tools", json::parse(kWeatherTools)}}.dump(),
                       "application/json"),
-               400, "<tool_call>");
+               400, "does not show tools");
   auto none = p.Post("/v1/chat/completions",
                      json{{"messages", user}, {"tools", json::parse(kWeatherTools)}, {"tool_choice", "none"},
                           {"max_tokens", 4}}
