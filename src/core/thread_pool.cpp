@@ -5,6 +5,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -29,7 +33,22 @@ int64_t now_ns() {
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  SLUICE_CHECK(n_threads <= kMaxThreads, Status::invalid_argument, n_threads, " threads: at most ", kMaxThreads);
+  try {
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The members die with the constructor: the workers already running wait on them, so they
+    // are stopped and joined first (destroying a condition variable with waiters hangs).
+    const size_t started = workers_.size();
+    {
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stop_.store(true);
+    }
+    sleep_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    fail(Status::unavailable, "cannot start ", n_threads, " threads (", started + 1,
+         " started; the system's thread or memory limit): ", e.what(), "; ask for fewer with --threads");
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -150,10 +169,19 @@ int g_global_threads = 0;
 
 void ThreadPool::set_global_threads(int n) { g_global_threads = n; }
 
+int ThreadPool::parse_thread_count(const char* text, const char* what) {
+  const std::string s = text;
+  const bool digits = !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int n = digits ? std::stoi(s) : 0;
+  SLUICE_CHECK(digits && n >= 1 && n <= kMaxThreads, Status::invalid_argument, what, "=", s,
+               ": expected a thread count from 1 to ", kMaxThreads);
+  return n;
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
     if (g_global_threads > 0) return g_global_threads;
-    if (const char* env = std::getenv("SLUICE_THREADS")) return std::atoi(env);
+    if (const char* env = std::getenv("SLUICE_THREADS")) return parse_thread_count(env, "SLUICE_THREADS");
     return 0;
   }());
   return pool;
