@@ -1,30 +1,28 @@
-// HttpServer: routes, authentication, error bodies, and the completion handlers (one answer,
-// or server-sent events).
+// HttpServer: routes, the checks every request passes (Host, Origin, API key, method, media
+// type), the worker threads and the completion handler that hands a request to the engine.
 #include "http_server.h"
 
 #include <arpa/inet.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
-#include <atomic>
-#include <chrono>
-#include <thread>
+#include <condition_variable>
 #include <ctime>
+#include <deque>
+#include <system_error>
+#include <thread>
 
 #include "chat_page.h"
+#include "completion_answer.h"
 #include "core/log.h"
 #include "format/utf8.h"
+#include "http_transport.h"
+#include "json_bounds.h"
 #include "metrics.h"
-#include "request_stream.h"
 
 namespace sluice::server {
 
 using nlohmann::json;
 
 namespace {
-
-constexpr auto kKeepAlive = std::chrono::milliseconds(250);  // a waiting streaming client is probed this often
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -38,15 +36,22 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  // Text a client sent is checked before it can reach an answer; replacing ill-formed bytes
-  // here only guards against a bug (dump() would throw).
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+// Text a client sent is checked before it can reach an answer; replacing ill-formed bytes
+// here only guards against a bug (dump() would throw).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+ApiError api_error(int status, std::string message, std::string type = "invalid_request_error", std::string code = {}) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  return e;
 }
 
 // The JSON path of the first string (key or value) of a request that is not valid UTF-8, or
-// empty. nlohmann::json's parser keeps such bytes; an answer could not quote them.
+// empty. nlohmann::json's parser keeps such bytes; an answer could not quote them. Recursive:
+// the body's depth was bounded before it was parsed (json_bounds.h).
 std::string invalid_utf8_path(const json& j, const std::string& at) {
   if (j.is_string()) return utf8_find_invalid(j.get_ref<const std::string&>()) ? at : std::string();
   if (j.is_array()) {
@@ -63,37 +68,89 @@ std::string invalid_utf8_path(const json& j, const std::string& at) {
   return {};
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
-
-ApiError api_error(int status, std::string message, std::string type, std::string code = {}) {
-  ApiError e;
-  e.status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  e.code = std::move(code);
-  return e;
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+// The host of "host", "host:port", "[v6]" or "[v6]:port", lower-cased, brackets kept off.
+std::string host_of(const std::string& authority) {
+  std::string a = lower(authority);
+  if (!a.empty() && a[0] == '[') return a.substr(1, a.find(']') == std::string::npos ? std::string::npos : a.find(']') - 1);
+  return a.substr(0, a.find(':'));
+}
 
-// cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian
-// built the library): a burst of connections beyond it waits for SYN retransmits, and clients
-// give up on some. Calling listen() again on the bound socket raises the backlog; the library
-// does not expose the socket, so it is found by its port among this process's descriptors.
-void raise_listen_backlog(int port) {
-  for (int fd = 3; fd < 4096; ++fd) {
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof addr;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    const int p = addr.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
-                  : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                               : -1;
-    if (p == port) ::listen(fd, SOMAXCONN);
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+bool listed(const std::vector<std::string>& list, const std::string& v) {
+  for (const std::string& x : list)
+    if (x == "*" || lower(x) == v) return true;
+  return false;
+}
+
+// The bounded worker threads that parse, check and tokenize requests (never one per request
+// or connection): requests wait in a queue, bounded by the connections.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int n) {
+    try {
+      for (int i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+    } catch (const std::system_error& e) {
+      stop();
+      fail(Status::unavailable, "cannot start the server's ", n, " worker threads: ", e.what());
+    }
   }
-}
+  ~WorkerPool() { stop(); }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  // Runs the jobs already posted, then joins.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A request being handled: where its answer goes and what it counts under.
+struct Call {
+  HttpRequest req;
+  std::shared_ptr<Exchange> ex;
+  std::string route;     // the metrics' label
+  HeaderList cors;       // Access-Control-Allow-Origin for an allowed Origin
+};
 
 }  // namespace
 
@@ -101,102 +158,145 @@ struct HttpServer::Impl {
   LoadedModel& model;
   BatchEngine& engine;
   ServerOptions opt;
-  httplib::Server svr;
   ServerMetrics metrics;
   std::optional<ModelChatTemplate> chat;
+  std::unique_ptr<HttpTransport> transport;
+  std::unique_ptr<WorkerPool> workers;
   std::atomic<bool> stopping{false};
-  // run()'s progress: 0 not called, 1 inside (listening or about to), 2 returned. stop() and
-  // run() each write their flag before reading the other's (sequentially consistent), so a
-  // stop either finds run() inside and waits for it, or run() finds the stop and returns.
+  // run()'s progress: 0 not called, 1 inside, 2 returned. stop() and run() each write their
+  // flag before reading the other's (sequentially consistent), so a stop either finds run()
+  // inside and waits for it, or run() finds the stop and returns.
   std::atomic<int> run_state{0};
 
   Impl(LoadedModel& m, BatchEngine& e, const ServerOptions& o) : model(m), engine(e), opt(o) {}
 
-  bool authorized(const httplib::Request& req) const {
-    if (opt.api_key.empty()) return true;
-    return req.get_header_value("Authorization") == "Bearer " + opt.api_key;
+  void reply(Call& c, int status, const json& body, HeaderList extra = {}) {
+    metrics.count_response(c.route, status);
+    extra.insert(extra.end(), c.cors.begin(), c.cors.end());
+    c.ex->respond(status, "application/json", dump(body), extra);
   }
+  void reply_error(Call& c, const ApiError& e, HeaderList extra = {}) { reply(c, e.status, e.to_json(), std::move(extra)); }
 
   // The route a request counts under in the metrics (a fixed set, so labels stay bounded).
-  static std::string route_of(const httplib::Request& req) {
+  static std::string route_of(const std::string& path) {
     for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/cache", "/health", "/metrics", "/"})
-      if (req.path == r) return r;
+      if (path == r) return r;
     return "other";
   }
+  static const char* method_of(const std::string& route) {
+    return route == "/v1/completions" || route == "/v1/chat/completions" ? "POST" : "GET";
+  }
 
-  void routes();
-  void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  bool host_allowed(const HttpRequest& req) const {
+    if (!req.has_header("host")) return true;  // HTTP/1.0 (1.1 requires it: the parser's 400)
+    const std::string host = host_of(req.header("host"));
+    return is_ip_literal(host) || host == "localhost" || (host.size() > 10 && host.ends_with(".localhost")) ||
+           host == lower(opt.host) || listed(opt.allow_hosts, host);
+  }
+  // An Origin header: the server's own page (its authority is the Host), or one allowed.
+  bool origin_allowed(const HttpRequest& req, const std::string& origin) const {
+    const std::string o = lower(origin);
+    const size_t scheme = o.find("://");
+    if (scheme != std::string::npos && o.substr(scheme + 3) == lower(req.header("host")) &&
+        (o.starts_with("http://") || o.starts_with("https://")))
+      return true;
+    return listed(opt.allow_origins, o);
+  }
+
+  void handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  void complete(Call& c, Endpoint endpoint);
   // The prompt's tokens; body: the request as sent (key order kept), for chats with tools.
   std::vector<int32_t> prompt_of(const ParsedRequest& pr, const std::string& body);
 };
 
-void HttpServer::Impl::routes() {
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_read_timeout(std::chrono::seconds(30));
-  svr.set_write_timeout(std::chrono::seconds(30));
-  const int threads = opt.http_threads > 0 ? opt.http_threads
-                                           : engine.options().n_parallel + static_cast<int>(engine.options().max_queue) + 8;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-
-  // Every answer without a body of its own (404, 405, 413 from the library) gets OpenAI's
-  // error object; every answer is counted.
-  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const int s = res.status;
-    const std::string msg = s == 404   ? "no such route: " + req.method + " " + req.path
-                            : s == 405 ? "method " + req.method + " is not allowed on " + req.path
-                            : s == 413 ? "the request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes"
-                            : s == 400 ? "malformed HTTP request"
-                                       : "HTTP error " + std::to_string(s);
-    send_json(res, s, api_error(s, msg, s == 413 ? "invalid_request_error" : s >= 500 ? "server_error" : "invalid_request_error").to_json());
-  });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+void HttpServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+  auto c = std::make_shared<Call>();
+  c->route = route_of(req.path);
+  c->ex = std::move(ex);
+  const std::string origin = req.header("origin");
+  const bool keyless = opt.api_key.empty();
+  if (keyless && !host_allowed(req)) {
+    reply_error(*c, api_error(403,
+                              "the Host header '" + req.header("host") +
+                                  "' does not name this server (an IP address, localhost, or a name given with "
+                                  "--allow-host); without --api-key, web pages elsewhere must not reach it",
+                              "invalid_request_error", "host_not_allowed"));
+    return;
+  }
+  if (!origin.empty()) {
+    if (keyless && !origin_allowed(req, origin)) {
+      reply_error(*c, api_error(403,
+                                "requests from the page at '" + origin +
+                                    "' are not allowed (the server's own page is; --allow-origin allows others)",
+                                "invalid_request_error", "origin_not_allowed"));
+      return;
     }
-    send_error(res, api_error(500, what, "server_error"));
-  });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.count_response(route_of(req), res.status);
-  });
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool open = req.path == "/" || req.path == "/health";
-    if (!open && !authorized(req)) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, api_error(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
-                                "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+    if (listed(opt.allow_origins, lower(origin))) c->cors = {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+  }
+  if (c->route == "other") {
+    reply_error(*c, api_error(404, "no such route: " + req.method + " " + req.path, "invalid_request_error", "not_found"));
+    return;
+  }
+  const std::string method = method_of(c->route);
+  if (req.method == "OPTIONS" && !c->cors.empty()) {  // a CORS preflight from an allowed origin
+    HeaderList h = c->cors;
+    h.insert(h.end(), {{"Access-Control-Allow-Methods", method + ", OPTIONS"},
+                       {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                       {"Access-Control-Max-Age", "600"}});
+    metrics.count_response(c->route, 204);
+    c->ex->respond(204, "", "", h);
+    return;
+  }
+  if (req.method != method && !(method == "GET" && req.method == "HEAD")) {
+    reply_error(*c,
+                api_error(405, "method " + req.method + " is not allowed on " + req.path + " (" + method + " is)",
+                          "invalid_request_error", "method_not_allowed"),
+                {{"Allow", method == "GET" ? "GET, HEAD" : method}});
+    return;
+  }
+  const bool open = c->route == "/" || c->route == "/health";
+  if (!open && !keyless && req.header("authorization") != "Bearer " + opt.api_key) {
+    reply_error(*c,
+                api_error(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
+                          "invalid_api_key"),
+                {{"WWW-Authenticate", "Bearer"}});
+    return;
+  }
+  if (c->route == "/") {
+    metrics.count_response(c->route, 200);
+    c->ex->respond(200, "text/html; charset=utf-8", chat_page_html(), c->cors);
+  } else if (c->route == "/health") {
+    if (stopping) reply(*c, 503, {{"status", "shutting down"}});
+    else reply(*c, 200, {{"status", "ok"}});
+  } else if (c->route == "/v1/models") {
+    reply(*c, 200,
+          {{"object", "list"},
+           {"data", json::array({{{"id", opt.model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "sluice"}}})}});
+  } else if (c->route == "/metrics") {
+    metrics.count_response(c->route, 200);
+    c->ex->respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics.prometheus(engine.counters()), c->cors);
+  } else if (c->route == "/v1/cache") {
+    reply(*c, 200, metrics.live_json(engine.counters()));
+  } else {
+    // POST: a JSON body. Without a key, nothing else: a cross-site form or text/plain post
+    // (which a browser sends without asking the server first) cannot reach the engine.
+    const std::string type = lower(req.header("content-type"));
+    if (keyless && type.substr(0, type.find(';')) != "application/json") {
+      reply_error(*c, api_error(415, "the body must be sent as Content-Type: application/json (got '" +
+                                         req.header("content-type") + "')",
+                                "invalid_request_error", "unsupported_media_type"));
+      return;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html; charset=utf-8"); });
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (stopping) send_json(res, 503, {{"status", "shutting down"}});
-    else send_json(res, 200, {{"status", "ok"}});
-  });
-  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200,
-              {{"object", "list"},
-               {"data", json::array({{{"id", opt.model_name}, {"object", "model"}, {"created", unix_now()},
-                                      {"owned_by", "sluice"}}})}});
-  });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.prometheus(engine.counters()), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  svr.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, metrics.live_json(engine.counters()));
-  });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(req, res, Endpoint::completions);
-  });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(req, res, Endpoint::chat);
-  });
+    const Endpoint endpoint = c->route == "/v1/completions" ? Endpoint::completions : Endpoint::chat;
+    c->req = std::move(req);
+    workers->post([this, c, endpoint] {
+      try {
+        complete(*c, endpoint);
+      } catch (const std::exception& e) {
+        reply_error(*c, api_error(500, e.what(), "server_error"));
+      }
+    });
+  }
 }
 
 std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const std::string& body) {
@@ -245,148 +345,89 @@ std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const 
   }
 }
 
-void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+void HttpServer::Impl::complete(Call& c, Endpoint endpoint) {
+  const std::string& text = c.req.body;
+  // Depth and size first: the parsed value is walked recursively (below, and by dump() and the
+  // template), and parsing allocates per value.
+  if (const std::string why = json_bounds_error(text, JsonBounds{}); !why.empty()) {
+    reply_error(c, api_error(400, why, "invalid_request_error", "invalid_json"));
+    return;
+  }
   json body;
   try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message starts with its error id; the client needs the reason and where.
+    body = json::parse(text);
+  } catch (const json::exception& e) {
+    // nlohmann's message starts with its error id; the client needs the reason and where
+    // (a syntax error, or a number beyond a double such as 1e999).
     std::string what = e.what();
     const size_t at = what.find("] ");
-    send_error(res, api_error(400, "the body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)),
-                              "invalid_request_error", "invalid_json"));
+    reply_error(c, api_error(400, "the body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)),
+                             "invalid_request_error", "invalid_json"));
     return;
   }
   if (const std::string bad = invalid_utf8_path(body, ""); !bad.empty()) {
-    send_error(res, api_error(400, "the body is not valid JSON: '" + bad + "' holds bytes that are not UTF-8",
-                              "invalid_request_error", "invalid_json"));
+    reply_error(c, api_error(400, "the body is not valid JSON: '" + bad + "' holds bytes that are not UTF-8",
+                             "invalid_request_error", "invalid_json"));
     return;
   }
   ParsedRequest pr;
   std::vector<int32_t> prompt;
   try {
-    pr = parse_request(body, endpoint, opt.default_sampling);
-    prompt = prompt_of(pr, req.body);
+    RequestLimits limits;
+    limits.max_messages = limits.max_prompt_ids = static_cast<size_t>(engine.options().n_ctx);
+    pr = parse_request(body, endpoint, opt.default_sampling, limits);
+    body = json();  // the parsed body is not needed past here
+    prompt = prompt_of(pr, text);
   } catch (const ApiError& e) {
-    send_error(res, e);
+    reply_error(c, e);
     return;
   }
   const int64_t n_ctx = engine.options().n_ctx, n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt == 0) {
-    send_error(res, api_error(400, "the prompt is empty", "invalid_request_error", "invalid_value"));
+    reply_error(c, api_error(400, "the prompt is empty", "invalid_request_error", "invalid_value"));
     return;
   }
   if (n_prompt >= n_ctx) {
-    send_error(res, api_error(400,
-                              "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " +
-                                  std::to_string(n_ctx) + " (prompt and completion together)",
-                              "invalid_request_error", "context_length_exceeded"));
+    reply_error(c, api_error(400,
+                             "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " +
+                                 std::to_string(n_ctx) + " (prompt and completion together)",
+                             "invalid_request_error", "context_length_exceeded"));
     return;
   }
   // OpenAI's defaults: completions 16 tokens, chat until the end of the context.
   const int64_t max_tokens = pr.max_tokens.value_or(endpoint == Endpoint::completions ? 16 : n_ctx - n_prompt);
   if (n_prompt + max_tokens > n_ctx) {
-    send_error(res, api_error(400,
-                              "the prompt (" + std::to_string(n_prompt) + " tokens) and max_tokens (" +
-                                  std::to_string(max_tokens) + ") exceed the context of " + std::to_string(n_ctx) +
-                                  " tokens",
-                              "invalid_request_error", "context_length_exceeded"));
+    reply_error(c, api_error(400,
+                             "the prompt (" + std::to_string(n_prompt) + " tokens) and max_tokens (" +
+                                 std::to_string(max_tokens) + ") exceed the context of " + std::to_string(n_ctx) +
+                                 " tokens",
+                             "invalid_request_error", "context_length_exceeded"));
     return;
   }
-  auto stream = std::make_shared<RequestStream>(*model.tokenizer, pr.stop);
+  ResponseIds ids{random_id(endpoint == Endpoint::chat ? "chatcmpl" : "cmpl"), unix_now(),
+                  pr.model.empty() ? opt.model_name : pr.model};
+  const std::string route = c.route;
+  auto answer = std::make_shared<CompletionAnswer>(c.ex, *model.tokenizer, pr, ids,
+                                                   [this, route](int status) { metrics.count_response(route, status); },
+                                                   c.cors);
   CompletionRequest cr;
   cr.prompt = std::move(prompt);
   cr.max_tokens = max_tokens;
   cr.sampling = pr.sampling;
   cr.eos_id = model.eos_id();
-  cr.on_token = [stream](int32_t id) { return stream->on_token(id); };
-  cr.on_done = [stream](const CompletionResult& r) { stream->on_done(r); };
+  cr.on_token = [answer](int32_t id) { return answer->on_token(id); };
+  cr.on_done = [answer](const CompletionResult& r) { answer->on_done(r); };
   uint64_t id = 0;
   try {
     id = engine.submit(std::move(cr));
   } catch (const Error& e) {
-    if (e.status() == Status::unavailable) send_error(res, api_error(503, e.what(), "server_error", "unavailable"));
-    else send_error(res, api_error(400, e.what(), "invalid_request_error", "invalid_value"));
+    if (e.status() == Status::unavailable) reply_error(c, api_error(503, e.what(), "server_error", "unavailable"));
+    else reply_error(c, api_error(400, e.what(), "invalid_request_error", "invalid_value"));
     return;
   }
-  ResponseIds ids{random_id(endpoint == Endpoint::chat ? "chatcmpl" : "cmpl"), unix_now(),
-                  pr.model.empty() ? opt.model_name : pr.model};
-  // A chat offered tools: the reply's <tool_call> blocks become tool_calls.
-  const bool parse_calls = endpoint == Endpoint::chat && !pr.tools.is_null() && !pr.tool_choice_none;
-
-  if (!pr.stream) {
-    std::string text;
-    for (;;) {
-      std::optional<RequestStream::Event> ev = stream->next(kKeepAlive);
-      if (!ev) continue;
-      text += ev->text;
-      if (!ev->done) continue;
-      if (ev->done->reason == FinishReason::error) {
-        send_error(res, api_error(500, ev->done->error, "server_error"));
-        return;
-      }
-      if (parse_calls) {
-        ParsedReply reply = parse_tool_calls(text);
-        if (!reply.calls.empty()) {
-          send_json(res, 200, completion_response(ids, endpoint, reply.content, *ev->done, reply.calls));
-          return;
-        }
-      }
-      send_json(res, 200, completion_response(ids, endpoint, text, *ev->done));
-      return;
-    }
-  }
-
-  // Server-sent events: a chunk per piece of text, the last with its finish_reason, the usage
-  // when asked for, then [DONE]. A keep-alive comment while nothing comes: a client that went
-  // away fails the write, and its request ends at the engine's next step.
-  res.set_header("Cache-Control", "no-cache");
-  const bool include_usage = pr.include_usage;
-  auto first = std::make_shared<bool>(true);
-  auto calls = parse_calls ? std::make_shared<ToolCallStream>() : nullptr;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream, ids, endpoint, include_usage, first, calls](size_t, httplib::DataSink& sink) {
-        if (*first && endpoint == Endpoint::chat) {  // the role comes first, as OpenAI sends it
-          *first = false;
-          const std::string s = sse(stream_chunk(ids, endpoint, "", true, std::nullopt));
-          if (!sink.write(s.data(), s.size())) return false;
-        }
-        *first = false;
-        std::optional<RequestStream::Event> ev = stream->next(kKeepAlive);
-        if (!ev) {
-          static const std::string ping = ": keep-alive\n\n";
-          return sink.write(ping.data(), ping.size());
-        }
-        const std::string content = calls ? calls->push(ev->text) : ev->text;
-        if (!content.empty()) {
-          const std::string s = sse(stream_chunk(ids, endpoint, content, false, std::nullopt));
-          if (!sink.write(s.data(), s.size())) return false;
-        }
-        if (!ev->done) return true;
-        std::string tail;
-        ParsedReply reply;
-        if (calls) reply = calls->finish();
-        if (!reply.content.empty()) tail += sse(stream_chunk(ids, endpoint, reply.content, false, std::nullopt));
-        if (ev->done->reason == FinishReason::error) {
-          tail += sse(api_error(500, ev->done->error, "server_error").to_json());
-        } else if (!reply.calls.empty()) {
-          tail += sse(stream_tool_calls_chunk(ids, reply.calls));
-          tail += sse(stream_tool_calls_end(ids));
-        } else {
-          tail += sse(stream_chunk(ids, endpoint, "", false, ev->done->reason));
-        }
-        if (include_usage) tail += sse(stream_usage_chunk(ids, endpoint, *ev->done));
-        tail += "data: [DONE]\n\n";
-        if (!sink.write(tail.data(), tail.size())) return false;
-        sink.done();
-        return true;
-      },
-      [this, stream, id](bool success) {
-        if (success) return;
-        stream->close();  // the client went away: free its sequence
-        engine.cancel(id);
-      });
+  // A client that leaves (at once if it already has) frees its sequence at the next step.
+  c.ex->on_gone([this, id] { engine.cancel(id); });
+  answer->begin();
 }
 
 HttpServer::HttpServer(LoadedModel& model, BatchEngine& engine, const ServerOptions& options)
@@ -395,43 +436,52 @@ HttpServer::HttpServer(LoadedModel& model, BatchEngine& engine, const ServerOpti
                model.dir.string());
   impl_->chat = load_chat_template(model.dir);
   if (!impl_->chat) LOG_WARN("serve: ", model.dir.string(), " has no chat template: /v1/chat/completions answers 400");
-  impl_->routes();
+  TransportOptions to;
+  to.limits.max_body = options.max_body_bytes;
+  to.max_connections = options.max_connections > 0
+                           ? options.max_connections
+                           : static_cast<size_t>(engine.options().n_parallel) + engine.options().max_queue + 256;
+  to.max_buffered_input = std::max<size_t>(size_t{64} << 20, 4 * options.max_body_bytes);
+  to.idle_timeout = options.idle_timeout;
+  to.head_timeout = options.head_timeout;
+  to.body_timeout = options.body_timeout;
+  to.write_timeout = options.write_timeout;
+  Impl* impl = impl_.get();
+  impl_->transport = std::make_unique<HttpTransport>(
+      to, [impl](HttpRequest&& req, std::shared_ptr<Exchange> ex) { impl->handle(std::move(req), std::move(ex)); },
+      [impl](int status, const std::string& message) {
+        impl->metrics.count_response("other", status);
+        return dump(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error").to_json());
+      });
+  impl_->workers = std::make_unique<WorkerPool>(std::max(1, options.workers));
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  impl_->workers->stop();
+}
 
 bool HttpServer::bind(std::string* error) {
-  if (impl_->opt.port == 0) {
-    port_ = impl_->svr.bind_to_any_port(impl_->opt.host);
-  } else if (impl_->svr.bind_to_port(impl_->opt.host, impl_->opt.port)) {
-    port_ = impl_->opt.port;
-  }
-  if (port_ > 0) {
-    raise_listen_backlog(port_);
-    return true;
-  }
-  if (error)
-    *error = str("cannot listen on ", impl_->opt.host, ":", impl_->opt.port,
-                 " (the port is in use, or the host is not an address of this machine)");
-  return false;
+  if (!impl_->transport->bind(impl_->opt.host, impl_->opt.port, error)) return false;
+  port_ = impl_->transport->port();
+  return true;
 }
 
 void HttpServer::run() {
   impl_->run_state = 1;
-  if (!impl_->stopping) impl_->svr.listen_after_bind();
+  if (!impl_->stopping) impl_->transport->run();
   impl_->run_state = 2;
 }
 
 void HttpServer::stop() {
-  if (!impl_->stopping.exchange(true)) impl_->engine.stop();  // every request ends; their handlers finish
-  // httplib's stop does nothing until its listen loop has begun: a stop that came between
-  // run()'s start and the loop's would be lost (the server listening forever), so ask until
-  // run() has returned.
-  while (impl_->run_state == 1) {
-    impl_->svr.stop();
-    if (impl_->run_state == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // The transport first: it takes no new request and closes each connection as its answer
+  // ends; then the engine ends every request, and each stream gets its end.
+  impl_->transport->stop();
+  if (!impl_->stopping.exchange(true)) impl_->engine.stop();
+  while (impl_->run_state == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
+
+size_t HttpServer::connections() const { return impl_->transport->connections(); }
 
 void HttpServer::update_cache_stats(const RunStats& stats) { impl_->metrics.set_cache_stats(stats); }
 
