@@ -705,6 +705,7 @@ ConvertSummary convert_checkpoint(const fs::path& hf_dir, const fs::path& out_ar
     std::string bytes = read_file_bytes(hf_dir / name, json_file_max, "a tokenizer file");
     write_small_file(tmp_dir / name, bytes.data(), bytes.size());
     m.tokenizer_files.push_back(name);
+    m.tokenizer_checksums[name] = XXH3_64bits(bytes.data(), bytes.size());
   }
   const std::string manifest = pack_manifest_to_json(m);
   write_small_file(tmp_dir / kPackManifestName, manifest.data(), manifest.size());
