@@ -6,8 +6,9 @@ SHELL        := /bin/bash
 DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
                 libcli11-dev libxxhash-dev libgtest-dev liburing-dev liblzma-dev \
                 libcpp-httplib-dev
-# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test.
-TEST_DEB_PACKAGES := chromium
+# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test,
+# python3 for the server's Python client test.
+TEST_DEB_PACKAGES := chromium python3
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
 # make run: the demo model (models/demo) as a pack, its 96 experts streamed through a cache of
