@@ -72,7 +72,7 @@ test: build test-deps
 # -rss_limit_mb=2048. A crash leaves its input in build-fuzz/artifacts/.
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= fuzz_safetensors fuzz_pack_manifest fuzz_npy
+FUZZ_TARGETS ?= fuzz_safetensors fuzz_pack_manifest fuzz_npy fuzz_http_request fuzz_openai_body
 FUZZ_FLAGS   ?= -max_len=8192 -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1
 
 fuzz-build: deps
