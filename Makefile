@@ -6,8 +6,9 @@ SHELL        := /bin/bash
 DEB_PACKAGES := cmake make g++ pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
                 libcli11-dev libxxhash-dev libgtest-dev liburing-dev liblzma-dev \
                 libcpp-httplib-dev
-# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test.
-TEST_DEB_PACKAGES := chromium
+# What `make test` needs beyond the build: Debian's chromium for the chat page's browser test,
+# python3 for the server's Python client test.
+TEST_DEB_PACKAGES := chromium python3
 BUILD_DIR    ?= build
 JOBS         ?= $(shell nproc)
 # make run: the demo model (models/demo) as a pack, its 96 experts streamed through a cache of
@@ -71,7 +72,7 @@ test: build test-deps
 # -rss_limit_mb=2048. A crash leaves its input in build-fuzz/artifacts/.
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= fuzz_safetensors fuzz_pack_manifest fuzz_npy
+FUZZ_TARGETS ?= fuzz_safetensors fuzz_pack_manifest fuzz_npy fuzz_http_request fuzz_openai_body
 FUZZ_FLAGS   ?= -max_len=8192 -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1
 
 fuzz-build: deps

@@ -17,9 +17,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .carry
 for b in "${bins[@]}"; do strip -o "$stage/bin/$b" "$from/bin/$b"; done
-# libcpp-httplib (sluice serve) and what it needs beyond Ubuntu 24.04 base: brotli, OpenSSL 3.
-for lib in libpcre2-8.so.0 libutf8proc.so.2 liburing.so.2 libxxhash.so.0 libcpp-httplib.so.0.11 \
-           libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1; do
+# The shared libraries beyond Ubuntu 24.04 base.
+for lib in libpcre2-8.so.0 libutf8proc.so.2 liburing.so.2 libxxhash.so.0; do
   [ -e "/lib/x86_64-linux-gnu/$lib" ] && cp -L "/lib/x86_64-linux-gnu/$lib" "$stage/lib/"
 done
 rm -f .carry/bins.tgz  # the old name: it would travel too if carried by folder

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <xxhash.h>
+
 #include "convert/convert_journal.h"
 #include "convert/convert_steps.h"
 #include "core/error.h"
@@ -145,6 +147,7 @@ void write_pack_metadata(const fs::path& hf_dir, PackManifest& m, const fs::path
     fs::remove(dir / name, ec);  // a resumed convert may have written it before
     write_small_file(dir / name, bytes.data(), bytes.size());
     m.tokenizer_files.push_back(name);
+    m.tokenizer_checksums[name] = XXH3_64bits(bytes.data(), bytes.size());
   }
   const std::string manifest = pack_manifest_to_json(m);
   write_small_file(dir / kPackManifestName, manifest.data(), manifest.size());

@@ -1,6 +1,7 @@
 // AlignedBuffer: zero-filled host memory aligned to the 4096-byte block of direct IO, so
 // that O_DIRECT reads and writes can use it (expert slots of the CPU streamer, pack writers,
-// PLE row caches).
+// PLE row caches). An anonymous mapping: memory is taken as pages are first written, so a
+// large tier costs only what it holds.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ class AlignedBuffer {
 
  private:
   struct Free {
+    uint64_t bytes;  // of the mapping
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> ptr_;

@@ -2,6 +2,7 @@
 // permission is told apart from a missing file.
 #include "core/paths.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,6 +84,14 @@ void expect_output_file(const fs::path& path, std::string_view what, std::string
     refuse(Status::invalid_argument, path, what, "cannot be created: its directory " + parent_kind, expected);
   if (::access(parent.c_str(), W_OK | X_OK) != 0)
     refuse(Status::invalid_argument, path, what, "cannot be created: its directory is not writable", expected);
+  // access() says yes to root everywhere, and to anyone on file systems that take no new
+  // files (sysfs, procfs): create and remove a file beside it, as the writer will.
+  const fs::path probe = parent / ("." + path.filename().string() + ".probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    refuse(Status::invalid_argument, path, what, std::string("cannot be created: ") + std::strerror(errno), expected);
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace sluice

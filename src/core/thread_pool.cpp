@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <system_error>
 
+#include "core/error.h"
 #include "core/switches.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,7 +32,22 @@ int64_t now_ns() {
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  SLUICE_CHECK(n_threads <= kMaxThreads, Status::invalid_argument, n_threads, " threads: at most ", kMaxThreads);
+  try {
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The members die with the constructor: the workers already running wait on them, so they
+    // are stopped and joined first (destroying a condition variable with waiters hangs).
+    const size_t started = workers_.size();
+    {
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stop_.store(true);
+    }
+    sleep_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    fail(Status::unavailable, "cannot start ", n_threads, " threads (", started + 1,
+         " started; the system's thread or memory limit): ", e.what(), "; ask for fewer with --threads");
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -147,6 +164,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
 
 namespace {
 int g_global_threads = 0;
+// SLUICE_THREADS takes what --threads takes: 0 (every core) to the pool's bound.
+static_assert(switches::kSwitches[static_cast<int>(Switch::threads)].max == ThreadPool::kMaxThreads);
 }
 
 void ThreadPool::set_global_threads(int n) { g_global_threads = n; }

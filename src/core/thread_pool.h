@@ -23,7 +23,10 @@ namespace sluice {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  // n_threads <= 0: hardware concurrency; more than kMaxThreads is invalid_argument. A thread
+  // the system cannot create (a thread or memory limit) is an `unavailable` Error, after the
+  // threads already started were stopped and joined.
+  explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -33,8 +36,13 @@ class ThreadPool {
   // fn(begin, end) over chunks of [0, n) of at least min_chunk items; blocks until done.
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
-  static ThreadPool& global();           // sized by SLUICE_THREADS or the core count
+  // Sized by set_global_threads, else SLUICE_THREADS (the switches' registry: an integer from 0
+  // to kMaxThreads, 0 every core; anything else is an invalid_argument Error naming it).
+  static ThreadPool& global();
   static void set_global_threads(int n);  // before first use of global()
+
+  // The most threads a pool takes (the CLI's --threads and SLUICE_THREADS alike).
+  static constexpr int kMaxThreads = 1024;
 
   // How long an idle worker watches for the next loop before it sleeps. Long enough to span
   // the gap between two matmuls of a decode step, short enough that an idle pool goes quiet

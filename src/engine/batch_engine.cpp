@@ -3,6 +3,7 @@
 #include "engine/batch_engine.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -53,7 +54,11 @@ BatchEngine::BatchEngine(Model& model, const BatchEngineOptions& options) : mode
     free_states_.push_back(opt_.n_parallel - 1 - i);
   }
   counters_.n_parallel = opt_.n_parallel;
-  thread_ = std::thread([this] { loop(); });
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (const std::system_error& e) {
+    fail(Status::unavailable, "cannot start the engine thread (the system's thread or memory limit): ", e.what());
+  }
 }
 
 BatchEngine::~BatchEngine() { stop(); }

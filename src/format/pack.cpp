@@ -133,6 +133,13 @@ std::vector<PackRange> pack_kind_ranges(const PackKindInfo& info) {
 
 // ---- manifest writing ----
 
+uint64_t pack_settings_checksum(const PackManifest& m) {
+  // nlohmann::json keeps object keys sorted and prints numbers in their shortest round-trip
+  // form: the text is the same for the same settings however the manifest was laid out.
+  const std::string text = m.family + '\n' + m.config.dump();
+  return XXH3_64bits(text.data(), text.size());
+}
+
 std::string pack_manifest_to_json(const PackManifest& m) {
   using ojson = nlohmann::ordered_json;
   ojson root;
@@ -141,6 +148,12 @@ std::string pack_manifest_to_json(const PackManifest& m) {
   root["family"] = m.family;
   root["config"] = m.config;
   root["tokenizer_files"] = m.tokenizer_files;
+  if (!m.tokenizer_checksums.empty()) {
+    ojson sums = ojson::object();
+    for (const auto& [name, sum] : m.tokenizer_checksums) sums[name] = hex16(sum);
+    root["tokenizer_checksums"] = std::move(sums);
+  }
+  root["settings_checksum"] = hex16(pack_settings_checksum(m));
   ojson dense;
   dense["file"] = kPackDenseName;
   dense["dtype"] = dtype_name(m.dense_dtype);

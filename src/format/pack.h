@@ -194,6 +194,12 @@ struct PackManifest {
   std::string family;              // registry model_type
   nlohmann::json config;           // the checkpoint's config.json, verbatim
   std::vector<std::string> tokenizer_files;  // copied files, relative names
+  // XXH3-64 of each tokenizer file's bytes, by name (packs written before these existed have
+  // none: verify says their tokenizer files are not covered).
+  std::map<std::string, uint64_t> tokenizer_checksums;
+  // XXH3-64 of the family and config as the manifest holds them (pack_settings_checksum);
+  // written with every manifest, absent from older ones.
+  std::optional<uint64_t> settings_checksum;
   DType dense_dtype = DType::bf16;           // of the float tensors (integer tensors keep theirs;
                                              // quantized matrices, version 3, are q8 or q4)
   std::vector<PackDenseTensor> dense;        // ascending offsets
@@ -225,6 +231,11 @@ struct PackManifest {
   }
   int64_t n_records() const { return static_cast<int64_t>(moe_layers.size()) * n_expert; }
 };
+
+// The checksum of the model settings a manifest carries: the family and the config (every
+// key, sorted, numbers as parsed), so that an edit of any of them (num_experts_per_tok,
+// rope_theta, max_position_embeddings, ...) after conversion is found by verify.
+uint64_t pack_settings_checksum(const PackManifest& m);
 
 // Parses and validates manifest.json text (pure; the fuzz target calls this). Every error is
 // Status::corrupt or unsupported and names the field.
@@ -298,6 +309,9 @@ struct PackVerifyResult {
   uint64_t records_checked = 0, bytes_checked = 0;
   uint64_t table_chunks_checked = 0;  // n-gram table chunks
   std::vector<std::string> problems;  // first bad record first; empty when ok
+  // What the pack carries no checksum of (a pack written before settings_checksum and
+  // tokenizer_checksums): "the model settings", "tokenizer.json", ...
+  std::vector<std::string> not_covered;
 };
 // Throws for a pack that cannot be opened at all (missing or corrupt manifest, wrong file
 // sizes or headers); checksum mismatches are collected (at most max_problems) in the result.

@@ -390,6 +390,17 @@ PackManifest parse_pack_manifest(std::string_view text, std::string_view file_na
       f.bad(str("tokenizer_files[", i, "]"), str("'", name, "' is not a distinct plain file name in the pack directory"));
     m.tokenizer_files.push_back(name);
   }
+  if (const json* sums = f.optional(root, "tokenizer_checksums")) {
+    f.object(*sums, "tokenizer_checksums");
+    for (auto it = sums->begin(); it != sums->end(); ++it) {
+      if (std::find(m.tokenizer_files.begin(), m.tokenizer_files.end(), it.key()) == m.tokenizer_files.end())
+        f.bad("tokenizer_checksums", str("names '", it.key().substr(0, 200), "', which tokenizer_files does not list"));
+      m.tokenizer_checksums[it.key()] = f.checksum(*it, "tokenizer_checksums." + it.key().substr(0, 200));
+    }
+    for (const std::string& name : m.tokenizer_files)
+      if (!m.tokenizer_checksums.count(name)) f.bad("tokenizer_checksums", str("has no checksum of '", name, "'"));
+  }
+  if (const json* sum = f.optional(root, "settings_checksum")) m.settings_checksum = f.checksum(*sum, "settings_checksum");
 
   // Experts first: the kinds' checks need n_expert and the layer count.
   // Version 2: a model without routed experts has none (layers empty, sizes 0, no kinds).

@@ -61,9 +61,27 @@ PackVerifyResult verify_pack(const fs::path& dir, const std::function<void(const
     if (r.problems.size() < max_problems) r.problems.push_back(std::move(what));
   };
 
+  // The model settings and the tokenizer files: an edit after conversion changes what a run
+  // computes as surely as a flipped weight.
+  if (!m.settings_checksum) r.not_covered.push_back("the model settings");
+  else if (const uint64_t got = pack_settings_checksum(m); got != *m.settings_checksum)
+    problem(str((dir / kPackManifestName).string(), ": the model settings (family and config) do not match "
+                "settings_checksum (manifest ", hex16(*m.settings_checksum), ", settings ", hex16(got),
+                "): edited after conversion; convert the checkpoint again"));
   for (const std::string& name : m.tokenizer_files) {
     std::error_code ec;
-    if (!fs::is_regular_file(dir / name, ec)) problem(str((dir / name).string(), ": listed in the manifest but missing"));
+    if (!fs::is_regular_file(dir / name, ec)) {
+      problem(str((dir / name).string(), ": listed in the manifest but missing"));
+      continue;
+    }
+    auto sum = m.tokenizer_checksums.find(name);
+    if (sum == m.tokenizer_checksums.end()) {
+      r.not_covered.push_back(name);
+      continue;
+    }
+    const std::string bytes = read_file_bytes(dir / name, json_file_max, "a tokenizer file");
+    if (const uint64_t got = XXH3_64bits(bytes.data(), bytes.size()); got != sum->second)
+      problem(str((dir / name).string(), ": checksum mismatch (manifest ", hex16(sum->second), ", file ", hex16(got), ")"));
   }
   std::vector<uint8_t> buf;
   {  // dense.bin

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace sluice::cli {
 
 // The values an integer option takes; the type it is stored in may cap `max` further.
@@ -58,7 +60,7 @@ CLI::Option* add_real(CLI::App& cmd, const std::string& names, float& value, con
                       const std::string& help);
 
 // --threads N: 0 (all cores) to kThreadsMax.
-inline constexpr int32_t kThreadsMax = 1024;
+inline constexpr int32_t kThreadsMax = ThreadPool::kMaxThreads;
 CLI::Option* add_threads(CLI::App& cmd, int32_t& value, const std::string& help);
 
 // What the allowed values are, as messages state them: "an integer from 1 to 256", "a finite

@@ -269,6 +269,14 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   s.backend = make_backend(opt.backend);
+  // The host-RAM tier lives in this machine's memory whatever the backend: it must fit what is
+  // available (the CPU backend's measure: MemAvailable within any cgroup limit).
+  if (lo.streaming && lo.streaming->host_cache_bytes > 0) {
+    const std::optional<uint64_t> avail =
+        s.backend->name() == "cpu" ? s.backend->memory_available() : make_cpu_backend()->memory_available();
+    SLUICE_CHECK(!avail || lo.streaming->host_cache_bytes <= *avail, Status::out_of_memory, "--host-cache ",
+                 opt.host_cache, " is more than the ", byte_size_text(*avail), " of memory available");
+  }
   // f32 or bf16 as named (checked by the option), or auto: the backend's (Backend::auto_kv_dtype).
   s.backend->set_kv_dtype(opt.kv_cache == "auto" ? s.backend->auto_kv_dtype() : *dtype_from_name(opt.kv_cache));
   s.model = load_model(opt.model, *s.backend, lo);

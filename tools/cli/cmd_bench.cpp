@@ -15,10 +15,10 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 #include <string>
 
 #include "cli_common.h"
+#include "cli_output.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
 
@@ -45,9 +45,13 @@ struct Sample {
 
 std::vector<int64_t> parse_list(const std::string& text, const char* option) {
   std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  // Every item between commas counts, a trailing empty one too ("4," is as malformed as "4,,8").
+  std::vector<std::string> items(1);
+  for (char c : text) {
+    if (c == ',') items.emplace_back();
+    else items.back() += c;
+  }
+  for (const std::string& item : items) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     SLUICE_CHECK(!item.empty() && end && *end == '\0' && v >= 0 && v <= 1000000, Status::invalid_argument, option,
@@ -82,7 +86,8 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt) {
 Sample run_once(Session& s, const Test& t, uint64_t salt) {
   Model& model = *s.model.model;
   const int64_t V = model.info().n_vocab;
-  auto state = model.new_state(std::max<int64_t>(t.depth + t.prompt + t.generate + 1, 2));
+  // Positions: the depth, the prompt, and one per decode step (each feeds its token).
+  auto state = model.new_state(std::max<int64_t>(t.depth + t.prompt + t.generate, 2));
   std::vector<float> logits(static_cast<size_t>(V));
   if (t.depth > 0) {  // the context the timed decode starts from
     const std::vector<int32_t> d = bench_tokens(t.depth, V, salt + 1);
@@ -133,6 +138,9 @@ void register_bench(CLI::App& app) {
   cmd->callback([opt] {
     SLUICE_CHECK(opt->output == "md" || opt->output == "json", Status::invalid_argument, "-o ", opt->output,
                  ": expected md or json");
+    SLUICE_CHECK(opt->model.stats.empty(), Status::invalid_argument,
+                 "--stats: sluice bench writes no statistics file (its rows carry the hit rate and read GB/s of each "
+                 "test; sluice run --stats writes one)");
     std::vector<Test> tests;
     for (int64_t p : parse_list(opt->prompts, "-p"))
       if (p > 0) tests.push_back({p, 0, 0});
@@ -148,7 +156,7 @@ void register_bench(CLI::App& app) {
     SLUICE_CHECK(!tests.empty(), Status::invalid_argument, "bench: no test (every -p and -n is 0)");
     Session s = open_session(opt->model);
     Model& model = *s.model.model;
-    for (const Test& t : tests) model.check_context(t.depth + t.prompt + t.generate + 1, str("the test ", t.name()));
+    for (const Test& t : tests) model.check_context(t.depth + t.prompt + t.generate, str("the test ", t.name()));
     const ModelInfo& info = model.info();
     const std::string name = str(info.family, s.model.expert_kind ? str(" ", expert_kind_name(*s.model.expert_kind)) : "");
     const std::string size = byte_size_text(model_bytes(s.model));
@@ -160,10 +168,9 @@ void register_bench(CLI::App& app) {
     const std::string cache = st ? str(byte_size_text(static_cast<uint64_t>(st->n_slots()) * st->slot_bytes()), " (",
                                        st->n_slots(), " slots)")
                                  : "";
-    if (opt->output == "md") {
-      std::printf("| model | size | params | backend | threads | test | t/s |%s\n", st ? " expert cache | hit rate | read GB/s |" : "");
-      std::printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |%s\n", st ? " --- | ---: | ---: |" : "");
-    }
+    if (opt->output == "md")
+      stdout_write(str("| model | size | params | backend | threads | test | t/s |", st ? " expert cache | hit rate | read GB/s |" : "",
+                       "\n| ----- | ---: | -----: | ------- | ------: | ---: | --: |", st ? " --- | ---: | ---: |" : "", "\n"));
     nlohmann::json rows = nlohmann::json::array();
     uint64_t salt = 1;
     for (const Test& t : tests) {
@@ -182,12 +189,16 @@ void register_bench(CLI::App& app) {
       for (double v : tps) var += (v - mean) * (v - mean);
       const double sd = tps.size() > 1 ? std::sqrt(var / static_cast<double>(tps.size() - 1)) : 0;
       const double reps = static_cast<double>(opt->reps);
-      if (opt->output == "md") {
-        std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f |", name.c_str(), size.c_str(), params,
-                    s.backend->name().c_str(), threads, t.name().c_str(), mean, sd);
-        if (st) std::printf(" %s | %.3f | %.2f |", cache.c_str(), hit / reps, read / seconds / 1e9);
-        std::printf("\n");
-        std::fflush(stdout);
+      if (opt->output == "md") {  // every row written and checked as it comes (a full disk is an error)
+        char line[512];
+        std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %d | %s | %.2f ± %.2f |", name.c_str(), size.c_str(), params,
+                      s.backend->name().c_str(), threads, t.name().c_str(), mean, sd);
+        std::string row = line;
+        if (st) {
+          std::snprintf(line, sizeof line, " %s | %.3f | %.2f |", cache.c_str(), hit / reps, read / seconds / 1e9);
+          row += line;
+        }
+        stdout_write(row + "\n");
       }
       nlohmann::json row = {{"model", name}, {"size_bytes", model_bytes(s.model)}, {"n_params", info.n_params},
                             {"backend", s.backend->name()}, {"threads", threads}, {"test", t.name()},
@@ -200,7 +211,7 @@ void register_bench(CLI::App& app) {
       }
       rows.push_back(std::move(row));
     }
-    if (opt->output == "json") std::printf("%s\n", rows.dump(2).c_str());
+    if (opt->output == "json") stdout_write(rows.dump(2) + "\n");
   });
 }
 

@@ -1,6 +1,8 @@
 // sluice serve: the OpenAI-compatible HTTP server (tools/server/http_server.h) over one model
 // and a BatchEngine of --parallel sequences. Ctrl-C or SIGTERM stops accepting, ends the
 // requests in flight (their answers end cleanly) and exits 0.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,23 @@ namespace {
 // The context of one sequence by default: the model's, at most 4096 tokens (what a server's
 // clients mostly need; --ctx asks for more).
 constexpr int64_t kDefaultServeContext = 4096;
+// Requests that may wait for a sequence. Each holds a connection (a descriptor) and its prompt,
+// no thread.
+constexpr int64_t kMaxQueue = 10000;
+
+// Raises the soft limit on open descriptors to the hard one and checks that `needed` fit.
+void ensure_descriptors(uint64_t needed, int64_t max_queue) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max && lim.rlim_cur < needed) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, std::max<rlim_t>(needed, lim.rlim_cur));
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  SLUICE_CHECK(lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= needed, Status::invalid_argument, "--max-queue ",
+               max_queue, " needs ", needed, " open files (a connection each); the limit is ", lim.rlim_cur,
+               " (ulimit -n)");
+}
 
 }  // namespace
 
@@ -29,6 +48,7 @@ void register_serve(CLI::App& app) {
     int64_t n_ctx = 0;
     int64_t max_queue = 64;
     std::string api_key;
+    std::vector<std::string> allow_hosts, allow_origins;
     float temperature = 1.0f, top_p = 1.0f;
     int32_t top_k = 0;
     uint64_t seed = 0;
@@ -42,15 +62,25 @@ void register_serve(CLI::App& app) {
               "sequences decoded together in one batched step (default 4)");
   add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::at_least(0, "0: the model's, at most 4096"),
               "context of each sequence in tokens (default: the model's, at most 4096)");
-  add_integer(*cmd, "--max-queue", opt->max_queue, IntRange::from(0, 100000),
+  add_integer(*cmd, "--max-queue", opt->max_queue, IntRange::from(0, kMaxQueue),
               "requests that may wait for a sequence; more get 503 (default 64)");
-  cmd->add_option("--api-key", opt->api_key, "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+  cmd->add_option("--api-key", opt->api_key, "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1/* and /metrics");
+  cmd->add_option("--allow-host", opt->allow_hosts,
+                  "without --api-key: a Host name accepted besides IP addresses and localhost (repeat or "
+                  "comma-separate; '*': any)")
+      ->delimiter(',');
+  cmd->add_option("--allow-origin", opt->allow_origins,
+                  "a web page origin (scheme://host:port) that may call the API from a browser, with CORS "
+                  "(repeat or comma-separate; '*': any)")
+      ->delimiter(',');
   add_real(*cmd, "--temperature", opt->temperature, RealRange::at_least(0, "0 is greedy"),
            "default sampling temperature of requests that give none (default 1, as OpenAI)");
   add_real(*cmd, "--top-p", opt->top_p, RealRange::above(0, 1), "default nucleus mass (default 1)");
   add_integer(*cmd, "--top-k", opt->top_k, IntRange::at_least(0, "0 keeps every token"), "default top-k (default 0: all)");
   add_seed(*cmd, "--seed", opt->seed, "default seed of requests that give none (default 0)");
   cmd->callback([opt] {
+    SLUICE_CHECK(opt->model.stats.empty(), Status::invalid_argument,
+                 "--stats: sluice serve writes no statistics file (GET /metrics reports the expert cache live)");
     Session s = open_session(opt->model);
     Model& model = *s.model.model;
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "sluice serve needs a tokenizer.json in ",
@@ -79,7 +109,11 @@ void register_serve(CLI::App& app) {
     so.api_key = opt->api_key;
     so.model_name = s.model.dir.filename().string();
     if (so.model_name.empty()) so.model_name = s.model.dir.parent_path().filename().string();
+    so.allow_hosts = opt->allow_hosts;
+    so.allow_origins = opt->allow_origins;
     so.default_sampling = {opt->temperature, opt->top_p, opt->top_k, opt->seed};
+    so.max_connections = static_cast<size_t>(opt->parallel + opt->max_queue) + 256;
+    ensure_descriptors(so.max_connections + 64, opt->max_queue);
     server::HttpServer http(s.model, engine, so);
     // The streamer's statistics for /metrics and the page, read on the engine thread.
     if (StreamingProvider* st = s.model.streamer.get()) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli_args.h"
+#include "cli_common.h"
 #include "cli_output.h"
 #include "core/error.h"
 #include "core/paths.h"
@@ -133,6 +134,9 @@ void register_tokenize(CLI::App& app) {
     if (file->count()) expect_input_file(opt->file, "--file", "a UTF-8 text file");
     if (!opt->out.empty()) expect_output_file(opt->out, "--out", "a file for the token ids");
     const Tokenizer tok = Tokenizer::load(opt->model);
+    // Ctrl-C or SIGTERM stops at the next piece: the unfinished --out file is removed (the
+    // sink's OutputFile, unwound) and the exit status is 130.
+    InterruptFlag interrupt;
     IdSink sink(opt->out, *format, tok);
     if (prompt->count()) {
       sink.push(tok.encode(opt->prompt, opt->add_bos));
@@ -141,6 +145,7 @@ void register_tokenize(CLI::App& app) {
       std::string piece;
       bool first = true;
       while (text.next(piece)) {
+        if (interrupt.flag()->load()) exit_interrupted(opt->out.empty() ? "tokenize" : "tokenize: " + opt->out + " not written");
         try {
           sink.push(tok.encode(piece, opt->add_bos && first));
         } catch (const Error& e) {

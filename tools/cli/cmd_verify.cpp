@@ -43,6 +43,14 @@ void register_verify(CLI::App& app) {
     const std::string tables = r.table_chunks_checked ? str(", ", r.table_chunks_checked, " n-gram table chunks") : "";
     std::fprintf(stderr, "sluice: %s: ok (%llu records%s, %.3f GB checked)\n", opt->dir.c_str(),
                  static_cast<unsigned long long>(r.records_checked), tables.c_str(), r.bytes_checked / 1e9);
+    if (!r.not_covered.empty()) {
+      std::string what;
+      for (const std::string& w : r.not_covered) what += (what.empty() ? "" : ", ") + w;
+      std::fprintf(stderr,
+                   "sluice: %s: note: a pack written before settings and tokenizer checksums: %s not checked "
+                   "(convert again to cover them)\n",
+                   opt->dir.c_str(), what.c_str());
+    }
   });
 }
 

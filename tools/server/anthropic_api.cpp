@@ -2,14 +2,14 @@
 // to content blocks and events.
 #include "anthropic_api.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
+#include "request_body.h"
 
 namespace sluice::server {
 
@@ -17,8 +17,6 @@ using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 namespace {
-
-constexpr auto kPing = std::chrono::milliseconds(250);  // a waiting stream gets a ping this often
 
 [[noreturn]] void bad(std::string message) {
   ApiError e;
@@ -138,7 +136,8 @@ json anthropic_error_json(const std::string& type, const std::string& message) {
   return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
 }
 
-AnthropicRequest parse_anthropic_request(const ojson& body, const SamplingParams& defaults, bool count_only) {
+AnthropicRequest parse_anthropic_request(const ojson& body, const SamplingParams& defaults, bool count_only,
+                                         const RequestLimits& limits) {
   if (!body.is_object()) bad("the request body must be a JSON object");
   for (auto it = body.begin(); it != body.end(); ++it)
     if (!known_fields().count(it.key())) bad(str("unknown field '", it.key(), "'"));
@@ -221,7 +220,7 @@ AnthropicRequest parse_anthropic_request(const ojson& body, const SamplingParams
     if (type != "none" && type != "auto" && !oa.contains("tools")) bad("tool_choice asks for a tool but tools is empty");
   }
   AnthropicRequest r;
-  r.parsed = parse_request(json::parse(oa.dump()), Endpoint::chat, defaults);
+  r.parsed = parse_request(json(oa), Endpoint::chat, defaults, limits);
   r.sent = std::move(oa);
   return r;
 }
@@ -235,35 +234,10 @@ std::string anthropic_stop_reason(const CompletionResult& r, bool tool_calls, bo
 
 namespace {
 
-void send(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-void send_api_error(httplib::Response& res, const ApiError& e) {
-  send(res, e.status, anthropic_error_json(anthropic_error_type(e.status), e.message));
-}
-
-// The body as ordered JSON (key order kept for the template); an error answer and nullopt
-// when it is not JSON or holds bytes that are not UTF-8.
-std::optional<ojson> read_body(const httplib::Request& req, httplib::Response& res) {
-  try {
-    ojson body = ojson::parse(req.body);
-    (void)body.dump();  // throws on strings that are not UTF-8
-    return body;
-  } catch (const ojson::exception& e) {
-    std::string what = e.what();
-    const size_t at = what.find("] ");
-    send(res, 400, anthropic_error_json("invalid_request_error",
-                                        "the body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2))));
-    return std::nullopt;
-  }
-}
-
 // The stop sequence that ended a reply, when it is one the client sent (a format's own stop,
 // such as harmony's <|call|>, is not).
-std::string user_stop(const ParsedRequest& pr, const std::string& matched) {
-  return std::find(pr.stop.begin(), pr.stop.end(), matched) != pr.stop.end() ? matched : std::string();
+std::string user_stop(const std::vector<std::string>& stops, const std::string& matched) {
+  return std::find(stops.begin(), stops.end(), matched) != stops.end() ? matched : std::string();
 }
 
 json tool_use_block(const ToolCall& c, const std::string& id) {
@@ -272,9 +246,9 @@ json tool_use_block(const ToolCall& c, const std::string& id) {
   return {{"type", "tool_use"}, {"id", id}, {"name", c.name}, {"input", input}};
 }
 
-std::string event(const char* type, const json& data) {
-  return str("event: ", type, "\ndata: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
-}
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string event(const char* type, const json& data) { return str("event: ", type, "\ndata: ", dump(data), "\n\n"); }
 
 // The streamed content blocks of one reply: a block opens when its kind of text starts and
 // closes when another kind comes.
@@ -318,124 +292,90 @@ struct BlockWriter {
   }
 };
 
-void messages(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res, const SamplingParams& defaults) {
-  const std::optional<ojson> body = read_body(req, res);
-  if (!body) return;
-  AnthropicRequest ar;
-  Generation gen;
-  try {
-    ar = parse_anthropic_request(*body, defaults, false);
-    gen = ctx.start(ar.parsed, ar.sent);
-  } catch (const ApiError& e) {
-    send_api_error(res, e);
-    return;
-  }
-  const std::string id = message_id();
-  const std::string model = ar.parsed.model.empty() ? ctx.model_name : ar.parsed.model;
-  auto stream = gen.stream;
-
-  if (!ar.parsed.stream) {
-    std::string text;
-    for (;;) {
-      std::optional<RequestStream::Event> ev = stream->next(kPing);
-      if (!ev) continue;
-      text += ev->text;
-      if (!ev->done) continue;
-      if (ev->done->reason == FinishReason::error) {
-        send(res, 500, anthropic_error_json("api_error", ev->done->error));
-        return;
-      }
-      ParsedReply reply{text, {}, {}};
-      if (gen.parse_reply) reply = parse_reply(gen.format, text, gen.reply_options);
-      json content = json::array();
-      if (!reply.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
-      if (!reply.content.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
-      for (size_t i = 0; i < reply.calls.size(); ++i) content.push_back(tool_use_block(reply.calls[i], str("toolu_", id.substr(4), "_", i)));
-      const std::string matched = user_stop(ar.parsed, stream->stop_matched());
-      send(res, 200,
-           {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model}, {"content", content},
-            {"stop_reason", anthropic_stop_reason(*ev->done, !reply.calls.empty(), !matched.empty())},
-            {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)},
-            {"usage", {{"input_tokens", ev->done->prompt_tokens}, {"output_tokens", ev->done->completion_tokens}}}});
-      return;
-    }
+// Anthropic's answer to a message: its events (message_start and a ping, the content blocks
+// as they come, message_delta with the stop reason, message_stop) or the message.
+class AnthropicReply : public ReplyWriter {
+ public:
+  AnthropicReply(const ParsedRequest& request, std::string model, const Generation& gen)
+      : stops_(request.stop), model_(std::move(model)), gen_(gen) {
+    blocks_.msg_id = message_id();
+    if (gen_.parse_reply) reply_.emplace(gen_.format, gen_.reply_options);
   }
 
-  res.set_header("Cache-Control", "no-cache");
-  auto started = std::make_shared<bool>(false);
-  auto blocks = std::make_shared<BlockWriter>();
-  blocks->msg_id = id;
-  auto reply = gen.parse_reply ? std::make_shared<ReplyStream>(gen.format, gen.reply_options) : nullptr;
-  const int64_t prompt_tokens = gen.prompt_tokens;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [stream, started, blocks, reply, id, model, prompt_tokens, parsed = ar.parsed](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (!*started) {
-          *started = true;
-          out += event("message_start",
-                       {{"type", "message_start"},
-                        {"message", {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model},
-                                     {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                                     {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}});
-          out += event("ping", {{"type", "ping"}});
-        }
-        std::optional<RequestStream::Event> ev = stream->next(kPing);
-        if (!ev) out += event("ping", {{"type", "ping"}});
-        if (ev) {
-          auto emit = [&](const ReplyStream::Delta& d) {
-            blocks->text(out, "thinking", d.reasoning);
-            blocks->text(out, "text", d.content);
-            for (const ToolCall& c : d.calls) blocks->call(out, c);
-          };
-          if (reply) emit(reply->push(ev->text));
-          else blocks->text(out, "text", ev->text);
-          if (ev->done) {
-            if (reply) emit(reply->finish());
-            blocks->close(out);
-            if (ev->done->reason == FinishReason::error) {
-              out += event("error", anthropic_error_json("api_error", ev->done->error));
-            } else {
-              const std::string matched = user_stop(parsed, stream->stop_matched());
-              out += event("message_delta",
-                           {{"type", "message_delta"},
-                            {"delta", {{"stop_reason", anthropic_stop_reason(*ev->done, blocks->calls > 0, !matched.empty())},
-                                       {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)}}},
-                            {"usage", {{"output_tokens", ev->done->completion_tokens}}}});
-              out += event("message_stop", {{"type", "message_stop"}});
-            }
-          }
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (ev && ev->done) sink.done();
-        return true;
-      },
-      [ctx, gen](bool success) {
-        if (!success) ctx.cancel(gen);  // the client went away: free its sequence
-      });
-}
-
-void count_tokens(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res, const SamplingParams& defaults) {
-  const std::optional<ojson> body = read_body(req, res);
-  if (!body) return;
-  try {
-    const AnthropicRequest ar = parse_anthropic_request(*body, defaults, true);
-    send(res, 200, {{"input_tokens", ctx.prompt(ar.parsed, ar.sent).size()}});
-  } catch (const ApiError& e) {
-    send_api_error(res, e);
+  std::string stream_begin() override {
+    return event("message_start",
+                 {{"type", "message_start"},
+                  {"message", {{"id", blocks_.msg_id}, {"type", "message"}, {"role", "assistant"}, {"model", model_},
+                               {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                               {"usage", {{"input_tokens", gen_.prompt_tokens}, {"output_tokens", 0}}}}}}) +
+           event("ping", {{"type", "ping"}});
   }
-}
+
+  std::string stream_text(const std::string& text) override {
+    std::string out;
+    if (reply_) emit(out, reply_->push(text));
+    else blocks_.text(out, "text", text);
+    return out;
+  }
+
+  std::string stream_end(const CompletionResult& r, const std::string& stop) override {
+    std::string out;
+    if (reply_) emit(out, reply_->finish());
+    blocks_.close(out);
+    if (r.reason == FinishReason::error) return out + event("error", anthropic_error_json("api_error", r.error));
+    const std::string matched = user_stop(stops_, stop);
+    out += event("message_delta",
+                 {{"type", "message_delta"},
+                  {"delta", {{"stop_reason", anthropic_stop_reason(r, blocks_.calls > 0, !matched.empty())},
+                             {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)}}},
+                  {"usage", {{"output_tokens", r.completion_tokens}}}});
+    return out + event("message_stop", {{"type", "message_stop"}});
+  }
+
+  std::pair<int, std::string> whole(const CompletionResult& r, const std::string& text, const std::string& stop) override {
+    if (r.reason == FinishReason::error) return {500, dump(anthropic_error_json("api_error", r.error))};
+    ParsedReply reply{text, {}, {}};
+    if (gen_.parse_reply) reply = parse_reply(gen_.format, text, gen_.reply_options);
+    const std::string& id = blocks_.msg_id;
+    json content = json::array();
+    if (!reply.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+    if (!reply.content.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
+    for (size_t i = 0; i < reply.calls.size(); ++i)
+      content.push_back(tool_use_block(reply.calls[i], str("toolu_", id.substr(4), "_", i)));
+    const std::string matched = user_stop(stops_, stop);
+    return {200, dump({{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model_}, {"content", content},
+                       {"stop_reason", anthropic_stop_reason(r, !reply.calls.empty(), !matched.empty())},
+                       {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)},
+                       {"usage", {{"input_tokens", r.prompt_tokens}, {"output_tokens", r.completion_tokens}}}})};
+  }
+
+ private:
+  void emit(std::string& out, const ReplyStream::Delta& d) {
+    blocks_.text(out, "thinking", d.reasoning);
+    blocks_.text(out, "text", d.content);
+    for (const ToolCall& c : d.calls) blocks_.call(out, c);
+  }
+
+  const std::vector<std::string> stops_;  // the client's stop_sequences
+  const std::string model_;
+  const Generation gen_;
+  BlockWriter blocks_;
+  std::optional<ReplyStream> reply_;  // gen_.parse_reply
+};
 
 }  // namespace
 
-void register_anthropic_routes(httplib::Server& svr, ServeContext ctx) {
-  // Anthropic's default temperature is 1; a server's --temperature still applies when given.
-  svr.Post("/v1/messages", [ctx](const httplib::Request& req, httplib::Response& res) {
-    messages(ctx, req, res, ctx.default_sampling);
-  });
-  svr.Post("/v1/messages/count_tokens", [ctx](const httplib::Request& req, httplib::Response& res) {
-    count_tokens(ctx, req, res, ctx.default_sampling);
-  });
+// Anthropic's default temperature is 1; a server's --temperature still applies when given.
+void anthropic_messages(const ServeContext& ctx) {
+  const AnthropicRequest ar = parse_anthropic_request(parse_body_json(ctx.body), ctx.default_sampling, false, ctx.limits);
+  const std::string model = ar.parsed.model.empty() ? ctx.model_name : ar.parsed.model;
+  const ParsedRequest& pr = ar.parsed;
+  ctx.start(pr, ar.sent, [&pr, &model](const Generation& gen) { return std::make_unique<AnthropicReply>(pr, model, gen); });
+}
+
+void anthropic_count_tokens(const ServeContext& ctx) {
+  const AnthropicRequest ar = parse_anthropic_request(parse_body_json(ctx.body), ctx.default_sampling, true, ctx.limits);
+  ctx.respond(200, {{"input_tokens", ctx.prompt(ar.parsed, ar.sent).size()}});
 }
 
 }  // namespace sluice::server

@@ -1,23 +1,23 @@
-// HttpServer: routes, authentication, error bodies, and the completion handlers (one answer,
-// or server-sent events).
+// HttpServer: routes, the checks every request passes (Host, Origin, API key, method, media
+// type), the worker threads, and the start of a generation that hands a request to the engine
+// (shared by the OpenAI and Anthropic routes through serve_context.h).
 #include "http_server.h"
 
 #include <arpa/inet.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
-#include <atomic>
-#include <chrono>
-#include <thread>
+#include <condition_variable>
 #include <ctime>
+#include <deque>
+#include <system_error>
+#include <thread>
 
 #include "anthropic_api.h"
 #include "chat_page.h"
+#include "completion_answer.h"
 #include "core/log.h"
-#include "format/utf8.h"
+#include "http_transport.h"
 #include "metrics.h"
-#include "request_stream.h"
+#include "request_body.h"
 #include "serve_context.h"
 #include "structured_output.h"
 
@@ -26,8 +26,6 @@ namespace sluice::server {
 using nlohmann::json;
 
 namespace {
-
-constexpr auto kKeepAlive = std::chrono::milliseconds(250);  // a waiting streaming client is probed this often
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -41,34 +39,11 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  // Text a client sent is checked before it can reach an answer; replacing ill-formed bytes
-  // here only guards against a bug (dump() would throw).
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
+// Text a client sent is checked before it can reach an answer; replacing ill-formed bytes
+// here only guards against a bug (dump() would throw).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// The JSON path of the first string (key or value) of a request that is not valid UTF-8, or
-// empty. nlohmann::json's parser keeps such bytes; an answer could not quote them.
-std::string invalid_utf8_path(const json& j, const std::string& at) {
-  if (j.is_string()) return utf8_find_invalid(j.get_ref<const std::string&>()) ? at : std::string();
-  if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i)
-      if (std::string p = invalid_utf8_path(j[i], str(at, "[", i, "]")); !p.empty()) return p;
-  }
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (utf8_find_invalid(it.key())) return at.empty() ? "a key" : at + " (a key)";
-      if (std::string p = invalid_utf8_path(it.value(), at.empty() ? it.key() : at + "." + it.key()); !p.empty())
-        return p;
-    }
-  }
-  return {};
-}
-
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
-
-ApiError api_error(int status, std::string message, std::string type, std::string code = {}) {
+ApiError api_error(int status, std::string message, std::string type = "invalid_request_error", std::string code = {}) {
   ApiError e;
   e.status = status;
   e.message = std::move(message);
@@ -77,25 +52,94 @@ ApiError api_error(int status, std::string message, std::string type, std::strin
   return e;
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
 
-// cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian
-// built the library): a burst of connections beyond it waits for SYN retransmits, and clients
-// give up on some. Calling listen() again on the bound socket raises the backlog; the library
-// does not expose the socket, so it is found by its port among this process's descriptors.
-void raise_listen_backlog(int port) {
-  for (int fd = 3; fd < 4096; ++fd) {
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof addr;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    const int p = addr.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
-                  : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                               : -1;
-    if (p == port) ::listen(fd, SOMAXCONN);
+// The host of "host", "host:port", "[v6]" or "[v6]:port", lower-cased, brackets kept off.
+std::string host_of(const std::string& authority) {
+  std::string a = lower(authority);
+  if (!a.empty() && a[0] == '[') return a.substr(1, a.find(']') == std::string::npos ? std::string::npos : a.find(']') - 1);
+  return a.substr(0, a.find(':'));
+}
+
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+bool listed(const std::vector<std::string>& list, const std::string& v) {
+  for (const std::string& x : list)
+    if (x == "*" || lower(x) == v) return true;
+  return false;
+}
+
+// The bounded worker threads that parse, check and tokenize requests (never one per request
+// or connection): requests wait in a queue, bounded by the connections.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int n) {
+    try {
+      for (int i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+    } catch (const std::system_error& e) {
+      stop();
+      fail(Status::unavailable, "cannot start the server's ", n, " worker threads: ", e.what());
+    }
   }
+  ~WorkerPool() { stop(); }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  // Runs the jobs already posted, then joins.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A request being handled: where its answer goes and what it counts under.
+struct Call {
+  HttpRequest req;
+  std::shared_ptr<Exchange> ex;
+  std::string route;       // the metrics' label
+  HeaderList cors;         // Access-Control-Allow-Origin for an allowed Origin
+  bool anthropic = false;  // an Anthropic route: errors in its shape
+};
+
+// An error in its API's shape: Anthropic's on its routes, OpenAI's elsewhere.
+json error_json(bool anthropic, const ApiError& e) {
+  return anthropic ? anthropic_error_json(anthropic_error_type(e.status), e.message) : e.to_json();
 }
 
 }  // namespace
@@ -104,136 +148,193 @@ struct HttpServer::Impl {
   LoadedModel& model;
   BatchEngine& engine;
   ServerOptions opt;
-  httplib::Server svr;
   ServerMetrics metrics;
   std::optional<ModelChatTemplate> chat;
   std::optional<ReplyFormat> reply_format;  // how the model writes reasoning and tool calls
   StructuredOutput structured;
+  std::unique_ptr<HttpTransport> transport;
+  std::unique_ptr<WorkerPool> workers;
   std::atomic<bool> stopping{false};
-  // run()'s progress: 0 not called, 1 inside (listening or about to), 2 returned. stop() and
-  // run() each write their flag before reading the other's (sequentially consistent), so a
-  // stop either finds run() inside and waits for it, or run() finds the stop and returns.
+  // run()'s progress: 0 not called, 1 inside, 2 returned. stop() and run() each write their
+  // flag before reading the other's (sequentially consistent), so a stop either finds run()
+  // inside and waits for it, or run() finds the stop and returns.
   std::atomic<int> run_state{0};
 
   Impl(LoadedModel& m, BatchEngine& e, const ServerOptions& o) : model(m), engine(e), opt(o), structured(*m.tokenizer) {}
 
-  // The API key as a bearer token (OpenAI) or x-api-key (Anthropic).
-  bool authorized(const httplib::Request& req) const {
-    return key_matches(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+  void reply(Call& c, int status, const json& body, HeaderList extra = {}) {
+    metrics.count_response(c.route, status);
+    extra.insert(extra.end(), c.cors.begin(), c.cors.end());
+    c.ex->respond(status, "application/json", dump(body), extra);
   }
-  bool key_matches(const std::string& authorization, const std::string& x_api_key) const {
-    if (opt.api_key.empty()) return true;
-    return authorization == "Bearer " + opt.api_key || x_api_key == opt.api_key;
+  void reply_error(Call& c, const ApiError& e, HeaderList extra = {}) {
+    reply(c, e.status, error_json(c.anthropic, e), std::move(extra));
   }
 
   // The route a request counts under in the metrics (a fixed set, so labels stay bounded).
-  static std::string route_of(const httplib::Request& req) {
-    for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
-                          "/v1/cache", "/health", "/metrics", "/"})
-      if (req.path == r) return r;
+  static std::string route_of(const std::string& path) {
+    for (const char* r : {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
+                          "/v1/models", "/v1/cache", "/health", "/metrics", "/"})
+      if (path == r) return r;
     return "other";
   }
+  static const char* method_of(const std::string& route) {
+    return route == "/v1/completions" || route == "/v1/chat/completions" || route == "/v1/messages" ||
+                   route == "/v1/messages/count_tokens"
+               ? "POST"
+               : "GET";
+  }
+  // The API key as a bearer token (OpenAI) or x-api-key (Anthropic), on any route.
+  bool authorized(const HttpRequest& req) const {
+    return opt.api_key.empty() || req.header("authorization") == "Bearer " + opt.api_key ||
+           req.header("x-api-key") == opt.api_key;
+  }
 
-  void routes();
-  void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  bool host_allowed(const HttpRequest& req) const {
+    if (!req.has_header("host")) return true;  // HTTP/1.0 (1.1 requires it: the parser's 400)
+    const std::string host = host_of(req.header("host"));
+    return is_ip_literal(host) || host == "localhost" || (host.size() > 10 && host.ends_with(".localhost")) ||
+           host == lower(opt.host) || listed(opt.allow_hosts, host);
+  }
+  // An Origin header: the server's own page (its authority is the Host), or one allowed.
+  bool origin_allowed(const HttpRequest& req, const std::string& origin) const {
+    const std::string o = lower(origin);
+    const size_t scheme = o.find("://");
+    if (scheme != std::string::npos && o.substr(scheme + 3) == lower(req.header("host")) &&
+        (o.starts_with("http://") || o.starts_with("https://")))
+      return true;
+    return listed(opt.allow_origins, o);
+  }
+
+  void handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
+  // The POST routes, on a worker thread; they throw ApiError.
+  void post(Call& c);
+  void complete(Call& c, Endpoint endpoint);
   // The prompt's tokens; sent: the request as sent (key order kept), for chats with tools;
   // rendered: the chat's prompt text.
   std::vector<int32_t> prompt_of(const ParsedRequest& pr, const nlohmann::ordered_json& sent, std::string* rendered = nullptr);
-  Generation start(const ParsedRequest& pr, const nlohmann::ordered_json& sent);
-  ServeContext context();
+  // Checks a request against the context, builds its constraint and submits it, its answer
+  // written by the writer `make` returns (serve_context.h).
+  void start(Call& c, const ParsedRequest& pr, const nlohmann::ordered_json& sent, const WriterFactory& make);
+  ServeContext context(Call& c);
 };
 
-void HttpServer::Impl::routes() {
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_read_timeout(std::chrono::seconds(30));
-  svr.set_write_timeout(std::chrono::seconds(30));
-  const int threads = opt.http_threads > 0 ? opt.http_threads
-                                           : engine.options().n_parallel + static_cast<int>(engine.options().max_queue) + 8;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-
-  // Every answer without a body of its own (404, 405, 413 from the library) gets OpenAI's
-  // error object; every answer is counted.
-  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const int s = res.status;
-    const std::string msg = s == 404   ? "no such route: " + req.method + " " + req.path
-                            : s == 405 ? "method " + req.method + " is not allowed on " + req.path
-                            : s == 413 ? "the request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes"
-                            : s == 400 ? "malformed HTTP request"
-                                       : "HTTP error " + std::to_string(s);
-    if (is_anthropic_route(req.path)) {  // Anthropic's error shape on its routes
-      send_json(res, s, anthropic_error_json(anthropic_error_type(s), msg));
+void HttpServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+  auto c = std::make_shared<Call>();
+  c->route = route_of(req.path);
+  c->anthropic = is_anthropic_route(req.path);
+  c->ex = std::move(ex);
+  const std::string origin = req.header("origin");
+  const bool keyless = opt.api_key.empty();
+  if (keyless && !host_allowed(req)) {
+    reply_error(*c, api_error(403,
+                              "the Host header '" + req.header("host") +
+                                  "' does not name this server (an IP address, localhost, or a name given with "
+                                  "--allow-host); without --api-key, web pages elsewhere must not reach it",
+                              "invalid_request_error", "host_not_allowed"));
+    return;
+  }
+  if (!origin.empty()) {
+    if (keyless && !origin_allowed(req, origin)) {
+      reply_error(*c, api_error(403,
+                                "requests from the page at '" + origin +
+                                    "' are not allowed (the server's own page is; --allow-origin allows others)",
+                                "invalid_request_error", "origin_not_allowed"));
       return;
     }
-    send_json(res, s, api_error(s, msg, s == 413 ? "invalid_request_error" : s >= 500 ? "server_error" : "invalid_request_error").to_json());
-  });
-  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+    if (listed(opt.allow_origins, lower(origin))) c->cors = {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+  }
+  if (c->route == "other") {
+    reply_error(*c, api_error(404, "no such route: " + req.method + " " + req.path, "invalid_request_error", "not_found"));
+    return;
+  }
+  const std::string method = method_of(c->route);
+  if (req.method == "OPTIONS" && !c->cors.empty()) {  // a CORS preflight from an allowed origin
+    HeaderList h = c->cors;
+    h.insert(h.end(), {{"Access-Control-Allow-Methods", method + ", OPTIONS"},
+                       {"Access-Control-Allow-Headers",
+                        "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
+                        "Anthropic-Dangerous-Direct-Browser-Access"},
+                       {"Access-Control-Max-Age", "600"}});
+    metrics.count_response(c->route, 204);
+    c->ex->respond(204, "", "", h);
+    return;
+  }
+  if (req.method != method && !(method == "GET" && req.method == "HEAD")) {
+    reply_error(*c,
+                api_error(405, "method " + req.method + " is not allowed on " + req.path + " (" + method + " is)",
+                          "invalid_request_error", "method_not_allowed"),
+                {{"Allow", method == "GET" ? "GET, HEAD" : method}});
+    return;
+  }
+  const bool open = c->route == "/" || c->route == "/health";
+  if (!open && !authorized(req)) {
+    if (c->anthropic)
+      reply_error(*c, api_error(401, "a valid API key is required (x-api-key: KEY)", "authentication_error"));
+    else
+      reply_error(*c,
+                  api_error(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
+                            "invalid_api_key"),
+                  {{"WWW-Authenticate", "Bearer"}});
+    return;
+  }
+  if (c->route == "/") {
+    metrics.count_response(c->route, 200);
+    c->ex->respond(200, "text/html; charset=utf-8", chat_page_html(), c->cors);
+  } else if (c->route == "/health") {
+    if (stopping) reply(*c, 503, {{"status", "shutting down"}});
+    else reply(*c, 200, {{"status", "ok"}});
+  } else if (c->route == "/v1/models") {
+    reply(*c, 200,
+          {{"object", "list"},
+           {"data", json::array({{{"id", opt.model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "sluice"}}})}});
+  } else if (c->route == "/metrics") {
+    metrics.count_response(c->route, 200);
+    c->ex->respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics.prometheus(engine.counters()), c->cors);
+  } else if (c->route == "/v1/cache") {
+    reply(*c, 200, metrics.live_json(engine.counters()));
+  } else {
+    // POST: a JSON body. Without a key, nothing else: a cross-site form or text/plain post
+    // (which a browser sends without asking the server first) cannot reach the engine.
+    const std::string type = lower(req.header("content-type"));
+    if (keyless && type.substr(0, type.find(';')) != "application/json") {
+      reply_error(*c, api_error(415, "the body must be sent as Content-Type: application/json (got '" +
+                                         req.header("content-type") + "')",
+                                "invalid_request_error", "unsupported_media_type"));
+      return;
     }
-    if (is_anthropic_route(req.path)) send_json(res, 500, anthropic_error_json("api_error", what));
-    else send_error(res, api_error(500, what, "server_error"));
-  });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.count_response(route_of(req), res.status);
-  });
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool open = req.path == "/" || req.path == "/health";
-    if (!open && !authorized(req) && is_anthropic_route(req.path)) {
-      send_json(res, 401, anthropic_error_json("authentication_error", "a valid API key is required (x-api-key: KEY)"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!open && !authorized(req)) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, api_error(401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error",
-                                "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html; charset=utf-8"); });
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (stopping) send_json(res, 503, {{"status", "shutting down"}});
-    else send_json(res, 200, {{"status", "ok"}});
-  });
-  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200,
-              {{"object", "list"},
-               {"data", json::array({{{"id", opt.model_name}, {"object", "model"}, {"created", unix_now()},
-                                      {"owned_by", "sluice"}}})}});
-  });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.prometheus(engine.counters()), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  svr.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, metrics.live_json(engine.counters()));
-  });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(req, res, Endpoint::completions);
-  });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    complete(req, res, Endpoint::chat);
-  });
-  register_anthropic_routes(svr, context());
+    c->req = std::move(req);
+    workers->post([this, c] {
+      try {
+        post(*c);
+      } catch (const ApiError& e) {
+        reply_error(*c, e);
+      } catch (const std::exception& e) {
+        reply_error(*c, api_error(500, e.what(), "server_error"));
+      }
+    });
+  }
 }
 
-ServeContext HttpServer::Impl::context() {
-  ServeContext c;
-  c.model_name = opt.model_name;
-  c.default_sampling = opt.default_sampling;
-  c.prompt = [this](const ParsedRequest& pr, const nlohmann::ordered_json& sent) { return prompt_of(pr, sent); };
-  c.start = [this](const ParsedRequest& pr, const nlohmann::ordered_json& sent) { return start(pr, sent); };
-  c.cancel = [this](const Generation& g) {
-    g.stream->close();
-    engine.cancel(g.id);
+void HttpServer::Impl::post(Call& c) {
+  if (c.route == "/v1/completions") complete(c, Endpoint::completions);
+  else if (c.route == "/v1/chat/completions") complete(c, Endpoint::chat);
+  else if (c.route == "/v1/messages") anthropic_messages(context(c));
+  else anthropic_count_tokens(context(c));
+}
+
+ServeContext HttpServer::Impl::context(Call& c) {
+  ServeContext ctx;
+  ctx.model_name = opt.model_name;
+  ctx.default_sampling = opt.default_sampling;
+  ctx.limits.max_messages = ctx.limits.max_prompt_ids = static_cast<size_t>(engine.options().n_ctx);
+  ctx.body = c.req.body;
+  ctx.prompt = [this](const ParsedRequest& pr, const nlohmann::ordered_json& sent) { return prompt_of(pr, sent); };
+  ctx.start = [this, &c](const ParsedRequest& pr, const nlohmann::ordered_json& sent, const WriterFactory& make) {
+    start(c, pr, sent, make);
   };
-  c.authorized = [this](const std::string& a, const std::string& x) { return key_matches(a, x); };
-  return c;
+  ctx.respond = [this, &c](int status, const json& body) { reply(c, status, body); };
+  return ctx;
 }
 
 std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const nlohmann::ordered_json& sent,
@@ -283,7 +384,7 @@ std::vector<int32_t> HttpServer::Impl::prompt_of(const ParsedRequest& pr, const 
   }
 }
 
-Generation HttpServer::Impl::start(const ParsedRequest& pr, const nlohmann::ordered_json& sent) {
+void HttpServer::Impl::start(Call& c, const ParsedRequest& pr, const nlohmann::ordered_json& sent, const WriterFactory& make) {
   std::string rendered;
   std::vector<int32_t> prompt = prompt_of(pr, sent, &rendered);
   const int64_t n_ctx = engine.options().n_ctx, n_prompt = static_cast<int64_t>(prompt.size());
@@ -321,122 +422,36 @@ Generation HttpServer::Impl::start(const ParsedRequest& pr, const nlohmann::orde
   // Harmony ends a call with <|call|>, which is not the end-of-sequence token: the reply stops there.
   std::vector<std::string> stops = pr.stop;
   if (g.parse_reply && g.format == ReplyFormat::harmony) stops.push_back("<|call|>");
-  g.stream = std::make_shared<RequestStream>(*model.tokenizer, stops, !(g.parse_reply && reply_format_keeps_special(g.format)));
+  const std::string route = c.route;
+  auto answer = std::make_shared<CompletionAnswer>(
+      c.ex, *model.tokenizer, std::move(stops), !(g.parse_reply && reply_format_keeps_special(g.format)), pr.stream,
+      make(g), [this, route](int status) { metrics.count_response(route, status); }, c.cors);
   cr.prompt = std::move(prompt);
   cr.max_tokens = max_tokens;
   cr.sampling = pr.sampling;
   cr.eos_id = model.eos_id();
-  auto stream = g.stream;
-  cr.on_token = [stream](int32_t id) { return stream->on_token(id); };
-  cr.on_done = [stream](const CompletionResult& r) { stream->on_done(r); };
+  cr.on_token = [answer](int32_t id) { return answer->on_token(id); };
+  cr.on_done = [answer](const CompletionResult& r) { answer->on_done(r); };
+  uint64_t id = 0;
   try {
-    g.id = engine.submit(std::move(cr));
+    id = engine.submit(std::move(cr));
   } catch (const Error& e) {
     if (e.status() == Status::unavailable) throw api_error(503, e.what(), "server_error", "unavailable");
     throw api_error(400, e.what(), "invalid_request_error", "invalid_value");
   }
-  return g;
+  // A client that leaves (at once if it already has) frees its sequence at the next step.
+  c.ex->on_gone([this, id] { engine.cancel(id); });
+  answer->begin();
 }
 
-void HttpServer::Impl::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message starts with its error id; the client needs the reason and where.
-    std::string what = e.what();
-    const size_t at = what.find("] ");
-    send_error(res, api_error(400, "the body is not valid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)),
-                              "invalid_request_error", "invalid_json"));
-    return;
-  }
-  if (const std::string bad = invalid_utf8_path(body, ""); !bad.empty()) {
-    send_error(res, api_error(400, "the body is not valid JSON: '" + bad + "' holds bytes that are not UTF-8",
-                              "invalid_request_error", "invalid_json"));
-    return;
-  }
-  ParsedRequest pr;
-  Generation gen;
-  try {
-    pr = parse_request(body, endpoint, opt.default_sampling);
-    gen = start(pr, nlohmann::ordered_json::parse(req.body));
-  } catch (const ApiError& e) {
-    send_error(res, e);
-    return;
-  }
-  auto stream = gen.stream;
-  const uint64_t id = gen.id;
+void HttpServer::Impl::complete(Call& c, Endpoint endpoint) {
+  const nlohmann::ordered_json sent = parse_body_json(c.req.body);
+  RequestLimits limits;
+  limits.max_messages = limits.max_prompt_ids = static_cast<size_t>(engine.options().n_ctx);
+  const ParsedRequest pr = parse_request(json(sent), endpoint, opt.default_sampling, limits);
   ResponseIds ids{random_id(endpoint == Endpoint::chat ? "chatcmpl" : "cmpl"), unix_now(),
                   pr.model.empty() ? opt.model_name : pr.model};
-
-  if (!pr.stream) {
-    std::string text;
-    for (;;) {
-      std::optional<RequestStream::Event> ev = stream->next(kKeepAlive);
-      if (!ev) continue;
-      text += ev->text;
-      if (!ev->done) continue;
-      if (ev->done->reason == FinishReason::error) {
-        send_error(res, api_error(500, ev->done->error, "server_error"));
-        return;
-      }
-      if (gen.parse_reply) {
-        const ParsedReply reply = parse_reply(gen.format, text, gen.reply_options);
-        send_json(res, 200, completion_response(ids, endpoint, reply.content, *ev->done, reply.calls, reply.reasoning));
-        return;
-      }
-      send_json(res, 200, completion_response(ids, endpoint, text, *ev->done));
-      return;
-    }
-  }
-
-  // Server-sent events: a chunk per piece of text (reasoning as delta.reasoning_content), each
-  // tool call once complete, the last chunk with its finish_reason, the usage when asked for,
-  // then [DONE]. A keep-alive comment while nothing comes: a client that went away fails the
-  // write, and its request ends at the engine's next step.
-  res.set_header("Cache-Control", "no-cache");
-  const bool include_usage = pr.include_usage;
-  auto first = std::make_shared<bool>(true);
-  auto reply = gen.parse_reply ? std::make_shared<ReplyStream>(gen.format, gen.reply_options) : nullptr;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream, ids, endpoint, include_usage, first, reply](size_t, httplib::DataSink& sink) {
-        if (*first && endpoint == Endpoint::chat) {  // the role comes first, as OpenAI sends it
-          *first = false;
-          const std::string s = sse(stream_chunk(ids, endpoint, "", true, std::nullopt));
-          if (!sink.write(s.data(), s.size())) return false;
-        }
-        *first = false;
-        std::optional<RequestStream::Event> ev = stream->next(kKeepAlive);
-        if (!ev) {
-          static const std::string ping = ": keep-alive\n\n";
-          return sink.write(ping.data(), ping.size());
-        }
-        std::string out;
-        auto emit = [&](const ReplyStream::Delta& d) {
-          if (!d.reasoning.empty()) out += sse(stream_reasoning_chunk(ids, d.reasoning));
-          if (!d.content.empty()) out += sse(stream_chunk(ids, endpoint, d.content, false, std::nullopt));
-          if (!d.calls.empty()) out += sse(stream_tool_calls_chunk(ids, d.calls, reply->calls_emitted() - d.calls.size()));
-        };
-        if (reply) emit(reply->push(ev->text));
-        else if (!ev->text.empty()) out += sse(stream_chunk(ids, endpoint, ev->text, false, std::nullopt));
-        if (ev->done) {
-          if (reply) emit(reply->finish());
-          if (ev->done->reason == FinishReason::error) out += sse(api_error(500, ev->done->error, "server_error").to_json());
-          else if (reply && reply->calls_emitted() > 0) out += sse(stream_tool_calls_end(ids));
-          else out += sse(stream_chunk(ids, endpoint, "", false, ev->done->reason));
-          if (include_usage) out += sse(stream_usage_chunk(ids, endpoint, *ev->done));
-          out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (ev->done) sink.done();
-        return true;
-      },
-      [this, stream, id](bool success) {
-        if (success) return;
-        stream->close();  // the client went away: free its sequence
-        engine.cancel(id);
-      });
+  start(c, pr, sent, [&](const Generation& g) { return std::make_unique<OpenAiReply>(pr, ids, g); });
 }
 
 HttpServer::HttpServer(LoadedModel& model, BatchEngine& engine, const ServerOptions& options)
@@ -446,43 +461,53 @@ HttpServer::HttpServer(LoadedModel& model, BatchEngine& engine, const ServerOpti
   impl_->chat = load_chat_template(model.dir);
   if (!impl_->chat) LOG_WARN("serve: ", model.dir.string(), " has no chat template: /v1/chat/completions answers 400");
   impl_->reply_format = reply_format_for(model.config.value("model_type", ""), impl_->chat ? impl_->chat->tmpl.source() : "");
-  impl_->routes();
+  TransportOptions to;
+  to.limits.max_body = options.max_body_bytes;
+  to.max_connections = options.max_connections > 0
+                           ? options.max_connections
+                           : static_cast<size_t>(engine.options().n_parallel) + engine.options().max_queue + 256;
+  to.max_buffered_input = std::max<size_t>(size_t{64} << 20, 4 * options.max_body_bytes);
+  to.idle_timeout = options.idle_timeout;
+  to.head_timeout = options.head_timeout;
+  to.body_timeout = options.body_timeout;
+  to.write_timeout = options.write_timeout;
+  Impl* impl = impl_.get();
+  impl_->transport = std::make_unique<HttpTransport>(
+      to, [impl](HttpRequest&& req, std::shared_ptr<Exchange> ex) { impl->handle(std::move(req), std::move(ex)); },
+      [impl](int status, const std::string& message, const std::string& path) {
+        impl->metrics.count_response(Impl::route_of(path), status);
+        const ApiError e = api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error");
+        return dump(error_json(is_anthropic_route(path), e));
+      });
+  impl_->workers = std::make_unique<WorkerPool>(std::max(1, options.workers));
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  impl_->workers->stop();
+}
 
 bool HttpServer::bind(std::string* error) {
-  if (impl_->opt.port == 0) {
-    port_ = impl_->svr.bind_to_any_port(impl_->opt.host);
-  } else if (impl_->svr.bind_to_port(impl_->opt.host, impl_->opt.port)) {
-    port_ = impl_->opt.port;
-  }
-  if (port_ > 0) {
-    raise_listen_backlog(port_);
-    return true;
-  }
-  if (error)
-    *error = str("cannot listen on ", impl_->opt.host, ":", impl_->opt.port,
-                 " (the port is in use, or the host is not an address of this machine)");
-  return false;
+  if (!impl_->transport->bind(impl_->opt.host, impl_->opt.port, error)) return false;
+  port_ = impl_->transport->port();
+  return true;
 }
 
 void HttpServer::run() {
   impl_->run_state = 1;
-  if (!impl_->stopping) impl_->svr.listen_after_bind();
+  if (!impl_->stopping) impl_->transport->run();
   impl_->run_state = 2;
 }
 
 void HttpServer::stop() {
-  if (!impl_->stopping.exchange(true)) impl_->engine.stop();  // every request ends; their handlers finish
-  // httplib's stop does nothing until its listen loop has begun: a stop that came between
-  // run()'s start and the loop's would be lost (the server listening forever), so ask until
-  // run() has returned.
-  while (impl_->run_state == 1) {
-    impl_->svr.stop();
-    if (impl_->run_state == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // The transport first: it takes no new request and closes each connection as its answer
+  // ends; then the engine ends every request, and each stream gets its end.
+  impl_->transport->stop();
+  if (!impl_->stopping.exchange(true)) impl_->engine.stop();
+  while (impl_->run_state == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
+
+size_t HttpServer::connections() const { return impl_->transport->connections(); }
 
 void HttpServer::update_cache_stats(const RunStats& stats) { impl_->metrics.set_cache_stats(stats); }
 

@@ -81,7 +81,8 @@ std::string text_content(const json& content, size_t index) {
 
 }  // namespace
 
-ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingParams& defaults) {
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingParams& defaults,
+                            const RequestLimits& limits) {
   if (!body.is_object()) bad("the request body must be a JSON object", "invalid_type");
   ParsedRequest r;
   r.endpoint = endpoint;
@@ -95,10 +96,15 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
     if (p->is_string()) {
       r.prompt_text = p->get<std::string>();
     } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      if (p->size() > limits.max_prompt_ids)
+        bad(str("'prompt' holds ", p->size(), " token ids; the context holds ", limits.max_prompt_ids),
+            "context_length_exceeded");
       for (const json& t : *p) r.prompt_ids.push_back(static_cast<int32_t>(integer_field(t, "prompt", 0, (1LL << 31) - 1)));
     } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
       r.prompt_text = (*p)[0].get<std::string>();
-    } else if (p->is_array() && p->size() > 1) {
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+      bad("'prompt' as token ids must hold integers (found " + (*p)[0].dump() + ")", "invalid_type");
+    } else if (p->is_array() && p->size() > 1 && (*p)[0].is_string()) {
       bad("'prompt' holds several prompts; one request takes one (send several requests)", "unsupported");
     } else {
       bad("'prompt' must be a string, a list of one string, or a list of token ids", "invalid_type");
@@ -111,6 +117,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
     const json* msgs = field(body, "messages");
     if (!msgs) bad("'messages' is required", "missing_field");
     if (!msgs->is_array() || msgs->empty()) bad("'messages' must be a non-empty list", "invalid_type");
+    if (msgs->size() > limits.max_messages)
+      bad(str("'messages' holds ", msgs->size(), " messages; the context holds ", limits.max_messages,
+              " tokens and every message takes at least one"),
+          "context_length_exceeded");
     for (size_t i = 0; i < msgs->size(); ++i) {
       const json& m = (*msgs)[i];
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
@@ -209,7 +219,11 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
   // Sampling: the server's defaults, top_k as llama-server takes it.
   r.sampling = defaults;
   if (const json* t = field(body, "temperature")) r.sampling.temperature = static_cast<float>(number_field(*t, "temperature", 0, 2));
-  if (const json* t = field(body, "top_p")) r.sampling.top_p = static_cast<float>(number_field(*t, "top_p", 0, 1, true));
+  if (const json* t = field(body, "top_p")) {
+    r.sampling.top_p = static_cast<float>(number_field(*t, "top_p", 0, 1, true));
+    // Sampling holds it as a 32-bit float: a positive value that rounds to 0 is out of range.
+    if (!(r.sampling.top_p > 0)) bad(str("'top_p' is ", t->dump(), "; expected a number above 0 and at most 1 (it is 0 as a 32-bit float)"));
+  }
   if (const json* t = field(body, "top_k")) r.sampling.top_k = static_cast<int32_t>(integer_field(*t, "top_k", 0, std::numeric_limits<int32_t>::max()));
   if (const json* s = field(body, "seed")) {
     if (!s->is_number_integer()) bad("'seed' must be an integer", "invalid_type");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,10 +56,17 @@ struct ParsedRequest {
   bool include_usage = false;               // stream_options.include_usage
 };
 
+// What a request may ask of the server before its prompt is rendered and tokenized.
+struct RequestLimits {
+  size_t max_messages = SIZE_MAX;    // chat: the context's tokens (a message renders at least one)
+  size_t max_prompt_ids = SIZE_MAX;  // completions: token ids of a prompt given as ids (the context)
+};
+
 // Parses and checks a request body (already valid JSON); sampling values the body leaves out
 // come from `defaults` (the server's command line; OpenAI's are temperature 1, top_p 1).
 // Throws ApiError.
-ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const SamplingParams& defaults);
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const SamplingParams& defaults,
+                            const RequestLimits& limits = {});
 
 // OpenAI's finish_reason for how a request ended.
 const char* finish_reason_text(FinishReason r);

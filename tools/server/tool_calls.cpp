@@ -45,10 +45,10 @@ bool template_has_tool_calls(const std::string& template_source) {
 }
 
 ParsedReply parse_tool_calls(const std::string& reply) {
-  ParsedReply whole{reply, {}};
+  ParsedReply whole{reply, {}, {}};
   const size_t first = reply.find(kToolCallOpen);
   if (first == std::string::npos) return whole;
-  ParsedReply out{trim_right(reply.substr(0, first)), {}};
+  ParsedReply out{trim_right(reply.substr(0, first)), {}, {}};
   const size_t open_len = std::strlen(kToolCallOpen), close_len = std::strlen(kToolCallClose);
   size_t at = first;
   while (at != std::string::npos) {

@@ -72,6 +72,18 @@ TEST(BenchCli, JsonWithSamplesAndStreamingColumns) {
   EXPECT_NE(md.out.find("| expert cache | hit rate | read GB/s |"), std::string::npos) << md.out;
 }
 
+// A prompt of the whole context is a test like any other (-p 1024 asked for 1025 positions on a
+// 1024-token model, where `run` takes 1 + 1023); so is a decode to the context's end.
+TEST(BenchCli, TestsUpToTheWholeContext) {
+  const std::string model = fixture_dir("qwen3_moe").string();
+  ChildResult r = run_sluice_child({"bench", "--model", model, "--backend", "cpu", "-p", "256", "-n", "0", "-r", "1"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("pp256"), std::string::npos) << r.out;
+  r = run_sluice_child({"bench", "--model", model, "--backend", "cpu", "-p", "0", "-n", "200", "-d", "56", "-r", "1"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tg200 @ d56"), std::string::npos) << r.out;
+}
+
 TEST(BenchCli, BadFlagsAreOneLine) {
   const std::string model = fixture_dir("qwen3_moe").string();
   struct Case {
@@ -85,6 +97,14 @@ TEST(BenchCli, BadFlagsAreOneLine) {
       {{"-o", "csv"}, "-o csv: expected md or json"},
       {{"-r", "0"}, "-r"},
       {{"-p", "100000"}, "context limit"},
+      // An empty count anywhere, trailing too ("4," was taken where "4,,8" was not).
+      {{"-p", "4,"}, "-p 4,: expected comma-separated token counts"},
+      {{"-p", "4,,8"}, "-p 4,,8: expected comma-separated token counts"},
+      {{"-p", ",4"}, "-p ,4: expected comma-separated token counts"},
+      // bench writes no statistics file: --stats was accepted and ignored.
+      {{"--expert-slots", "8", "--stats", "s.json"}, "--stats: sluice bench writes no statistics file"},
+      // A test one position past the context (the fixture's 256).
+      {{"-p", "257", "-n", "0"}, "context limit"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"bench", "--model", model, "--backend", "cpu"};

@@ -50,6 +50,7 @@ ChildResult run_sluice_child(const std::vector<std::string>& args, const ChildOp
       const struct rlimit lim = {options.address_space_bytes, options.address_space_bytes};
       ::setrlimit(RLIMIT_AS, &lim);
     }
+    for (const auto& [k, v] : options.env) ::setenv(k.c_str(), v.c_str(), 1);
     ::execv(argv[0], argv.data());
     std::_Exit(127);
   }

@@ -27,6 +27,7 @@ struct ChildResult {
 struct ChildOptions {
   std::filesystem::path stdout_path;  // empty: a scratch file, read back into ChildResult::out
   uint64_t address_space_bytes = 0;   // RLIMIT_AS of the child; 0: the parent's
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child's environment
   // Runs while the child does (with its pid and the files its stdout and stderr go to).
   std::function<void(pid_t pid, const std::filesystem::path& out, const std::filesystem::path& err)> on_start;
 };

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -90,5 +91,22 @@ CliRun run_cli(const std::vector<std::string>& args, const fs::path& io_dir,
   r.err = slurp(io_dir / "err");
   return r;
 }
+
+uint64_t self_status_kb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, n, key) == 0) return std::stoull(line.substr(n));
+  return 0;
+}
+
+size_t self_thread_count() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory();
+  return n;
+}
+
+void self_reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace sluice::test

@@ -49,6 +49,12 @@ struct CliRun {
 CliRun run_cli(const std::vector<std::string>& args, const std::filesystem::path& io_dir,
                const std::function<void(pid_t)>& on_start = {});
 
+// This test process's own figures: a /proc/self/status field in KiB ("VmRSS:", "VmHWM:"; 0 if
+// absent), its thread count, and a reset of VmHWM to the current RSS (/proc/self/clear_refs).
+uint64_t self_status_kb(const char* key);
+size_t self_thread_count();
+void self_reset_peak_rss();
+
 // "3,17,42": ids as --tokens takes them and --print-ids prints them.
 std::string join_ids(const std::vector<int32_t>& ids);
 

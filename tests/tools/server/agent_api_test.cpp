@@ -193,7 +193,8 @@ TEST(AgentApi, MalformedInputIsA4xxInTheApisShape) {
   expect_api_error(msg(R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}}}], "tool_choice": {"type": "any"}})"),
                    400, "'format'", true);
   expect_api_error(msg("{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}"), 400, "not valid JSON", true);
-  // Headers: a wrong key, no key; a bearer token works too; unknown routes in Anthropic's shape.
+  // Headers: a wrong key, no key; a bearer token works too; unknown routes and other methods in
+  // Anthropic's shape.
   const std::string ok = R"({"max_tokens": 2, "messages": [{"role": "user", "content": "x"}]})";
   expect_api_error(msg(ok, {{"x-api-key", "wrong"}}), 401, "API key", true);
   expect_api_error(msg(ok, {}), 401, "API key", true);
@@ -202,7 +203,9 @@ TEST(AgentApi, MalformedInputIsA4xxInTheApisShape) {
   EXPECT_EQ(r->status, 200) << r->body;
   expect_api_error(s.post("/v1/messages/nothing", ok, kXKey), 404, "no such route", true);
   httplib::Client c("127.0.0.1", s.port);
-  expect_api_error(c.Get("/v1/messages", kXKey), 404, "no such route", true);
+  const auto get = c.Get("/v1/messages", kXKey);
+  expect_api_error(get, 405, "not allowed", true);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
   expect_api_error(s.post("/v1/messages/count_tokens", R"({"messages": 3})", kXKey), 400, "messages", true);
   // The OpenAI routes take x-api-key as well.
   auto oa = s.post("/v1/chat/completions", R"({"max_tokens": 2, "messages": )" + user + "}", {{"x-api-key", "sekret"}});

