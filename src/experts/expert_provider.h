@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "experts/expert_math.h"
 #include "experts/routing.h"
+#include "experts/routing_replay.h"
 #include "experts/stats.h"
 
 namespace sluice {
@@ -34,6 +35,11 @@ struct MoeLayerCall {
                                         // routing has it applied already)
   StreamPhase phase = StreamPhase::decode;  // prefill: rows of one sequence's prompt chunk;
                                             // decode: one token per sequence
+  ReplayedRows replay;                  // a replayed routing (benchmarks): its rows [first, first
+                                        // + rows) are the routing (call.routing holds them when
+                                        // the model routed on the host; a provider that routes on
+                                        // the device replays them there), and lookahead predicts
+                                        // with the replay's predictions. Empty: the router routes.
 };
 
 class ExpertProvider {

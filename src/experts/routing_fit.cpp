@@ -1,0 +1,465 @@
+// The trace stream, the generator's statistics, its fit and its draws (routing_fit.h).
+#include "experts/routing_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+// A small deterministic generator (splitmix64): the same draws on every platform, which the
+// standard distributions do not promise.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+};
+
+bool contains(const std::vector<int32_t>& v, int32_t e) { return std::find(v.begin(), v.end(), e) != v.end(); }
+
+size_t overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  for (int32_t e : a) n += contains(b, e) ? 1 : 0;
+  return n;
+}
+
+// What the fit measures of a stream: reuse, transition (with the stream's own favourite
+// successors), recall, per layer.
+struct StreamStats {
+  std::vector<std::vector<double>> counts;  // [layer][expert]
+  std::vector<double> reuse, transition, recall;
+};
+
+StreamStats measure(const TraceStream& s, int64_t n_expert, int64_t top_k) {
+  const int64_t L = s.n_layers, T = s.n_tokens;
+  StreamStats st;
+  st.counts.assign(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(n_expert), 0.0));
+  st.reuse.assign(static_cast<size_t>(L), 0.0);
+  st.transition.assign(static_cast<size_t>(L), 0.0);
+  st.recall.assign(static_cast<size_t>(L), -1.0);
+  std::vector<uint8_t> start(static_cast<size_t>(T), 0);
+  for (int64_t p : s.problem_starts) start[static_cast<size_t>(p)] = 1;
+  const double k = static_cast<double>(top_k);
+  for (int64_t l = 0; l < L; ++l) {
+    double reused = 0, pairs = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const TraceRow& r = s.at(l, t);
+      for (int32_t e : r.experts) st.counts[static_cast<size_t>(l)][static_cast<size_t>(e)] += 1;
+      if (!start[static_cast<size_t>(t)]) {
+        reused += static_cast<double>(overlap(r.experts, s.at(l, t - 1).experts)) / k;
+        pairs += 1;
+      }
+    }
+    st.reuse[static_cast<size_t>(l)] = pairs > 0 ? reused / pairs : 0;
+    if (l > 0) {
+      // Favourite successor in layer l of each expert of layer l - 1 (ties: the lower id).
+      std::vector<uint32_t> c(static_cast<size_t>(n_expert * n_expert), 0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int32_t a : s.at(l - 1, t).experts)
+          for (int32_t b : s.at(l, t).experts) ++c[static_cast<size_t>(a * n_expert + b)];
+      std::vector<int32_t> fav(static_cast<size_t>(n_expert), -1);
+      for (int64_t a = 0; a < n_expert; ++a) {
+        uint32_t best = 0;
+        for (int64_t b = 0; b < n_expert; ++b)
+          if (c[static_cast<size_t>(a * n_expert + b)] > best) {
+            best = c[static_cast<size_t>(a * n_expert + b)];
+            fav[static_cast<size_t>(a)] = static_cast<int32_t>(b);
+          }
+      }
+      double hit = 0;
+      std::vector<int32_t> succ;
+      for (int64_t t = 0; t < T; ++t) {
+        succ.clear();
+        for (int32_t a : s.at(l - 1, t).experts) succ.push_back(fav[static_cast<size_t>(a)]);
+        hit += static_cast<double>(overlap(s.at(l, t).experts, succ)) / k;
+      }
+      st.transition[static_cast<size_t>(l)] = T > 0 ? hit / static_cast<double>(T) : 0;
+    }
+    if (l + 1 < L) {
+      double held = 0, rows = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const TraceRow& r = s.at(l, t);
+        if (r.predicted_next.empty() || r.next_layer != s.layer_ids[static_cast<size_t>(l + 1)]) continue;
+        held += static_cast<double>(overlap(s.at(l + 1, t).experts, r.predicted_next)) / k;
+        rows += 1;
+      }
+      if (rows > 0) st.recall[static_cast<size_t>(l)] = held / rows;
+    }
+  }
+  return st;
+}
+
+// The trace of a stream as one problem (what the fit compares: both as one long request).
+Trace stream_as_trace(const TraceStream& s, int64_t n_expert, int64_t top_k) {
+  Trace tr;
+  for (int64_t t = 0; t < s.n_tokens; ++t)
+    for (int64_t l = 0; l < s.n_layers; ++l) {
+      TraceRow r = s.at(l, t);
+      r.problem = 0;
+      r.layer = l;
+      r.token = t;
+      r.predicted_next.clear();
+      r.next_layer = -1;
+      tr.rows.push_back(std::move(r));
+    }
+  tr.n_layer = s.n_layers;
+  tr.n_expert = static_cast<int32_t>(n_expert);
+  tr.top_k = static_cast<int32_t>(top_k);
+  tr.n_problems = 1;
+  return tr;
+}
+
+// The generator's draws for one shape.
+class Generator {
+ public:
+  Generator(const RoutingFit& fit, int64_t n_expert, int64_t top_k, uint64_t seed)
+      : fit_(fit), E_(n_expert), k_(top_k), rng_(seed) {
+    const int64_t L = fit.n_layers;
+    Rng setup(seed ^ 0x5EEDull);
+    perm_.resize(static_cast<size_t>(L));
+    cum_.resize(static_cast<size_t>(L));
+    for (int64_t l = 0; l < L; ++l) {
+      // Expert of each popularity rank: a fixed shuffle per layer.
+      std::vector<int32_t>& p = perm_[static_cast<size_t>(l)];
+      p.resize(static_cast<size_t>(E_));
+      std::iota(p.begin(), p.end(), 0);
+      for (int64_t i = E_ - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(setup.below(i + 1))]);
+      cum_[static_cast<size_t>(l)] = resampled_cumulative(fit.popularity[static_cast<size_t>(l)], E_);
+    }
+    // Favourite successor in layer l of each expert of layer l - 1: a popular expert of layer l.
+    succ_.assign(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(E_), 0));
+    for (int64_t l = 1; l < L; ++l)
+      for (int64_t e = 0; e < E_; ++e) succ_[static_cast<size_t>(l)][static_cast<size_t>(e)] = popular(l, setup);
+  }
+
+  Trace run(int64_t n_tokens, const std::vector<double>& p_reuse, const std::vector<double>& p_transition,
+            double p_history, double half_life) {
+    const int64_t L = fit_.n_layers;
+    const double decay = std::exp2(-1.0 / half_life);
+    std::vector<std::vector<double>> hist(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(E_), 0.0));
+    std::vector<std::vector<int32_t>> prev(static_cast<size_t>(L)), cur(static_cast<size_t>(L));
+    const std::vector<float> weights = rank_weights();
+    Trace tr;
+    tr.rows.reserve(static_cast<size_t>(n_tokens * L));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t l = 0; l < L; ++l) {
+        std::vector<int32_t>& chosen = cur[static_cast<size_t>(l)];
+        chosen.clear();
+        const double pr = p_reuse[static_cast<size_t>(l)], pt = l > 0 ? p_transition[static_cast<size_t>(l)] : 0;
+        for (int64_t j = 0; j < k_; ++j) {
+          const double u = rng_.uniform();
+          int32_t e = -1;
+          if (u < pr) e = pick_from(prev[static_cast<size_t>(l)], chosen);
+          else if (u < pr + pt) e = successor(l, cur[static_cast<size_t>(l - 1)], chosen);
+          else if (u < pr + pt + p_history) e = from_history(hist[static_cast<size_t>(l)], chosen);
+          if (e < 0) e = popular_except(l, chosen);
+          chosen.push_back(e);
+        }
+        std::vector<double>& h = hist[static_cast<size_t>(l)];
+        for (double& x : h) x *= decay;
+        for (int32_t e : chosen) h[static_cast<size_t>(e)] += 1;
+        TraceRow r;
+        r.layer = l;
+        r.token = t;
+        r.experts = chosen;
+        r.weights = weights;
+        tr.rows.push_back(std::move(r));
+      }
+      for (int64_t l = 0; l < L; ++l) prev[static_cast<size_t>(l)] = cur[static_cast<size_t>(l)];
+    }
+    predictions(tr, n_tokens);
+    tr.n_layer = L;
+    tr.n_expert = static_cast<int32_t>(E_);
+    tr.top_k = static_cast<int32_t>(k_);
+    tr.n_problems = 1;
+    return tr;
+  }
+
+ private:
+  // The cumulative popularity of `e` ranks drawn at equal rank fractions of the trace's curve:
+  // rank r of e covers the trace's ranks [r, r + 1) x n / e, linearly within a rank.
+  static std::vector<double> resampled_cumulative(const std::vector<double>& pop, int64_t e) {
+    const int64_t n = static_cast<int64_t>(pop.size());
+    std::vector<double> at(static_cast<size_t>(n + 1), 0.0);
+    for (int64_t i = 0; i < n; ++i) at[static_cast<size_t>(i + 1)] = at[static_cast<size_t>(i)] + pop[static_cast<size_t>(i)];
+    auto cum = [&](double f) {
+      const auto i = static_cast<int64_t>(f);
+      if (i >= n) return at[static_cast<size_t>(n)];
+      return at[static_cast<size_t>(i)] + (f - static_cast<double>(i)) * pop[static_cast<size_t>(i)];
+    };
+    std::vector<double> out(static_cast<size_t>(e));
+    for (int64_t r = 0; r < e; ++r)
+      out[static_cast<size_t>(r)] = cum(static_cast<double>(r + 1) * static_cast<double>(n) / static_cast<double>(e));
+    const double total = out.back() > 0 ? out.back() : 1.0;
+    for (double& x : out) x /= total;
+    return out;
+  }
+  int32_t popular(int64_t l, Rng& rng) const {
+    const std::vector<double>& c = cum_[static_cast<size_t>(l)];
+    const auto r = std::upper_bound(c.begin(), c.end(), rng.uniform()) - c.begin();
+    return perm_[static_cast<size_t>(l)][static_cast<size_t>(std::min<int64_t>(r, E_ - 1))];
+  }
+  int32_t popular_except(int64_t l, const std::vector<int32_t>& chosen) {
+    for (int tries = 0; tries < 64; ++tries) {
+      const int32_t e = popular(l, rng_);
+      if (!contains(chosen, e)) return e;
+    }
+    for (int32_t e : perm_[static_cast<size_t>(l)])  // a layer dominated by a few experts: the most popular left
+      if (!contains(chosen, e)) return e;
+    fail(Status::internal, "routing generator: no expert left for a row of ", k_, " of ", E_);
+  }
+  int32_t pick_from(const std::vector<int32_t>& from, const std::vector<int32_t>& chosen) {
+    int64_t left = 0;
+    for (int32_t e : from) left += contains(chosen, e) ? 0 : 1;
+    if (left == 0) return -1;
+    int64_t i = rng_.below(left);
+    for (int32_t e : from)
+      if (!contains(chosen, e) && i-- == 0) return e;
+    return -1;
+  }
+  int32_t successor(int64_t l, const std::vector<int32_t>& previous_layer, const std::vector<int32_t>& chosen) {
+    std::vector<int32_t> succ;
+    for (int32_t a : previous_layer) succ.push_back(succ_[static_cast<size_t>(l)][static_cast<size_t>(a)]);
+    return pick_from(succ, chosen);
+  }
+  int32_t from_history(const std::vector<double>& h, const std::vector<int32_t>& chosen) {
+    double total = 0;
+    for (int64_t e = 0; e < E_; ++e)
+      if (!contains(chosen, static_cast<int32_t>(e))) total += h[static_cast<size_t>(e)];
+    if (total <= 0) return -1;
+    double x = rng_.uniform() * total;
+    int32_t last = -1;
+    for (int64_t e = 0; e < E_; ++e) {
+      if (contains(chosen, static_cast<int32_t>(e)) || h[static_cast<size_t>(e)] <= 0) continue;
+      last = static_cast<int32_t>(e);
+      x -= h[static_cast<size_t>(e)];
+      if (x < 0) return last;
+    }
+    return last;
+  }
+  // The trace's mean weight by rank at k_ ranks (rank j at the trace's (j + 1/2) k / k_ - 1/2,
+  // linearly between ranks), summing to 1.
+  std::vector<float> rank_weights() const {
+    const std::vector<double>& w = fit_.rank_weight;
+    const auto n = static_cast<double>(w.size());
+    std::vector<double> out(static_cast<size_t>(k_));
+    for (int64_t j = 0; j < k_; ++j) {
+      const double pos = std::clamp((static_cast<double>(j) + 0.5) * n / static_cast<double>(k_) - 0.5, 0.0, n - 1);
+      const auto i = static_cast<size_t>(pos);
+      const double f = pos - static_cast<double>(i);
+      out[static_cast<size_t>(j)] = i + 1 < w.size() ? w[i] * (1 - f) + w[i + 1] * f : w[i];
+    }
+    const double sum = std::accumulate(out.begin(), out.end(), 0.0);
+    std::vector<float> r(out.size());
+    for (size_t j = 0; j < out.size(); ++j) r[j] = static_cast<float>(sum > 0 ? out[j] / sum : 1.0 / k_);
+    return r;
+  }
+  // predicted_next of each row whose layer the trace predicted from: each of the next layer's
+  // experts kept with the trace's recall, the others replaced by popular experts it does not use.
+  void predictions(Trace& tr, int64_t n_tokens) {
+    const int64_t L = fit_.n_layers;
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t l = 0; l + 1 < L; ++l) {
+        const double recall = fit_.recall[static_cast<size_t>(l)];
+        if (recall < 0) continue;
+        TraceRow& r = tr.rows[static_cast<size_t>(t * L + l)];
+        const std::vector<int32_t>& next = tr.rows[static_cast<size_t>(t * L + l + 1)].experts;
+        std::vector<int32_t> avoid = next;
+        r.predicted_next.assign(next.size(), -1);
+        for (size_t j = 0; j < next.size(); ++j)
+          if (rng_.uniform() < recall) r.predicted_next[j] = next[j];
+        for (int32_t& e : r.predicted_next)
+          if (e < 0) {
+            e = popular_except(l + 1, avoid);
+            avoid.push_back(e);
+          }
+        r.next_layer = l + 1;
+        tr.has_predictions = true;
+      }
+  }
+
+  const RoutingFit& fit_;
+  int64_t E_, k_;
+  Rng rng_;
+  std::vector<std::vector<int32_t>> perm_;   // [layer][rank] expert id
+  std::vector<std::vector<double>> cum_;     // [layer][rank] cumulative popularity
+  std::vector<std::vector<int32_t>> succ_;   // [layer][expert of layer - 1] favourite successor
+};
+
+double squared_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return s;
+}
+
+std::string fixed3(const std::vector<double>& v) {
+  std::string s;
+  char b[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(b, sizeof b, "%s%.3f", i ? "/" : "", v[i]);
+    s += b;
+  }
+  return s;
+}
+
+double mean(const std::vector<double>& v, bool skip_first = false) {
+  double s = 0, n = 0;
+  for (size_t i = skip_first ? 1 : 0; i < v.size(); ++i)
+    if (v[i] >= 0) {
+      s += v[i];
+      n += 1;
+    }
+  return n > 0 ? s / n : 0;
+}
+
+}  // namespace
+
+TraceStream trace_stream(const Trace& trace) {
+  std::map<int64_t, int64_t> problem_rank, layer_index;
+  for (const TraceRow& r : trace.rows) {
+    problem_rank.emplace(r.problem, static_cast<int64_t>(problem_rank.size()));
+    layer_index.emplace(r.layer, 0);
+  }
+  TraceStream s;
+  for (auto& [layer, index] : layer_index) {
+    index = s.n_layers++;
+    s.layer_ids.push_back(layer);
+  }
+  // [problem][layer] rows in file order, then in token order.
+  const auto P = static_cast<size_t>(problem_rank.size()), L = static_cast<size_t>(s.n_layers);
+  std::vector<std::vector<std::vector<const TraceRow*>>> by(P, std::vector<std::vector<const TraceRow*>>(L));
+  for (const TraceRow& r : trace.rows)
+    by[static_cast<size_t>(problem_rank[r.problem])][static_cast<size_t>(layer_index[r.layer])].push_back(&r);
+  std::vector<int64_t> lengths(P, 0);
+  for (size_t p = 0; p < P; ++p) {
+    size_t n = SIZE_MAX;
+    for (auto& rows : by[p]) {
+      std::stable_sort(rows.begin(), rows.end(), [](const TraceRow* a, const TraceRow* b) { return a->token < b->token; });
+      n = std::min(n, rows.size());
+    }
+    lengths[p] = static_cast<int64_t>(n);
+    s.n_tokens += lengths[p];
+  }
+  SLUICE_CHECK(s.n_tokens > 0, Status::corrupt, "routing trace: no token has a row in every one of its ", s.n_layers,
+               " layers");
+  s.rows.resize(L * static_cast<size_t>(s.n_tokens));
+  int64_t t0 = 0;
+  for (size_t p = 0; p < P; ++p) {
+    if (lengths[p] == 0) continue;
+    s.problem_starts.push_back(t0);
+    for (size_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < lengths[p]; ++j)
+        s.rows[l * static_cast<size_t>(s.n_tokens) + static_cast<size_t>(t0 + j)] = by[p][l][static_cast<size_t>(j)];
+    t0 += lengths[p];
+  }
+  return s;
+}
+
+std::vector<double> lru_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k) {
+  std::vector<double> out;
+  for (double f : kFitCacheFractions) {
+    SimulateOptions o;
+    o.slots_per_layer = static_cast<int32_t>(std::max<int64_t>(top_k, std::llround(f * static_cast<double>(n_expert))));
+    o.policy = PolicyKind::lru;
+    o.pin = PinScope::step;
+    out.push_back(simulate_trace(trace, o).hit_rate());
+  }
+  return out;
+}
+
+RoutingFit fit_routing(const Trace& trace) {
+  const TraceStream s = trace_stream(trace);
+  RoutingFit fit;
+  fit.n_layers = s.n_layers;
+  fit.n_expert = trace.n_expert;
+  fit.top_k = trace.top_k;
+  fit.n_tokens = s.n_tokens;
+  const StreamStats st = measure(s, fit.n_expert, fit.top_k);
+  for (const std::vector<double>& c : st.counts) {
+    std::vector<double> p = c;
+    std::sort(p.begin(), p.end(), std::greater<>());
+    const double total = std::accumulate(p.begin(), p.end(), 0.0);
+    for (double& x : p) x = total > 0 ? x / total : 0;
+    fit.popularity.push_back(std::move(p));
+  }
+  fit.reuse = st.reuse;
+  fit.transition = st.transition;
+  fit.recall = st.recall;
+  fit.rank_weight.assign(static_cast<size_t>(fit.top_k), 0.0);
+  std::vector<double> n_at(static_cast<size_t>(fit.top_k), 0.0);
+  for (const TraceRow& r : trace.rows)
+    for (size_t j = 0; j < r.weights.size() && j < fit.rank_weight.size(); ++j) {
+      fit.rank_weight[j] += r.weights[j];
+      n_at[j] += 1;
+    }
+  for (size_t j = 0; j < fit.rank_weight.size(); ++j)
+    fit.rank_weight[j] = n_at[j] > 0 ? fit.rank_weight[j] / n_at[j] : 1.0 / static_cast<double>(fit.top_k);
+  fit.lru_hit_rate = lru_hit_rates(stream_as_trace(s, fit.n_expert, fit.top_k), fit.n_expert, fit.top_k);
+
+  // The grid of history components; for each, the per-layer reuse and transition draws
+  // calibrated (three rounds of: generate, measure, move each probability by its error).
+  constexpr double kHistory[] = {0.0, 0.15, 0.3, 0.45};
+  constexpr double kHalfLife[] = {4, 16, 64};
+  const int64_t n_fit = std::min<int64_t>(s.n_tokens, 1024);  // tokens generated per trial
+  double best = INFINITY;
+  for (double ph : kHistory)
+    for (double hl : kHalfLife) {
+      if (ph == 0 && hl != kHalfLife[0]) continue;  // no history: the half-life does not matter
+      std::vector<double> pr = fit.reuse, pt = fit.transition;
+      Trace g;
+      for (int round = 0; round <= 3; ++round) {
+        g = Generator(fit, fit.n_expert, fit.top_k, 1).run(n_fit, pr, pt, ph, hl);
+        if (round == 3) break;
+        const TraceStream gs = trace_stream(g);
+        const StreamStats m = measure(gs, fit.n_expert, fit.top_k);
+        for (size_t l = 0; l < pr.size(); ++l) {
+          pr[l] = std::clamp(pr[l] + fit.reuse[l] - m.reuse[l], 0.0, 0.95);
+          pt[l] = std::clamp(pt[l] + fit.transition[l] - m.transition[l], 0.0, std::max(0.0, 0.98 - pr[l] - ph));
+        }
+      }
+      const std::vector<double> lru = lru_hit_rates(g, fit.n_expert, fit.top_k);
+      const double err = squared_error(lru, fit.lru_hit_rate);
+      if (err < best) {
+        best = err;
+        fit.p_reuse = pr;
+        fit.p_transition = pt;
+        fit.p_history = ph;
+        fit.history_half_life = hl;
+        fit.fitted_lru_hit_rate = lru;
+      }
+    }
+  return fit;
+}
+
+Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, int64_t n_tokens, uint64_t seed) {
+  SLUICE_CHECK(n_expert >= 1 && top_k >= 1 && top_k <= n_expert && n_tokens >= 1, Status::invalid_argument,
+               "routing generator: top-", top_k, " of ", n_expert, " experts over ", n_tokens, " tokens");
+  return Generator(fit, n_expert, top_k, seed).run(n_tokens, fit.p_reuse, fit.p_transition, fit.p_history,
+                                                   fit.history_half_life);
+}
+
+std::string RoutingFit::describe() const {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "reuse %.3f (drawn %.3f), transition %.3f (drawn %.3f), history %.2f halving every %g tokens, "
+                "lookahead recall %s; LRU hit rate at 1/8, 1/4, 1/2 of the experts: trace %s, fit %s",
+                mean(reuse), mean(p_reuse), mean(transition, true), mean(p_transition, true), p_history,
+                history_half_life, mean(recall) > 0 ? fixed3({mean(recall)}).c_str() : "none",
+                fixed3(lru_hit_rate).c_str(), fixed3(fitted_lru_hit_rate).c_str());
+  return b;
+}
+
+}  // namespace sluice

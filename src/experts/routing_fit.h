@@ -1,0 +1,84 @@
+// A recorded routing trace as one stream of tokens, and a routing generator fitted on it, for
+// replaying real routing on packs of shapes the trace lacks (--replay-routing,
+// experts/routing_replay.h; docs/streaming.md, "Replayed routing").
+//
+// The stream: the trace's problems concatenated in the order they first appear; within a
+// problem each layer's rows in token order (token_idx, else file order), token j of the
+// problem being the j-th row of every layer. A problem has as many tokens as its layer with the
+// fewest rows (a recorder that dropped rows, as the Mixtral trace's did, leaves the longer
+// layers' tails out). Layers are the trace's distinct layer indices, ascending, renumbered
+// 0..n_layers-1.
+//
+// The generator (fit_routing, generate_routing) keeps what a cache sees of the trace, per
+// layer: the popularity of its experts by rank (the share of the layer's routing the r-th most
+// used expert takes, resampled at equal rank fractions for another expert count), the
+// previous token's reuse (the share of a token's experts that the previous token of the
+// layer also used), the next layer's transition (the share of a layer's experts that are the
+// favourite successor of one of the previous layer's experts at the same token) and the
+// lookahead's recall (the share of the next layer's experts that predicted_next holds). Each
+// of a token's k experts is drawn, in turn, from the previous token's experts (p_reuse), from
+// the favourite successors of the previous layer's (p_transition), from the layer's recent
+// history (p_history, counts halving every history_half_life tokens), or else from the
+// popularity. p_reuse and p_transition are calibrated per layer so the generated trace at the
+// trace's own shape shows the trace's reuse and transition; p_history and its half-life are
+// picked from a small grid by the per-layer LRU hit rates (step pins) at 1/8, 1/4 and 1/2 of
+// the experts, against the trace's. At another expert count or top-k the same probabilities
+// apply to each of the k draws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experts/simulate.h"
+
+namespace sluice {
+
+struct TraceStream {
+  int64_t n_layers = 0, n_tokens = 0;
+  std::vector<int64_t> layer_ids;       // [n_layers] the trace's own index of each layer
+  std::vector<const TraceRow*> rows;    // [n_layers * n_tokens], rows of the Trace it was made from
+  std::vector<int64_t> problem_starts;  // the first stream token of each problem
+  const TraceRow& at(int64_t layer, int64_t token) const {
+    return *rows[static_cast<size_t>(layer * n_tokens + token)];
+  }
+};
+
+// The stream of `trace`, which must outlive it. Errors (corrupt) for a trace without a token
+// every layer routes.
+TraceStream trace_stream(const Trace& trace);
+
+struct RoutingFit {
+  int64_t n_layers = 0, n_expert = 0, top_k = 0;  // the trace's (layers of its stream)
+  int64_t n_tokens = 0;                           // the trace's stream
+  // What the trace shows, per layer.
+  std::vector<std::vector<double>> popularity;  // [layer][rank]: share of the layer's routing, descending
+  std::vector<double> reuse;                    // [layer] previous token's experts reused, share of top_k
+  std::vector<double> transition;               // [layer] favourite successors of the previous layer's experts, share of top_k (layer 0: 0)
+  std::vector<double> recall;                   // [layer] predicted_next's share of layer + 1's experts; -1: none
+  std::vector<double> rank_weight;              // [rank] mean routing weight of the trace's rows at each rank
+  std::vector<double> lru_hit_rate;             // [3] per-layer LRU hit rates (step pins) at 1/8, 1/4, 1/2 of the experts
+  // The generator's probabilities, fitted.
+  std::vector<double> p_reuse, p_transition;  // [layer]
+  double p_history = 0, history_half_life = 8;
+  std::vector<double> fitted_lru_hit_rate;    // [3] the generated trace's, at the trace's own shape
+  // "reuse 0.39 (drawn 0.31), transition ..., history 0.15 halving every 16 tokens, LRU 0.39/0.51/0.76 (trace) 0.40/0.52/0.75 (fit)"
+  std::string describe() const;
+};
+
+// The cache fractions of RoutingFit::lru_hit_rate.
+inline constexpr double kFitCacheFractions[3] = {0.125, 0.25, 0.5};
+
+// Fits the generator on `trace` (a few hundred milliseconds for a trace of 24,576 rows).
+RoutingFit fit_routing(const Trace& trace);
+
+// A trace of one problem of n_tokens tokens over the fit's layers, n_expert experts a layer,
+// top_k a token (weights: the trace's mean weight by rank, resampled to top_k ranks, summing
+// to 1), with predicted_next where the trace had predictions. Deterministic for a seed.
+Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, int64_t n_tokens, uint64_t seed);
+
+// Per-layer LRU hit rates (step pins) of `trace` at kFitCacheFractions of `n_expert` experts
+// (at least top_k slots).
+std::vector<double> lru_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k);
+
+}  // namespace sluice
