@@ -27,7 +27,9 @@ ReadRate measure_read_rate(const Pack& pack, DType kind, int depth, uint64_t max
   r.record_bytes = stride;
   r.depth = depth;
   r.direct = io.file_is_direct(f);
-  const int64_t n = std::max<int64_t>(static_cast<int64_t>(max_bytes / stride), 4 * depth);
+  // At most four passes over the file's records (a small pack: its reads are counted, not timed
+  // for seconds), at least four reads a slot in flight.
+  const int64_t n = std::max<int64_t>(std::min<int64_t>(static_cast<int64_t>(max_bytes / stride), 4 * n_records), 4 * depth);
   std::vector<AlignedBuffer> bufs;
   for (int i = 0; i < depth; ++i) bufs.emplace_back(stride);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;

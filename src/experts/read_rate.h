@@ -20,8 +20,8 @@ struct ReadRate {
   bool direct = false;        // O_DIRECT (false: the filesystem refused it; buffered reads)
 };
 
-// Reads until max_bytes or max_seconds (at least 4 reads a slot in flight, at most every record
-// once per pass); a failed read is an error naming the record. Deterministic order for a seed.
+// Reads until max_bytes, max_seconds or four reads a record on average (at least 4 reads a
+// slot in flight); a failed read is an error naming the record. Deterministic order for a seed.
 ReadRate measure_read_rate(const Pack& pack, DType kind, int depth, uint64_t max_bytes, double max_seconds,
                            uint64_t seed = 1);
 

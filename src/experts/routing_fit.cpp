@@ -380,7 +380,7 @@ std::vector<double> lru_hit_rates(const Trace& trace, int64_t n_expert, int64_t 
   return out;
 }
 
-RoutingFit fit_routing(const Trace& trace) {
+RoutingFit routing_statistics(const Trace& trace) {
   const TraceStream s = trace_stream(trace);
   RoutingFit fit;
   fit.n_layers = s.n_layers;
@@ -408,12 +408,17 @@ RoutingFit fit_routing(const Trace& trace) {
   for (size_t j = 0; j < fit.rank_weight.size(); ++j)
     fit.rank_weight[j] = n_at[j] > 0 ? fit.rank_weight[j] / n_at[j] : 1.0 / static_cast<double>(fit.top_k);
   fit.lru_hit_rate = lru_hit_rates(stream_as_trace(s, fit.n_expert, fit.top_k), fit.n_expert, fit.top_k);
+  return fit;
+}
+
+RoutingFit fit_routing(const Trace& trace) {
+  RoutingFit fit = routing_statistics(trace);
 
   // The grid of history components; for each, the per-layer reuse and transition draws
   // calibrated (three rounds of: generate, measure, move each probability by its error).
   constexpr double kHistory[] = {0.0, 0.15, 0.3, 0.45};
   constexpr double kHalfLife[] = {4, 16, 64};
-  const int64_t n_fit = std::min<int64_t>(s.n_tokens, 1024);  // tokens generated per trial
+  const int64_t n_fit = std::min<int64_t>(fit.n_tokens, 1024);  // tokens generated per trial
   double best = INFINITY;
   for (double ph : kHistory)
     for (double hl : kHalfLife) {

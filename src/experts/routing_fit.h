@@ -69,7 +69,10 @@ struct RoutingFit {
 // The cache fractions of RoutingFit::lru_hit_rate.
 inline constexpr double kFitCacheFractions[3] = {0.125, 0.25, 0.5};
 
-// Fits the generator on `trace` (a few hundred milliseconds for a trace of 24,576 rows).
+// What the trace shows (every field above the generator's probabilities), as the fit sees it.
+RoutingFit routing_statistics(const Trace& trace);
+// routing_statistics, then the generator fitted to them (about a second for a trace of
+// 24,576 rows).
 RoutingFit fit_routing(const Trace& trace);
 
 // A trace of one problem of n_tokens tokens over the fit's layers, n_expert experts a layer,

@@ -175,7 +175,7 @@ TEST(RoutingReplay, GeneratorKeepsTheTracesStatistics) {
   const RoutingFit fit = fit_routing(trace);
   ASSERT_EQ(fit.n_layers, 12);
   const Trace same = generate_routing(fit, 64, 8, 2048, 7);
-  const RoutingFit again = fit_routing(same);
+  const RoutingFit again = routing_statistics(same);
   auto top_share = [](const RoutingFit& f, double fraction) {  // mean over layers of the top ranks' share
     double s = 0;
     for (const auto& p : f.popularity) {
@@ -193,7 +193,7 @@ TEST(RoutingReplay, GeneratorKeepsTheTracesStatistics) {
   }
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(again.lru_hit_rate[i], fit.lru_hit_rate[i], 0.04) << "fraction " << i;
   // At 256 experts: the same reuse a pick, the popularity at equal rank fractions.
-  const RoutingFit wide = fit_routing(generate_routing(fit, 256, 8, 2048, 7));
+  const RoutingFit wide = routing_statistics(generate_routing(fit, 256, 8, 2048, 7));
   EXPECT_NEAR(top_share(wide, 0.125), top_share(fit, 0.125), 0.04);
   double reuse = 0, reuse_fit = 0;
   for (int64_t l = 0; l < 12; ++l) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "../../models/fixture_util.h"
 #include "../../models/pack_util.h"
