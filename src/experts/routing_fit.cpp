@@ -122,33 +122,65 @@ Trace stream_as_trace(const TraceStream& s, int64_t n_expert, int64_t top_k) {
   return tr;
 }
 
+// The trace's popularity by rank at e experts: rank r of e takes the share the trace's ranks
+// [r, r + 1) x n / e had (linearly within a rank), summing to 1.
+std::vector<double> resampled_shares(const std::vector<double>& pop, int64_t e) {
+  const int64_t n = static_cast<int64_t>(pop.size());
+  std::vector<double> at(static_cast<size_t>(n + 1), 0.0);
+  for (int64_t i = 0; i < n; ++i) at[static_cast<size_t>(i + 1)] = at[static_cast<size_t>(i)] + pop[static_cast<size_t>(i)];
+  auto cum = [&](double f) {
+    const auto i = static_cast<int64_t>(f);
+    if (i >= n) return at[static_cast<size_t>(n)];
+    return at[static_cast<size_t>(i)] + (f - static_cast<double>(i)) * pop[static_cast<size_t>(i)];
+  };
+  std::vector<double> out(static_cast<size_t>(e));
+  double prev = 0;
+  for (int64_t r = 0; r < e; ++r) {
+    const double c = cum(static_cast<double>(r + 1) * static_cast<double>(n) / static_cast<double>(e));
+    out[static_cast<size_t>(r)] = c - prev;
+    prev = c;
+  }
+  const double total = prev > 0 ? prev : 1.0;
+  for (double& x : out) x /= total;
+  return out;
+}
+
 // The generator's draws for one shape.
 class Generator {
  public:
   Generator(const RoutingFit& fit, int64_t n_expert, int64_t top_k, uint64_t seed)
       : fit_(fit), E_(n_expert), k_(top_k), rng_(seed) {
     const int64_t L = fit.n_layers;
-    Rng setup(seed ^ 0x5EEDull);
+    // The structure (each rank's expert, the favourite successors) is the same for every seed,
+    // so the draws calibrated on one seed's tokens hold for another's; the seed draws the tokens.
+    Rng setup(0x5EEDull);
     perm_.resize(static_cast<size_t>(L));
-    cum_.resize(static_cast<size_t>(L));
     for (int64_t l = 0; l < L; ++l) {
       // Expert of each popularity rank: a fixed shuffle per layer.
       std::vector<int32_t>& p = perm_[static_cast<size_t>(l)];
       p.resize(static_cast<size_t>(E_));
       std::iota(p.begin(), p.end(), 0);
       for (int64_t i = E_ - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(setup.below(i + 1))]);
-      cum_[static_cast<size_t>(l)] = resampled_cumulative(fit.popularity[static_cast<size_t>(l)], E_);
     }
-    // Favourite successor in layer l of each expert of layer l - 1: a popular expert of layer l.
+    // Favourite successor in layer l of each expert of layer l - 1: drawn by layer l's popularity.
+    set_weights(target_shares());
     succ_.assign(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(E_), 0));
     for (int64_t l = 1; l < L; ++l)
       for (int64_t e = 0; e < E_; ++e) succ_[static_cast<size_t>(l)][static_cast<size_t>(e)] = popular(l, setup);
   }
 
-  Trace run(int64_t n_tokens, const std::vector<double>& p_reuse, const std::vector<double>& p_transition,
-            double p_history, double half_life) {
+  // The trace's popularity at this shape, [layer][rank].
+  std::vector<std::vector<double>> target_shares() const {
+    std::vector<std::vector<double>> t;
+    for (const std::vector<double>& pop : fit_.popularity) t.push_back(resampled_shares(pop, E_));
+    return t;
+  }
+  int32_t expert_of_rank(int64_t l, int64_t r) const { return perm_[static_cast<size_t>(l)][static_cast<size_t>(r)]; }
+
+  Trace run(int64_t n_tokens, const RoutingDraws& d) {
     const int64_t L = fit_.n_layers;
-    const double decay = std::exp2(-1.0 / half_life);
+    set_weights(d.weight);
+    const double decay = std::exp2(-1.0 / d.history_half_life);
     std::vector<std::vector<double>> hist(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(E_), 0.0));
     std::vector<std::vector<int32_t>> prev(static_cast<size_t>(L)), cur(static_cast<size_t>(L));
     const std::vector<float> weights = rank_weights();
@@ -158,13 +190,13 @@ class Generator {
       for (int64_t l = 0; l < L; ++l) {
         std::vector<int32_t>& chosen = cur[static_cast<size_t>(l)];
         chosen.clear();
-        const double pr = p_reuse[static_cast<size_t>(l)], pt = l > 0 ? p_transition[static_cast<size_t>(l)] : 0;
+        const double pr = d.p_reuse[static_cast<size_t>(l)], pt = l > 0 ? d.p_transition[static_cast<size_t>(l)] : 0;
         for (int64_t j = 0; j < k_; ++j) {
           const double u = rng_.uniform();
           int32_t e = -1;
           if (u < pr) e = pick_from(prev[static_cast<size_t>(l)], chosen);
           else if (u < pr + pt) e = successor(l, cur[static_cast<size_t>(l - 1)], chosen);
-          else if (u < pr + pt + p_history) e = from_history(hist[static_cast<size_t>(l)], chosen);
+          else if (u < pr + pt + d.p_history) e = from_history(hist[static_cast<size_t>(l)], chosen);
           if (e < 0) e = popular_except(l, chosen);
           chosen.push_back(e);
         }
@@ -189,23 +221,16 @@ class Generator {
   }
 
  private:
-  // The cumulative popularity of `e` ranks drawn at equal rank fractions of the trace's curve:
-  // rank r of e covers the trace's ranks [r, r + 1) x n / e, linearly within a rank.
-  static std::vector<double> resampled_cumulative(const std::vector<double>& pop, int64_t e) {
-    const int64_t n = static_cast<int64_t>(pop.size());
-    std::vector<double> at(static_cast<size_t>(n + 1), 0.0);
-    for (int64_t i = 0; i < n; ++i) at[static_cast<size_t>(i + 1)] = at[static_cast<size_t>(i)] + pop[static_cast<size_t>(i)];
-    auto cum = [&](double f) {
-      const auto i = static_cast<int64_t>(f);
-      if (i >= n) return at[static_cast<size_t>(n)];
-      return at[static_cast<size_t>(i)] + (f - static_cast<double>(i)) * pop[static_cast<size_t>(i)];
-    };
-    std::vector<double> out(static_cast<size_t>(e));
-    for (int64_t r = 0; r < e; ++r)
-      out[static_cast<size_t>(r)] = cum(static_cast<double>(r + 1) * static_cast<double>(n) / static_cast<double>(e));
-    const double total = out.back() > 0 ? out.back() : 1.0;
-    for (double& x : out) x /= total;
-    return out;
+  // The popularity draw's cumulative weights by rank.
+  void set_weights(const std::vector<std::vector<double>>& w) {
+    cum_.assign(w.size(), {});
+    for (size_t l = 0; l < w.size(); ++l) {
+      std::vector<double>& c = cum_[l];
+      c.resize(w[l].size());
+      std::partial_sum(w[l].begin(), w[l].end(), c.begin());
+      const double total = c.empty() || c.back() <= 0 ? 1.0 : c.back();
+      for (double& x : c) x /= total;
+    }
   }
   int32_t popular(int64_t l, Rng& rng) const {
     const std::vector<double>& c = cum_[static_cast<size_t>(l)];
@@ -295,9 +320,59 @@ class Generator {
   int64_t E_, k_;
   Rng rng_;
   std::vector<std::vector<int32_t>> perm_;   // [layer][rank] expert id
-  std::vector<std::vector<double>> cum_;     // [layer][rank] cumulative popularity
+  std::vector<std::vector<double>> cum_;     // [layer][rank] the popularity draw's cumulative weights
   std::vector<std::vector<int32_t>> succ_;   // [layer][expert of layer - 1] favourite successor
 };
+
+// Rounds of: generate n_tokens at (n_expert, top_k) from d, measure, move each layer's reuse and
+// transition draw by their error against the trace's and the popularity draw's weight of each
+// rank by the ratio of the trace's share to the measured one (at most 2x a round). The draws
+// of the other components take popular experts more often than the popularity draw does, so
+// the weights end flatter than the trace's shares.
+RoutingDraws calibrate(const RoutingFit& fit, int64_t n_expert, int64_t top_k, RoutingDraws d, int64_t n_tokens,
+                       int rounds) {
+  // The statistics pull on each other (more reuse raises the transition and the top ranks'
+  // share), so the probabilities move a part of the way each round: full steps oscillated.
+  constexpr double kStep = 0.6;
+  Generator g(fit, n_expert, top_k, 1);
+  const std::vector<std::vector<double>> target = g.target_shares();
+  for (int round = 0; round < rounds; ++round) {
+    const Trace tr = Generator(fit, n_expert, top_k, 1).run(n_tokens, d);
+    const StreamStats m = measure(trace_stream(tr), n_expert, top_k);
+    for (size_t l = 0; l < d.p_reuse.size(); ++l) {
+      d.p_reuse[l] = std::clamp(d.p_reuse[l] + kStep * (fit.reuse[l] - m.reuse[l]), 0.0, 0.95);
+      d.p_transition[l] = std::clamp(d.p_transition[l] + kStep * (fit.transition[l] - m.transition[l]), 0.0,
+                                     std::max(0.0, 0.98 - d.p_reuse[l] - d.p_history));
+      const double total = std::accumulate(m.counts[l].begin(), m.counts[l].end(), 0.0);
+      for (int64_t r = 0; r < n_expert; ++r) {
+        const double got = m.counts[l][static_cast<size_t>(g.expert_of_rank(static_cast<int64_t>(l), r))] / total;
+        const double want = target[l][static_cast<size_t>(r)];
+        d.weight[l][static_cast<size_t>(r)] *= std::clamp(got > 0 ? want / got : 2.0, 0.5, 2.0);
+      }
+    }
+  }
+  return d;
+}
+
+// The share of a layer's routing its top `fraction` of ranks take.
+double top_share(const std::vector<double>& popularity, double fraction) {
+  const auto n = static_cast<size_t>(std::llround(fraction * static_cast<double>(popularity.size())));
+  return std::accumulate(popularity.begin(), popularity.begin() + static_cast<ptrdiff_t>(n), 0.0);
+}
+
+double squared_error(const std::vector<double>& a, const std::vector<double>& b);
+
+// Mean squared differences over the layers of the reuse, the transition and the top eighth's
+// and quarter's shares between two fits' statistics.
+double statistics_error(const RoutingFit& a, const RoutingFit& b) {
+  double e = squared_error(a.reuse, b.reuse) + squared_error(a.transition, b.transition);
+  for (size_t l = 0; l < a.popularity.size() && l < b.popularity.size(); ++l)
+    for (double f : {0.125, 0.25}) {
+      const double d = top_share(a.popularity[l], f) - top_share(b.popularity[l], f);
+      e += d * d;
+    }
+  return e / static_cast<double>(std::max<size_t>(1, a.popularity.size()));
+}
 
 double squared_error(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
@@ -414,35 +489,30 @@ RoutingFit routing_statistics(const Trace& trace) {
 RoutingFit fit_routing(const Trace& trace) {
   RoutingFit fit = routing_statistics(trace);
 
-  // The grid of history components; for each, the per-layer reuse and transition draws
-  // calibrated (three rounds of: generate, measure, move each probability by its error).
+  // The grid of history components; for each, the draws calibrated at the trace's own shape.
   constexpr double kHistory[] = {0.0, 0.15, 0.3, 0.45};
   constexpr double kHalfLife[] = {4, 16, 64};
-  const int64_t n_fit = std::min<int64_t>(fit.n_tokens, 1024);  // tokens generated per trial
+  const int64_t n_fit = std::min<int64_t>(fit.n_tokens, 2048);  // tokens generated per round
   double best = INFINITY;
   for (double ph : kHistory)
     for (double hl : kHalfLife) {
       if (ph == 0 && hl != kHalfLife[0]) continue;  // no history: the half-life does not matter
-      std::vector<double> pr = fit.reuse, pt = fit.transition;
-      Trace g;
-      for (int round = 0; round <= 3; ++round) {
-        g = Generator(fit, fit.n_expert, fit.top_k, 1).run(n_fit, pr, pt, ph, hl);
-        if (round == 3) break;
-        const TraceStream gs = trace_stream(g);
-        const StreamStats m = measure(gs, fit.n_expert, fit.top_k);
-        for (size_t l = 0; l < pr.size(); ++l) {
-          pr[l] = std::clamp(pr[l] + fit.reuse[l] - m.reuse[l], 0.0, 0.95);
-          pt[l] = std::clamp(pt[l] + fit.transition[l] - m.transition[l], 0.0, std::max(0.0, 0.98 - pr[l] - ph));
-        }
-      }
+      RoutingDraws d;  // a start below the trace's: the other draws add reuse and transition of their own
+      for (double x : fit.reuse) d.p_reuse.push_back(0.6 * x);
+      for (double x : fit.transition) d.p_transition.push_back(0.6 * x);
+      d.p_history = ph;
+      d.history_half_life = hl;
+      d.weight = Generator(fit, fit.n_expert, fit.top_k, 1).target_shares();
+      d = calibrate(fit, fit.n_expert, fit.top_k, d, n_fit, 6);
+      const Trace g = Generator(fit, fit.n_expert, fit.top_k, 1).run(n_fit, d);
       const std::vector<double> lru = lru_hit_rates(g, fit.n_expert, fit.top_k);
-      const double err = squared_error(lru, fit.lru_hit_rate);
+      // The LRU hit rates the grid is for, and what the calibration may not have reached: the
+      // reuse, the transition and the top eighth's and quarter's share of each layer.
+      const RoutingFit got = routing_statistics(g);
+      const double err = squared_error(lru, fit.lru_hit_rate) + statistics_error(got, fit);
       if (err < best) {
         best = err;
-        fit.p_reuse = pr;
-        fit.p_transition = pt;
-        fit.p_history = ph;
-        fit.history_half_life = hl;
+        fit.draws = d;
         fit.fitted_lru_hit_rate = lru;
       }
     }
@@ -452,8 +522,12 @@ RoutingFit fit_routing(const Trace& trace) {
 Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, int64_t n_tokens, uint64_t seed) {
   SLUICE_CHECK(n_expert >= 1 && top_k >= 1 && top_k <= n_expert && n_tokens >= 1, Status::invalid_argument,
                "routing generator: top-", top_k, " of ", n_expert, " experts over ", n_tokens, " tokens");
-  return Generator(fit, n_expert, top_k, seed).run(n_tokens, fit.p_reuse, fit.p_transition, fit.p_history,
-                                                   fit.history_half_life);
+  RoutingDraws d = fit.draws;
+  if (n_expert != fit.n_expert || top_k != fit.top_k) {  // the trace's reuse, transition and popularity at this shape
+    d.weight = Generator(fit, n_expert, top_k, 1).target_shares();
+    d = calibrate(fit, n_expert, top_k, d, std::min<int64_t>(fit.n_tokens, 2048), 6);
+  }
+  return Generator(fit, n_expert, top_k, seed).run(n_tokens, d);
 }
 
 std::string RoutingFit::describe() const {
@@ -461,8 +535,8 @@ std::string RoutingFit::describe() const {
   std::snprintf(b, sizeof b,
                 "reuse %.3f (drawn %.3f), transition %.3f (drawn %.3f), history %.2f halving every %g tokens, "
                 "lookahead recall %s; LRU hit rate at 1/8, 1/4, 1/2 of the experts: trace %s, fit %s",
-                mean(reuse), mean(p_reuse), mean(transition, true), mean(p_transition, true), p_history,
-                history_half_life, mean(recall) > 0 ? fixed3({mean(recall)}).c_str() : "none",
+                mean(reuse), mean(draws.p_reuse), mean(transition, true), mean(draws.p_transition, true), draws.p_history,
+                draws.history_half_life, mean(recall) > 0 ? fixed3({mean(recall)}).c_str() : "none",
                 fixed3(lru_hit_rate).c_str(), fixed3(fitted_lru_hit_rate).c_str());
   return b;
 }

@@ -19,11 +19,13 @@
 // of a token's k experts is drawn, in turn, from the previous token's experts (p_reuse), from
 // the favourite successors of the previous layer's (p_transition), from the layer's recent
 // history (p_history, counts halving every history_half_life tokens), or else from the
-// popularity. p_reuse and p_transition are calibrated per layer so the generated trace at the
-// trace's own shape shows the trace's reuse and transition; p_history and its half-life are
-// picked from a small grid by the per-layer LRU hit rates (step pins) at 1/8, 1/4 and 1/2 of
-// the experts, against the trace's. At another expert count or top-k the same probabilities
-// apply to each of the k draws.
+// popularity draw. Calibrated in rounds (generate, measure, correct): p_reuse and p_transition
+// per layer so the generated trace shows the trace's reuse and transition, and the popularity
+// draw's weight of each rank so the generated popularity is the trace's (the other draws
+// favour popular experts); p_history and its half-life are picked from a small grid by the
+// per-layer LRU hit rates (step pins) at 1/8, 1/4 and 1/2 of the experts, against the trace's.
+// At another expert count or top-k the draws are calibrated again at that shape: the same
+// reuse, transition and popularity at equal rank fractions, the history as fitted.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,13 @@ struct TraceStream {
 // every layer routes.
 TraceStream trace_stream(const Trace& trace);
 
+// The generator's probabilities at one shape (expert count, top-k).
+struct RoutingDraws {
+  std::vector<double> p_reuse, p_transition;  // [layer]
+  double p_history = 0, history_half_life = 8;
+  std::vector<std::vector<double>> weight;    // [layer][rank] the popularity draw's weights
+};
+
 struct RoutingFit {
   int64_t n_layers = 0, n_expert = 0, top_k = 0;  // the trace's (layers of its stream)
   int64_t n_tokens = 0;                           // the trace's stream
@@ -58,9 +67,8 @@ struct RoutingFit {
   std::vector<double> recall;                   // [layer] predicted_next's share of layer + 1's experts; -1: none
   std::vector<double> rank_weight;              // [rank] mean routing weight of the trace's rows at each rank
   std::vector<double> lru_hit_rate;             // [3] per-layer LRU hit rates (step pins) at 1/8, 1/4, 1/2 of the experts
-  // The generator's probabilities, fitted.
-  std::vector<double> p_reuse, p_transition;  // [layer]
-  double p_history = 0, history_half_life = 8;
+  // The generator's probabilities, fitted at the trace's own shape.
+  RoutingDraws draws;
   std::vector<double> fitted_lru_hit_rate;    // [3] the generated trace's, at the trace's own shape
   // "reuse 0.39 (drawn 0.31), transition ..., history 0.15 halving every 16 tokens, LRU 0.39/0.51/0.76 (trace) 0.40/0.52/0.75 (fit)"
   std::string describe() const;
