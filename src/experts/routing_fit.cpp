@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -36,11 +37,43 @@ size_t overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return n;
 }
 
-// What the fit measures of a stream: reuse, transition (with the stream's own favourite
-// successors), recall, per layer.
+// The favourite follower of each expert (ties: the lower id; -1 for one never followed) from
+// the counts of the (a, b) pairs `pairs` visits, b != a when `others`; then the mean share of
+// the rows `rows` visits that are the favourite of one of their leaders.
+using PairVisit = std::function<void(const std::function<void(const std::vector<int32_t>& leaders,
+                                                               const std::vector<int32_t>& row)>&)>;
+double favourite_share(const PairVisit& visit, int64_t n_expert, int64_t top_k, bool others) {
+  std::vector<uint32_t> c(static_cast<size_t>(n_expert * n_expert), 0);
+  visit([&](const std::vector<int32_t>& leaders, const std::vector<int32_t>& row) {
+    for (int32_t a : leaders)
+      for (int32_t b : row)
+        if (!others || a != b) ++c[static_cast<size_t>(a * n_expert + b)];
+  });
+  std::vector<int32_t> fav(static_cast<size_t>(n_expert), -1);
+  for (int64_t a = 0; a < n_expert; ++a) {
+    uint32_t best = 0;
+    for (int64_t b = 0; b < n_expert; ++b)
+      if (c[static_cast<size_t>(a * n_expert + b)] > best) {
+        best = c[static_cast<size_t>(a * n_expert + b)];
+        fav[static_cast<size_t>(a)] = static_cast<int32_t>(b);
+      }
+  }
+  double hit = 0, rows = 0;
+  std::vector<int32_t> favs;
+  visit([&](const std::vector<int32_t>& leaders, const std::vector<int32_t>& row) {
+    favs.clear();
+    for (int32_t a : leaders) favs.push_back(fav[static_cast<size_t>(a)]);
+    hit += static_cast<double>(overlap(row, favs)) / static_cast<double>(top_k);
+    rows += 1;
+  });
+  return rows > 0 ? hit / rows : 0;
+}
+
+// What the fit measures of a stream, per layer: reuse, transition and sequel (with the
+// stream's own favourites), recall.
 struct StreamStats {
   std::vector<std::vector<double>> counts;  // [layer][expert]
-  std::vector<double> reuse, transition, recall;
+  std::vector<double> reuse, transition, sequel, recall;
 };
 
 StreamStats measure(const TraceStream& s, int64_t n_expert, int64_t top_k) {
@@ -49,6 +82,7 @@ StreamStats measure(const TraceStream& s, int64_t n_expert, int64_t top_k) {
   st.counts.assign(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(n_expert), 0.0));
   st.reuse.assign(static_cast<size_t>(L), 0.0);
   st.transition.assign(static_cast<size_t>(L), 0.0);
+  st.sequel.assign(static_cast<size_t>(L), 0.0);
   st.recall.assign(static_cast<size_t>(L), -1.0);
   std::vector<uint8_t> start(static_cast<size_t>(T), 0);
   for (int64_t p : s.problem_starts) start[static_cast<size_t>(p)] = 1;
@@ -64,30 +98,20 @@ StreamStats measure(const TraceStream& s, int64_t n_expert, int64_t top_k) {
       }
     }
     st.reuse[static_cast<size_t>(l)] = pairs > 0 ? reused / pairs : 0;
-    if (l > 0) {
-      // Favourite successor in layer l of each expert of layer l - 1 (ties: the lower id).
-      std::vector<uint32_t> c(static_cast<size_t>(n_expert * n_expert), 0);
-      for (int64_t t = 0; t < T; ++t)
-        for (int32_t a : s.at(l - 1, t).experts)
-          for (int32_t b : s.at(l, t).experts) ++c[static_cast<size_t>(a * n_expert + b)];
-      std::vector<int32_t> fav(static_cast<size_t>(n_expert), -1);
-      for (int64_t a = 0; a < n_expert; ++a) {
-        uint32_t best = 0;
-        for (int64_t b = 0; b < n_expert; ++b)
-          if (c[static_cast<size_t>(a * n_expert + b)] > best) {
-            best = c[static_cast<size_t>(a * n_expert + b)];
-            fav[static_cast<size_t>(a)] = static_cast<int32_t>(b);
-          }
-      }
-      double hit = 0;
-      std::vector<int32_t> succ;
-      for (int64_t t = 0; t < T; ++t) {
-        succ.clear();
-        for (int32_t a : s.at(l - 1, t).experts) succ.push_back(fav[static_cast<size_t>(a)]);
-        hit += static_cast<double>(overlap(s.at(l, t).experts, succ)) / k;
-      }
-      st.transition[static_cast<size_t>(l)] = T > 0 ? hit / static_cast<double>(T) : 0;
-    }
+    // The sequel: the favourite other expert of the layer's next token after each expert.
+    st.sequel[static_cast<size_t>(l)] = favourite_share(
+        [&](const auto& fn) {
+          for (int64_t t = 1; t < T; ++t)
+            if (!start[static_cast<size_t>(t)]) fn(s.at(l, t - 1).experts, s.at(l, t).experts);
+        },
+        n_expert, top_k, /*others=*/true);
+    // The transition: the favourite expert of layer l at the token of each of layer l - 1's.
+    if (l > 0)
+      st.transition[static_cast<size_t>(l)] = favourite_share(
+          [&](const auto& fn) {
+            for (int64_t t = 0; t < T; ++t) fn(s.at(l - 1, t).experts, s.at(l, t).experts);
+          },
+          n_expert, top_k, /*others=*/false);
     if (l + 1 < L) {
       double held = 0, rows = 0;
       for (int64_t t = 0; t < T; ++t) {
@@ -162,11 +186,21 @@ class Generator {
       std::iota(p.begin(), p.end(), 0);
       for (int64_t i = E_ - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(setup.below(i + 1))]);
     }
-    // Favourite successor in layer l of each expert of layer l - 1: drawn by layer l's popularity.
+    // Favourite successor in layer l of each expert of layer l - 1: the expert of the same
+    // popularity rank; favourite other expert of the layer's next token after each one: its
+    // neighbour in rank (ranks 2i and 2i + 1). Both keep each rank's share: drawn at random,
+    // they made a few experts far more popular than the popularity draw could correct.
     set_weights(target_shares());
     succ_.assign(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(E_), 0));
-    for (int64_t l = 1; l < L; ++l)
-      for (int64_t e = 0; e < E_; ++e) succ_[static_cast<size_t>(l)][static_cast<size_t>(e)] = popular(l, setup);
+    sequel_.assign(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(E_), 0));
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t r = 0; r < E_; ++r) {
+        if (l > 0) succ_[static_cast<size_t>(l)][static_cast<size_t>(perm_[static_cast<size_t>(l - 1)][static_cast<size_t>(r)])] =
+            perm_[static_cast<size_t>(l)][static_cast<size_t>(r)];
+        const int64_t partner = (r ^ 1) < E_ ? (r ^ 1) : (r + E_ - 1) % E_;
+        sequel_[static_cast<size_t>(l)][static_cast<size_t>(perm_[static_cast<size_t>(l)][static_cast<size_t>(r)])] =
+            perm_[static_cast<size_t>(l)][static_cast<size_t>(partner)];
+      }
   }
 
   // The trace's popularity at this shape, [layer][rank].
@@ -191,12 +225,14 @@ class Generator {
         std::vector<int32_t>& chosen = cur[static_cast<size_t>(l)];
         chosen.clear();
         const double pr = d.p_reuse[static_cast<size_t>(l)], pt = l > 0 ? d.p_transition[static_cast<size_t>(l)] : 0;
+        const double ps = d.p_sequel[static_cast<size_t>(l)];
         for (int64_t j = 0; j < k_; ++j) {
           const double u = rng_.uniform();
           int32_t e = -1;
           if (u < pr) e = pick_from(prev[static_cast<size_t>(l)], chosen);
-          else if (u < pr + pt) e = successor(l, cur[static_cast<size_t>(l - 1)], chosen);
-          else if (u < pr + pt + d.p_history) e = from_history(hist[static_cast<size_t>(l)], chosen);
+          else if (u < pr + pt) e = follower(succ_[static_cast<size_t>(l)], cur[static_cast<size_t>(l - 1)], chosen);
+          else if (u < pr + pt + ps) e = follower(sequel_[static_cast<size_t>(l)], prev[static_cast<size_t>(l)], chosen);
+          else if (u < pr + pt + ps + d.p_history) e = from_history(hist[static_cast<size_t>(l)], chosen);
           if (e < 0) e = popular_except(l, chosen);
           chosen.push_back(e);
         }
@@ -255,10 +291,11 @@ class Generator {
       if (!contains(chosen, e) && i-- == 0) return e;
     return -1;
   }
-  int32_t successor(int64_t l, const std::vector<int32_t>& previous_layer, const std::vector<int32_t>& chosen) {
-    std::vector<int32_t> succ;
-    for (int32_t a : previous_layer) succ.push_back(succ_[static_cast<size_t>(l)][static_cast<size_t>(a)]);
-    return pick_from(succ, chosen);
+  // One of the favourites (`of`: expert -> its favourite) of `leaders` not chosen yet.
+  int32_t follower(const std::vector<int32_t>& of, const std::vector<int32_t>& leaders, const std::vector<int32_t>& chosen) {
+    std::vector<int32_t> f;
+    for (int32_t a : leaders) f.push_back(of[static_cast<size_t>(a)]);
+    return pick_from(f, chosen);
   }
   int32_t from_history(const std::vector<double>& h, const std::vector<int32_t>& chosen) {
     double total = 0;
@@ -322,6 +359,7 @@ class Generator {
   std::vector<std::vector<int32_t>> perm_;   // [layer][rank] expert id
   std::vector<std::vector<double>> cum_;     // [layer][rank] the popularity draw's cumulative weights
   std::vector<std::vector<int32_t>> succ_;   // [layer][expert of layer - 1] favourite successor
+  std::vector<std::vector<int32_t>> sequel_; // [layer][expert] favourite other expert of the next token
 };
 
 // Rounds of: generate n_tokens at (n_expert, top_k) from d, measure, move each layer's reuse and
@@ -339,10 +377,23 @@ RoutingDraws calibrate(const RoutingFit& fit, int64_t n_expert, int64_t top_k, R
   for (int round = 0; round < rounds; ++round) {
     const Trace tr = Generator(fit, n_expert, top_k, 1).run(n_tokens, d);
     const StreamStats m = measure(trace_stream(tr), n_expert, top_k);
+    // A probability's move in layer l: the error of the statistic's mean over the layers (from
+    // layer `from`), shared out in proportion to the trace's layer's value. Per-layer errors,
+    // noisy and coupled through the layers' draws, did not settle.
+    auto step = [&](const std::vector<double>& want, const std::vector<double>& got, size_t l, size_t from) {
+      double w = 0, g = 0;
+      for (size_t i = from; i < want.size(); ++i) {
+        w += want[i];
+        g += got[i];
+      }
+      return w > 0 && l >= from ? kStep * (w - g) / w * want[l] : 0.0;
+    };
     for (size_t l = 0; l < d.p_reuse.size(); ++l) {
-      d.p_reuse[l] = std::clamp(d.p_reuse[l] + kStep * (fit.reuse[l] - m.reuse[l]), 0.0, 0.95);
-      d.p_transition[l] = std::clamp(d.p_transition[l] + kStep * (fit.transition[l] - m.transition[l]), 0.0,
+      d.p_reuse[l] = std::clamp(d.p_reuse[l] + step(fit.reuse, m.reuse, l, 0), 0.0, 0.95);
+      d.p_transition[l] = std::clamp(d.p_transition[l] + step(fit.transition, m.transition, l, 1), 0.0,
                                      std::max(0.0, 0.98 - d.p_reuse[l] - d.p_history));
+      d.p_sequel[l] = std::clamp(d.p_sequel[l] + step(fit.sequel, m.sequel, l, 0), 0.0,
+                                 std::max(0.0, 0.98 - d.p_reuse[l] - d.p_transition[l] - d.p_history));
       const double total = std::accumulate(m.counts[l].begin(), m.counts[l].end(), 0.0);
       for (int64_t r = 0; r < n_expert; ++r) {
         const double got = m.counts[l][static_cast<size_t>(g.expert_of_rank(static_cast<int64_t>(l), r))] / total;
@@ -362,10 +413,11 @@ double top_share(const std::vector<double>& popularity, double fraction) {
 
 double squared_error(const std::vector<double>& a, const std::vector<double>& b);
 
-// Mean squared differences over the layers of the reuse, the transition and the top eighth's
+// Mean squared differences over the layers of the reuse, the transition, the sequel and the top eighth's
 // and quarter's shares between two fits' statistics.
 double statistics_error(const RoutingFit& a, const RoutingFit& b) {
-  double e = squared_error(a.reuse, b.reuse) + squared_error(a.transition, b.transition);
+  double e = squared_error(a.reuse, b.reuse) + squared_error(a.transition, b.transition) +
+             squared_error(a.sequel, b.sequel);
   for (size_t l = 0; l < a.popularity.size() && l < b.popularity.size(); ++l)
     for (double f : {0.125, 0.25}) {
       const double d = top_share(a.popularity[l], f) - top_share(b.popularity[l], f);
@@ -443,13 +495,20 @@ TraceStream trace_stream(const Trace& trace) {
   return s;
 }
 
-std::vector<double> lru_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k) {
+std::vector<double> cache_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k) {
   std::vector<double> out;
-  for (double f : kFitCacheFractions) {
-    SimulateOptions o;
+  SimulateOptions o;
+  o.pin = PinScope::step;
+  o.predictions = PredictionTime::never;
+  o.policy = PolicyKind::lru;
+  for (double f : kFitLruFractions) {
     o.slots_per_layer = static_cast<int32_t>(std::max<int64_t>(top_k, std::llround(f * static_cast<double>(n_expert))));
-    o.policy = PolicyKind::lru;
-    o.pin = PinScope::step;
+    out.push_back(simulate_trace(trace, o).hit_rate());
+  }
+  o.slots_per_layer = 0;
+  o.policy = PolicyKind::markov;
+  for (double f : kFitPoolFractions) {
+    o.slots = static_cast<int32_t>(std::max<int64_t>(top_k, std::llround(f * static_cast<double>(n_expert * trace.n_layer))));
     out.push_back(simulate_trace(trace, o).hit_rate());
   }
   return out;
@@ -472,6 +531,7 @@ RoutingFit routing_statistics(const Trace& trace) {
   }
   fit.reuse = st.reuse;
   fit.transition = st.transition;
+  fit.sequel = st.sequel;
   fit.recall = st.recall;
   fit.rank_weight.assign(static_cast<size_t>(fit.top_k), 0.0);
   std::vector<double> n_at(static_cast<size_t>(fit.top_k), 0.0);
@@ -482,7 +542,7 @@ RoutingFit routing_statistics(const Trace& trace) {
     }
   for (size_t j = 0; j < fit.rank_weight.size(); ++j)
     fit.rank_weight[j] = n_at[j] > 0 ? fit.rank_weight[j] / n_at[j] : 1.0 / static_cast<double>(fit.top_k);
-  fit.lru_hit_rate = lru_hit_rates(stream_as_trace(s, fit.n_expert, fit.top_k), fit.n_expert, fit.top_k);
+  fit.hit_rate = cache_hit_rates(stream_as_trace(s, fit.n_expert, fit.top_k), fit.n_expert, fit.top_k);
   return fit;
 }
 
@@ -490,7 +550,7 @@ RoutingFit fit_routing(const Trace& trace) {
   RoutingFit fit = routing_statistics(trace);
 
   // The grid of history components; for each, the draws calibrated at the trace's own shape.
-  constexpr double kHistory[] = {0.0, 0.15, 0.3, 0.45};
+  constexpr double kHistory[] = {0.0, 0.15, 0.3};
   constexpr double kHalfLife[] = {4, 16, 64};
   const int64_t n_fit = std::min<int64_t>(fit.n_tokens, 2048);  // tokens generated per round
   double best = INFINITY;
@@ -500,22 +560,24 @@ RoutingFit fit_routing(const Trace& trace) {
       RoutingDraws d;  // a start below the trace's: the other draws add reuse and transition of their own
       for (double x : fit.reuse) d.p_reuse.push_back(0.6 * x);
       for (double x : fit.transition) d.p_transition.push_back(0.6 * x);
+      for (double x : fit.sequel) d.p_sequel.push_back(0.3 * x);
       d.p_history = ph;
       d.history_half_life = hl;
       d.weight = Generator(fit, fit.n_expert, fit.top_k, 1).target_shares();
-      d = calibrate(fit, fit.n_expert, fit.top_k, d, n_fit, 6);
+      d = calibrate(fit, fit.n_expert, fit.top_k, d, n_fit, 4);
       const Trace g = Generator(fit, fit.n_expert, fit.top_k, 1).run(n_fit, d);
-      const std::vector<double> lru = lru_hit_rates(g, fit.n_expert, fit.top_k);
-      // The LRU hit rates the grid is for, and what the calibration may not have reached: the
+      const std::vector<double> hits = cache_hit_rates(g, fit.n_expert, fit.top_k);
+      // The hit rates the grid is for, and what the calibration may not have reached: the
       // reuse, the transition and the top eighth's and quarter's share of each layer.
       const RoutingFit got = routing_statistics(g);
-      const double err = squared_error(lru, fit.lru_hit_rate) + statistics_error(got, fit);
+      const double err = squared_error(hits, fit.hit_rate) + statistics_error(got, fit);
       if (err < best) {
         best = err;
         fit.draws = d;
-        fit.fitted_lru_hit_rate = lru;
+        fit.fitted_hit_rate = hits;
       }
     }
+  fit.draws = calibrate(fit, fit.n_expert, fit.top_k, fit.draws, n_fit, 2);  // the chosen one, two rounds more
   return fit;
 }
 
@@ -533,11 +595,14 @@ Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, i
 std::string RoutingFit::describe() const {
   char b[512];
   std::snprintf(b, sizeof b,
-                "reuse %.3f (drawn %.3f), transition %.3f (drawn %.3f), history %.2f halving every %g tokens, "
-                "lookahead recall %s; LRU hit rate at 1/8, 1/4, 1/2 of the experts: trace %s, fit %s",
-                mean(reuse), mean(draws.p_reuse), mean(transition, true), mean(draws.p_transition, true), draws.p_history,
+                "reuse %.3f (drawn %.3f), transition %.3f (drawn %.3f), sequel %.3f (drawn %.3f), history %.2f "
+                "halving every %g tokens, "
+                "lookahead recall %s; hit rates (LRU a layer at 1/8, 1/4, 1/2 of the experts; markov in a pool at 1/4, "
+                "1/2): trace %s, fit %s",
+                mean(reuse), mean(draws.p_reuse), mean(transition, true), mean(draws.p_transition, true), mean(sequel),
+                mean(draws.p_sequel), draws.p_history,
                 draws.history_half_life, mean(recall) > 0 ? fixed3({mean(recall)}).c_str() : "none",
-                fixed3(lru_hit_rate).c_str(), fixed3(fitted_lru_hit_rate).c_str());
+                fixed3(hit_rate).c_str(), fixed3(fitted_hit_rate).c_str());
   return b;
 }
 

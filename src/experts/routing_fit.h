@@ -13,19 +13,22 @@
 // layer: the popularity of its experts by rank (the share of the layer's routing the r-th most
 // used expert takes, resampled at equal rank fractions for another expert count), the
 // previous token's reuse (the share of a token's experts that the previous token of the
-// layer also used), the next layer's transition (the share of a layer's experts that are the
-// favourite successor of one of the previous layer's experts at the same token) and the
-// lookahead's recall (the share of the next layer's experts that predicted_next holds). Each
-// of a token's k experts is drawn, in turn, from the previous token's experts (p_reuse), from
-// the favourite successors of the previous layer's (p_transition), from the layer's recent
-// history (p_history, counts halving every history_half_life tokens), or else from the
-// popularity draw. Calibrated in rounds (generate, measure, correct): p_reuse and p_transition
-// per layer so the generated trace shows the trace's reuse and transition, and the popularity
-// draw's weight of each rank so the generated popularity is the trace's (the other draws
-// favour popular experts); p_history and its half-life are picked from a small grid by the
-// per-layer LRU hit rates (step pins) at 1/8, 1/4 and 1/2 of the experts, against the trace's.
+// layer also used), the sequel (the share of a token's experts that are the favourite other
+// follower, at the layer's next token, of one of the previous token's experts: what markov's
+// transition table learns), the next layer's transition (the share of a layer's experts that
+// are the favourite successor of one of the previous layer's experts at the same token) and
+// the lookahead's recall (the share of the next layer's experts that predicted_next holds).
+// Each of a token's k experts is drawn, in turn, from the previous token's experts (p_reuse),
+// from the favourite successors of the previous layer's (p_transition), from the favourite
+// followers of the previous token's (p_sequel), from the layer's recent history (p_history,
+// counts halving every history_half_life tokens), or else from the popularity draw.
+// Calibrated in rounds (generate, measure, correct): p_reuse, p_transition and p_sequel per
+// layer so the generated trace shows the trace's reuse, transition and sequel, and the
+// popularity draw's weight of each rank so the generated popularity is the trace's (the other
+// draws favour popular experts); p_history and its half-life are picked from a small grid by
+// the hit rates of cache_hit_rates (LRU a layer, markov in one pool) and the statistics above.
 // At another expert count or top-k the draws are calibrated again at that shape: the same
-// reuse, transition and popularity at equal rank fractions, the history as fitted.
+// reuse, transition, sequel and popularity at equal rank fractions, the history as fitted.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +55,7 @@ TraceStream trace_stream(const Trace& trace);
 
 // The generator's probabilities at one shape (expert count, top-k).
 struct RoutingDraws {
-  std::vector<double> p_reuse, p_transition;  // [layer]
+  std::vector<double> p_reuse, p_transition, p_sequel;  // [layer]
   double p_history = 0, history_half_life = 8;
   std::vector<std::vector<double>> weight;    // [layer][rank] the popularity draw's weights
 };
@@ -64,18 +67,20 @@ struct RoutingFit {
   std::vector<std::vector<double>> popularity;  // [layer][rank]: share of the layer's routing, descending
   std::vector<double> reuse;                    // [layer] previous token's experts reused, share of top_k
   std::vector<double> transition;               // [layer] favourite successors of the previous layer's experts, share of top_k (layer 0: 0)
+  std::vector<double> sequel;                   // [layer] favourite other followers of the previous token's experts, share of top_k
   std::vector<double> recall;                   // [layer] predicted_next's share of layer + 1's experts; -1: none
   std::vector<double> rank_weight;              // [rank] mean routing weight of the trace's rows at each rank
-  std::vector<double> lru_hit_rate;             // [3] per-layer LRU hit rates (step pins) at 1/8, 1/4, 1/2 of the experts
+  std::vector<double> hit_rate;                 // [5] cache_hit_rates (below)
   // The generator's probabilities, fitted at the trace's own shape.
   RoutingDraws draws;
-  std::vector<double> fitted_lru_hit_rate;    // [3] the generated trace's, at the trace's own shape
+  std::vector<double> fitted_hit_rate;        // [5] the generated trace's, at the trace's own shape
   // "reuse 0.39 (drawn 0.31), transition ..., history 0.15 halving every 16 tokens, LRU 0.39/0.51/0.76 (trace) 0.40/0.52/0.75 (fit)"
   std::string describe() const;
 };
 
-// The cache fractions of RoutingFit::lru_hit_rate.
-inline constexpr double kFitCacheFractions[3] = {0.125, 0.25, 0.5};
+// The cache fractions of cache_hit_rates: LRU with a cache a layer, markov with one pool.
+inline constexpr double kFitLruFractions[3] = {0.125, 0.25, 0.5};
+inline constexpr double kFitPoolFractions[2] = {0.25, 0.5};
 
 // What the trace shows (every field above the generator's probabilities), as the fit sees it.
 RoutingFit routing_statistics(const Trace& trace);
@@ -88,8 +93,9 @@ RoutingFit fit_routing(const Trace& trace);
 // to 1), with predicted_next where the trace had predictions. Deterministic for a seed.
 Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, int64_t n_tokens, uint64_t seed);
 
-// Per-layer LRU hit rates (step pins) of `trace` at kFitCacheFractions of `n_expert` experts
-// (at least top_k slots).
-std::vector<double> lru_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k);
+// The hit rates the fit compares (step pins, at least top_k slots a layer): LRU with one cache
+// a layer of kFitLruFractions of `n_expert` experts, then markov (the engine's default) with one
+// pool of kFitPoolFractions of every layer's experts (predictions never handed to it).
+std::vector<double> cache_hit_rates(const Trace& trace, int64_t n_expert, int64_t top_k);
 
 }  // namespace sluice
