@@ -217,7 +217,6 @@ class Generator {
     const double decay = std::exp2(-1.0 / d.history_half_life);
     std::vector<std::vector<double>> hist(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(E_), 0.0));
     std::vector<std::vector<int32_t>> prev(static_cast<size_t>(L)), cur(static_cast<size_t>(L));
-    const std::vector<float> weights = rank_weights();
     Trace tr;
     tr.rows.reserve(static_cast<size_t>(n_tokens * L));
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -243,7 +242,7 @@ class Generator {
         r.layer = l;
         r.token = t;
         r.experts = chosen;
-        r.weights = weights;
+        r.weights = row_weights(l);
         tr.rows.push_back(std::move(r));
       }
       for (int64_t l = 0; l < L; ++l) prev[static_cast<size_t>(l)] = cur[static_cast<size_t>(l)];
@@ -312,22 +311,30 @@ class Generator {
     }
     return last;
   }
-  // The trace's mean weight by rank at k_ ranks (rank j at the trace's (j + 1/2) k / k_ - 1/2,
-  // linearly between ranks), summing to 1.
-  std::vector<float> rank_weights() const {
-    const std::vector<double>& w = fit_.rank_weight;
-    const auto n = static_cast<double>(w.size());
-    std::vector<double> out(static_cast<size_t>(k_));
+  // A row's weights: those of a random row of the trace's layer (its row_weights), the first
+  // k_ when the trace routes at least k_ (as the ids mapping cuts a row), else its k ranks
+  // stretched over k_ (rank j at the trace's (j + 1/2) k / k_ - 1/2, linearly between ranks)
+  // and scaled to the row's sum. Rows of one shape each (a mean profile) never showed the fast
+  // profile's cut a weak expert to cut.
+  std::vector<float> row_weights(int64_t layer) {
+    const std::vector<float>& all = fit_.row_weights[static_cast<size_t>(layer)];
+    const auto kt = static_cast<size_t>(fit_.top_k);
+    std::vector<float> out(static_cast<size_t>(k_), 1.0f / static_cast<float>(k_));
+    if (all.size() < kt || kt == 0) return out;
+    const float* w = all.data() + static_cast<size_t>(rng_.below(static_cast<int64_t>(all.size() / kt))) * kt;
+    if (static_cast<size_t>(k_) <= kt) return std::vector<float>(w, w + k_);
+    float sum = 0, stretched = 0;
+    for (size_t i = 0; i < kt; ++i) sum += w[i];
     for (int64_t j = 0; j < k_; ++j) {
-      const double pos = std::clamp((static_cast<double>(j) + 0.5) * n / static_cast<double>(k_) - 0.5, 0.0, n - 1);
+      const double pos = std::clamp((static_cast<double>(j) + 0.5) * static_cast<double>(kt) / static_cast<double>(k_) - 0.5,
+                                    0.0, static_cast<double>(kt - 1));
       const auto i = static_cast<size_t>(pos);
       const double f = pos - static_cast<double>(i);
-      out[static_cast<size_t>(j)] = i + 1 < w.size() ? w[i] * (1 - f) + w[i + 1] * f : w[i];
+      out[static_cast<size_t>(j)] = static_cast<float>(i + 1 < kt ? w[i] * (1 - f) + w[i + 1] * f : w[i]);
+      stretched += out[static_cast<size_t>(j)];
     }
-    const double sum = std::accumulate(out.begin(), out.end(), 0.0);
-    std::vector<float> r(out.size());
-    for (size_t j = 0; j < out.size(); ++j) r[j] = static_cast<float>(sum > 0 ? out[j] / sum : 1.0 / k_);
-    return r;
+    for (float& x : out) x = stretched > 0 ? x * sum / stretched : x;
+    return out;
   }
   // predicted_next of each row whose layer the trace predicted from: each of the next layer's
   // experts kept with the trace's recall, the others replaced by popular experts it does not use.
@@ -533,15 +540,15 @@ RoutingFit routing_statistics(const Trace& trace) {
   fit.transition = st.transition;
   fit.sequel = st.sequel;
   fit.recall = st.recall;
-  fit.rank_weight.assign(static_cast<size_t>(fit.top_k), 0.0);
-  std::vector<double> n_at(static_cast<size_t>(fit.top_k), 0.0);
-  for (const TraceRow& r : trace.rows)
-    for (size_t j = 0; j < r.weights.size() && j < fit.rank_weight.size(); ++j) {
-      fit.rank_weight[j] += r.weights[j];
-      n_at[j] += 1;
+  // Each layer's rows' weights (rows with fewer than top_k, or none, left out).
+  fit.row_weights.assign(static_cast<size_t>(fit.n_layers), {});
+  for (int64_t l = 0; l < fit.n_layers; ++l)
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      const TraceRow& r = s.at(l, t);
+      if (static_cast<int64_t>(r.weights.size()) >= fit.top_k)
+        fit.row_weights[static_cast<size_t>(l)].insert(fit.row_weights[static_cast<size_t>(l)].end(), r.weights.begin(),
+                                                       r.weights.begin() + fit.top_k);
     }
-  for (size_t j = 0; j < fit.rank_weight.size(); ++j)
-    fit.rank_weight[j] = n_at[j] > 0 ? fit.rank_weight[j] / n_at[j] : 1.0 / static_cast<double>(fit.top_k);
   fit.hit_rate = cache_hit_rates(stream_as_trace(s, fit.n_expert, fit.top_k), fit.n_expert, fit.top_k);
   return fit;
 }

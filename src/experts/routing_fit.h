@@ -69,7 +69,7 @@ struct RoutingFit {
   std::vector<double> transition;               // [layer] favourite successors of the previous layer's experts, share of top_k (layer 0: 0)
   std::vector<double> sequel;                   // [layer] favourite other followers of the previous token's experts, share of top_k
   std::vector<double> recall;                   // [layer] predicted_next's share of layer + 1's experts; -1: none
-  std::vector<double> rank_weight;              // [rank] mean routing weight of the trace's rows at each rank
+  std::vector<std::vector<float>> row_weights;  // [layer] the weights of the layer's rows, top_k each, in stream order
   std::vector<double> hit_rate;                 // [5] cache_hit_rates (below)
   // The generator's probabilities, fitted at the trace's own shape.
   RoutingDraws draws;
@@ -89,8 +89,9 @@ RoutingFit routing_statistics(const Trace& trace);
 RoutingFit fit_routing(const Trace& trace);
 
 // A trace of one problem of n_tokens tokens over the fit's layers, n_expert experts a layer,
-// top_k a token (weights: the trace's mean weight by rank, resampled to top_k ranks, summing
-// to 1), with predicted_next where the trace had predictions. Deterministic for a seed.
+// top_k a token (each row's weights a random row's of the trace's layer: its first top_k, or
+// its ranks stretched over top_k), with predicted_next where the trace had predictions.
+// Deterministic for a seed.
 Trace generate_routing(const RoutingFit& fit, int64_t n_expert, int64_t top_k, int64_t n_tokens, uint64_t seed);
 
 // The hit rates the fit compares (step pins, at least top_k slots a layer): LRU with one cache
