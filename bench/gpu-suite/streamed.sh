@@ -19,8 +19,9 @@
 #   of GPU-machine time with the synthesis), WORK (/tmp/streamed: packs and logs), TRACE
 #   (traces/routing-model-128e-code.jsonl.xz), REPLAY_MAP (auto), CACHES (10,25,5), TIERS
 #   (disk,host), MODELS (qwen,gptoss), DISK_DECODE (12 tokens a disk row, after as many of
-#   warm-up), HOST_DECODE (48), KL_STEPS (8), QWEN_KINDS (q4,q2), KEEP (1: keep the packs for the
-#   next run; 0: remove them at the end).
+#   warm-up), HOST_DECODE (48), KL_STEPS (8), QWEN_KINDS (q4,q2), QWEN_LAYERS (48), GPT_LAYERS
+#   (12), BACKEND (cuda; cpu with a few layers checks the script anywhere), KEEP (1: keep the
+#   packs for the next run; 0: remove them at the end).
 # Output: the table on stdout (also $WORK/streamed.md); each row's bench JSON in $WORK/rows/.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: bench/gpu-suite/streamed.sh BIN_DIR" >&2; exit 2; }
@@ -32,7 +33,8 @@ W=${WORK:-/tmp/streamed}
 TRACE=$(realpath "${TRACE:-traces/routing-model-128e-code.jsonl.xz}")
 REPLAY_MAP=${REPLAY_MAP:-auto}; CACHES=${CACHES:-10,25,5}; TIERS=${TIERS:-disk,host}; MODELS=${MODELS:-qwen,gptoss}
 DISK_DECODE=${DISK_DECODE:-12}; HOST_DECODE=${HOST_DECODE:-48}; KL_STEPS=${KL_STEPS:-8}
-QWEN_KINDS=${QWEN_KINDS:-q4,q2}; KEEP=${KEEP:-1}
+QWEN_KINDS=${QWEN_KINDS:-q4,q2}; QWEN_LAYERS=${QWEN_LAYERS:-48}; GPT_LAYERS=${GPT_LAYERS:-12}
+BACKEND=${BACKEND:-cuda}; KEEP=${KEEP:-1}
 mkdir -p "$W/rows"
 [ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
 [ -f "$TRACE" ] || die "$TRACE: no such trace"
@@ -43,14 +45,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 
 # The packs: written in parallel (each is CPU-bound on its records), reused while their manifest is there.
 declare -A PACK KIND
-PACK[qwen]=$W/qwen3-30b-a3b-48; KIND[qwen]=q4
-PACK[gptoss]=$W/gpt-oss-120b-12; KIND[gptoss]=mxfp4
+PACK[qwen]=$W/qwen3-30b-a3b-$QWEN_LAYERS; KIND[qwen]=q4
+PACK[gptoss]=$W/gpt-oss-120b-$GPT_LAYERS; KIND[gptoss]=mxfp4
 pids=()
 for m in ${MODELS//,/ }; do
   [ -f "${PACK[$m]}/manifest.json" ] && continue
   case $m in
-    qwen) synth_pack "$BIN" qwen3-30b-a3b "$QWEN_KINDS" 48 "${PACK[$m]}" & ;;
-    gptoss) synth_pack "$BIN" gpt-oss-120b mxfp4 12 "${PACK[$m]}" & ;;
+    qwen) synth_pack "$BIN" qwen3-30b-a3b "$QWEN_KINDS" "$QWEN_LAYERS" "${PACK[$m]}" & ;;
+    gptoss) synth_pack "$BIN" gpt-oss-120b mxfp4 "$GPT_LAYERS" "${PACK[$m]}" & ;;
     *) die "MODELS: unknown model '$m' (qwen, gptoss)" ;;
   esac
   pids+=($!)
@@ -87,7 +89,7 @@ row() {
   else
     drop_caches
   fi
-  timeout "$(tmo 120)" "$BIN/sluice" bench --model "$pack" --expert-kind "${KIND[$m]}" --backend cuda -p 0 -n "$n" -r 1 \
+  timeout "$(tmo 120)" "$BIN/sluice" bench --model "$pack" --expert-kind "${KIND[$m]}" --backend "$BACKEND" -p 0 -n "$n" -r 1 \
     -o json --expert-cache "$cache" --replay-routing "$TRACE" --replay-map "$REPLAY_MAP" --profile "$profile" \
     --lookahead "$look" --wait-timeout 20 "${extra[@]}" > "$W/rows/$name.json" 2> "$W/rows/$name.log" ||
     { tail -2 "$W/rows/$name.log" >&2; say "$name failed"; return 1; }
@@ -114,7 +116,7 @@ kl() {
     drop_caches
     local args=(--profile "$profile")
     [ "$profile" = fast ] && args+=(--kl-check "$KL_STEPS")
-    timeout "$(tmo 90)" "$BIN/sluice" run --model "$pack" --expert-kind "${KIND[$m]}" --backend cuda --tokens 1 -n "$n" \
+    timeout "$(tmo 90)" "$BIN/sluice" run --model "$pack" --expert-kind "${KIND[$m]}" --backend "$BACKEND" --tokens 1 -n "$n" \
       --temperature 0 --ignore-eos --expert-cache "$cache" --replay-routing "$TRACE" --replay-map "$REPLAY_MAP" \
       --wait-timeout 20 --stats "$W/rows/$name-$profile.stats.json" "${args[@]}" > /dev/null 2> "$W/rows/$name-$profile.log" ||
       { tail -2 "$W/rows/$name-$profile.log" >&2; say "$name $profile failed"; return 1; }
