@@ -172,7 +172,7 @@ uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
 }
 
 bool DecoderModel::step_graph_eligible() const {
-  if (!be_.graphs_enabled() || expert_provider_ || routing_observer_) return false;
+  if (!be_.graphs_enabled() || expert_provider_ || routing_observer_ || routing_replay_) return false;
   for (size_t l = 0; l < spec_.layers.size(); ++l)
     if (spec_.layers[l].moe && !expert_tables_[l]) return false;  // host routing inside
   return true;
@@ -411,7 +411,8 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router_bias : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {},
                        lw.router_score_bias,
-                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_score_bias : Tensor{}},
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_score_bias : Tensor{},
+                       routing_replay_.get()},
                       expert_provider_.get(), routing_observer_, h, y);
       if (!lw.shared.gate.empty()) {  // y += shared(h) (Llama 4: the same sum as shared + routed)
         Tensor s = be_.alloc(DType::f32, {n, d});

@@ -25,6 +25,18 @@ void Model::index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_
   }
 }
 
+void Model::set_routing_replay(std::shared_ptr<RoutingReplay> replay) {
+  if (replay) {
+    const ReplayTable& t = replay->table();
+    SLUICE_CHECK(t.n_layers == static_cast<int64_t>(info_.moe_layers.size()) && t.n_expert == info_.n_expert &&
+                     t.k == info_.n_expert_used,
+                 Status::invalid_argument, "replayed routing of ", t.n_layers, " MoE layers of ", t.n_expert,
+                 " experts, top-", t.k, " for a model of ", info_.moe_layers.size(), " MoE layers of ",
+                 info_.n_expert, " experts, top-", info_.n_expert_used);
+  }
+  routing_replay_ = std::move(replay);
+}
+
 void Model::check_context(int64_t n_tokens, const std::string& what) const {
   SLUICE_CHECK(n_tokens <= info_.n_ctx_train, Status::invalid_argument, what, ": ", n_tokens,
                " tokens exceed the model's context limit of ", info_.n_ctx_train,

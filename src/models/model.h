@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "experts/expert_provider.h"
 #include "experts/routing.h"
+#include "experts/routing_replay.h"
 
 namespace sluice {
 
@@ -61,6 +62,13 @@ class Model {
     routing_observer_ = std::move(observer);
     routing_predict_next_ = predict_next;
   }
+
+  // Replays a recorded routing in place of every MoE layer's router (benchmarks,
+  // --replay-routing; experts/routing_replay.h); null: the routers route. Its shape must be
+  // the model's (MoE layers, experts, top-k): invalid_argument otherwise. A replayed decode
+  // step runs eagerly, never as a captured graph (each step takes other rows).
+  void set_routing_replay(std::shared_ptr<RoutingReplay> replay);
+  RoutingReplay* routing_replay() const { return routing_replay_.get(); }
 
   // Routes every MoE layer's experts through `provider` (the streamer) instead of resident
   // weights; load_model sets it when streaming options are given. Null: resident experts.
@@ -164,6 +172,7 @@ class Model {
   RoutingObserver routing_observer_;
   bool routing_predict_next_ = false;
   std::shared_ptr<ExpertProvider> expert_provider_;
+  std::shared_ptr<RoutingReplay> routing_replay_;
 };
 
 }  // namespace sluice

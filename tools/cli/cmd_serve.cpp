@@ -51,6 +51,7 @@ void register_serve(CLI::App& app) {
   add_integer(*cmd, "--top-k", opt->top_k, IntRange::at_least(0, "0 keeps every token"), "default top-k (default 0: all)");
   add_seed(*cmd, "--seed", opt->seed, "default seed of requests that give none (default 0)");
   cmd->callback([opt] {
+    check_no_replay(opt->model, "serve");
     Session s = open_session(opt->model);
     Model& model = *s.model.model;
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "sluice serve needs a tokenizer.json in ",
