@@ -29,6 +29,7 @@ const BatchEngineOptions& checked(Model& model, const BatchEngineOptions& o) {
 PromptCacheOptions cache_options(const BatchEngineOptions& o) {
   PromptCacheOptions c;
   c.budget_bytes = o.prompt_cache_bytes;
+  c.host_budget_bytes = o.prompt_cache_host_bytes;
   c.grid = o.ubatch;  // a hybrid's snapshots at the prefill chunks' ends
   return c;
 }

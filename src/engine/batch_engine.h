@@ -71,6 +71,7 @@ struct BatchEngineOptions {
   size_t max_queue = 256;      // requests waiting for a sequence; more are refused
   int64_t n_vocab_sampled = 0; // > 0: ids at or above it are never sampled (padded output rows)
   uint64_t prompt_cache_bytes = 0;  // the prompt cache's budget (engine/prompt_cache.h); 0: off
+  uint64_t prompt_cache_host_bytes = 0;  // its host tier's budget; 0: none
 };
 
 struct BatchEngineCounters {

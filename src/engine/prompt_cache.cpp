@@ -3,6 +3,7 @@
 #include "engine/prompt_cache.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -21,6 +22,24 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 // blocks (whole MiB above 1 MiB, cuda_memory.h) come back in few sizes as entries come and go.
 constexpr int64_t kEntryRowStep = 256;
 
+// A copy of backend tensor t in host memory (flat); empty for an empty t.
+Tensor host_copy(Backend& be, const Tensor& t) {
+  if (t.empty()) return {};
+  std::shared_ptr<void> mem(std::malloc(std::max<size_t>(t.nbytes(), 1)), std::free);
+  SLUICE_CHECK(mem != nullptr, Status::out_of_memory, "prompt cache: no host memory for ", t.nbytes(), " bytes");
+  Tensor h(t.dtype, {t.numel()}, mem.get(), mem);
+  be.to_host(t, h.data);
+  return h;
+}
+
+// A backend tensor with host tensor h's values (flat); empty for an empty h.
+Tensor device_copy(Backend& be, const Tensor& h) {
+  if (h.empty()) return {};
+  Tensor t = be.alloc(h.dtype, {h.numel()});
+  be.from_host(t, h.data);
+  return t;
+}
+
 }  // namespace
 
 PromptCache::PromptCache(Model& model, int n_sequences, int64_t n_ctx, const PromptCacheOptions& options)
@@ -32,6 +51,11 @@ PromptCache::PromptCache(Model& model, int n_sequences, int64_t n_ctx, const Pro
   if (opt_.budget_bytes > 0 && !enabled_)
     LOG_WARN("prompt cache: ", model_.info().family, " states cannot be copied; every prompt is prefilled whole");
   snapshot_bytes_ = enabled_ ? model_.snapshot_bytes() : 0;
+  if (enabled_ && opt_.host_budget_bytes > 0) {
+    be_ = model_.state_backend();
+    if (!be_) LOG_WARN("prompt cache: ", model_.info().family, " states cannot be copied to host memory; no host tier");
+  }
+  counters_.host_budget_bytes = be_ ? opt_.host_budget_bytes : 0;
   seq_.resize(static_cast<size_t>(n_sequences));
   for (Sequence& s : seq_) s.held.state = model_.new_state(n_ctx);
   counters_.budget_bytes = enabled_ ? opt_.budget_bytes : 0;
@@ -67,6 +91,7 @@ PromptCache::Resume PromptCache::find(std::span<const int32_t> prompt, int64_t l
   };
   for (const Sequence& s : seq_) consider(s.held, !s.in_use);
   for (const auto& e : entries_) consider(*e, false);
+  for (const auto& e : host_entries_) consider(*e, false);
   return best;
 }
 
@@ -83,7 +108,8 @@ int PromptCache::acquire(std::span<const int32_t> prompt) {
     return static_cast<int>(free.back());
   }
   const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
-  const Resume best = find(prompt, limit);
+  std::unique_ptr<Held> transient;  // a prefix from the host tier too large to stay on the device
+  const Resume best = from_device(find(prompt, limit), transient);
   ++counters_.requests;
   // A free sequence that holds the prefix is cut back to it where it loses little beyond it
   // (a chat's next turn): no copy. Otherwise the prefix goes into the free sequence that is
@@ -163,10 +189,13 @@ void PromptCache::resume(const Resume& r, Held& dst) {
   src.last_use = ++clock_;  // an entry used moves to the back of the LRU
 }
 
+int64_t PromptCache::useful(const Held& h) const {
+  if (!recurrent()) return static_cast<int64_t>(h.tokens.size());
+  return h.snapshots.empty() ? 0 : h.snapshots.back()->n_past;
+}
+
 void PromptCache::keep(const Held& h, const Held* protect) {
-  // What h can give a later prompt: every row of a KV cache; a hybrid's up to its last snapshot.
-  const int64_t n = recurrent() ? (h.snapshots.empty() ? 0 : h.snapshots.back()->n_past)
-                                : static_cast<int64_t>(h.tokens.size());
+  const int64_t n = useful(h);
   if (n == 0) return;
   const std::span<const int32_t> tokens = std::span(h.tokens).first(static_cast<size_t>(n));
   for (const auto& e : entries_) {
@@ -185,8 +214,7 @@ void PromptCache::keep(const Held& h, const Held* protect) {
   // Entries this one extends go; their snapshots stay with it.
   for (size_t i = entries_.size(); i-- > 0;) {
     Held& e = *entries_[i];
-    const int64_t en = recurrent() ? (e.snapshots.empty() ? 0 : e.snapshots.back()->n_past)
-                                   : static_cast<int64_t>(e.tokens.size());
+    const int64_t en = useful(e);
     if (&e == protect || en > n || common_prefix(e.tokens, tokens) < en) continue;
     for (const auto& snap : e.snapshots)
       if (snap->n_past <= en) entry->snapshots.push_back(snap);
@@ -197,7 +225,10 @@ void PromptCache::keep(const Held& h, const Held* protect) {
   entry->snapshots.erase(std::unique(entry->snapshots.begin(), entry->snapshots.end(),
                                      [](const auto& a, const auto& b) { return a->n_past == b->n_past; }),
                          entry->snapshots.end());
-  if (!make_room(bytes, protect)) return;
+  // No room on the backend (the entries left are protected): with a host tier, the entry
+  // passes through the backend into it.
+  const bool room = make_room(bytes, protect);
+  if (!room && !be_) return;
   try {
     entry->state = model_.new_prefix_state(entry_rows(n));
     model_.copy_prefix(*h.state, *entry->state, 0, n, recurrent() ? entry->snapshots.back().get() : nullptr);
@@ -207,6 +238,10 @@ void PromptCache::keep(const Held& h, const Held* protect) {
     return;
   }
   entry->last_use = ++clock_;
+  if (!room) {
+    demote(*entry);
+    return;
+  }
   entry_bytes_ += bytes;
   entries_.push_back(std::move(entry));
 }
@@ -218,6 +253,7 @@ bool PromptCache::make_room(uint64_t bytes, const Held* protect) {
       if (entries_[i].get() != protect && (victim == entries_.size() || entries_[i]->last_use < entries_[victim]->last_use))
         victim = i;
     if (victim == entries_.size()) return false;
+    demote(*entries_[victim]);
     drop_entry(victim);
     ++counters_.evictions;
   }
@@ -227,6 +263,106 @@ bool PromptCache::make_room(uint64_t bytes, const Held* protect) {
 void PromptCache::drop_entry(size_t i) {
   entry_bytes_ -= model_.prefix_bytes(entries_[i]->state->n_ctx);
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void PromptCache::demote(const Held& e) {
+  if (!be_) return;
+  const int64_t n = useful(e);
+  const std::span<const int32_t> tokens = std::span(e.tokens).first(static_cast<size_t>(n));
+  for (const auto& h : host_entries_) {
+    if (resume_in(*h, tokens, n).n == n) {  // the host tier holds it already
+      h->last_use = std::max(h->last_use, e.last_use);
+      return;
+    }
+  }
+  const std::vector<Tensor> rows = model_.prefix_tensors(*e.state);
+  uint64_t bytes = 0;
+  for (const Tensor& t : rows) bytes += t.nbytes();
+  for (const auto& snap : e.snapshots)
+    for (const Tensor& t : snap->tensors()) bytes += t.empty() ? 0 : t.nbytes();
+  if (rows.empty() || bytes > opt_.host_budget_bytes) return;
+  // Host entries this one extends go.
+  std::erase_if(host_entries_, [&](const std::unique_ptr<Held>& h) {
+    const int64_t hn = useful(*h);
+    if (hn > n || common_prefix(h->tokens, tokens) < hn) return false;
+    host_bytes_ -= h->host_bytes;
+    return true;
+  });
+  if (!make_host_room(bytes)) return;
+  auto h = std::make_unique<Held>();
+  try {
+    for (const Tensor& t : rows) h->host_rows.push_back(host_copy(*be_, t));
+    for (const auto& snap : e.snapshots) {
+      std::vector<Tensor> host;
+      for (const Tensor& t : snap->tensors()) host.push_back(host_copy(*be_, t));
+      h->snapshots.push_back(snap->with_tensors(std::move(host)));
+    }
+  } catch (const Error& err) {
+    if (err.status() != Status::out_of_memory) throw;
+    LOG_WARN("prompt cache: ", err.what(), "; a prefix of ", n, " tokens not moved to host memory");
+    return;
+  }
+  h->tokens.assign(tokens.begin(), tokens.end());
+  h->exact = n;
+  h->host_n_ctx = e.state->n_ctx;
+  h->host_bytes = bytes;
+  h->last_use = e.last_use;
+  host_bytes_ += bytes;
+  host_entries_.push_back(std::move(h));
+}
+
+bool PromptCache::make_host_room(uint64_t bytes) {
+  while (host_bytes_ + bytes > opt_.host_budget_bytes && !host_entries_.empty()) {
+    auto victim = std::min_element(host_entries_.begin(), host_entries_.end(),
+                                   [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    host_bytes_ -= (*victim)->host_bytes;
+    host_entries_.erase(victim);
+  }
+  return host_bytes_ + bytes <= opt_.host_budget_bytes;
+}
+
+std::unique_ptr<PromptCache::Held> PromptCache::promote(const Held& h) {
+  auto d = std::make_unique<Held>();
+  d->state = model_.new_prefix_state(h.host_n_ctx);
+  const std::vector<Tensor> rows = model_.prefix_tensors(*d->state);
+  SLUICE_CHECK(rows.size() == h.host_rows.size(), Status::internal, "prompt cache: ", h.host_rows.size(),
+               " host tensors for a prefix state of ", rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) be_->from_host(rows[i], h.host_rows[i].data);
+  d->state->n_past = static_cast<int64_t>(h.tokens.size());
+  d->tokens = h.tokens;
+  d->exact = h.exact;
+  for (const auto& snap : h.snapshots) {
+    std::vector<Tensor> dev;
+    for (const Tensor& t : snap->tensors()) dev.push_back(device_copy(*be_, t));
+    d->snapshots.push_back(counted(snap->with_tensors(std::move(dev))));
+  }
+  d->last_use = ++clock_;
+  return d;
+}
+
+PromptCache::Resume PromptCache::from_device(const Resume& r, std::unique_ptr<Held>& transient) {
+  if (!r.from || r.from->state) return r;
+  const auto it = std::find_if(host_entries_.begin(), host_entries_.end(),
+                               [&](const auto& h) { return h.get() == r.from; });
+  SLUICE_CHECK(it != host_entries_.end(), Status::internal, "prompt cache: a host entry that is not held");
+  std::unique_ptr<Held> d = promote(**it);
+  host_bytes_ -= (*it)->host_bytes;
+  host_entries_.erase(it);  // it moves to the device; before make_room, which may move others here
+  ++counters_.host_hits;
+  Held* dp = d.get();
+  const uint64_t rows = model_.prefix_bytes(dp->state->n_ctx);
+  entry_bytes_ += rows;
+  entries_.push_back(std::move(d));
+  if (!make_room(0, dp)) {  // larger than the budget alone: used this once
+    const auto at = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.get() == dp; });
+    transient = std::move(*at);
+    entries_.erase(at);
+    entry_bytes_ -= rows;
+  }
+  Resume out{dp, r.n, nullptr};
+  for (const auto& snap : dp->snapshots)
+    if (snap->n_past == r.n) out.at = snap;
+  return out;
 }
 
 void PromptCache::ran_prompt(int i, std::span<const int32_t> tokens) {
@@ -252,18 +388,21 @@ void PromptCache::take_snapshot(Held& h) {
   if (!recurrent() || n == 0 || n % opt_.grid != 0 || h.exact != n) return;
   if (!h.snapshots.empty() && h.snapshots.back()->n_past >= n) return;
   if (!make_room(snapshot_bytes_, nullptr)) return;
-  std::unique_ptr<StateSnapshot> snap = model_.snapshot(*h.state);
+  h.snapshots.push_back(counted(model_.snapshot(*h.state)));
+  thin(h);
+}
+
+std::shared_ptr<const StateSnapshot> PromptCache::counted(std::unique_ptr<StateSnapshot> snap) {
   // The count of live snapshot bytes follows each snapshot's life, wherever it is shared.
   const uint64_t bytes = snapshot_bytes_;
   *snapshot_held_ += bytes;
   ++*snapshot_count_;
   std::shared_ptr<uint64_t> held = snapshot_held_, count = snapshot_count_;
-  h.snapshots.push_back(std::shared_ptr<const StateSnapshot>(snap.release(), [held, count, bytes](const StateSnapshot* s) {
+  return std::shared_ptr<const StateSnapshot>(snap.release(), [held, count, bytes](const StateSnapshot* s) {
     *held -= bytes;
     --*count;
     delete s;
-  }));
-  thin(h);
+  });
 }
 
 void PromptCache::thin(Held& h) const {
@@ -315,6 +454,8 @@ PromptCacheCounters PromptCache::counters() const {
   c.bytes = total_bytes();
   c.entries = entries_.size();
   c.snapshots = *snapshot_count_;
+  c.host_bytes = host_bytes_;
+  c.host_entries = host_entries_.size();
   return c;
 }
 

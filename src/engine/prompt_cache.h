@@ -8,9 +8,12 @@
 //   - entries: detached copies of prefixes (Model::new_prefix_state), least recently used
 //     first out, within budget_bytes. A free sequence's content becomes an entry when the
 //     sequence is given to a prompt that does not continue it; an entry that a new one extends
-//     is dropped.
-// budget_bytes counts the entries' rows and every snapshot (below); 0 turns the cache off
-// (every prompt prefilled from its first token, as without it).
+//     is dropped;
+//   - the host tier (host_budget_bytes; 0: none): entries evicted for room are copied into
+//     host memory, least recently used first out again; a prompt that resumes from one moves
+//     it back (copied to the device, where it counts in budget_bytes again).
+// budget_bytes counts the entries' rows and every snapshot on the backend (below); 0 turns the
+// cache off (every prompt prefilled from its first token, as without it).
 //
 // A KV cache resumes at any position it holds. The hybrid families' recurrent state resumes
 // only where a snapshot was taken (Model::snapshot): at every multiple of `grid` tokens (the
@@ -36,6 +39,7 @@ namespace sluice {
 
 struct PromptCacheOptions {
   uint64_t budget_bytes = 0;       // entries and snapshots; 0: no prompt cache
+  uint64_t host_budget_bytes = 0;  // the host tier's entries; 0: none
   int64_t grid = 512;              // snapshot positions are its multiples (the prefill chunk)
   int snapshots_per_sequence = 8;  // at most, per sequence (spread out when thinned)
 };
@@ -45,7 +49,11 @@ struct PromptCacheCounters {
   uint64_t bytes = 0;            // held now: the entries' rows and every snapshot
   uint64_t entries = 0;          // detached prefixes now
   uint64_t snapshots = 0;        // snapshots now (sequences' and entries')
-  uint64_t evictions = 0;        // entries dropped for room
+  uint64_t evictions = 0;        // entries evicted for room (to the host tier, or dropped)
+  uint64_t host_budget_bytes = 0;
+  uint64_t host_bytes = 0;       // the host tier now: its entries' rows and snapshots
+  uint64_t host_entries = 0;
+  uint64_t host_hits = 0;        // prompts resumed from the host tier
   uint64_t requests = 0;         // prompts looked up
   uint64_t hits = 0;             // of them, resumed after at least one token
   uint64_t cached_tokens = 0;    // prompt tokens not prefilled (resumed)
@@ -89,9 +97,14 @@ class PromptCache {
   PromptCacheCounters counters() const;
 
  private:
-  // A state with the tokens it holds: the engine's sequences and the entries alike.
+  // A state with the tokens it holds: the engine's sequences and the entries alike. An entry
+  // of the host tier has no state: its prefix state's tensors (Model::prefix_tensors) and its
+  // snapshots' are host copies.
   struct Held {
     std::unique_ptr<SequenceState> state;
+    std::vector<Tensor> host_rows;  // host tier: the prefix state's tensors
+    int64_t host_n_ctx = 0;         // host tier: the rows of that prefix state
+    uint64_t host_bytes = 0;        // host tier: its rows' and snapshots' bytes
     std::vector<int32_t> tokens;  // what the state holds: tokens.size() == state->n_past
     // Rows [0, exact) are what a prefill from the first token in grid chunks writes (the
     // sources of a hybrid; every row of a KV cache).
@@ -121,8 +134,21 @@ class PromptCache {
   // Copies what a free sequence holds into an entry (unless an entry holds it already, or it
   // does not fit); protect: an entry not to evict for room.
   void keep(const Held& h, const Held* protect);
-  // Evicts entries, least recently used first (never protect), until `bytes` more fit.
+  // Evicts entries, least recently used first (never protect), until `bytes` more fit; they
+  // go to the host tier where it has room.
   bool make_room(uint64_t bytes, const Held* protect);
+  // The rows of a prefix h can give (KV: all; a hybrid's: to its last snapshot).
+  int64_t useful(const Held& h) const;
+  // Host tier: a copy of device entry e; the entry a copy of host entry h makes on the device
+  // (its snapshots counted, not its rows); room for `bytes` more, least recently used out.
+  void demote(const Held& e);
+  std::unique_ptr<Held> promote(const Held& h);
+  bool make_host_room(uint64_t bytes);
+  // r's source made a device entry where it is a host one (kept among the entries when it
+  // fits the budget, else in `transient` for this one resume).
+  Resume from_device(const Resume& r, std::unique_ptr<Held>& transient);
+  // A snapshot taken here, its bytes counted while it lives.
+  std::shared_ptr<const StateSnapshot> counted(std::unique_ptr<StateSnapshot> snap);
   // A snapshot of h's state if it sits at a grid position it holds exactly and room is left.
   void take_snapshot(Held& h);
   // Drops snapshots past the limit, keeping the newest and the others spread out.
@@ -140,6 +166,9 @@ class PromptCache {
   std::vector<Sequence> seq_;
   std::vector<std::unique_ptr<Held>> entries_;
   uint64_t entry_bytes_ = 0;
+  Backend* be_ = nullptr;  // Model::state_backend() (the host tier's copies)
+  std::vector<std::unique_ptr<Held>> host_entries_;
+  uint64_t host_bytes_ = 0;
   // The bytes of every snapshot alive, kept by the snapshots' deleters (which may run after
   // the cache is gone: a shared count).
   std::shared_ptr<uint64_t> snapshot_held_ = std::make_shared<uint64_t>(0);

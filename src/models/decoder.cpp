@@ -171,6 +171,15 @@ uint64_t DecoderModel::kv_bytes_per_token() const {
   return spec_.layers.size() * 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim) * dtype_size(be_.kv_dtype());
 }
 
+std::vector<Tensor> DecoderModel::prefix_tensors(const SequenceState& prefix) const {
+  std::vector<Tensor> out;
+  for (const KvLayer& kv : static_cast<const DecoderState&>(prefix).kv) {
+    out.push_back(kv.k);
+    out.push_back(kv.v);
+  }
+  return out;
+}
+
 void DecoderModel::copy_prefix(const SequenceState& src_base, SequenceState& dst_base, int64_t from, int64_t n,
                                const StateSnapshot* at) {
   check_prefix_copy(src_base, dst_base, from, n, at);

@@ -61,6 +61,8 @@ class DecoderModel : public Model {
   uint64_t prefix_bytes(int64_t n_tokens) const override;
   void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
                    const StateSnapshot* at) override;
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
   // On a backend with graphs the step and the draw are one replayed graph; only the token id

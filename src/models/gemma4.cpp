@@ -310,6 +310,16 @@ class Gemma4Model final : public Model {
     for (size_t l = 0; l < d.kv.size(); ++l) copy_kv_rows(be_, s.kv[l], d.kv[l], from, n);  // shared layers: empty
     d.n_past = n;
   }
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override {
+    std::vector<Tensor> out;
+    for (const KvLayer& kv : static_cast<const Gemma4State&>(prefix).kv) {
+      if (kv.k.empty()) continue;  // a KV-shared layer
+      out.push_back(kv.k);
+      out.push_back(kv.v);
+    }
+    return out;
+  }
 
   void forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
                bool all_logits) override {

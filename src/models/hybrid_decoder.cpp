@@ -62,6 +62,14 @@ class RecurrentCopy final : public StateSnapshot {
       history_.push_back(st.ple[l].history);
     }
   }
+  std::vector<Tensor> tensors() const override { return saved_; }
+  std::unique_ptr<StateSnapshot> with_tensors(std::vector<Tensor> tensors) const override {
+    SLUICE_CHECK(tensors.size() == saved_.size(), Status::internal, "snapshot: ", tensors.size(), " tensors for ",
+                 saved_.size());
+    auto copy = std::make_unique<RecurrentCopy>(*this);
+    copy->saved_ = std::move(tensors);
+    return copy;
+  }
   // Puts it back into st (a state for forward: a prefix state, which has no recurrent part,
   // is left as is).
   void restore(Backend& be, HybridState& st) const {
@@ -129,6 +137,20 @@ uint64_t HybridModel::snapshot_bytes() const {
 
 std::unique_ptr<StateSnapshot> HybridModel::snapshot(const SequenceState& state) {
   return std::make_unique<RecurrentCopy>(be_, static_cast<const HybridState&>(state));
+}
+
+std::vector<Tensor> HybridModel::prefix_tensors(const SequenceState& prefix) const {
+  std::vector<Tensor> out;
+  for (const GatedAttentionState& a : static_cast<const HybridState&>(prefix).attn) {
+    if (a.kv.k.empty()) continue;  // not an attention layer
+    out.push_back(a.kv.k);
+    out.push_back(a.kv.v);
+    if (!a.qsa.keys.empty()) {
+      out.push_back(a.qsa.keys);
+      out.push_back(a.qsa.block_keys);
+    }
+  }
+  return out;
 }
 
 void HybridModel::copy_prefix(const SequenceState& src_base, SequenceState& dst_base, int64_t from, int64_t n,

@@ -106,6 +106,8 @@ class HybridModel : public Model {
   std::unique_ptr<SequenceState> new_prefix_state(int64_t n_tokens) override;
   void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
                    const StateSnapshot* at) override;
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override;
 
   const HybridSpec& spec() const { return spec_; }
 

@@ -48,6 +48,11 @@ class StateSnapshot {
  public:
   virtual ~StateSnapshot() = default;
   int64_t n_past = 0;  // the position it was taken at
+  // Its tensors on the backend, in a fixed order (for copies into host memory and back: the
+  // prompt cache's host tier), and the same snapshot over other tensors of those sizes (host
+  // copies, which only this kind of copy reads, or device ones made from them).
+  virtual std::vector<Tensor> tensors() const = 0;
+  virtual std::unique_ptr<StateSnapshot> with_tensors(std::vector<Tensor> tensors) const = 0;
 };
 
 // Model::save_for_rerun's copy of a sequence's in-place state.
@@ -131,6 +136,12 @@ class Model {
   // prefix: copy_prefix reads and writes it, forward never runs on it), and its bytes.
   virtual std::unique_ptr<SequenceState> new_prefix_state(int64_t n_tokens) { return new_state(n_tokens); }
   virtual uint64_t prefix_bytes(int64_t n_tokens) const { return context_bytes(n_tokens); }
+  // The backend a state's tensors live on, and the tensors of a prefix state (its per-token
+  // rows: KV, QSA keys and block keys) in a fixed order, so that the prompt cache can copy a
+  // prefix state to host memory and back into new_prefix_state() of the same size. Null /
+  // empty: no host tier.
+  virtual Backend* state_backend() { return nullptr; }
+  virtual std::vector<Tensor> prefix_tensors(const SequenceState& /*prefix*/) const { return {}; }
   // Makes dst the state src held after its first n tokens: rows [from, n) of the per-token
   // state copied from src (dst holds rows [0, from) of the same tokens already; from <= n <=
   // src.n_past, n <= dst.n_ctx), the recurrent part from `at` (a snapshot taken at n, of

@@ -7,13 +7,15 @@
 //    greedy tokens with and without the cache, the later turns resumed (CompletionResult's
 //    cached_tokens), on a KV fixture and a hybrid one;
 //  - eviction under a budget that holds one prefix: least recently used out, the budget kept,
-//    a conversation whose prefix went is prefilled whole, answers unchanged;
+//    a conversation whose prefix went is prefilled whole, answers unchanged; with a host tier
+//    the evicted prefixes move to host memory and back (a KV fixture and a hybrid one);
 //  - requests that share a long prefix arriving together prefill it once (the others wait and
 //    copy it), answers unchanged.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 
@@ -118,6 +120,26 @@ std::vector<Reply> chat(BatchEngine& engine, const std::vector<int32_t>& ids, in
     const size_t at = (first + static_cast<size_t>(t) * 7) % (ids.size() - user);
     prompt.insert(prompt.end(), ids.begin() + static_cast<std::ptrdiff_t>(at),
                   ids.begin() + static_cast<std::ptrdiff_t>(at + user));
+  }
+  return out;
+}
+
+// Chats 0, 1, 2 take turns in `order` (30 first tokens each, the first one telling them
+// apart; then each turn adds the reply and 10 new tokens); the replies in order. after_each:
+// called after every turn.
+std::vector<Reply> take_turns(BatchEngine& engine, const std::vector<int32_t>& ids, const std::vector<int>& order,
+                              const std::function<void()>& after_each = {}) {
+  std::vector<std::vector<int32_t>> history(3);
+  for (int c = 0; c < 3; ++c) {
+    history[c].assign(ids.begin() + c * 40, ids.begin() + c * 40 + 30);
+    history[c][0] = 100 + c;
+  }
+  std::vector<Reply> out;
+  for (int c : order) {
+    out.push_back(ask(engine, history[c], 4));
+    history[c].insert(history[c].end(), out.back().tokens.begin(), out.back().tokens.end());
+    history[c].insert(history[c].end(), ids.begin() + 120, ids.begin() + 130);
+    if (after_each) after_each();
   }
   return out;
 }
@@ -252,38 +274,22 @@ TEST(PromptCache, EvictionUnderASmallBudget) {
   o.n_ctx = 128;
   o.ubatch = 16;
   o.prompt_cache_bytes = model.prefix_bytes(256) * 3 / 2;  // one entry (rows in steps of 256) fits, two do not
-  // Turns of chats A, B, C (30 first tokens each, the first one telling them apart; then the
-  // reply and 10 new tokens a turn).
+  // Turns of chats A, B, C; the cache's counters after each.
   const std::vector<int> order = {0, 1, 0, 2, 1, 2};
-  auto run = [&](BatchEngine& engine, std::vector<PromptCacheCounters>* after) {
-    std::vector<std::vector<int32_t>> history(3);
-    for (int c = 0; c < 3; ++c) {
-      history[c].assign(ids.begin() + c * 40, ids.begin() + c * 40 + 30);
-      history[c][0] = 100 + c;
-    }
-    std::vector<Reply> out;
-    for (int c : order) {
-      out.push_back(ask(engine, history[c], 4));
-      history[c].insert(history[c].end(), out.back().tokens.begin(), out.back().tokens.end());
-      history[c].insert(history[c].end(), ids.begin() + 120, ids.begin() + 130);
-      if (after) {
-        after->push_back(engine.counters().prompt_cache);
-        EXPECT_LE(after->back().bytes, after->back().budget_bytes);
-      }
-    }
-    return out;
-  };
   std::vector<Reply> plain, cached;
   std::vector<PromptCacheCounters> after;
   {
     BatchEngineOptions off = o;
     off.prompt_cache_bytes = 0;
     BatchEngine engine(model, off);
-    plain = run(engine, nullptr);
+    plain = take_turns(engine, ids, order);
   }
   {
     BatchEngine engine(model, o);
-    cached = run(engine, &after);
+    cached = take_turns(engine, ids, order, [&] {
+      after.push_back(engine.counters().prompt_cache);
+      EXPECT_LE(after.back().bytes, after.back().budget_bytes);
+    });
   }
   for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(cached[i].tokens, plain[i].tokens) << "request " << i;
   // 0: A runs. 1: B; A's 33 tokens (prompt and the replies' tokens run) go into an entry.
@@ -295,6 +301,54 @@ TEST(PromptCache, EvictionUnderASmallBudget) {
   EXPECT_EQ(after[3].evictions, 0u);
   EXPECT_EQ(after[4].evictions, 1u);
   EXPECT_EQ(after[5].entries, 1u);
+}
+
+// With a host tier, what the backend's budget cannot hold moves to host memory and back: the
+// chats of the test above all resume, from the host tier after the first round.
+TEST(PromptCache, HostTierKeepsWhatTheBackendEvicts) {
+  auto be = make_cpu_backend();
+  for (const std::string fixture : {"qwen3_moe", "qwen3_next"}) {
+    SCOPED_TRACE(fixture);
+    LoadedModel m = load_model(fixture_dir(fixture), *be);
+    Model& model = *m.model;
+    const std::vector<int32_t> ids = fixture_ids(fixture, 160);
+    BatchEngineOptions o;
+    o.n_parallel = 1;
+    o.n_ctx = 128;
+    o.ubatch = 8;
+    // One entry fits the backend's budget (with a hybrid's snapshots), several the host's.
+    o.prompt_cache_bytes = model.prefix_bytes(256) * 3 / 2 + 8 * model.snapshot_bytes();
+    o.prompt_cache_host_bytes = 64 << 20;
+    const std::vector<int> order = {0, 1, 0, 2, 1, 2, 0};
+    std::vector<Reply> plain, cached;
+    PromptCacheCounters pc;
+    {
+      BatchEngineOptions off = o;
+      off.prompt_cache_bytes = 0;
+      BatchEngine engine(model, off);
+      plain = take_turns(engine, ids, order);
+    }
+    {
+      BatchEngine engine(model, o);
+      cached = take_turns(engine, ids, order);
+      pc = engine.counters().prompt_cache;
+    }
+    // Every later turn resumes: 2 from the backend's entry; 4, 5 and 6 from the host tier (B
+    // and C went there straight, their room on the backend taken by the entry resumed then;
+    // A's went there when B's came back). A KV cache resumes all but the last reply token.
+    // A hybrid resumes from the last snapshot within the chat's previous prompt.
+    const bool hybrid = model.snapshot_bytes() > 0;
+    const std::vector<int64_t> previous = {0, 0, 30, 0, 30, 30, 44};  // the chat's previous prompt
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_EQ(cached[i].tokens, plain[i].tokens) << "request " << i;
+      const int64_t p = previous[i], want = p == 0 ? 0 : hybrid ? p / o.ubatch * o.ubatch : p + 3;
+      EXPECT_EQ(cached[i].result.cached_tokens, want) << "request " << i;
+    }
+    EXPECT_EQ(pc.host_hits, 3u);
+    EXPECT_GT(pc.host_entries, 0u);
+    EXPECT_LE(pc.bytes, pc.budget_bytes);
+    EXPECT_LE(pc.host_bytes, pc.host_budget_bytes);
+  }
 }
 
 // Four requests sharing a 150-token prefix, submitted together: the first prefills it, the

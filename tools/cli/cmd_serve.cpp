@@ -36,6 +36,14 @@ uint64_t prompt_cache_budget(const std::string& text, uint64_t states, std::opti
   return bytes;
 }
 
+// The prompt cache in the start-up line: "2.00 GiB", "2.00 GiB + 8.00 GiB of host RAM", "off".
+std::string prompt_cache_text(const PromptCacheCounters& c) {
+  if (c.budget_bytes == 0) return "off";
+  std::string text = byte_size_text(c.budget_bytes);
+  if (c.host_budget_bytes > 0) text += " + " + byte_size_text(c.host_budget_bytes) + " of host RAM";
+  return text;
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -51,6 +59,7 @@ void register_serve(CLI::App& app) {
     int32_t top_k = 0;
     uint64_t seed = 0;
     std::string prompt_cache = "auto";
+    std::string prompt_cache_host = "0";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server (completions, chat, SSE, metrics)");
@@ -72,6 +81,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--prompt-cache", opt->prompt_cache,
                   "memory for prompt prefixes kept beside the sequences, so that a prompt starts after the longest "
                   "prefix held (512M, 2G; 0: off; default auto: 2G, at most an eighth of the free memory)");
+  cmd->add_option("--prompt-cache-host", opt->prompt_cache_host,
+                  "host RAM for prompt prefixes evicted from --prompt-cache, moved back when a prompt resumes from "
+                  "one (8G; default 0: none)");
   cmd->callback([opt] {
     Session s = open_session(opt->model);
     Model& model = *s.model.model;
@@ -95,6 +107,7 @@ void register_serve(CLI::App& app) {
     eo.max_queue = static_cast<size_t>(opt->max_queue);
     eo.n_vocab_sampled = s.model.tokenizer->vocab_size();
     eo.prompt_cache_bytes = prompt_cache_budget(opt->prompt_cache, per * static_cast<uint64_t>(opt->parallel), avail);
+    eo.prompt_cache_host_bytes = parse_byte_size(opt->prompt_cache_host, "--prompt-cache-host");
     BatchEngine engine(model, eo);
 
     server::ServerOptions so;
@@ -121,7 +134,7 @@ void register_serve(CLI::App& app) {
     std::fprintf(stderr,
                  "sluice serve: listening on http://%s:%d (%s, %d parallel sequences of %lld tokens, prompt cache %s)\n",
                  so.host.c_str(), http.port(), so.model_name.c_str(), opt->parallel, static_cast<long long>(n_ctx),
-                 engine.counters().prompt_cache.budget_bytes ? byte_size_text(eo.prompt_cache_bytes).c_str() : "off");
+                 prompt_cache_text(engine.counters().prompt_cache).c_str());
     std::fflush(stderr);
     std::atomic<bool> listening{true};
     std::thread watcher([&] {

@@ -2,8 +2,8 @@
 // HTTP client): a ten-turn chat on the demo model (models/demo with a ChatML template), each
 // turn resending the history, answered alike with and without the cache, streamed and not;
 // usage.prompt_tokens_details.cached_tokens on /v1/chat/completions and /v1/completions (also
-// in the streamed usage chunk) and their sum in /metrics; a bad --prompt-cache is a one-line
-// error of the command line.
+// in the streamed usage chunk) and their sum in /metrics; a bad --prompt-cache or
+// --prompt-cache-host is a one-line error of the command line.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -164,9 +164,10 @@ TEST(ServerPromptCache, CompletionsReportCachedTokens) {
 }
 
 TEST(ServerPromptCache, BadSizeIsAOneLineError) {
-  const ChildResult r = run_sluice_child({"serve", "--model", demo_chat_model().string(), "--port", "0", "--prompt-cache",
-                                          "lots"});
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("sluice: error: --prompt-cache: 'lots' is not a size"), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const std::string option : {"--prompt-cache", "--prompt-cache-host"}) {
+    const ChildResult r = run_sluice_child({"serve", "--model", demo_chat_model().string(), "--port", "0", option, "lots"});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("sluice: error: " + option + ": 'lots' is not a size"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
