@@ -345,7 +345,14 @@ PromptCache::Resume PromptCache::from_device(const Resume& r, std::unique_ptr<He
   const auto it = std::find_if(host_entries_.begin(), host_entries_.end(),
                                [&](const auto& h) { return h.get() == r.from; });
   SLUICE_CHECK(it != host_entries_.end(), Status::internal, "prompt cache: a host entry that is not held");
-  std::unique_ptr<Held> d = promote(**it);
+  std::unique_ptr<Held> d;
+  try {
+    d = promote(**it);
+  } catch (const Error& e) {
+    if (e.status() != Status::out_of_memory) throw;
+    LOG_WARN("prompt cache: no device memory to bring back a prefix of ", r.n, " tokens (", e.what(), ")");
+    return {};
+  }
   host_bytes_ -= (*it)->host_bytes;
   host_entries_.erase(it);  // it moves to the device; before make_room, which may move others here
   ++counters_.host_hits;
