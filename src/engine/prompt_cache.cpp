@@ -252,10 +252,21 @@ bool PromptCache::make_room(uint64_t bytes, const Held* protect) {
     for (size_t i = 0; i < entries_.size(); ++i)
       if (entries_[i].get() != protect && (victim == entries_.size() || entries_[i]->last_use < entries_[victim]->last_use))
         victim = i;
-    if (victim == entries_.size()) return false;
-    demote(*entries_[victim]);
-    drop_entry(victim);
-    ++counters_.evictions;
+    if (victim < entries_.size()) {
+      demote(*entries_[victim]);
+      drop_entry(victim);
+      ++counters_.evictions;
+      continue;
+    }
+    // No entry left: the snapshots of free sequences, the least recently used one's first,
+    // its earliest first (a running prompt's, and a source's, stay).
+    Sequence* free = nullptr;
+    for (Sequence& q : seq_)
+      if (!q.in_use && &q.held != protect && !q.held.snapshots.empty() &&
+          (!free || q.held.last_use < free->held.last_use))
+        free = &q;
+    if (!free) return false;
+    free->held.snapshots.erase(free->held.snapshots.begin());
   }
   return true;
 }

@@ -17,7 +17,8 @@
 //
 // A KV cache resumes at any position it holds. The hybrid families' recurrent state resumes
 // only where a snapshot was taken (Model::snapshot): at every multiple of `grid` tokens (the
-// prefill chunk) that a prompt's prefill reaches, at most snapshots_per_sequence a sequence.
+// prefill chunk) that a prompt's prefill reaches, at most snapshots_per_sequence a sequence;
+// a running prompt's snapshots may push out those of free sequences when the budget is full.
 // Resuming is exact, not only close: the chunks after a snapshot at a multiple of the prefill
 // chunk are the chunks a prefill from the first token runs, and a KV row does not depend on
 // how its prompt was cut into chunks (on the CPU, bit for bit). A hybrid's chunked delta rule
@@ -134,8 +135,8 @@ class PromptCache {
   // Copies what a free sequence holds into an entry (unless an entry holds it already, or it
   // does not fit); protect: an entry not to evict for room.
   void keep(const Held& h, const Held* protect);
-  // Evicts entries, least recently used first (never protect), until `bytes` more fit; they
-  // go to the host tier where it has room.
+  // Evicts entries, least recently used first (never protect), until `bytes` more fit (they
+  // go to the host tier where it has room); then the snapshots free sequences hold.
   bool make_room(uint64_t bytes, const Held* protect);
   // The rows of a prefix h can give (KV: all; a hybrid's: to its last snapshot).
   int64_t useful(const Held& h) const;

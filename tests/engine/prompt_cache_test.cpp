@@ -192,6 +192,35 @@ TEST(PromptCache, EvictionUnderASmallBudget) {
   EXPECT_EQ(after[5].entries, 1u);
 }
 
+// A hybrid's budget full of snapshots that a free sequence holds: a running prompt's push them
+// out, earliest first, so that its chat's next turn resumes; the other chat's went.
+TEST(PromptCache, RunningPromptsSnapshotsPushOutFreeOnes) {
+  auto be = make_cpu_backend();
+  LoadedModel m = load_model(fixture_dir("qwen3_next"), *be);
+  Model& model = *m.model;
+  const std::vector<int32_t> ids = fixture_ids("qwen3_next", 160);
+  BatchEngineOptions o;
+  o.n_parallel = 2;
+  o.n_ctx = 128;
+  o.ubatch = 8;
+  o.prompt_cache_bytes = 3 * model.snapshot_bytes();  // three snapshots, no entry
+  // A's 30-token prompt leaves snapshots at 8, 16 and 24 (the budget); B's take their place
+  // (A's sequence is free, B's was empty: nothing is copied out), so that B's next turn resumes
+  // at 24 and A's finds nothing; B's second turn has no room for more.
+  const std::vector<int> order = {0, 1, 1, 0};
+  std::vector<PromptCacheCounters> after;
+  const CacheComparison c = with_and_without_cache(
+      model, o, [&](BatchEngine& engine, const auto& each) { return take_turns(engine, ids, order, each); },
+      [&](BatchEngine& engine) { after.push_back(engine.counters().prompt_cache); });
+  const std::vector<int64_t> want = {0, 0, 24, 0};
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(c.cached[i].result.cached_tokens, want[i]) << "request " << i;
+    EXPECT_LE(after[i].bytes, after[i].budget_bytes) << "request " << i;
+  }
+  EXPECT_EQ(after[0].snapshots, 3u);
+  EXPECT_EQ(after[1].snapshots, 3u);
+}
+
 // With a host tier, what the backend's budget cannot hold moves to host memory and back: the
 // chats of the test above all resume, from the host tier after the first round.
 TEST(PromptCache, HostTierKeepsWhatTheBackendEvicts) {
