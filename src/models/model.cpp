@@ -131,6 +131,18 @@ void Model::check_batch_states(std::span<const int32_t> tokens, std::span<Sequen
   }
 }
 
+void Model::copy_prefix(const SequenceState&, SequenceState&, int64_t, int64_t, const StateSnapshot*) {
+  fail(Status::unsupported, info_.family, ": states of this family cannot be copied (no prompt cache)");
+}
+
+void Model::check_prefix_copy(const SequenceState& src, const SequenceState& dst, int64_t from, int64_t n,
+                              const StateSnapshot* at) const {
+  SLUICE_CHECK(0 <= from && from <= n && n <= src.n_past && n <= dst.n_ctx, Status::internal, "copy_prefix: rows [",
+               from, ", ", n, ") of a state of ", src.n_past, " tokens into one of ", dst.n_ctx);
+  SLUICE_CHECK(snapshot_bytes() == 0 || (at && at->n_past == n), Status::internal, "copy_prefix: ", info_.family,
+               " resumes at ", n, " only from a snapshot taken there");
+}
+
 uint64_t Model::saturating_product(uint64_t bytes_per_token, int64_t n_ctx) {
   const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(n_ctx, 0));
   if (n != 0 && bytes_per_token > std::numeric_limits<uint64_t>::max() / n) return std::numeric_limits<uint64_t>::max();

@@ -8,7 +8,7 @@
 //   POST /v1/chat/completions  OpenAI chat completions, the prompt made by the model's chat
 //                              template (format/chat_template.h)
 //   GET  /metrics              Prometheus text: requests, tokens, queue, sequences, the
-//                              expert cache and its reads (metrics.h)
+//                              prompt cache, the expert cache and its reads (metrics.h)
 //   GET  /v1/cache             the page's live panel: per-layer hit rates and rates (JSON)
 //
 // Every error is OpenAI's error object with its status (400 malformed or invalid bodies, 401

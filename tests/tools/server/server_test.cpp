@@ -33,57 +33,8 @@ using nlohmann::json;
 
 namespace {
 
-// The server over a model, on its own thread; stopped at the end of the test.
-struct Served {
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  LoadedModel model;
-  std::unique_ptr<BatchEngine> engine;
-  std::unique_ptr<server::HttpServer> http;
-  std::thread thread;
-  int port = 0;
-
-  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
-                  const std::filesystem::path& model_dir = server_test_model(), int64_t n_ctx = 96) {
-    model = load_model(model_dir, *be);
-    BatchEngineOptions eo;
-    eo.n_parallel = parallel;
-    eo.n_ctx = n_ctx;
-    eo.max_queue = max_queue;
-    engine = std::make_unique<BatchEngine>(*model.model, eo);
-    so.port = 0;
-    so.model_name = "fixture";
-    so.max_body_bytes = 64 << 10;
-    http = std::make_unique<server::HttpServer>(model, *engine, so);
-    std::string err;
-    EXPECT_TRUE(http->bind(&err)) << err;
-    port = http->port();
-    thread = std::thread([this] { http->run(); });
-  }
-  ~Served() {
-    http->stop();
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(std::chrono::seconds(60));
-    return c;
-  }
-};
-
 std::string greedy_for(const LoadedModel& m, const std::string& prompt, int64_t n) {
   return greedy_text(m, m.tokenizer->encode(prompt, m.tokenizer->add_bos()), n, 96);
-}
-
-// The data lines of a server-sent event stream, in order.
-std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    out.push_back(body.substr(at + 6, end - at - 6));
-    at = end;
-  }
-  return out;
 }
 
 void expect_error(const httplib::Result& r, int status, const std::string& part) {
