@@ -124,7 +124,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
   if (spec_.mla) {
     const MlaSpec& m = *spec_.mla;
-    const uint64_t per_token = static_cast<uint64_t>(m.latent_dim()) * dtype_size(be_.kv_dtype()) * spec_.layers.size();
+    const uint64_t per_token = kv_bytes_per_token();
     const uint64_t expanded = static_cast<uint64_t>(m.n_head * (m.qk_head_dim() + m.v_head_dim)) *
                               dtype_size(be_.kv_dtype()) * spec_.layers.size();
     LOG_INFO(info_.family, ": latent KV cache: ", m.latent_dim(), " values a token and layer (kv_lora_rank ",

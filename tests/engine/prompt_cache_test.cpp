@@ -53,7 +53,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // to the logits of a full prefill, bit for bit.
 TEST(PromptCache, KvPrefixResumesBitForBit) {
   auto be = make_cpu_backend();
-  for (const std::string fixture : {"qwen3_moe", "gemma4_kv"}) {
+  for (const std::string fixture : {"qwen3_moe", "gemma4_kv", "deepseek_v3"}) {
     SCOPED_TRACE(fixture);
     LoadedModel m = load_model(fixture_dir(fixture), *be);
     Model& model = *m.model;
@@ -121,7 +121,7 @@ TEST(PromptCache, HybridSnapshotResumesBitForBit) {
 // snapshot at a multiple of --ubatch on a hybrid).
 TEST(PromptCache, ChatTurnsEqualWithAndWithoutTheCache) {
   auto be = make_cpu_backend();
-  for (const std::string fixture : {"qwen3_moe", "mixtral", "qwen3_next", "qwen4_exp_qsa", "qwen4_exp_ple"}) {
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next", "qwen4_exp_qsa", "qwen4_exp_ple"}) {
     SCOPED_TRACE(fixture);
     LoadedModel m = load_model(fixture_dir(fixture), *be);
     const std::vector<int32_t> ids = fixture_ids(fixture, 120);

@@ -57,4 +57,4 @@ TEST_P(CudaPromptCache, HostTierRoundTrip) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPromptCache,
-                         ::testing::Values("qwen3_moe", "mixtral", "qwen3_next", "qwen4_exp_qsa", "qwen4_exp_ple"));
+                         ::testing::Values("qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next", "qwen4_exp_qsa", "qwen4_exp_ple"));
