@@ -511,7 +511,7 @@ class Gemma4Model final : public Model {
     MoeLayerRefs refs{static_cast<int64_t>(l), moe_index_[l], first_position, &cfg_.router, lw.router_proj, Tensor{},
                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_proj : Tensor{}, Tensor{}, &lw.experts,
                       expert_tables_[l].get(), kExpertMath, forward_phase_, next, routing_predict_next_, logits,
-                      lw.expert_scale, routing_replay_.get()};
+                      lw.expert_scale, {}, {}, routing_replay_.get()};
     moe_routed_half(be_, refs, expert_provider_.get(), routing_observer_, in, out);
   }
 

@@ -197,7 +197,7 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
                   {static_cast<int64_t>(l), moe_index_[l], n_past, &spec_.router, lw.router, Tensor{},
                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, Tensor{}, &lw.experts,
                    expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {},
-                   routing_replay_.get()},
+                   {}, {}, routing_replay_.get()},
                   expert_provider_.get(), routing_observer_, h, y);
   if (spec_.n_ff_shared > 0) {
     // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.
