@@ -33,6 +33,13 @@
 //                                  and the decode roofline: bytes one decode step touches
 //                                  (active experts, attention, router, lm head, KV cache, each
 //                                  listed) over the measured copy bandwidth.
+//     [--replay-routing TRACE [--replay-map auto|ids|fit]]
+//                                  every MoE layer's routing from a recorded trace instead of
+//                                  its router (experts/routing_replay.h: the device stores the
+//                                  replay's rows where its top-k would), so the rows touch
+//                                  the experts a trained model's routing would; a replayed
+//                                  step runs eagerly, never as a captured graph (the header
+//                                  line says so)
 //     [--batch 1,8,32]             and batch decode: B sequences after the same-length prompt
 //                                  decode together (Model::forward_batch_sample, greedy, the
 //                                  server's step): total tokens/s of the steady steps and the
@@ -58,6 +65,8 @@
 #include "core/quant.h"
 #include "core/sampling.h"
 #include "engine/generator.h"
+#include "experts/routing_replay.h"
+#include "experts/simulate.h"
 #include "models/load.h"
 
 #ifdef SLUICE_HAVE_CUDA
@@ -538,7 +547,8 @@ void run_batch(Model& model, const std::vector<int32_t>& prompt, int64_t n_decod
 }
 
 int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int reps, double copy_bw,
-              const std::vector<int64_t>& batches, std::optional<DType> kv_cache_opt) {
+              const std::vector<int64_t>& batches, std::optional<DType> kv_cache_opt, const std::string& replay_trace,
+              ReplayMapping replay_map) {
   auto gpu = make_cuda_backend(0);
   const DType kv_cache = kv_cache_opt.value_or(gpu->auto_kv_dtype());  // as sluice's --kv-cache auto
   gpu->set_kv_dtype(kv_cache);
@@ -546,6 +556,13 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
   LoadedModel m = load_model(dir, *gpu);
   const double load_s = seconds_since(t_load);
   const ModelInfo& info = m.model->info();
+  if (!replay_trace.empty()) {
+    const ReplayShape shape{static_cast<int64_t>(info.moe_layers.size()), info.n_expert, info.n_expert_used};
+    auto replay = std::make_shared<RoutingReplay>(map_routing_trace(
+        read_trace(replay_trace), std::filesystem::path(replay_trace).filename().string(), shape, replay_map));
+    m.model->set_routing_replay(replay);
+    std::printf("%s; decode steps run eagerly (a replay is never a captured graph)\n\n", replay->label().c_str());
+  }
   const auto& cfg = m.config.contains("text_config") ? m.config["text_config"] : m.config;
   std::vector<int32_t> prompt(n_prefill);
   for (int64_t i = 0; i < n_prefill; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % info.n_vocab);
@@ -623,7 +640,8 @@ int run_model(const std::string& dir, int64_t n_prefill, int64_t n_decode, int r
 
 constexpr const char* kUsage =
     "usage: bench_cuda --matvec | --attention | --attention-decode | --moe | --read-wave | --model PACK [--prefill N] "
-    "[--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..]\n";
+    "[--decode N] [--reps R] [--kv-cache bf16|f32 (default bf16)] [--batch B,B..] [--replay-routing TRACE "
+    "[--replay-map auto|ids|fit]]\n";
 
 int main(int argc, char** argv) {
 #ifndef SLUICE_HAVE_CUDA
@@ -636,6 +654,8 @@ int main(int argc, char** argv) {
   int reps = 3;
   std::optional<DType> kv_cache;  // unset: the backend's auto_kv_dtype
   std::vector<int64_t> batches;
+  std::string replay_trace;
+  ReplayMapping replay_map = ReplayMapping::automatic;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -651,6 +671,16 @@ int main(int argc, char** argv) {
     else if (a == "--moe") moe = true;
     else if (a == "--read-wave") read_wave = true;
     else if (a == "--model") model = next();
+    else if (a == "--replay-routing") replay_trace = next();
+    else if (a == "--replay-map") {
+      const std::string name = next();
+      const std::optional<ReplayMapping> mapping = replay_mapping_from_name(name);
+      if (!mapping) {
+        std::fprintf(stderr, "bench_cuda: --replay-map takes auto, ids or fit, not '%s'\n", name.c_str());
+        return 2;
+      }
+      replay_map = *mapping;
+    }
     else if (a == "--prefill") n_prefill = std::atoll(next().c_str());
     else if (a == "--decode") n_decode = std::atoll(next().c_str());
     else if (a == "--reps") reps = std::atoi(next().c_str());
@@ -686,7 +716,11 @@ int main(int argc, char** argv) {
     if (attention_decode) run_attention_decode(bw);
     if (moe) run_moe(bw);
     if (read_wave) bench::run_read_wave(bw);
-    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache);
+    if (!replay_trace.empty() && model.empty()) {
+      std::fprintf(stderr, "bench_cuda: --replay-routing needs --model PACK\n");
+      return 2;
+    }
+    if (!model.empty()) run_model(model, n_prefill, n_decode, reps, bw, batches, kv_cache, replay_trace, replay_map);
     if (!matvec && !attention && !attention_decode && !moe && !read_wave && model.empty()) {
       std::fputs(kUsage, stderr);
       return 2;

@@ -41,6 +41,7 @@
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "experts/io_engine.h"
+#include "experts/read_rate.h"
 #include "experts/streamer.h"
 #include "models/load.h"
 
@@ -66,54 +67,6 @@ void drop_caches() {
   ::sync();
   std::ofstream f("/proc/sys/vm/drop_caches");
   if (f) f << "3\n";
-}
-
-// GB/s of O_DIRECT reads of `n` random whole records, `depth` in flight.
-double direct_bandwidth(const fs::path& file, uint64_t stride, int64_t n_records, int depth, int64_t n, uint64_t seed,
-                        bool& direct) {
-  IoEngineOptions o;
-  o.mode = IoMode::direct;
-  o.queue_depth = depth;
-  IoEngine io(o);
-  const int32_t f = io.add_file(file);
-  direct = io.file_is_direct(f);
-  std::vector<AlignedBuffer> bufs;
-  for (int i = 0; i < depth; ++i) bufs.emplace_back(stride);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
-  auto next_record = [&] {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    return static_cast<int64_t>((x * 0x2545F4914F6CDD1Dull) % static_cast<uint64_t>(n_records));
-  };
-  int64_t submitted = 0, done = 0;
-  auto submit = [&](int buf) {
-    ReadRequest q;
-    q.file = f;
-    q.record = next_record();
-    q.offset = kPackHeaderBytes + static_cast<uint64_t>(q.record) * stride;
-    q.bytes = stride;
-    q.dest = bufs[static_cast<size_t>(buf)].data();
-    q.tag = static_cast<uint64_t>(buf);
-    io.submit(q);
-    ++submitted;
-  };
-  const auto t0 = Clock::now();
-  for (int i = 0; i < depth && submitted < n; ++i) submit(i);
-  std::vector<ReadCompletion> cs;
-  while (done < n) {
-    cs.clear();
-    io.poll(cs, std::chrono::milliseconds(1000));
-    for (const ReadCompletion& c : cs) {
-      if (c.status != Status::ok) fail(c.status, c.error);
-      ++done;
-      if (submitted < n) submit(static_cast<int>(c.tag));
-    }
-    SLUICE_CHECK(!cs.empty() || std::chrono::duration<double>(Clock::now() - t0).count() < 60, Status::timeout,
-                 "direct reads stalled");
-  }
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(n) * static_cast<double>(stride) / s / 1e9;
 }
 
 }  // namespace
@@ -201,8 +154,10 @@ int main(int argc, char** argv) {
     for (const std::string& d : split(depths_text)) {
       const int depth = std::atoi(d.c_str());
       // About 1 GB per depth (at least 4 reads per slot in flight), fewer on a small pack.
-      const int64_t n = std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(1e9 / static_cast<double>(stride)), 4 * depth), n_records);
-      const double bw = direct_bandwidth(p->expert_file(*kind), stride, n_records, depth, n, static_cast<uint64_t>(seed++), direct);
+      const uint64_t bytes = std::min<uint64_t>(1000000000, static_cast<uint64_t>(n_records) * stride);
+      const ReadRate rate = measure_read_rate(*p, *kind, depth, bytes, 60, static_cast<uint64_t>(seed++));
+      direct = direct && rate.direct;
+      const double bw = rate.bytes_per_second / 1e9;
       disk_best = std::max(disk_best, bw);
       std::printf("| %d | %.2f |\n", depth, bw);
       std::fflush(stdout);

@@ -24,11 +24,8 @@ LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}; PORT=${PORT:-18080}
 CLIENTS=${CLIENTS:-1,8,32,64}; REQUESTS=${REQUESTS:-2}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 MAX_TOKENS=${MAX_TOKENS:-128}; PARALLEL=${PARALLEL:-64}; CTX=${CTX:-1024}; HOST_CACHE=${HOST_CACHE:-16G}
 W=${WORK:-/tmp/serve_load}; OUTD=${OUT:-$W/out}; mkdir -p "$W" "$OUTD"
-DEADLINE=${DEADLINE:-570}
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-tmo() { local c=$1 l=$(( DEADLINE - $(el) )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
-say() { echo "serve_load.sh: [$(el) s] $*" >&2; }
-die() { echo "serve_load.sh: error: $*" >&2; exit 1; }
+DEADLINE=${DEADLINE:-570}; NAME=serve_load.sh
+source "$HERE/common.sh"
 [ -x "$BIN/sluice" ] || die "$BIN/sluice: not an executable"
 
 # The pack.
@@ -67,59 +64,34 @@ for k in q4 int8 bf16 q2; do [ -f "$PACK/experts.$k.bin" ] && { EXPERTS=$PACK/ex
 CACHE=$(( $(stat -c %s "$EXPERTS") / 10 ))  # 10% of the expert bytes, as side_by_side.sh
 
 # One run: start the server, wait until /health answers, load it, stop it.
-SERVER=""
-stop_server() {
-  [ -n "$SERVER" ] || return 0
-  kill -TERM "$SERVER" 2>/dev/null
-  for _ in $(seq 1 150); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$SERVER" 2>/dev/null
-  wait "$SERVER" 2>/dev/null
-  SERVER=""
-}
-trap stop_server EXIT
+trap serve_down EXIT
 bench() {  # NAME TITLE SERVE_OPTIONS...
   local name=$1 title=$2; shift 2
   say "$name: sluice serve --model $PACK $*"
-  if python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), timeout=2)" 2>/dev/null; then
-    say "$name: something already listens on port $PORT (set PORT)"; return 1
-  fi
-  timeout "$(tmo 500)" "$BIN/sluice" serve --model "$PACK" --backend "$BACKEND" --port "$PORT" --parallel "$PARALLEL" \
-    --ctx "$CTX" --max-queue 256 "$@" > "$OUTD/serve_$name.log" 2>&1 &
-  SERVER=$!
-  local ready=0
-  local until=$(( $(el) + $(tmo 180) ))  # up to 180 s to load
-  while [ "$(el)" -lt "$until" ]; do
-    kill -0 "$SERVER" 2>/dev/null || break
-    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" 2>/dev/null; then
-      ready=1; break
-    fi
-    sleep 0.5
-  done
-  if [ $ready = 0 ]; then
-    tail -5 "$OUTD/serve_$name.log" >&2; stop_server; say "$name: the server did not come up"; return 1
-  fi
+  serve_up "$BIN" "$OUTD/serve_$name.log" "$PORT" --model "$PACK" --backend "$BACKEND" --parallel "$PARALLEL" \
+    --ctx "$CTX" --max-queue 256 "$@" || { say "$name: the server did not come up"; return 1; }
   say "$name: up; loading it with $CLIENTS clients"
   local rc=0
   timeout "$(tmo 300)" python3 "$HERE/serve_load.py" --url "http://127.0.0.1:$PORT" --clients "$CLIENTS" --requests "$REQUESTS" \
     --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --title "$title" --json "$OUTD/$name.json" \
     > "$OUTD/$name.md" 2> "$OUTD/load_$name.log" || rc=$?
   cat "$OUTD/load_$name.log" >&2
-  stop_server
+  serve_down
   tail -1 "$OUTD/serve_$name.log" >&2
   cat "$OUTD/$name.md"; echo
   return $rc
 }
 
 KINDS=""; [ "$PACK" = "$W/pack" ] && KINDS="q4 experts, bf16 dense; "
-NAME=$(basename "$(realpath "$MODEL")"); [ "$MODEL" = peer ] && NAME="${LAYERS}-layer peer checkpoint (Qwen3-30B-A3B shape, random weights)"
+LABEL=$(basename "$(realpath "$MODEL")"); [ "$MODEL" = peer ] && LABEL="${LAYERS}-layer peer checkpoint (Qwen3-30B-A3B shape, random weights)"
 SHAPE="$KINDS$BACKEND; --parallel $PARALLEL; prompt $PROMPT_TOKENS tokens, max_tokens $MAX_TOKENS, greedy; $REQUESTS requests per client"
 status=0
-bench resident "**$NAME, experts resident** ($SHAPE)" || status=1
+bench resident "**$LABEL, experts resident** ($SHAPE)" || status=1
 if [ "$HOST_CACHE" = 0 ]; then
-  bench cache10 "**$NAME, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
+  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
     --expert-cache "$CACHE" || status=1
 else
-  bench cache10 "**$NAME, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host-RAM tier, preloaded** ($SHAPE)" \
+  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host-RAM tier, preloaded** ($SHAPE)" \
     --expert-cache "$CACHE" --host-cache "$HOST_CACHE" --host-cache-preload || status=1
 fi
 say "done (status $status; logs and JSON in $OUTD)"

@@ -14,6 +14,8 @@
 #   families   one family's synthetic pack each (gpt-oss-120b, llama4-scout, gemma4-26b-a4b;
 #              12 layers): resident against the bytes a token reads, streamed at 10% and 25%
 #   deepseek   the DeepSeek-V3 slice (deepseek_slice.sh)
+#   prompt     time to first token of turn 10 of a chat (~8k tokens of history) with and
+#              without the prompt cache, resident and from a 10% expert cache (prompt_cache.sh)
 # Output goes to stdout as markdown rows, logs to ${OUT:-/tmp/gpu-suite}. LIMIT (seconds,
 # default 560) is the whole run's budget: a part that would start after it is skipped and said so.
 set -uo pipefail
@@ -44,7 +46,8 @@ for part in "${PARTS[@]}"; do
         LIKE=${like%%:*} KIND=${like#*:} LAYERS=12 timeout $(( LIMIT - $(el) )) bench/family_decode.sh "$BIN"
       done ;;
     deepseek) LIMIT=$left timeout "$left" bench/gpu-suite/deepseek_slice.sh "$BIN" ;;
-    *) echo "unknown part '$part' (tests sbs roofline streamed families deepseek)"; exit 2 ;;
+    prompt) LIMIT=$left timeout "$left" bench/gpu-suite/prompt_cache.sh "$BIN" ;;
+    *) echo "unknown part '$part' (tests sbs roofline streamed families deepseek prompt)"; exit 2 ;;
   esac
 done
 echo "== done at $(el) s"

@@ -20,8 +20,8 @@
 # trained 128-expert top-8 model replayed (TRACE, default traces/routing-model-128e-code.jsonl.xz;
 # `--replay-routing`): the peer's speed does not depend on routing locality, sluice's does.
 # Each sluice row gives its hit rate; the disk rows the disk's O_DIRECT rate measured here and
-# the IO bound. Logs go to ${OUT:-/tmp/side_by_side}; LIMIT (seconds, default 560) skips the rows
-# that would start after it.
+# the IO bound (DISK_PEER_TIMEOUT, default 150 s, bounds the peer's capped run). Logs go to
+# ${OUT:-/tmp/side_by_side}; LIMIT (seconds, default 560) skips the rows that would start after it.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$(realpath "$1"); PEER=$(realpath "$2"); LAYERS=${3:-12}
@@ -108,7 +108,7 @@ fi
 if [[ $ROWS == *" ram "* ]] && left; then
   p=($(lb -p 512 -n 128 -r 3 -ot exps=CPU))
   streamed_rows "decode, experts in host RAM (peer: -ot exps=CPU), tok/s" "${p[1]:--}" \
-    --tokens 1 --expert-cache "$cache" --host-cache 64G --host-cache-preload
+    --tokens 1 --expert-cache "$cache" --host-cache 16G --host-cache-preload
 fi
 if [[ $ROWS == *" same "* ]] && left; then
   per_layer=$(( expert_bytes / LAYERS )); n_gpu=$(( cache / per_layer ))
@@ -117,7 +117,7 @@ if [[ $ROWS == *" same "* ]] && left; then
     cpu_layers=$(seq -s'|' "$n_gpu" $(( LAYERS - 1 )))
     p=($(lb -p 512 -n 128 -r 3 -ot "blk\.($cpu_layers)\.ffn_.*_exps=CPU"))
     streamed_rows "decode at the same GPU memory ($n_gpu of $LAYERS layers' experts, $(( same >> 20 )) MiB; the rest in host RAM), tok/s" \
-      "${p[1]:--}" --tokens 1 --expert-cache "$same" --host-cache 64G --host-cache-preload
+      "${p[1]:--}" --tokens 1 --expert-cache "$same" --host-cache 16G --host-cache-preload
   else
     echo "| same GPU memory: the cache holds less than one layer's experts | - | - | - |"
   fi
@@ -131,9 +131,9 @@ if [[ $ROWS == *" disk "* ]] && left; then
   # A subshell joins the cgroup (its children with it), then drops the page cache and runs.
   capped() { ( echo $BASHPID > "$cg/cgroup.procs"; sync; echo 3 > /proc/sys/vm/drop_caches; "$@" ); }
   a=$(capped sr --tokens 1 --expert-cache "$cache"); b=$(capped sr --tokens 1 --expert-cache "$cache" --replay-routing "$TRACE")
-  p=$(LB_TIMEOUT=150 capped lb -p 0 -n 16 -r 1 -ot exps=CPU)
+  p=$(LB_TIMEOUT=${DISK_PEER_TIMEOUT:-150} capped lb -p 0 -n 16 -r 1 -ot exps=CPU)
   echo "| disk: O_DIRECT reads of expert records (dd, 2.65 MB each, page cache dropped) | $disk | - | - |"
-  row "decode from disk, RAM capped at $CAP, synthetic routing (hit rate $(f "$a" 2); $(bound "$rate" "$(f "$a" 3)")) (peer: mmap, -ot exps=CPU, 16 tokens; '-' if not done in 150 s)" "$(f "$a" 1)" "${p%% *}"
+  row "decode from disk, RAM capped at $CAP, synthetic routing (hit rate $(f "$a" 2); $(bound "$rate" "$(f "$a" 3)")) (peer: mmap, -ot exps=CPU, 16 tokens; '-' if not done in ${DISK_PEER_TIMEOUT:-150} s)" "$(f "$a" 1)" "${p%% *}"
   row "decode from disk, RAM capped at $CAP, replayed routing $(basename "$TRACE") (hit rate $(f "$b" 2); $(bound "$rate" "$(f "$b" 3)"))" "$(f "$b" 1)" "${p%% *}"
 fi
 echo "elapsed $(el) s; peer $(cat "$PSRC/PEER_COMMIT" 2>/dev/null | cut -c1-12); $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"

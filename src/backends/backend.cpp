@@ -47,7 +47,8 @@ class SyncReadback final : public HostReadback {
 
 std::unique_ptr<HostReadback> Backend::make_readback(size_t bytes) { return std::make_unique<SyncReadback>(*this, bytes); }
 
-void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&) {
+void Backend::moe_routed(const ExpertTable&, const Tensor&, int64_t, bool, const Tensor&, const Tensor&,
+                         const ReplayRows&) {
   fail(Status::internal, name(), ": moe_routed without an expert table (this backend routes on the host)");
 }
 

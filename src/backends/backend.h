@@ -28,6 +28,24 @@ class ExpertTable {
   virtual ~ExpertTable() = default;
 };
 
+// A recorded routing that a device step replays in place of its router's top-k (benchmarks,
+// --replay-routing: experts/routing_replay.h), made once by Backend::make_routing_replay;
+// opaque to model code.
+class RoutingReplayTable {
+ public:
+  virtual ~RoutingReplayTable() = default;
+};
+
+// The rows of one MoE layer call that a replay table gives: layer `layer`'s rows first,
+// first + 1, ... (wrapping at the table's tokens), the weights renormalized to sum 1 a row
+// when `normalize` (the family's norm_topk_prob). table null: the router routes.
+struct ReplayRows {
+  const RoutingReplayTable* table = nullptr;
+  int64_t layer = 0;
+  int64_t first = 0;
+  bool normalize = false;
+};
+
 // A readback buffer of a few bytes (Backend::make_readback): begin(src) enqueues the copy of
 // src (at most the buffer's bytes) after the work enqueued so far and returns; end(dst) waits
 // for the copy begun last and writes its bytes to dst. The default copies at begin.
@@ -240,9 +258,20 @@ class Backend {
   // renormalized when norm_topk; times the table's expert scales), then out[n, n_embd] = sum
   // over ranks r of weight[r] x expert[id[r]](h[row]) in rank order (moe_combine), or with
   // math.scale_input the unweighted sum of expert[id[r]](weight[r] h[row]).
-  // table: from this backend's make_expert_table.
+  // table: from this backend's make_expert_table. With replay.table the ids and weights are
+  // the replay's rows instead of the top-k of logits (times the table's expert scales still).
   virtual void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
-                          const Tensor& h, const Tensor& out);
+                          const Tensor& h, const Tensor& out, const ReplayRows& replay = {});
+  // A replay table on this backend: per MoE layer, n_tokens rows of k ids and weights
+  // ([n_layers, n_tokens, k], i32 and f32) and the next layer's predicted ids at each row
+  // (same shape, -1 where none; empty: none at all). Null: this backend routes on the host,
+  // where the replayed routing is used as it is.
+  virtual std::unique_ptr<RoutingReplayTable> make_routing_replay(int64_t n_layers, int64_t n_tokens, int64_t k,
+                                                                  std::span<const int32_t> ids,
+                                                                  std::span<const float> weights,
+                                                                  std::span<const int32_t> predicted) {
+    return nullptr;
+  }
 
   // ---- captured graphs (CUDA graphs; optional) ----
   // True when this backend can capture the ops between graph_begin and graph_end into a

@@ -53,7 +53,7 @@ namespace {
 // the weights, FP8 ones included) checks config, shapes and that every tensor is used, before
 // anything is written. Records the tensors the family reads only as matrices
 // (WeightLoader::take_matrix): the ones `--dense int8|q4` may quantize; and those it needs at
-// their stored precision (WeightSource::note_exact), which dense.bin keeps as stored.
+// their stored precision (WeightSource::note_exact), which dense.bin holds in f32.
 void validate_against_family(const Checkpoint& ck, ConvertPlan& plan) {
   auto backend = make_cpu_backend();
   CheckpointSource source(ck, /*dry_run=*/true);

@@ -110,9 +110,12 @@ void write_dense_file(const ConvertPlan& plan, CheckpointReader& reader, PackMan
                  " has ", e.shape.size(), " dimensions (the pack holds 1 to 4)");
     const bool quantize = plan.dense_quant && dtype_is_float(dtype) && plan.matrices.count(name) &&
                           dense_quantizable_shape(e.shape);
-    const DType to = quantize                                             ? *plan.dense_quant
-                     : dtype_is_float(dtype) && !plan.exact.count(name) ? m.dense_dtype
-                                                                         : dtype;
+    // A tensor the family needs exactly (a router's correction bias) is widened to f32, which
+    // holds any float dtype's value: never rounded to a narrower dense dtype.
+    const DType to = quantize                 ? *plan.dense_quant
+                     : !dtype_is_float(dtype) ? dtype
+                     : plan.exact.count(name) ? DType::f32
+                                              : m.dense_dtype;
     PackDenseTensor t{name, to, e.shape, out.begin_tensor(), 0};
     if (quantize) write_quantized_dense(out, t, reader, report);
     else write_plain_dense(out, t, reader, report);

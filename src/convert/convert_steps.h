@@ -40,7 +40,7 @@ struct ConvertPlan {
   nlohmann::json config;
   const Family* family = nullptr;
   std::set<std::string> matrices;   // tensors the family reads only as matrices (--dense int8|q4 may quantize them)
-  std::set<std::string> exact;      // tensors the family needs at their stored precision (dense.bin keeps them so)
+  std::set<std::string> exact;      // tensors the family needs unrounded (dense.bin holds them in f32)
   std::set<std::string> left_out;   // a multimodal checkpoint's towers: not in the pack
   std::map<std::string, std::vector<std::pair<int64_t, std::string>>> tables;  // PLE n-gram table -> (shard, tensor)
   std::vector<ExpertLayer> layers;  // the routed experts, ascending by layer

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <system_error>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -15,6 +16,24 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The options, checked before the engine allocates its sequences' states.
+const BatchEngineOptions& checked(Model& model, const BatchEngineOptions& o) {
+  SLUICE_CHECK(o.n_parallel >= 1 && o.n_parallel <= 64, Status::invalid_argument, "--parallel ", o.n_parallel,
+               ": expected 1 to 64 sequences");
+  SLUICE_CHECK(o.n_ctx >= 2, Status::invalid_argument, "--ctx ", o.n_ctx, ": a sequence needs at least 2 tokens");
+  SLUICE_CHECK(o.ubatch >= 1, Status::invalid_argument, "--ubatch ", o.ubatch, ": expected at least 1 token");
+  model.check_context(o.n_ctx, str("--ctx ", o.n_ctx));
+  return o;
+}
+
+PromptCacheOptions cache_options(const BatchEngineOptions& o) {
+  PromptCacheOptions c;
+  c.budget_bytes = o.prompt_cache_bytes;
+  c.host_budget_bytes = o.prompt_cache_host_bytes;
+  c.grid = o.ubatch;  // a hybrid's snapshots at the prefill chunks' ends
+  return c;
+}
 
 }  // namespace
 
@@ -32,8 +51,10 @@ struct BatchEngine::Job {
   uint64_t id = 0;
   CompletionRequest req;
   Sampler sampler;
-  int state = -1;            // index into states_, once admitted
-  int64_t prefilled = 0;     // prompt tokens run
+  int state = -1;            // its sequence in cache_, once admitted
+  int64_t prefilled = 0;     // prompt tokens run (or resumed)
+  int64_t cached = 0;        // of them, resumed from the prompt cache
+  std::unordered_map<uint64_t, int64_t> shared;  // prompt tokens shared with other jobs, by id
   int64_t generated = 0;     // tokens delivered
   int32_t next = -1;         // the token the next decode step runs
   bool decoding = false;     // the prompt is done
@@ -43,17 +64,10 @@ struct BatchEngine::Job {
   Job(uint64_t i, CompletionRequest r) : id(i), req(std::move(r)), sampler(req.sampling) {}
 };
 
-BatchEngine::BatchEngine(Model& model, const BatchEngineOptions& options) : model_(model), opt_(options) {
-  SLUICE_CHECK(opt_.n_parallel >= 1 && opt_.n_parallel <= 64, Status::invalid_argument, "--parallel ", opt_.n_parallel,
-               ": expected 1 to 64 sequences");
-  SLUICE_CHECK(opt_.n_ctx >= 2, Status::invalid_argument, "--ctx ", opt_.n_ctx, ": a sequence needs at least 2 tokens");
-  SLUICE_CHECK(opt_.ubatch >= 1, Status::invalid_argument, "--ubatch ", opt_.ubatch, ": expected at least 1 token");
-  model_.check_context(opt_.n_ctx, str("--ctx ", opt_.n_ctx));
-  for (int i = 0; i < opt_.n_parallel; ++i) {
-    states_.push_back(model_.new_state(opt_.n_ctx));
-    free_states_.push_back(opt_.n_parallel - 1 - i);
-  }
+BatchEngine::BatchEngine(Model& model, const BatchEngineOptions& options)
+    : model_(model), opt_(checked(model, options)), cache_(model, opt_.n_parallel, opt_.n_ctx, cache_options(opt_)) {
   counters_.n_parallel = opt_.n_parallel;
+  counters_.prompt_cache = cache_.counters();
   try {
     thread_ = std::thread([this] { loop(); });
   } catch (const std::system_error& e) {
@@ -124,16 +138,18 @@ void BatchEngine::finish(Job& job, FinishReason reason, std::string error) {
   r.error = std::move(error);
   r.prompt_tokens = static_cast<int64_t>(job.req.prompt.size());
   r.completion_tokens = job.generated;
+  r.cached_tokens = job.cached;
   r.queue_seconds = job.state >= 0 ? std::chrono::duration<double>(job.admitted - job.submitted).count() : seconds_since(job.submitted);
   r.first_token_seconds = job.first_token_seconds;
   r.total_seconds = seconds_since(job.submitted);
+  // Its sequence is free before anyone hears that the request ended; after an error what it
+  // holds is not used again.
+  if (job.state >= 0) cache_.release(job.state, reason != FinishReason::error);
   {
-    // Its sequence is free before anyone hears that the request ended.
     std::lock_guard<std::mutex> lk(mu_);
     if (job.state >= 0) {
-      free_states_.push_back(job.state);
       --counters_.live_sequences;
-      counters_.slots_in_use = opt_.n_parallel - static_cast<int64_t>(free_states_.size());
+      counters_.slots_in_use = opt_.n_parallel - cache_.free_count();
     }
     ++counters_.requests_done;
     if (reason == FinishReason::cancelled) ++counters_.requests_cancelled;
@@ -190,8 +206,9 @@ void BatchEngine::reap() {
 }
 
 bool BatchEngine::admit() {
-  std::vector<std::unique_ptr<Job>> dropped;  // queued requests that were cancelled
-  std::vector<uint64_t> ids;                  // requests to cancel
+  std::vector<std::unique_ptr<Job>> dropped;   // queued requests that were cancelled
+  std::vector<std::unique_ptr<Job>> admitted;  // queued requests that get a sequence now
+  std::vector<uint64_t> ids;                   // requests to cancel
   {
     std::lock_guard<std::mutex> lk(mu_);
     ids.swap(cancel_ids_);
@@ -208,23 +225,35 @@ bool BatchEngine::admit() {
       dropped.push_back(std::move(*it));
       queue_.erase(it);
     }
-    while (!stopping_ && !queue_.empty() && !free_states_.empty()) {
-      std::unique_ptr<Job> j = std::move(queue_.front());
+    const size_t n_free = static_cast<size_t>(cache_.free_count());
+    while (!stopping_ && !queue_.empty() && admitted.size() < n_free) {
+      admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
-      j->state = free_states_.back();
-      free_states_.pop_back();
-      j->admitted = Clock::now();
-      counters_.prompt_tokens += j->req.prompt.size();
-      ++counters_.live_sequences;
-      running_.push_back(std::move(j));
     }
     counters_.queued = static_cast<int64_t>(queue_.size());
-    counters_.slots_in_use = opt_.n_parallel - static_cast<int64_t>(free_states_.size());
   }
   for (auto& j : dropped) finish(*j, FinishReason::cancelled);
-  for (auto& j : running_) {
+  // Each takes a sequence and starts after the longest prefix of its prompt held anywhere.
+  for (auto& j : admitted) {
+    try {
+      j->state = cache_.acquire(j->req.prompt);
+    } catch (const std::exception& e) {
+      finish(*j, FinishReason::error, e.what());
+      continue;
+    }
+    j->admitted = Clock::now();
+    j->prefilled = j->cached = cache_.state(j->state).n_past;
+    std::lock_guard<std::mutex> lk(mu_);
+    counters_.prompt_tokens += j->req.prompt.size();
+    ++counters_.live_sequences;
+    running_.push_back(std::move(j));
+  }
+  for (auto& j : running_)
     if (std::find(ids.begin(), ids.end(), j->id) != ids.end()) finish(*j, FinishReason::cancelled);
-    else if (j->prefilled == 0 && !j->decoding) states_[static_cast<size_t>(j->state)]->reset();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    counters_.slots_in_use = opt_.n_parallel - cache_.free_count();
+    counters_.prompt_cache = cache_.counters();
   }
   reap();
   return !running_.empty();
@@ -251,6 +280,7 @@ void BatchEngine::loop() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       counters_.busy_seconds += seconds_since(t0);
+      counters_.prompt_cache = cache_.counters();
       observer = step_observer_;
     }
     if (observer) {
@@ -264,20 +294,26 @@ void BatchEngine::loop() {
 }
 
 void BatchEngine::prefill_one() {
+  // Prompts that share a prefix with another running one: each jumps to what the other holds
+  // of it, and waits while an older one prefills the tokens it needs next.
+  if (cache_.enabled())
+    for (auto& j : running_)
+      if (!j->ended && !j->decoding) catch_up(*j);
   std::vector<Job*> prefills;
   for (auto& j : running_)
-    if (!j->ended && !j->decoding) prefills.push_back(j.get());
+    if (!j->ended && !j->decoding && !(cache_.enabled() && waits_for_another(*j))) prefills.push_back(j.get());
   if (prefills.empty()) return;
   Job& job = *prefills[prefill_cursor_++ % prefills.size()];
-  SequenceState& state = *states_[static_cast<size_t>(job.state)];
+  SequenceState& state = cache_.state(job.state);
   const int64_t n_prompt = static_cast<int64_t>(job.req.prompt.size());
   const int64_t n = std::min(opt_.ubatch, n_prompt - job.prefilled);
   const int64_t V = model_.info().n_vocab;
   std::vector<float> logits(static_cast<size_t>(V));
+  const std::span<const int32_t> chunk =
+      std::span<const int32_t>(job.req.prompt).subspan(static_cast<size_t>(job.prefilled), static_cast<size_t>(n));
   try {
-    model_.forward(std::span<const int32_t>(job.req.prompt).subspan(static_cast<size_t>(job.prefilled),
-                                                                     static_cast<size_t>(n)),
-                   state, logits, false);
+    model_.forward(chunk, state, logits, false);
+    cache_.ran_prompt(job.state, chunk);
   } catch (const std::exception& e) {
     finish(job, FinishReason::error, e.what());
     return;
@@ -343,7 +379,7 @@ void BatchEngine::decode_step() {
   std::vector<SequenceState*> states;
   for (Job* j : batch) {
     tokens.push_back(j->next);
-    states.push_back(states_[static_cast<size_t>(j->state)].get());
+    states.push_back(&cache_.state(j->state));
   }
   const bool constrained = std::any_of(batch.begin(), batch.end(), [](Job* j) { return j->req.constraint != nullptr; });
   if (constrained) {
@@ -357,6 +393,7 @@ void BatchEngine::decode_step() {
       for (Job* j : batch) finish(*j, FinishReason::error, e.what());
       return;
     }
+    for (size_t b = 0; b < batch.size(); ++b) cache_.ran_decode(batch[b]->state, tokens[b]);
     count_decode_step(batch.size());
     for (size_t b = 0; b < batch.size(); ++b)
       sample_and_deliver(*batch[b], std::span<const float>(logits).subspan(b * static_cast<size_t>(V), static_cast<size_t>(V)));
@@ -374,6 +411,7 @@ void BatchEngine::decode_step() {
     for (Job* j : batch) finish(*j, FinishReason::error, e.what());
     return;
   }
+  for (size_t b = 0; b < batch.size(); ++b) cache_.ran_decode(batch[b]->state, tokens[b]);
   count_decode_step(batch.size());
   for (size_t b = 0; b < batch.size(); ++b) {
     Job& job = *batch[b];
@@ -385,6 +423,42 @@ void BatchEngine::decode_step() {
     }
     deliver(job, next[b]);
   }
+}
+
+int64_t BatchEngine::shared_prefix(Job& a, const Job& b) {
+  auto it = a.shared.find(b.id);
+  if (it != a.shared.end()) return it->second;
+  const auto& p = a.req.prompt;
+  const auto& q = b.req.prompt;
+  const auto [ip, iq] = std::mismatch(p.begin(), p.end(), q.begin(), q.end());
+  const int64_t n = static_cast<int64_t>(ip - p.begin());
+  a.shared.emplace(b.id, n);
+  return n;
+}
+
+void BatchEngine::catch_up(Job& job) {
+  for (auto& other : running_) {
+    if (other.get() == &job || other->ended) continue;
+    if (cache_.reachable_from(job.state, job.req.prompt, other->state, shared_prefix(job, *other)) == 0) continue;
+    const int64_t before = job.prefilled;
+    try {
+      job.prefilled = cache_.catch_up(job.state, job.req.prompt, other->state);
+    } catch (const std::exception& e) {
+      finish(job, FinishReason::error, e.what());
+      return;
+    }
+    job.cached += job.prefilled - before;
+  }
+}
+
+bool BatchEngine::waits_for_another(Job& job) {
+  // The oldest of the prompts that share tokens never waits, so one of them always runs.
+  for (auto& other : running_) {
+    if (other.get() == &job || other->ended || other->decoding || other->id > job.id) continue;
+    const int64_t point = cache_.resume_point_within(job.req.prompt, shared_prefix(job, *other));
+    if (point > job.prefilled && other->prefilled < point) return true;
+  }
+  return false;
 }
 
 }  // namespace sluice

@@ -3,7 +3,9 @@
 // chunks of `ubatch` tokens between decode steps, one chunk per iteration, so running streams
 // keep flowing while a long prompt is read; requests beyond n_parallel wait in a bounded
 // queue. Each sequence owns one of n_parallel preallocated states (KV cache and recurrent
-// state, "KV slots"), reset and reused by the next request.
+// state, "KV slots"), reused by the next request. With a prompt cache (prompt_cache_bytes,
+// engine/prompt_cache.h) a prompt starts after the longest prefix of it that a sequence or
+// the cache holds, and prompts that share a prefix prefill it once.
 //
 // One engine thread runs every model call; callers submit from any thread and get their
 // tokens through callbacks on the engine thread (which must not block for long). A request
@@ -31,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/prompt_cache.h"
 #include "engine/sampler.h"
 #include "engine/token_mask.h"
 #include "models/model.h"
@@ -44,6 +47,7 @@ struct CompletionResult {
   FinishReason reason = FinishReason::stop;
   std::string error;              // reason == error: one line
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;      // prompt tokens resumed from the prompt cache, not prefilled
   double queue_seconds = 0;       // submitted -> admitted to a sequence
   double first_token_seconds = 0; // submitted -> first token (time to first token)
   double total_seconds = 0;       // submitted -> done
@@ -72,6 +76,8 @@ struct BatchEngineOptions {
   int64_t ubatch = 512;        // prompt tokens per prefill chunk
   size_t max_queue = 256;      // requests waiting for a sequence; more are refused
   int64_t n_vocab_sampled = 0; // > 0: ids at or above it are never sampled (padded output rows)
+  uint64_t prompt_cache_bytes = 0;  // the prompt cache's budget (engine/prompt_cache.h); 0: off
+  uint64_t prompt_cache_host_bytes = 0;  // its host tier's budget; 0: none
 };
 
 struct BatchEngineCounters {
@@ -86,6 +92,7 @@ struct BatchEngineCounters {
   double busy_seconds = 0;     // the engine thread inside model calls
   double first_token_seconds_sum = 0;  // over requests that produced a token
   uint64_t first_token_count = 0;
+  PromptCacheCounters prompt_cache;
 };
 
 class BatchEngine {
@@ -121,6 +128,12 @@ class BatchEngine {
   void loop();
   bool admit();                 // queued requests into free states; true when any
   void prefill_one();           // one prompt chunk of one sequence in prefill
+  // Prompt caching between running prompts: job jumps ahead to what another running sequence
+  // holds of its prompt; whether it had better wait for an older one that is prefilling the
+  // tokens it needs next.
+  void catch_up(Job& job);
+  bool waits_for_another(Job& job);
+  int64_t shared_prefix(Job& a, const Job& b);
   void decode_step();           // one token for every sequence in decode
   // Delivers `token` to a running job; false when the job ended by it (eos, length, stop).
   bool deliver(Job& job, int32_t token);
@@ -136,8 +149,7 @@ class BatchEngine {
 
   Model& model_;
   BatchEngineOptions opt_;
-  std::vector<std::unique_ptr<SequenceState>> states_;
-  std::vector<int> free_states_;
+  PromptCache cache_;  // the sequences' states (engine thread)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -116,7 +116,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
 // exact step wrote at p (decode_step_rerunnable; what a step changes in place, the hybrids'
 // recurrent state, is put back first: Model::save_for_rerun). So the state after is the lossy run's, the
 // generated text is what the run without --kl-check would generate, and the exact step saw
-// exactly the lossy run's history. Why not the other order or one streamer: running the exact
+// exactly the lossy run's history (with a replayed routing, the same rows of it). Why not the
+// other order or one streamer: running the exact
 // step second would leave exact KV rows at p for the rest of the run, and running it through
 // the run's own streamer would load the step's misses into that cache, so the lossy step after
 // it would find them resident and cut nothing (KL 0: the check would compare a run to itself).
@@ -134,6 +135,9 @@ int32_t Generator::checked_step(int32_t token, SequenceState& state, Sampler& sa
   const std::shared_ptr<ExpertProvider> lossy = model_.expert_provider();
   const auto t0 = clock::now();
   const std::unique_ptr<StepUndo> undo = model_.save_for_rerun(state);  // recurrent state (hybrids)
+  // A replayed routing gives the lossy step the rows the exact step took.
+  RoutingReplay* replay = model_.routing_replay();
+  const std::vector<int64_t> replay_at = replay ? replay->position() : std::vector<int64_t>{};
   model_.set_expert_provider(opt.kl_exact);
   try {
     model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_exact_logits_);
@@ -143,6 +147,7 @@ int32_t Generator::checked_step(int32_t token, SequenceState& state, Sampler& sa
   }
   model_.set_expert_provider(lossy);
   if (undo) undo->restore();
+  if (replay) replay->set_position(replay_at);
   state.n_past = pos;
   st.kl.seconds += std::chrono::duration<double>(clock::now() - t0).count();
   model_.forward_batch(std::span<const int32_t>(&token, 1), states, kl_lossy_logits_);

@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "experts/expert_math.h"
 #include "experts/routing.h"
+#include "experts/routing_replay.h"
 #include "experts/stats.h"
 
 namespace sluice {
@@ -37,6 +38,11 @@ struct MoeLayerCall {
   Tensor score_bias = {};               // [n_expert] f32 on the backend: the layer's correction bias
                                         // (RouterScoring::sigmoid_grouped), or empty
   Tensor next_score_bias = {};          // the next MoE layer's (lookahead), or empty
+  ReplayedRows replay;                  // a replayed routing (benchmarks): its rows [first, first
+                                        // + rows) are the routing (call.routing holds them when
+                                        // the model routed on the host; a provider that routes on
+                                        // the device replays them there), and lookahead predicts
+                                        // with the replay's predictions. Empty: the router routes.
 };
 
 class ExpertProvider {

@@ -17,6 +17,7 @@
 #include "experts/plan.h"
 #include "experts/residency.h"
 #include "format/json_file.h"
+#include "format/output_file.h"
 #include "format/xz.h"
 
 namespace sluice {
@@ -207,6 +208,20 @@ Trace read_trace(const std::filesystem::path& path) {
   SLUICE_CHECK(!tr.rows.empty(), Status::corrupt, "trace ", path.string(), " has no rows");
   tr.n_problems = static_cast<int64_t>(problems.size());
   return tr;
+}
+
+void write_trace(const Trace& trace, const std::filesystem::path& path) {
+  OutputFile out(path);
+  for (const TraceRow& r : trace.rows) {
+    nlohmann::json j = {{"problem_id", r.problem}, {"layer", r.layer}, {"token_idx", r.token}, {"experts", r.experts}};
+    if (!r.weights.empty()) j["gating_probs"] = r.weights;
+    if (!r.predicted_next.empty()) {
+      j["next_layer"] = r.next_layer;
+      j["predicted_next"] = r.predicted_next;
+    }
+    out.write(j.dump() + "\n");
+  }
+  out.commit();
 }
 
 int64_t simulate_slot_cap(const Trace& trace, bool per_layer) {

@@ -44,6 +44,10 @@ struct Trace {
 
 // Parses a trace file; errors name the file and line.
 Trace read_trace(const std::filesystem::path& path);
+// Writes a trace as JSON lines in the format read_trace reads (problem_id, layer, token_idx,
+// experts, gating_probs when the rows have weights, next_layer and predicted_next when they
+// have a prediction); the file appears whole at the end (format/output_file.h).
+void write_trace(const Trace& trace, const std::filesystem::path& path);
 
 // How long an access pins its slot.
 //   access: each routed expert is one independent request, released at once (the usual

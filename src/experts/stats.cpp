@@ -88,6 +88,20 @@ nlohmann::json KlCheckStats::to_json() const {
           {"seconds", seconds}};
 }
 
+std::string RoutingSource::short_label() const {
+  if (!replayed) return "model";
+  std::string name = trace;
+  for (const char* ext : {".xz", ".jsonl", ".json"})
+    if (name.size() > std::string_view(ext).size() && name.ends_with(ext)) name.resize(name.size() - std::string_view(ext).size());
+  return "replay:" + name + "/" + mapping;
+}
+
+nlohmann::json RoutingSource::to_json() const {
+  if (!replayed) return {{"replayed", false}};
+  return {{"replayed", true}, {"trace", trace}, {"mapping", mapping}, {"rule", rule},
+          {"fit", fit.empty() ? nlohmann::json(nullptr) : nlohmann::json(fit)}};
+}
+
 nlohmann::json RunStats::to_json() const {
   nlohmann::json layers_json = nlohmann::json::array();
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -131,6 +145,7 @@ nlohmann::json RunStats::to_json() const {
              {"busy_seconds", io_busy_seconds},
              {"h2d_bytes", h2d_bytes}}},
            {"kl_check", kl_check.to_json()},
+           {"routing", routing.to_json()},
            {"totals", layer_json(t)},
            {"phases", {{"prefill", layer_json(prefill)}, {"decode", layer_json(decode)}}},
            {"sub_batches_per_layer", layers.empty() ? 0.0 : static_cast<double>(prefill.steps) / layers.size()},
@@ -150,9 +165,12 @@ std::string RunStats::summary() const {
   char buf[320];
   // A run without decode steps (logits, perplexity) reports its prefill speed instead.
   const bool decode = decode_tokens > 0;
+  const std::string replayed =
+      routing.replayed ? str(" (replayed routing: ", routing.trace, ", ", routing.mapping, ")") : std::string();
   std::snprintf(buf, sizeof buf,
-                "%s %.2f tok/s | expert cache %s (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
-                decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(), byte_size_text(cache_bytes).c_str(),
+                "%s %.2f tok/s%s | expert cache %s (%lld slots, %s) | hit rate %.3f | read %.2f GB at %.2f GB/s",
+                decode ? "decode" : "prefill", decode ? decode_tokens_per_second() : prefill_tokens_per_second(),
+                replayed.c_str(), byte_size_text(cache_bytes).c_str(),
                 static_cast<long long>(slots), policy.c_str(), hit_rate(), static_cast<double>(io_bytes) / 1e9,
                 read_bytes_per_second() / 1e9);
   std::string s = buf;

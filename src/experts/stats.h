@@ -74,6 +74,19 @@ struct KlCheckStats {
   nlohmann::json to_json() const;     // null when off
 };
 
+// Where a run's routing came from: the model's routers, or a recorded trace replayed in their
+// place (--replay-routing, experts/routing_replay.h). Every report of a replayed run says so.
+struct RoutingSource {
+  bool replayed = false;
+  std::string trace;    // the trace's file name
+  std::string mapping;  // "ids" or "fit"
+  std::string rule;     // the mapping in words
+  std::string fit;      // the generator's fit (mapping fit), else empty
+  // "model" or "replay:routing-model-128e-code/ids" (the trace's name without .jsonl[.xz]).
+  std::string short_label() const;
+  nlohmann::json to_json() const;  // {"replayed": false} or every field
+};
+
 struct RunStats {
   std::vector<LayerStats> layers;   // one per MoE layer, both phases
   LayerStats prefill, decode;       // every layer's counters of one phase
@@ -99,6 +112,7 @@ struct RunStats {
   uint64_t h2d_bytes = 0;               // bytes copied into device slots (CUDA streamer; 0 on the CPU)
 
   KlCheckStats kl_check;                // filled by the front end (sluice run --kl-check)
+  RoutingSource routing;                // filled by the front end (--replay-routing)
 
   LayerStats totals() const;
   double hit_rate() const { return totals().hit_rate(); }
@@ -113,6 +127,7 @@ struct RunStats {
   nlohmann::json to_json() const;
   void write_json(const std::filesystem::path& path) const;  // atomic replace
   // "decode 5.31 tok/s | expert cache 512.0 MiB (80 slots, lrfu) | hit rate 0.734 | read 1.23 GB at 1.61 GB/s",
+  // with a replayed routing "decode 5.31 tok/s (replayed routing: TRACE, ids) | ...",
   // and when a prefill was streamed in more sub-batches than layers:
   // " | prefill 3.0 sub-batches a layer of 21.3 tokens, hit rate 0.512, read 0.80 GB, waited 1.20 s, computed 2.10 s"
   std::string summary() const;

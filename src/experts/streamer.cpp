@@ -346,7 +346,7 @@ void ExpertStreamer::lookahead(Backend& be, const MoeLayerCall& c, int64_t row0,
   const int64_t L = c.moe_layer;
   if (!st_.opt.lookahead || c.next_router.empty() || L + 1 >= st_.n_layers || st_.residency->speculative_capacity() == 0)
     return;
-  const auto order = predict_next_union(be, c, row0, row1, st_.n_expert);
+  const auto order = lookahead_union(be, c, row0, row1, st_.n_expert);
   plan_prefetch(*st_.residency, *st_.pack, st_.kind, L + 1, st_.n_expert, order, fills, st_.layer_stats(L + 1, c.phase));
 }
 

@@ -1,4 +1,5 @@
-// make_streamer: the streamer for a backend; the host-side lookahead prediction.
+// make_streamer: the streamer for a backend; the host-side lookahead prediction (the router's,
+// or a replayed routing's).
 #include "experts/streaming_provider.h"
 
 #include "experts/plan.h"
@@ -30,6 +31,14 @@ std::vector<std::pair<float, int32_t>> predict_next_union(Backend& be, const Moe
   if (!bias.empty()) be.to_host(call.next_score_bias, bias.data());
   const Routing pred = route_topk(*call.router, logits, m, bias);
   return predicted_union(pred.ids, pred.weights, n_expert);
+}
+
+std::vector<std::pair<float, int32_t>> lookahead_union(Backend& be, const MoeLayerCall& call, int64_t row0,
+                                                       int64_t row1, int64_t n_expert) {
+  if (!call.replay) return predict_next_union(be, call, row0, row1, n_expert);
+  const std::optional<Routing> pred = call.replay.replay->predicted(call.moe_layer, call.replay.first + row0, row1 - row0);
+  if (!pred) return {};
+  return predicted_union(pred->ids, pred->weights, n_expert);  // ids of -1 (none recorded) are skipped
 }
 
 }  // namespace sluice

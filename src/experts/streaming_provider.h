@@ -47,6 +47,12 @@ class StreamingProvider : public ExpertProvider {
 std::vector<std::pair<float, int32_t>> predict_next_union(Backend& be, const MoeLayerCall& call, int64_t row0,
                                                           int64_t row1, int64_t n_expert);
 
+// Lookahead's prediction of the next MoE layer for rows [row0, row1) of a call, made on the
+// host: with a replayed routing (call.replay) the replay's predictions of those rows (empty
+// when it has none for this layer), else predict_next_union.
+std::vector<std::pair<float, int32_t>> lookahead_union(Backend& be, const MoeLayerCall& call, int64_t row0,
+                                                       int64_t row1, int64_t n_expert);
+
 // The streamer for `backend`: CudaStreamer on a CUDA backend, ExpertStreamer otherwise.
 // top_k: experts per token (the fewest slots a cache may have). Throws invalid_argument for a
 // cache below top_k slots (the message states the minimum), a miss kind the pack lacks, bad

@@ -224,7 +224,8 @@ PackDenseTensor parse_dense_tensor(const json& v, const Fields& f, const std::st
   if (quantized && !is_dense_quant_dtype(t.dtype))
     f.bad(where + ".dtype", str(dtype, " does not fit a dense tensor (dense tensors are float, integer, q8 or q4)"));
   if (quantized && version < 3) f.bad(where + ".dtype", str(dtype, " (a quantized dense tensor) needs pack format version 3"));
-  if (is_float && t.dtype != dense_dtype)
+  // f32 beside a narrower dense dtype: a tensor the family needs unrounded (a router's correction bias).
+  if (is_float && t.dtype != dense_dtype && t.dtype != DType::f32)
     f.bad(where + ".dtype", str(dtype, " but the pack's dense dtype is ", dtype_name(dense_dtype)));
   const json& shape = f.array(f.member(v, path, "shape"), where + ".shape");
   if (shape.empty() || shape.size() > 4) f.bad(where + ".shape", str("has ", shape.size(), " dimensions (1 to 4)"));

@@ -180,4 +180,14 @@ RopeTables rope_tables_at(Backend& be, const RopeConfig& rope, std::span<const i
   return t;
 }
 
+void copy_rows(Backend& be, const Tensor& src, const Tensor& dst, int64_t from, int64_t n) {
+  if (src.empty() || dst.empty() || n <= from || src.data == dst.data) return;
+  be.copy(src.slice_rows(from, n - from), dst.slice_rows(from, n - from));
+}
+
+void copy_kv_rows(Backend& be, const KvLayer& src, const KvLayer& dst, int64_t from, int64_t n) {
+  copy_rows(be, src.k, dst.k, from, n);
+  if (!src.v.empty()) copy_rows(be, src.v, dst.v, from, n);  // MLA's latent cache has no v
+}
+
 }  // namespace sluice

@@ -49,6 +49,12 @@ struct KvLayer {
   Tensor k, v;  // [n_ctx, n_head_kv, head_dim] of Backend::kv_dtype (f32 or bf16)
 };
 
+// Rows [from, n) of src into the same rows of dst (tensors of per-token rows, [n_ctx, ...]:
+// prompt caching's copies of a state's prefix, Model::copy_prefix). Nothing for an empty
+// tensor or range.
+void copy_rows(Backend& be, const Tensor& src, const Tensor& dst, int64_t from, int64_t n);
+void copy_kv_rows(Backend& be, const KvLayer& src, const KvLayer& dst, int64_t from, int64_t n);
+
 // What an attention block's output projection goes into: out (then = null), or the residual
 // stream with the next norm (x += out; h = rms_norm(x, norm, eps): Backend::matmul_add_rms_norm,
 // one launch for a decode row on CUDA; out is then scratch).

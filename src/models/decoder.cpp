@@ -124,7 +124,7 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
   if (spec_.mla) {
     const MlaSpec& m = *spec_.mla;
-    const uint64_t per_token = static_cast<uint64_t>(m.latent_dim()) * dtype_size(be_.kv_dtype()) * spec_.layers.size();
+    const uint64_t per_token = kv_bytes_per_token();
     const uint64_t expanded = static_cast<uint64_t>(m.n_head * (m.qk_head_dim() + m.v_head_dim)) *
                               dtype_size(be_.kv_dtype()) * spec_.layers.size();
     LOG_INFO(info_.family, ": latent KV cache: ", m.latent_dim(), " values a token and layer (kv_lora_rank ",
@@ -134,7 +134,11 @@ DecoderModel::DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights we
   }
 }
 
-std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
+std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) { return make_state(n_ctx, true); }
+
+std::unique_ptr<SequenceState> DecoderModel::new_prefix_state(int64_t n_tokens) { return make_state(n_tokens, false); }
+
+std::unique_ptr<SequenceState> DecoderModel::make_state(int64_t n_ctx, bool runnable) {
   SLUICE_CHECK(n_ctx > 0, Status::invalid_argument, "context size must be positive");
   auto st = std::make_unique<DecoderState>();
   st->id = next_state_id_++;
@@ -149,7 +153,7 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
                be_.alloc(be_.kv_dtype(), {n_ctx, a.n_head_kv, a.head_dim})};
     st->kv.push_back(std::move(kv));
   }
-  if (be_.graphs_enabled()) {
+  if (runnable && be_.graphs_enabled()) {
     st->step_token = be_.alloc(DType::i32, {1});
     st->step_pos = be_.alloc(DType::i32, {1});
     st->step_logits = be_.alloc(DType::f32, {1, spec_.info.n_vocab});
@@ -160,19 +164,44 @@ std::unique_ptr<SequenceState> DecoderModel::new_state(int64_t n_ctx) {
 }
 
 uint64_t DecoderModel::context_bytes(int64_t n_ctx) const {
-  const auto& a = spec_.attn;
-  // Per token: K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer (MLA:
-  // one latent row of latent_dim), and the rotary tables' cos and sin rows (state_rope:
-  // rot_dim / 2 f32 each).
-  const uint64_t kv_values = spec_.mla ? static_cast<uint64_t>(spec_.mla->latent_dim())
-                                       : 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim);
-  const uint64_t per_token = spec_.layers.size() * kv_values * dtype_size(be_.kv_dtype()) +
-                             2 * static_cast<uint64_t>(spec_.rope.rot_dim / 2) * sizeof(float);
+  // Per token: the KV rows, and the rotary tables' cos and sin rows (state_rope: rot_dim / 2
+  // f32 each).
+  const uint64_t per_token = kv_bytes_per_token() + 2 * static_cast<uint64_t>(spec_.rope.rot_dim / 2) * sizeof(float);
   return saturating_product(per_token, n_ctx);
 }
 
+uint64_t DecoderModel::prefix_bytes(int64_t n_tokens) const { return saturating_product(kv_bytes_per_token(), n_tokens); }
+
+uint64_t DecoderModel::kv_bytes_per_token() const {
+  // K and V rows [n_head_kv, head_dim] of the backend's KV dtype in every layer (MLA: one latent
+  // row of latent_dim).
+  const auto& a = spec_.attn;
+  const uint64_t kv_values = spec_.mla ? static_cast<uint64_t>(spec_.mla->latent_dim())
+                                       : 2 * static_cast<uint64_t>(a.n_head_kv * a.head_dim);
+  return spec_.layers.size() * kv_values * dtype_size(be_.kv_dtype());
+}
+
+std::vector<Tensor> DecoderModel::prefix_tensors(const SequenceState& prefix) const {
+  std::vector<Tensor> out;
+  for (const KvLayer& kv : static_cast<const DecoderState&>(prefix).kv) {
+    out.push_back(kv.k);
+    if (!kv.v.empty()) out.push_back(kv.v);  // MLA's latent cache has no v
+  }
+  return out;
+}
+
+void DecoderModel::copy_prefix(const SequenceState& src_base, SequenceState& dst_base, int64_t from, int64_t n,
+                               const StateSnapshot* at) {
+  check_prefix_copy(src_base, dst_base, from, n, at);
+  const auto& src = static_cast<const DecoderState&>(src_base);
+  auto& dst = static_cast<DecoderState&>(dst_base);
+  settle(dst);  // a step enqueued ahead on dst writes its row before the copy lands
+  for (size_t l = 0; l < dst.kv.size(); ++l) copy_kv_rows(be_, src.kv[l], dst.kv[l], from, n);
+  dst.n_past = n;
+}
+
 bool DecoderModel::step_graph_eligible() const {
-  if (!be_.graphs_enabled() || expert_provider_ || routing_observer_) return false;
+  if (!be_.graphs_enabled() || expert_provider_ || routing_observer_ || routing_replay_) return false;
   for (size_t l = 0; l < spec_.layers.size(); ++l)
     if (spec_.layers[l].moe && !expert_tables_[l]) return false;  // host routing inside
   return true;
@@ -411,7 +440,8 @@ void DecoderModel::run_layers(const Tensor& x, int64_t first_position, const Att
                        next >= 0 ? w_.layers[static_cast<size_t>(next)].router_bias : Tensor{}, &lw.experts,
                        expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {},
                        lw.router_score_bias,
-                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_score_bias : Tensor{}},
+                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_score_bias : Tensor{},
+                       routing_replay_.get()},
                       expert_provider_.get(), routing_observer_, h, y);
       if (!lw.shared.gate.empty()) {  // y += shared(h) (Llama 4: the same sum as shared + routed)
         Tensor s = be_.alloc(DType::f32, {n, d});

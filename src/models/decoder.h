@@ -62,6 +62,15 @@ class DecoderModel : public Model {
   DecoderModel(Backend& backend, DecoderSpec spec, DecoderWeights weights);
   std::unique_ptr<SequenceState> new_state(int64_t n_ctx) override;
   uint64_t context_bytes(int64_t n_ctx) const override;
+  // Prompt caching: a state is its KV cache only (no snapshots); a prefix state has no
+  // rotary tables nor graph buffers.
+  bool prefix_copyable() const override { return true; }
+  std::unique_ptr<SequenceState> new_prefix_state(int64_t n_tokens) override;
+  uint64_t prefix_bytes(int64_t n_tokens) const override;
+  void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
+                   const StateSnapshot* at) override;
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override;
   void forward(std::span<const int32_t> tokens, SequenceState& state, std::span<float> logits,
                bool all_logits) override;
   // On a backend with graphs the step and the draw are one replayed graph; only the token id
@@ -83,6 +92,9 @@ class DecoderModel : public Model {
   const DecoderSpec& spec() const { return spec_; }
 
  private:
+  // A state of n_ctx tokens; runnable: with the decode graphs' buffers (backends with graphs).
+  std::unique_ptr<SequenceState> make_state(int64_t n_ctx, bool runnable);
+  uint64_t kv_bytes_per_token() const;
   // The layers over the residual stream x [n, n_embd] at positions state.n_past.. (positions:
   // the same as an i32 tensor on the backend, or empty), and the output head.
   void forward_layers(SequenceState& state, const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -300,6 +300,27 @@ class Gemma4Model final : public Model {
 
   bool decode_step_rerunnable() const override { return true; }  // KV caches only
 
+  // Prompt caching: the state is its KV caches only.
+  bool prefix_copyable() const override { return true; }
+  void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
+                   const StateSnapshot* at) override {
+    check_prefix_copy(src, dst, from, n, at);
+    const auto& s = static_cast<const Gemma4State&>(src);
+    auto& d = static_cast<Gemma4State&>(dst);
+    for (size_t l = 0; l < d.kv.size(); ++l) copy_kv_rows(be_, s.kv[l], d.kv[l], from, n);  // shared layers: empty
+    d.n_past = n;
+  }
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override {
+    std::vector<Tensor> out;
+    for (const KvLayer& kv : static_cast<const Gemma4State&>(prefix).kv) {
+      if (kv.k.empty()) continue;  // a KV-shared layer
+      out.push_back(kv.k);
+      out.push_back(kv.v);
+    }
+    return out;
+  }
+
   void forward(std::span<const int32_t> tokens, SequenceState& state_base, std::span<float> logits,
                bool all_logits) override {
     auto& st = static_cast<Gemma4State&>(state_base);
@@ -490,7 +511,7 @@ class Gemma4Model final : public Model {
     MoeLayerRefs refs{static_cast<int64_t>(l), moe_index_[l], first_position, &cfg_.router, lw.router_proj, Tensor{},
                       next >= 0 ? w_.layers[static_cast<size_t>(next)].router_proj : Tensor{}, Tensor{}, &lw.experts,
                       expert_tables_[l].get(), kExpertMath, forward_phase_, next, routing_predict_next_, logits,
-                      lw.expert_scale};
+                      lw.expert_scale, {}, {}, routing_replay_.get()};
     moe_routed_half(be_, refs, expert_provider_.get(), routing_observer_, in, out);
   }
 

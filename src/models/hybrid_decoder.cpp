@@ -25,7 +25,11 @@ HybridModel::HybridModel(Backend& backend, HybridSpec spec, HybridWeights weight
   expert_tables_ = make_expert_tables(be_, w_.layers, spec_.router, spec_.expert_math);
 }
 
-std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
+std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) { return make_state(n_ctx, true); }
+
+std::unique_ptr<SequenceState> HybridModel::new_prefix_state(int64_t n_tokens) { return make_state(n_tokens, false); }
+
+std::unique_ptr<SequenceState> HybridModel::make_state(int64_t n_ctx, bool recurrent) {
   SLUICE_CHECK(n_ctx > 0, Status::invalid_argument, "context size must be positive");
   auto st = std::make_unique<HybridState>(be_);
   st->n_ctx = n_ctx;
@@ -37,55 +41,76 @@ std::unique_ptr<SequenceState> HybridModel::new_state(int64_t n_ctx) {
   for (size_t l = 0; l < L; ++l) {
     const HybridLayerSpec& ls = spec_.layers[l];
     if (ls.mixer == TokenMixer::attention) st->attn[l] = new_gated_attention_state(be_, spec_.attn, n_ctx);
-    else st->delta[l] = new_delta_net_state(be_, spec_.delta);
-    if (ls.ple) st->ple[l] = new_ple_state(be_, spec_.ple);
+    else if (recurrent) st->delta[l] = new_delta_net_state(be_, spec_.delta);
+    if (ls.ple && recurrent) st->ple[l] = new_ple_state(be_, spec_.ple);
   }
   return st;
 }
 
 namespace {
 
+// The recurrent part of a HybridState at one position: the DeltaNet conv and recurrent
+// states, PLE's conv state and token history (flat copies; empty where a layer has none).
+class RecurrentCopy final : public StateSnapshot {
+ public:
+  RecurrentCopy(Backend& be, const HybridState& st) {
+    n_past = st.n_past;
+    for (size_t l = 0; l < st.delta.size(); ++l) {
+      saved_.push_back(copy_of(be, st.delta[l].conv));
+      saved_.push_back(copy_of(be, st.delta[l].recurrent));
+      saved_.push_back(copy_of(be, st.ple[l].conv));
+      history_.push_back(st.ple[l].history);
+    }
+  }
+  std::vector<Tensor> tensors() const override { return saved_; }
+  std::unique_ptr<StateSnapshot> with_tensors(std::vector<Tensor> tensors) const override {
+    SLUICE_CHECK(tensors.size() == saved_.size(), Status::internal, "snapshot: ", tensors.size(), " tensors for ",
+                 saved_.size());
+    auto copy = std::make_unique<RecurrentCopy>(*this);
+    copy->saved_ = std::move(tensors);
+    return copy;
+  }
+  // Puts it back into st (a state for forward: a prefix state, which has no recurrent part,
+  // is left as is).
+  void restore(Backend& be, HybridState& st) const {
+    for (size_t l = 0; l < st.delta.size(); ++l) {
+      copy_back(be, saved_[3 * l], st.delta[l].conv);
+      copy_back(be, saved_[3 * l + 1], st.delta[l].recurrent);
+      copy_back(be, saved_[3 * l + 2], st.ple[l].conv);
+      if (!st.ple[l].conv.empty()) st.ple[l].history = history_[l];
+    }
+  }
+
+ private:
+  static Tensor copy_of(Backend& be, const Tensor& t) {
+    if (t.empty()) return {};
+    Tensor c = be.alloc(t.dtype, {t.numel()});
+    be.copy(t.reshape({t.numel()}), c);
+    return c;
+  }
+  static void copy_back(Backend& be, const Tensor& saved, const Tensor& t) {
+    if (!t.empty() && !saved.empty()) be.copy(saved, t.reshape({t.numel()}));
+  }
+
+  std::vector<Tensor> saved_;  // per layer: delta conv, delta recurrent, PLE conv
+  std::vector<std::vector<int32_t>> history_;  // per layer: PLE's token history
+};
+
+// The recurrent copy and QSA's count of finished blocks, which a decode step changes in place.
 class HybridStepUndo final : public StepUndo {
  public:
-  HybridStepUndo(Backend& be, HybridState& st) : be_(be), st_(st) {
-    for (DeltaNetState& d : st.delta) {
-      saved_.push_back(copy_of(d.conv));
-      saved_.push_back(copy_of(d.recurrent));
-    }
-    for (PleState& p : st.ple) {
-      saved_.push_back(copy_of(p.conv));
-      history_.push_back(p.history);
-    }
+  HybridStepUndo(Backend& be, HybridState& st) : be_(be), st_(st), copy_(be, st) {
     for (GatedAttentionState& a : st.attn) n_blocks_.push_back(a.qsa.n_blocks);
   }
   void restore() override {
-    size_t i = 0;
-    for (DeltaNetState& d : st_.delta) {
-      copy_back(saved_[i++], d.conv);
-      copy_back(saved_[i++], d.recurrent);
-    }
-    for (size_t l = 0; l < st_.ple.size(); ++l) {
-      copy_back(saved_[i++], st_.ple[l].conv);
-      st_.ple[l].history = history_[l];
-    }
+    copy_.restore(be_, st_);
     for (size_t l = 0; l < st_.attn.size(); ++l) st_.attn[l].qsa.n_blocks = n_blocks_[l];
   }
 
  private:
-  Tensor copy_of(const Tensor& t) {
-    if (t.empty()) return {};
-    Tensor c = be_.alloc(t.dtype, {t.numel()});
-    be_.copy(t.reshape({t.numel()}), c);
-    return c;
-  }
-  void copy_back(const Tensor& saved, const Tensor& t) {
-    if (!t.empty()) be_.copy(saved, t.reshape({t.numel()}));
-  }
-
   Backend& be_;
   HybridState& st_;
-  std::vector<Tensor> saved_;  // per layer: delta conv, delta recurrent; then PLE conv (empty where absent)
-  std::vector<std::vector<int32_t>> history_;
+  RecurrentCopy copy_;
   std::vector<int64_t> n_blocks_;
 };
 
@@ -93,6 +118,58 @@ class HybridStepUndo final : public StepUndo {
 
 std::unique_ptr<StepUndo> HybridModel::save_for_rerun(SequenceState& state) {
   return std::make_unique<HybridStepUndo>(be_, static_cast<HybridState&>(state));
+}
+
+uint64_t HybridModel::snapshot_bytes() const {
+  const DeltaNetSpec& d = spec_.delta;
+  const PleSpec& p = spec_.ple;
+  uint64_t floats = 0, ints = 0;
+  for (const HybridLayerSpec& ls : spec_.layers) {
+    if (ls.mixer == TokenMixer::delta_net)
+      floats += static_cast<uint64_t>((d.conv_kernel - 1) * d.conv_dim() + d.n_v_head * d.k_head_dim * d.v_head_dim);
+    if (ls.ple) {
+      floats += static_cast<uint64_t>(p.conv_state_rows() * p.width());
+      ints += static_cast<uint64_t>(p.context());
+    }
+  }
+  return floats * sizeof(float) + ints * sizeof(int32_t);
+}
+
+std::unique_ptr<StateSnapshot> HybridModel::snapshot(const SequenceState& state) {
+  return std::make_unique<RecurrentCopy>(be_, static_cast<const HybridState&>(state));
+}
+
+std::vector<Tensor> HybridModel::prefix_tensors(const SequenceState& prefix) const {
+  std::vector<Tensor> out;
+  for (const GatedAttentionState& a : static_cast<const HybridState&>(prefix).attn) {
+    if (a.kv.k.empty()) continue;  // not an attention layer
+    out.push_back(a.kv.k);
+    out.push_back(a.kv.v);
+    if (!a.qsa.keys.empty()) {
+      out.push_back(a.qsa.keys);
+      out.push_back(a.qsa.block_keys);
+    }
+  }
+  return out;
+}
+
+void HybridModel::copy_prefix(const SequenceState& src_base, SequenceState& dst_base, int64_t from, int64_t n,
+                              const StateSnapshot* at) {
+  check_prefix_copy(src_base, dst_base, from, n, at);
+  const auto& src = static_cast<const HybridState&>(src_base);
+  auto& dst = static_cast<HybridState&>(dst_base);
+  const int64_t c = spec_.attn.qsa ? spec_.attn.qsa->compress_ratio : 1;
+  for (size_t l = 0; l < dst.attn.size(); ++l) {
+    if (spec_.layers[l].mixer != TokenMixer::attention) continue;
+    copy_kv_rows(be_, src.attn[l].kv, dst.attn[l].kv, from, n);
+    if (!spec_.attn.qsa) continue;
+    // Raw keys per token; block keys per finished block of c tokens.
+    copy_rows(be_, src.attn[l].qsa.keys, dst.attn[l].qsa.keys, from, n);
+    copy_rows(be_, src.attn[l].qsa.block_keys, dst.attn[l].qsa.block_keys, from / c, n / c);
+    dst.attn[l].qsa.n_blocks = n / c;
+  }
+  if (at) static_cast<const RecurrentCopy&>(*at).restore(be_, dst);
+  dst.n_past = n;
 }
 
 uint64_t HybridModel::context_bytes(int64_t n_ctx) const {
@@ -119,7 +196,8 @@ void HybridModel::feed_forward(size_t l, int64_t n_past, const Tensor& h, const 
   moe_routed_half(be_,
                   {static_cast<int64_t>(l), moe_index_[l], n_past, &spec_.router, lw.router, Tensor{},
                    next >= 0 ? w_.layers[static_cast<size_t>(next)].router : Tensor{}, Tensor{}, &lw.experts,
-                   expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {}},
+                   expert_tables_[l].get(), spec_.expert_math, forward_phase_, next, routing_predict_next_, {}, {},
+                   {}, {}, routing_replay_.get()},
                   expert_provider_.get(), routing_observer_, h, y);
   if (spec_.n_ff_shared > 0) {
     // y += sigmoid(h w_gate) * shared_expert(h), as the reference adds it after the routed sum.

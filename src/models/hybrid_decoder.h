@@ -97,6 +97,18 @@ class HybridModel : public Model {
   bool decode_step_rerunnable() const override { return true; }
   std::unique_ptr<StepUndo> save_for_rerun(SequenceState& state) override;
 
+  // Prompt caching: the per-token rows are the attention layers' KV and QSA keys (and QSA's
+  // block keys, one per compress_ratio tokens); the recurrent part (the DeltaNet and PLE
+  // states) resumes only from a snapshot.
+  bool prefix_copyable() const override { return true; }
+  uint64_t snapshot_bytes() const override;
+  std::unique_ptr<StateSnapshot> snapshot(const SequenceState& state) override;
+  std::unique_ptr<SequenceState> new_prefix_state(int64_t n_tokens) override;
+  void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
+                   const StateSnapshot* at) override;
+  Backend* state_backend() override { return &be_; }
+  std::vector<Tensor> prefix_tensors(const SequenceState& prefix) const override;
+
   const HybridSpec& spec() const { return spec_; }
 
  private:
@@ -106,6 +118,8 @@ class HybridModel : public Model {
     HybridState* state = nullptr;
     std::span<const int32_t> tokens;
   };
+  // A state of n_ctx tokens; recurrent false: the per-token rows only (a prefix state).
+  std::unique_ptr<SequenceState> make_state(int64_t n_ctx, bool recurrent);
   // The layers over the tokens of every segment (rows in segment order); the residual
   // stream(s) [n, width] after the last layer. cos/sin: each row's rotary tables.
   Tensor run_layers(std::span<const int32_t> tokens, std::span<const Segment> segs, const Tensor& cos, const Tensor& sin);

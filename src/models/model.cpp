@@ -25,6 +25,18 @@ void Model::index_moe_layers(const std::vector<bool>& is_moe, std::vector<int64_
   }
 }
 
+void Model::set_routing_replay(std::shared_ptr<RoutingReplay> replay) {
+  if (replay) {
+    const ReplayTable& t = replay->table();
+    SLUICE_CHECK(t.n_layers == static_cast<int64_t>(info_.moe_layers.size()) && t.n_expert == info_.n_expert &&
+                     t.k == info_.n_expert_used,
+                 Status::invalid_argument, "replayed routing of ", t.n_layers, " MoE layers of ", t.n_expert,
+                 " experts, top-", t.k, " for a model of ", info_.moe_layers.size(), " MoE layers of ",
+                 info_.n_expert, " experts, top-", info_.n_expert_used);
+  }
+  routing_replay_ = std::move(replay);
+}
+
 void Model::check_context(int64_t n_tokens, const std::string& what) const {
   SLUICE_CHECK(n_tokens <= info_.n_ctx_train, Status::invalid_argument, what, ": ", n_tokens,
                " tokens exceed the model's context limit of ", info_.n_ctx_train,
@@ -117,6 +129,18 @@ void Model::check_batch_states(std::span<const int32_t> tokens, std::span<Sequen
                    " is in the batch twice");
     check_step_inputs(tokens.subspan(b, 1), *states[b]);
   }
+}
+
+void Model::copy_prefix(const SequenceState&, SequenceState&, int64_t, int64_t, const StateSnapshot*) {
+  fail(Status::unsupported, info_.family, ": states of this family cannot be copied (no prompt cache)");
+}
+
+void Model::check_prefix_copy(const SequenceState& src, const SequenceState& dst, int64_t from, int64_t n,
+                              const StateSnapshot* at) const {
+  SLUICE_CHECK(0 <= from && from <= n && n <= src.n_past && n <= dst.n_ctx, Status::internal, "copy_prefix: rows [",
+               from, ", ", n, ") of a state of ", src.n_past, " tokens into one of ", dst.n_ctx);
+  SLUICE_CHECK(snapshot_bytes() == 0 || (at && at->n_past == n), Status::internal, "copy_prefix: ", info_.family,
+               " resumes at ", n, " only from a snapshot taken there");
 }
 
 uint64_t Model::saturating_product(uint64_t bytes_per_token, int64_t n_ctx) {

@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "experts/expert_provider.h"
 #include "experts/routing.h"
+#include "experts/routing_replay.h"
 
 namespace sluice {
 
@@ -41,6 +42,20 @@ class SequenceState {
   virtual void reset() { n_past = 0; }
 };
 
+// What a sequence's state cannot cut at any position (the recurrent state of a hybrid family),
+// copied at one position so that the state can resume there later (prompt caching,
+// engine/prompt_cache.h). Never changed once taken.
+class StateSnapshot {
+ public:
+  virtual ~StateSnapshot() = default;
+  int64_t n_past = 0;  // the position it was taken at
+  // Its tensors on the backend, in a fixed order (for copies into host memory and back: the
+  // prompt cache's host tier), and the same snapshot over other tensors of those sizes (host
+  // copies, which only this kind of copy reads, or device ones made from them).
+  virtual std::vector<Tensor> tensors() const = 0;
+  virtual std::unique_ptr<StateSnapshot> with_tensors(std::vector<Tensor> tensors) const = 0;
+};
+
 // Model::save_for_rerun's copy of a sequence's in-place state.
 class StepUndo {
  public:
@@ -61,6 +76,13 @@ class Model {
     routing_observer_ = std::move(observer);
     routing_predict_next_ = predict_next;
   }
+
+  // Replays a recorded routing in place of every MoE layer's router (benchmarks,
+  // --replay-routing; experts/routing_replay.h); null: the routers route. Its shape must be
+  // the model's (MoE layers, experts, top-k): invalid_argument otherwise. A replayed decode
+  // step runs eagerly, never as a captured graph (each step takes other rows).
+  void set_routing_replay(std::shared_ptr<RoutingReplay> replay);
+  RoutingReplay* routing_replay() const { return routing_replay_.get(); }
 
   // Routes every MoE layer's experts through `provider` (the streamer) instead of resident
   // weights; load_model sets it when streaming options are given. Null: resident experts.
@@ -106,6 +128,35 @@ class Model {
   // it writes at its position, copied; restore() puts it back, so that the second run starts
   // from the state the first one saw. Null where there is nothing to copy (a KV cache only).
   virtual std::unique_ptr<StepUndo> save_for_rerun(SequenceState& /*state*/) { return nullptr; }
+
+  // ---- Prompt caching (engine/prompt_cache.h) ----
+  // A state is its per-token rows (KV cache, QSA keys: the first n rows are the state of the
+  // first n tokens) and, in the hybrid families, a recurrent part that holds only the latest
+  // position (snapshot() copies it). Whether copy_prefix works for this model (false: no
+  // prompt cache).
+  virtual bool prefix_copyable() const { return false; }
+  // The bytes of one snapshot(); 0 when the state is per-token rows only (a KV cache), which
+  // resumes at any position it holds without one.
+  virtual uint64_t snapshot_bytes() const { return 0; }
+  // A copy of the state's recurrent part at st.n_past; null where there is none.
+  virtual std::unique_ptr<StateSnapshot> snapshot(const SequenceState& /*st*/) { return nullptr; }
+  // A state that holds the per-token rows of n_tokens tokens and nothing else (a cached
+  // prefix: copy_prefix reads and writes it, forward never runs on it), and its bytes.
+  virtual std::unique_ptr<SequenceState> new_prefix_state(int64_t n_tokens) { return new_state(n_tokens); }
+  virtual uint64_t prefix_bytes(int64_t n_tokens) const { return context_bytes(n_tokens); }
+  // The backend a state's tensors live on, and the tensors of a prefix state (its per-token
+  // rows: KV, QSA keys and block keys) in a fixed order, so that the prompt cache can copy a
+  // prefix state to host memory and back into new_prefix_state() of the same size. Null /
+  // empty: no host tier.
+  virtual Backend* state_backend() { return nullptr; }
+  virtual std::vector<Tensor> prefix_tensors(const SequenceState& /*prefix*/) const { return {}; }
+  // Makes dst the state src held after its first n tokens: rows [from, n) of the per-token
+  // state copied from src (dst holds rows [0, from) of the same tokens already; from <= n <=
+  // src.n_past, n <= dst.n_ctx), the recurrent part from `at` (a snapshot taken at n, of
+  // these tokens; required when snapshot_bytes() > 0, ignored otherwise); dst.n_past = n.
+  // src may be dst (from == n: a state cut back to n, or to the snapshot at n).
+  virtual void copy_prefix(const SequenceState& src, SequenceState& dst, int64_t from, int64_t n,
+                           const StateSnapshot* at);
 
   // One decode step that returns the next token instead of logits: runs `token` at position
   // state.n_past and draws the next one by `rule` (core/sampling.h) among ids < n_valid, with
@@ -154,6 +205,10 @@ class Model {
     ~DecodePhase() { model.forward_phase_ = StreamPhase::prefill; }
     Model& model;
   };
+  // copy_prefix's checks: 0 <= from <= n <= src.n_past, n <= dst.n_ctx, and a snapshot at n
+  // where the model takes them.
+  void check_prefix_copy(const SequenceState& src, const SequenceState& dst, int64_t from, int64_t n,
+                         const StateSnapshot* at) const;
   // bytes_per_token x n_ctx for context_bytes(), UINT64_MAX when it would overflow.
   static uint64_t saturating_product(uint64_t bytes_per_token, int64_t n_ctx);
 
@@ -164,6 +219,7 @@ class Model {
   RoutingObserver routing_observer_;
   bool routing_predict_next_ = false;
   std::shared_ptr<ExpertProvider> expert_provider_;
+  std::shared_ptr<RoutingReplay> routing_replay_;
 };
 
 }  // namespace sluice

@@ -8,6 +8,11 @@
 // A routing observer (--trace-routing) always gets the host routing, and with
 // observe_prediction the next layer's predicted top-k (h through next_router, as lookahead
 // computes it; a second matmul, paid only while tracing).
+// With a replayed routing (refs.replay, benchmarks) the call takes the replay's next rows
+// and they stand where the router's top-k would: the host routing is the replay's rows, a
+// provider routing on the device and the device path replay them there (MoeLayerCall::replay,
+// Backend::moe_routed's ReplayRows), and the observer gets them with the replay's predictions.
+// The router's logits are still computed (what the step costs stays the same).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,8 @@ struct MoeLayerRefs {
   Tensor score_bias = {};                            // [n_expert] f32 correction bias of the choice
                                                      // (RouterScoring::sigmoid_grouped), or empty
   Tensor next_score_bias = {};                       // the next MoE layer's, or empty
+  RoutingReplay* replay = nullptr;                   // a replayed routing (--replay-routing) in
+                                                     // place of the router's top-k, or null
 };
 
 // y[n, n_embd] = the routed experts' sum for h[n, n_embd].

@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
+#include "experts/routing_replay.h"
+#include "experts/simulate.h"
 
 namespace sluice::cli {
 
@@ -61,10 +63,43 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
                      "below ", kProfileFastCutShare, " of its token's uniform routing weight is cut: --cut ",
                      kProfileFastCutShare / 2, " at top-2, ", kProfileFastCutShare / 8,
                      " at top-8; an explicit --cut overrides it)"));
+  cmd.add_option("--replay-routing", opt.replay_routing,
+                 "benchmarks (run, bench): every MoE layer's routing from this recorded trace (JSON lines, .xz "
+                 "too) instead of the model's router, mapped onto the model's shape (docs/streaming.md)");
+  cmd.add_option("--replay-map", opt.replay_map,
+                 "with --replay-routing: ids (the trace's expert ids), fit (a generator fitted on the trace) or auto "
+                 "(default: ids when the expert counts agree and the trace routes at least the model's top-k)");
   cmd.add_flag("--deadline-worst-case", opt.deadline_worst_case,
                "measurement: every miss counts as late at the deadline, so --cut/--miss-kind cost their worst case "
                "whatever the disk's speed");
 }
+
+void check_no_replay(const ModelOptions& opt, std::string_view command) {
+  SLUICE_CHECK(opt.replay_routing.empty() && opt.replay_map.empty(), Status::invalid_argument, "--replay-routing: sluice ",
+               command, " computes with the model's own routing (a replayed routing is for the benchmarks: sluice run "
+               "and sluice bench)");
+}
+
+namespace {
+// --replay-routing: the trace mapped onto the model, set on it; its description on stderr.
+void set_replay(const ModelOptions& opt, Session& s) {
+  SLUICE_CHECK(opt.replay_map.empty() || !opt.replay_routing.empty(), Status::invalid_argument,
+               "--replay-map needs --replay-routing TRACE");
+  if (opt.replay_routing.empty()) return;
+  const std::optional<ReplayMapping> mapping = replay_mapping_from_name(opt.replay_map.empty() ? "auto" : opt.replay_map);
+  SLUICE_CHECK(mapping, Status::invalid_argument, "--replay-map: '", opt.replay_map, "' (auto, ids or fit)");
+  const ModelInfo& info = s.model.model->info();
+  SLUICE_CHECK(!info.moe_layers.empty() && info.n_expert > 0, Status::invalid_argument, "--replay-routing: ",
+               s.model.dir.string(), " (", info.family, ") has no routed experts to replay a routing on");
+  const Trace trace = read_trace(opt.replay_routing);
+  const ReplayShape shape{static_cast<int64_t>(info.moe_layers.size()), info.n_expert, info.n_expert_used};
+  auto replay = std::make_shared<RoutingReplay>(
+      map_routing_trace(trace, std::filesystem::path(opt.replay_routing).filename().string(), shape, *mapping));
+  s.model.model->set_routing_replay(replay);
+  std::fprintf(stderr, "sluice: %s\n", replay->label().c_str());
+  if (!replay->table().fit.empty()) std::fprintf(stderr, "sluice: routing fit: %s\n", replay->table().fit.c_str());
+}
+}  // namespace
 
 std::optional<StreamerOptions> streamer_options(const ModelOptions& opt) {
   SLUICE_CHECK(opt.profile.empty() || opt.profile == "exact" || opt.profile == "fast", Status::invalid_argument,
@@ -143,6 +178,7 @@ std::optional<RunStats> finish_streaming(const ModelOptions& opt, Session& s, co
   r.prefill_seconds = tokens.prefill_seconds;
   r.decode_seconds = tokens.decode_seconds;
   r.kl_check = tokens.kl_check;
+  if (const RoutingReplay* replay = s.model.model->routing_replay()) r.routing = replay->source();
   if (!opt.stats.empty()) r.write_json(opt.stats);
   return r;
 }
@@ -253,6 +289,7 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& op
 
 Session open_session(const ModelOptions& opt) {
   expect_directory(opt.model, "--model", "a directory with config.json and *.safetensors, or a pack");
+  if (!opt.replay_routing.empty()) expect_input_file(opt.replay_routing, "--replay-routing", "a routing trace (JSON lines)");
   if (opt.threads > 0) ThreadPool::set_global_threads(opt.threads);
   LoadOptions lo;
   if (!opt.expert_kind.empty()) {
@@ -280,6 +317,7 @@ Session open_session(const ModelOptions& opt) {
   // f32 or bf16 as named (checked by the option), or auto: the backend's (Backend::auto_kv_dtype).
   s.backend->set_kv_dtype(opt.kv_cache == "auto" ? s.backend->auto_kv_dtype() : *dtype_from_name(opt.kv_cache));
   s.model = load_model(opt.model, *s.backend, lo);
+  set_replay(opt, s);
   return s;
 }
 

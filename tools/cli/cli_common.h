@@ -47,6 +47,9 @@ struct ModelOptions {
   std::string profile;            // --profile exact|fast (default exact; fast: profile_fast_* below)
   bool deadline_worst_case = false;  // --deadline-worst-case (measurement: every miss is late)
   CLI::Option* cut_option = nullptr;  // given explicitly: overrides what --profile fast sets
+  // Benchmarks (run and bench only): every MoE layer's routing from a recorded trace.
+  std::string replay_routing;     // --replay-routing TRACE
+  std::string replay_map;         // --replay-map auto|ids|fit (default auto)
 };
 
 // --profile fast: a late miss whose weight is below 0.4 x its token's uniform share (the row's
@@ -83,12 +86,17 @@ void require_prompt(const PromptOptions& opt, std::string_view command);
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const PromptOptions& opt);
 
 // Sets up the thread pool and loads the model on the chosen backend (streaming its experts
-// when the options ask for it).
+// when the options ask for it; with --replay-routing, the replay set on the model and its
+// description printed on stderr).
 struct Session {
   std::unique_ptr<Backend> backend;
   LoadedModel model;
 };
 Session open_session(const ModelOptions& opt);
+
+// logits, perplexity and serve: --replay-routing is refused (one line naming `command`):
+// what they compute is the model's own routing.
+void check_no_replay(const ModelOptions& opt, std::string_view command);
 
 // The streaming options of the command line (nullopt when streaming is off); a streaming
 // option without --expert-cache / --expert-slots is an error.

@@ -22,6 +22,7 @@ void register_logits(CLI::App& app) {
   add_prompt_options(*cmd, opt->prompt);
   cmd->add_option("--out", opt->out, "output file (.npy, float32 [n_tokens, vocab])")->required();
   cmd->callback([opt] {
+    check_no_replay(opt->model, "logits");
     require_prompt(opt->prompt, "logits");
     expect_output_file(opt->out, "--out", "a file name for the .npy logits");
     Session s = open_session(opt->model);

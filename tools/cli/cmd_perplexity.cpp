@@ -27,6 +27,7 @@ void register_perplexity(CLI::App& app) {
                   "write every routing decision as JSON lines (the routing-trace format, docs/trace-format.md; one problem per window)");
   add_integer(*cmd, "--ctx", opt->n_ctx, IntRange::from(2, 1 << 20), "window size in tokens (default 256)");
   cmd->callback([opt] {
+    check_no_replay(opt->model, "perplexity");
     expect_input_file(opt->file, "--file", "a UTF-8 text file");
     if (!opt->trace.empty()) expect_output_file(opt->trace, "--trace-routing", "a file for the routing trace");
     TextPieceReader text(opt->file);  // a missing file fails before the model loads

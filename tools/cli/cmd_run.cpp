@@ -101,11 +101,17 @@ void register_run(CLI::App& app) {
     s.model.model->set_routing_observer(nullptr);
     if (trace) trace->close();
     const std::string experts = s.model.expert_kind ? str(", ", expert_kind_name(*s.model.expert_kind), " experts") : "";
-    std::fprintf(stderr, "sluice: %s (%s%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s\n",
+    const RoutingReplay* replay = s.model.model->routing_replay();
+    const std::string routing =
+        replay ? str(" | replayed routing: ", replay->table().source, ", ", replay->table().mapping) : std::string();
+    std::fprintf(stderr, "sluice: %s (%s%s, %.1fM params) | prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s%s\n",
                  s.model.dir.filename().string().c_str(), s.model.model->info().family.c_str(), experts.c_str(),
                  s.model.model->info().n_params / 1e6, static_cast<long long>(st.n_prompt),
                  st.prefill_tokens_per_second(), static_cast<long long>(st.n_generated),
-                 st.decode_tokens_per_second());
+                 st.decode_tokens_per_second(), routing.c_str());
+    if (replay)
+      std::fprintf(stderr, "sluice: the text above was generated with a replayed routing, not the model's own: it is not "
+                           "the model's output\n");
     RunTokens tokens;
     tokens.prefill_tokens = st.n_prompt;
     tokens.prefill_seconds = st.prefill_seconds;

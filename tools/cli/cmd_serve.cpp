@@ -6,9 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "cli_common.h"
+#include "core/units.h"
 #include "engine/batch_engine.h"
 #include "server/http_server.h"
 
@@ -37,6 +39,30 @@ void ensure_descriptors(uint64_t needed, int64_t max_queue) {
                " (ulimit -n)");
 }
 
+// --prompt-cache auto: 2 GiB (a few agent conversations of 8-16k tokens at the 64-190 KB of
+// KV a token of the large MoE models), at most an eighth of the memory left once the
+// sequences' states are allocated, so that activations and the expert cache keep the rest.
+constexpr uint64_t kDefaultPromptCache = uint64_t{2} << 30;
+
+// The prompt cache's budget from --prompt-cache ("auto", a size, 0), checked against the
+// memory left after the sequences' states (`states` bytes) where the backend can tell.
+uint64_t prompt_cache_budget(const std::string& text, uint64_t states, std::optional<uint64_t> avail) {
+  const uint64_t left = avail ? *avail - std::min(*avail, states) : UINT64_MAX;
+  if (text == "auto") return std::min(kDefaultPromptCache, avail ? left / 8 : kDefaultPromptCache);
+  const uint64_t bytes = parse_byte_size(text, "--prompt-cache");
+  SLUICE_CHECK(bytes <= left, Status::out_of_memory, "--prompt-cache ", text, ": ", bytes, " bytes, but only ", left,
+               " bytes are available beside the sequences' states (ask for less, or 0 for no prompt cache)");
+  return bytes;
+}
+
+// The prompt cache in the start-up line: "2.00 GiB", "2.00 GiB + 8.00 GiB of host RAM", "off".
+std::string prompt_cache_text(const PromptCacheCounters& c) {
+  if (c.budget_bytes == 0) return "off";
+  std::string text = byte_size_text(c.budget_bytes);
+  if (c.host_budget_bytes > 0) text += " + " + byte_size_text(c.host_budget_bytes) + " of host RAM";
+  return text;
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -52,6 +78,8 @@ void register_serve(CLI::App& app) {
     float temperature = 1.0f, top_p = 1.0f;
     int32_t top_k = 0;
     uint64_t seed = 0;
+    std::string prompt_cache = "auto";
+    std::string prompt_cache_host = "0";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("serve", "an OpenAI-compatible HTTP server (completions, chat, SSE, metrics)");
@@ -78,9 +106,16 @@ void register_serve(CLI::App& app) {
   add_real(*cmd, "--top-p", opt->top_p, RealRange::above(0, 1), "default nucleus mass (default 1)");
   add_integer(*cmd, "--top-k", opt->top_k, IntRange::at_least(0, "0 keeps every token"), "default top-k (default 0: all)");
   add_seed(*cmd, "--seed", opt->seed, "default seed of requests that give none (default 0)");
+  cmd->add_option("--prompt-cache", opt->prompt_cache,
+                  "memory for prompt prefixes kept beside the sequences, so that a prompt starts after the longest "
+                  "prefix held (512M, 2G; 0: off; default auto: 2G, at most an eighth of the free memory)");
+  cmd->add_option("--prompt-cache-host", opt->prompt_cache_host,
+                  "host RAM for prompt prefixes evicted from --prompt-cache, moved back when a prompt resumes from "
+                  "one (8G; default 0: none)");
   cmd->callback([opt] {
     SLUICE_CHECK(opt->model.stats.empty(), Status::invalid_argument,
                  "--stats: sluice serve writes no statistics file (GET /metrics reports the expert cache live)");
+    check_no_replay(opt->model, "serve");
     Session s = open_session(opt->model);
     Model& model = *s.model.model;
     SLUICE_CHECK(s.model.tokenizer.has_value(), Status::invalid_argument, "sluice serve needs a tokenizer.json in ",
@@ -90,7 +125,8 @@ void register_serve(CLI::App& app) {
     model.check_context(n_ctx, str("--ctx ", n_ctx));
     // Every sequence's state is allocated at start: check they fit before allocating them.
     const uint64_t per = model.context_bytes(n_ctx);
-    if (const std::optional<uint64_t> avail = s.backend->memory_available())
+    const std::optional<uint64_t> avail = s.backend->memory_available();
+    if (avail)
       SLUICE_CHECK(per <= *avail / static_cast<uint64_t>(opt->parallel), Status::out_of_memory, "--parallel ",
                    opt->parallel, " sequences of --ctx ", n_ctx, " need ", opt->parallel, " x ", per,
                    " bytes of context state; ", *avail, " bytes are available (ask for fewer or shorter sequences)");
@@ -101,6 +137,8 @@ void register_serve(CLI::App& app) {
     eo.ubatch = opt->model.ubatch;
     eo.max_queue = static_cast<size_t>(opt->max_queue);
     eo.n_vocab_sampled = s.model.tokenizer->vocab_size();
+    eo.prompt_cache_bytes = prompt_cache_budget(opt->prompt_cache, per * static_cast<uint64_t>(opt->parallel), avail);
+    eo.prompt_cache_host_bytes = parse_byte_size(opt->prompt_cache_host, "--prompt-cache-host");
     BatchEngine engine(model, eo);
 
     server::ServerOptions so;
@@ -128,8 +166,10 @@ void register_serve(CLI::App& app) {
     std::string error;
     SLUICE_CHECK(http.bind(&error), Status::invalid_argument, error);
     InterruptFlag interrupt;
-    std::fprintf(stderr, "sluice serve: listening on http://%s:%d (%s, %d parallel sequences of %lld tokens)\n",
-                 so.host.c_str(), http.port(), so.model_name.c_str(), opt->parallel, static_cast<long long>(n_ctx));
+    std::fprintf(stderr,
+                 "sluice serve: listening on http://%s:%d (%s, %d parallel sequences of %lld tokens, prompt cache %s)\n",
+                 so.host.c_str(), http.port(), so.model_name.c_str(), opt->parallel, static_cast<long long>(n_ctx),
+                 prompt_cache_text(engine.counters().prompt_cache).c_str());
     std::fflush(stderr);
     std::atomic<bool> listening{true};
     std::thread watcher([&] {

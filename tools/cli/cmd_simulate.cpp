@@ -9,6 +9,7 @@
 
 #include "cli_common.h"
 #include "cli_output.h"
+#include "experts/routing_replay.h"
 #include "experts/simulate.h"
 
 namespace sluice::cli {
@@ -16,6 +17,8 @@ namespace sluice::cli {
 void register_simulate(CLI::App& app) {
   struct Options {
     std::string trace, policy = "all", pin = "access", predictions = "after", prefetch = "off";
+    std::string map, replay_map = "auto", write_trace;
+    int64_t tokens = 0;
     int32_t slots_per_layer = 0, slots = 0, speculative = -1;
     double lrfu_half_life = PolicyOptions{}.lrfu_half_life_slots;
     double markov_half_life = PolicyOptions{}.markov_half_life_steps;
@@ -41,6 +44,13 @@ void register_simulate(CLI::App& app) {
                   "prints the demand hit rate and the reads a demand access (misses and prefetches); off (default)");
   add_integer(*cmd, "--speculative", opt->speculative, IntRange::at_least(0),
               "with --prefetch on: the speculative share in slots (default: the engine's, a quarter of the pool)");
+  cmd->add_option("--map", opt->map,
+                  "LAYERS,EXPERTS,TOPK: replay the routing --replay-routing gives a pack of LAYERS MoE layers of "
+                  "EXPERTS experts, top-TOPK (one stream from a cold cache; docs/streaming.md)");
+  cmd->add_option("--replay-map", opt->replay_map, "with --map: auto (default), ids or fit, as --replay-routing's");
+  add_integer(*cmd, "--tokens", opt->tokens, IntRange::at_least(1),
+              "with --map: replay this many tokens of the stream (default: the stream's, once)");
+  cmd->add_option("--write-trace", opt->write_trace, "write the trace replayed (after --map) as JSON lines");
   add_real(*cmd, "--lrfu-half-life", opt->lrfu_half_life, RealRange::above(0),
            "lrfu: half-life of an access, in accesses per slot (default 8)");
   add_real(*cmd, "--markov-half-life", opt->markov_half_life, RealRange::above(0),
@@ -83,7 +93,24 @@ void register_simulate(CLI::App& app) {
                    policy_names_text(), ", all");
       policies.push_back(*p);
     }
+    if (!opt->write_trace.empty()) expect_output_file(opt->write_trace, "--write-trace", "a file for the trace");
     Trace trace = read_trace(opt->trace);
+    if (!opt->map.empty()) {
+      const std::vector<int32_t> shape = parse_token_list(opt->map);
+      SLUICE_CHECK(shape.size() == 3 && shape[0] > 0 && shape[1] > 0 && shape[2] > 0 && shape[2] <= shape[1],
+                   Status::invalid_argument, "--map ", opt->map, ": expected LAYERS,EXPERTS,TOPK (e.g. 48,128,8)");
+      const std::optional<ReplayMapping> mapping = replay_mapping_from_name(opt->replay_map);
+      SLUICE_CHECK(mapping, Status::invalid_argument, "--replay-map: '", opt->replay_map, "' (auto, ids or fit)");
+      const ReplayTable table = map_routing_trace(trace, std::filesystem::path(opt->trace).filename().string(),
+                                                  {shape[0], shape[1], shape[2]}, *mapping);
+      std::fprintf(stderr, "sluice: mapped (%s): %s\n", table.mapping.c_str(), table.rule.c_str());
+      if (!table.fit.empty()) std::fprintf(stderr, "sluice: routing fit: %s\n", table.fit.c_str());
+      trace = replay_as_trace(table, opt->tokens > 0 ? opt->tokens : table.n_tokens);
+    } else {
+      SLUICE_CHECK(opt->tokens == 0 && opt->replay_map == "auto", Status::invalid_argument,
+                   opt->tokens ? "--tokens" : "--replay-map", " needs --map LAYERS,EXPERTS,TOPK");
+    }
+    if (!opt->write_trace.empty()) write_trace(trace, opt->write_trace);
     std::fprintf(stderr, "sluice: trace %s: %zu rows, %lld problems, %lld layers, %d experts, top-%d; %s, pin per %s\n",
                  opt->trace.c_str(), trace.rows.size(), static_cast<long long>(trace.n_problems),
                  static_cast<long long>(trace.n_layer), trace.n_expert, trace.top_k,

@@ -12,7 +12,7 @@
 //                              (reply_formats.h)
 //   POST /v1/messages[/count_tokens]  Anthropic's Messages API (anthropic_api.h)
 //   GET  /metrics              Prometheus text: requests, tokens, queue, sequences, the
-//                              expert cache and its reads (metrics.h)
+//                              prompt cache, the expert cache and its reads (metrics.h)
 //   GET  /v1/cache             the page's live panel: per-layer hit rates and rates (JSON)
 //
 // Every error is OpenAI's error object with its status (400 malformed or invalid bodies, 401

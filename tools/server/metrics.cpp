@@ -79,6 +79,30 @@ std::string ServerMetrics::prometheus(const BatchEngineCounters& e) const {
   family(out, "sluice_time_to_first_token_seconds", "summary", "Time from a request's arrival to its first token.");
   sample(out, "sluice_time_to_first_token_seconds_sum", e.first_token_seconds_sum);
   sample(out, "sluice_time_to_first_token_seconds_count", static_cast<double>(e.first_token_count));
+  const PromptCacheCounters& pc = e.prompt_cache;
+  family(out, "sluice_prompt_tokens_cached_total", "counter",
+         "Prompt tokens resumed from the prompt cache instead of prefilled.");
+  sample(out, "sluice_prompt_tokens_cached_total", static_cast<double>(pc.cached_tokens));
+  family(out, "sluice_prompt_cache_requests_total", "counter",
+         "Prompts looked up in the prompt cache, and those that resumed after at least one token.");
+  sample(out, "sluice_prompt_cache_requests_total{result=\"looked_up\"}", static_cast<double>(pc.requests));
+  sample(out, "sluice_prompt_cache_requests_total{result=\"hit\"}", static_cast<double>(pc.hits));
+  sample(out, "sluice_prompt_cache_requests_total{result=\"host_hit\"}", static_cast<double>(pc.host_hits));
+  family(out, "sluice_prompt_cache_bytes", "gauge",
+         "Memory of the prompt cache's copies and snapshots: held and budget, on the backend and in the host tier.");
+  sample(out, "sluice_prompt_cache_bytes{state=\"held\"}", static_cast<double>(pc.bytes));
+  sample(out, "sluice_prompt_cache_bytes{state=\"budget\"}", static_cast<double>(pc.budget_bytes));
+  sample(out, "sluice_prompt_cache_bytes{state=\"host_held\"}", static_cast<double>(pc.host_bytes));
+  sample(out, "sluice_prompt_cache_bytes{state=\"host_budget\"}", static_cast<double>(pc.host_budget_bytes));
+  family(out, "sluice_prompt_cache_entries", "gauge",
+         "Prefixes copied out of the sequences (besides what they hold), on the backend and in the host tier.");
+  sample(out, "sluice_prompt_cache_entries{tier=\"device\"}", static_cast<double>(pc.entries));
+  sample(out, "sluice_prompt_cache_entries{tier=\"host\"}", static_cast<double>(pc.host_entries));
+  family(out, "sluice_prompt_cache_snapshots", "gauge", "Recurrent-state snapshots held (hybrid families).");
+  sample(out, "sluice_prompt_cache_snapshots", static_cast<double>(pc.snapshots));
+  family(out, "sluice_prompt_cache_evictions_total", "counter",
+         "Prefixes evicted from the backend's prompt cache for room (to the host tier where it has room).");
+  sample(out, "sluice_prompt_cache_evictions_total", static_cast<double>(pc.evictions));
   if (cache_) {
     const LayerStats t = cache_->totals();
     family(out, "sluice_expert_cache_hit_rate", "gauge", "Routed experts found in the expert cache, over all found or read.");

@@ -1,7 +1,7 @@
 // The server's figures in the Prometheus text format (GET /metrics) and as the chat page's
 // JSON (GET /v1/cache): requests, tokens, queue depth, live sequences, time to first token,
-// tokens per second, and with streamed experts the cache's hit rate (per layer for the page)
-// and the bytes read per tier.
+// tokens per second, the prompt cache (tokens resumed, memory, entries), and with streamed
+// experts the expert cache's hit rate (per layer for the page) and the bytes read per tier.
 #pragma once
 
 #include <cstdint>

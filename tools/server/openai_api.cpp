@@ -264,9 +264,11 @@ const char* finish_reason_text(FinishReason r) {
 }
 
 json usage_json(const CompletionResult& r) {
+  // cached_tokens: prompt tokens the prompt cache resumed instead of prefilling them.
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+          {"total_tokens", r.prompt_tokens + r.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 namespace {

@@ -97,7 +97,11 @@ class CudaBackend final : public Backend {
   void moe_scaled_inputs(const ExpertTable& table, const Tensor& ids, const Tensor& weights, const Tensor& h,
                          const Tensor& out, const cuda::MoeShape& shape);
   void moe_routed(const ExpertTable& table, const Tensor& logits, int64_t n_expert_used, bool norm_topk,
-                  const Tensor& h, const Tensor& out) override;
+                  const Tensor& h, const Tensor& out, const ReplayRows& replay = {}) override;
+  // A replayed routing's rows and predictions in device memory (cuda_moe.cpp).
+  std::unique_ptr<RoutingReplayTable> make_routing_replay(int64_t n_layers, int64_t n_tokens, int64_t k,
+                                                          std::span<const int32_t> ids, std::span<const float> weights,
+                                                          std::span<const int32_t> predicted) override;
 
   // Ops of the hybrid Qwen families (cuda/hybrid_ops.cpp; kernels in cuda/hybrid_kernels.h).
   void copy_cols(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t n_cols) override;

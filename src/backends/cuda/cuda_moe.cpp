@@ -29,6 +29,53 @@ struct CudaExpertTable final : ExpertTable {
   cuda::WType wtype = cuda::WType::unavailable;  // every expert's (they share one dtype)
 };
 
+}  // namespace
+
+// A replayed routing in device memory: [n_layers, n_tokens, k] ids, weights and predicted ids.
+struct CudaRoutingReplayTable final : RoutingReplayTable {
+  cuda::DeviceBuffer ids, weights, predicted;
+  int64_t n_layers = 0, n_tokens = 0, k = 0;
+  // Layer L's rows, or (predicted) its predictions of layer L + 1, with no weights.
+  cuda::ReplaySource source(int64_t layer, bool of_predictions) const {
+    const size_t at = static_cast<size_t>(layer * n_tokens * k);
+    if (of_predictions) return {predicted.as<int32_t>() + at, nullptr, n_tokens, k};
+    return {ids.as<int32_t>() + at, weights.as<float>() + at, n_tokens, k};
+  }
+};
+
+cuda::ReplaySource cuda::replay_source(const RoutingReplayTable& table, int64_t layer, bool of_predictions) {
+  const auto* t = dynamic_cast<const CudaRoutingReplayTable*>(&table);
+  SLUICE_CHECK(t != nullptr && layer >= 0 && layer < t->n_layers && (!of_predictions || t->predicted.as()),
+               Status::internal, "cuda replay: not a CUDA replay table of layer ", layer,
+               of_predictions ? " with predictions" : "");
+  return t->source(layer, of_predictions);
+}
+
+std::unique_ptr<RoutingReplayTable> CudaBackend::make_routing_replay(int64_t n_layers, int64_t n_tokens, int64_t k,
+                                                                     std::span<const int32_t> ids,
+                                                                     std::span<const float> weights,
+                                                                     std::span<const int32_t> predicted) {
+  const auto n = static_cast<size_t>(n_layers * n_tokens * k);
+  SLUICE_CHECK(n > 0 && ids.size() == n && weights.size() == n && (predicted.empty() || predicted.size() == n),
+               Status::internal, "cuda replay: ", ids.size(), " ids, ", weights.size(), " weights, ", predicted.size(),
+               " predictions for ", n_layers, " layers of ", n_tokens, " tokens of ", k);
+  auto t = std::make_unique<CudaRoutingReplayTable>();
+  t->n_layers = n_layers;
+  t->n_tokens = n_tokens;
+  t->k = k;
+  t->ids = cuda::DeviceBuffer(n * sizeof(int32_t), "the replayed routing's ids");
+  t->weights = cuda::DeviceBuffer(n * sizeof(float), "the replayed routing's weights");
+  CUDA_CHECK(cudaMemcpy(t->ids.as(), ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(t->weights.as(), weights.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  if (!predicted.empty()) {
+    t->predicted = cuda::DeviceBuffer(n * sizeof(int32_t), "the replayed routing's predictions");
+    CUDA_CHECK(cudaMemcpy(t->predicted.as(), predicted.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  return t;
+}
+
+namespace {
+
 // Whether the device MoE kernels compute these experts: SwiGLU without biases under softmax
 // routing in any type the matrix kernels read, and gpt-oss's experts (clamped SwiGLU, f32
 // biases, MXFP4 or any other type), Gemma 4's (GeGLU, per-expert scales) and Llama 4's (sigmoid
@@ -168,7 +215,7 @@ void CudaBackend::moe_scaled_inputs(const ExpertTable& table_base, const Tensor&
 }
 
 void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits, int64_t k, bool norm_topk,
-                             const Tensor& h, const Tensor& out) {
+                             const Tensor& h, const Tensor& out, const ReplayRows& replay) {
   const auto* table = dynamic_cast<const CudaExpertTable*>(&table_base);
   SLUICE_CHECK(table != nullptr, Status::internal, "cuda moe_routed: the table is not a CUDA expert table");
   const int64_t n = h.rows();
@@ -185,8 +232,12 @@ void CudaBackend::moe_routed(const ExpertTable& table_base, const Tensor& logits
   Tensor act = alloc(DType::f32, {n * k, table->n_ff});
   const auto* refs = static_cast<const cuda::ExpertRef*>(table->refs.data);
   const float* expert_scale = table->expert_scale.empty() ? nullptr : table->expert_scale.ptr<float>();
-  cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
-                      weights.ptr<float>(), stream_, expert_scale, {}, &table->group);
+  if (replay.table)  // a replayed routing (benchmarks) where the top-k would store its own
+    cuda::launch_router_replay(cuda::replay_source(*replay.table, replay.layer, false), replay.first, n,
+                               replay.normalize, ids.ptr<int32_t>(), weights.ptr<float>(), stream_, expert_scale);
+  else
+    cuda::launch_router(table->scoring, logits.ptr<float>(), n, table->n_expert, k, norm_topk, ids.ptr<int32_t>(),
+                        weights.ptr<float>(), stream_, expert_scale, {}, &table->group);
   if (table->scale_input) return moe_scaled_inputs(*table, ids, weights, h, out, shape);
   if (n * k >= cuda::kMoeGroupedPairsPerExpert * table->n_expert) {
     // Prefill: many pairs per expert; read each expert's weights once per tile of pairs.

@@ -16,6 +16,7 @@
 
 namespace sluice {
 struct ExpertMath;           // core/expert_weights.h
+class RoutingReplayTable;    // backends/backend.h
 enum class RouterScoring;    // core/router_scoring.h
 }
 
@@ -100,6 +101,24 @@ struct RouterGroupArgs;
 void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk,
                    int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
                    RoutingCopy copy = {}, const RouterGroupArgs* group = nullptr);
+
+// A replayed routing on the device (--replay-routing; experts/routing_replay.h): one MoE
+// layer's slice of a replay table, rows of k in token order.
+struct ReplaySource {
+  const int32_t* ids = nullptr;      // [n_tokens, k]
+  const float* weights = nullptr;    // [n_tokens, k], or null: k - rank (the order of a prediction)
+  int64_t n_tokens = 0;
+  int64_t k = 0;
+};
+// What launch_router stores, from a replay instead of logits: ids[r, j] = src.ids[(first + r)
+// mod n_tokens, j] for the n rows, the weights renormalized to sum 1 a row when `normalize`,
+// then times expert_scale[id] (not null: [n_expert] f32, Gemma 4's); copied to `copy` as the
+// top-k kernels do. An id of -1 (a prediction the trace lacks) is stored as it is.
+// Layer `layer`'s slice of a replay table of the CUDA backend (CudaBackend::
+// make_routing_replay), or of its predictions (which it must have); host code, cuda_moe.cpp.
+ReplaySource replay_source(const RoutingReplayTable& table, int64_t layer, bool of_predictions);
+void launch_router_replay(const ReplaySource& src, int64_t first, int64_t n, bool normalize, int32_t* ids,
+                          float* weights, Stream s, const float* expert_scale = nullptr, RoutingCopy copy = {});
 
 // The experts' inputs when the routing weights scale them (Llama 4, ExpertMath::scale_input):
 // x[p, :] = h[p / k, :] * weights[p] for the n_rows * k pairs, one rounding an element as

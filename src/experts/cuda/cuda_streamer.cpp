@@ -344,9 +344,17 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   };
   const cuda::RouterGroupArgs group = group_of(c.score_bias), next_group = group_of(c.next_score_bias);
   // The routing goes to the host-mapped handshake memory too, where the service thread reads it.
-  cuda::launch_router(scoring, c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(), s,
-                      m.expert_scale_on_device(L, c.expert_scale), {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)},
-                      &group);
+  // A replayed routing (benchmarks) is stored where the top-k stores the router's.
+  const RoutingReplayTable* replay = c.replay ? c.replay.replay->device(be) : nullptr;
+  SLUICE_CHECK(!c.replay || replay, Status::internal, "cuda expert streamer: a replayed routing without its device table");
+  if (replay)
+    cuda::launch_router_replay(cuda::replay_source(*replay, L, false), c.replay.first, n, norm, m.d_ids.as<int32_t>(),
+                               m.d_w.as<float>(), s, m.expert_scale_on_device(L, c.expert_scale),
+                               {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)});
+  else
+    cuda::launch_router(scoring, c.router_logits.ptr<float>(), n, E, k, norm, m.d_ids.as<int32_t>(), m.d_w.as<float>(),
+                        s, m.expert_scale_on_device(L, c.expert_scale),
+                        {m.layer_mem.dev(lv.ids), m.layer_mem.dev(lv.weights)}, &group);
   // Weights that scale the experts' inputs (Llama 4): each pair's input row is its own
   // (Impl::d_x), computed as a top-1 row, and the pairs' outputs are summed with weight 1.
   if (c.math.scale_input)
@@ -364,14 +372,20 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
     return;
   }
   const size_t nk = static_cast<size_t>(n * k);
+  // With a replayed routing lookahead predicts with the replay's predictions (none: no lookahead).
   const bool look = m.opt.lookahead && !c.next_router.empty() && L + 1 < m.n_layers &&
-                    m.residency->speculative_capacity() > 0;
+                    m.residency->speculative_capacity() > 0 && (!replay || c.replay.replay->predicts(L));
   if (look) {
     Tensor plog(DType::f32, {n, E}, m.d_plog.as());
     be.matmul(c.h, c.next_router, plog);
     if (!c.next_router_bias.empty()) be.add_bias(plog, c.next_router_bias);
-    cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s,
-                        nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)}, &next_group);
+    if (replay)
+      cuda::launch_router_replay(cuda::replay_source(*replay, L, true), c.replay.first, n, false,
+                                 m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s, nullptr,
+                                 {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)});
+    else
+      cuda::launch_router(scoring, plog.ptr<float>(), n, E, k, norm, m.d_pids.as<int32_t>(), m.d_pw.as<float>(), s,
+                          nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)}, &next_group);
   }
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
   // The job goes first: whatever of this call reaches the device gets its signals answered,

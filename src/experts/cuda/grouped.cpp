@@ -51,7 +51,7 @@ StepPlan CudaStreamer::Impl::plan_group(const MoeLayerCall& c, std::span<const i
   // Lookahead: the next layer's predicted experts of this group's rows, read into the
   // speculative share while this group waits and computes (as the CPU streamer's sub-batches).
   if (opt.lookahead && !c.next_router.empty() && L + 1 < n_layers && residency->speculative_capacity() > 0)
-    plan_prefetch(*residency, *pack, kind, L + 1, n_expert, predict_next_union(be, c, row0, row1, n_expert), fills,
+    plan_prefetch(*residency, *pack, kind, L + 1, n_expert, lookahead_union(be, c, row0, row1, n_expert), fills,
                   layer_stats(L + 1, c.phase));
   return plan;
 }

@@ -69,7 +69,11 @@ TEST(BenchCli, JsonWithSamplesAndStreamingColumns) {
   ChildResult md = run_sluice_child({"bench", "--model", pack, "-p", "8", "-n", "0", "-r", "1", "--backend", "cpu",
                                      "--expert-slots", "2"});
   ASSERT_EQ(md.status, 0) << md.err;
-  EXPECT_NE(md.out.find("| expert cache | hit rate | read GB/s |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| expert cache | routing | hit rate | read GB/s | MB/token | IO bound t/s | compute bound t/s | "
+                        "of bound |"),
+            std::string::npos)
+      << md.out;
+  EXPECT_NE(md.out.find("slots) | model |"), std::string::npos) << md.out;  // the routing: the model's own
 }
 
 // A prompt of the whole context is a test like any other (-p 1024 asked for 1025 positions on a

@@ -37,18 +37,6 @@ std::string greedy_for(const LoadedModel& m, const std::string& prompt, int64_t 
   return greedy_text(m, m.tokenizer->encode(prompt, m.tokenizer->add_bos()), n, 96);
 }
 
-// The data lines of a server-sent event stream, in order.
-std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    out.push_back(body.substr(at + 6, end - at - 6));
-    at = end;
-  }
-  return out;
-}
-
 void expect_error(const httplib::Result& r, int status, const std::string& part) {
   ASSERT_TRUE(r) << "no answer";
   EXPECT_EQ(r->status, status) << r->body;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/models/fixture_util.h"
@@ -43,6 +44,61 @@ fs::path server_test_model() { return server_test_model("server-model", kChatml)
 std::string chatml_prompt(const std::string& system, const std::string& user) {
   return "<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +
          "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+Served::Served(const fs::path& model_dir, const BatchEngineOptions& eo, server::ServerOptions so)
+    : be(make_cpu_backend()) {
+  model = load_model(model_dir, *be);
+  engine = std::make_unique<BatchEngine>(*model.model, eo);
+  so.port = 0;
+  if (so.model_name.empty()) so.model_name = "fixture";
+  http = std::make_unique<server::HttpServer>(model, *engine, so);
+  std::string err;
+  EXPECT_TRUE(http->bind(&err)) << err;
+  port = http->port();
+  thread = std::thread([this] { http->run(); });
+}
+
+namespace {
+
+BatchEngineOptions engine_options(int parallel, size_t max_queue, int64_t n_ctx) {
+  BatchEngineOptions eo;
+  eo.n_parallel = parallel;
+  eo.n_ctx = n_ctx;
+  eo.max_queue = max_queue;
+  return eo;
+}
+
+server::ServerOptions small_bodies(server::ServerOptions so) {
+  so.max_body_bytes = 64 << 10;
+  return so;
+}
+
+}  // namespace
+
+Served::Served(server::ServerOptions so, int parallel, size_t max_queue, const fs::path& model_dir, int64_t n_ctx)
+    : Served(model_dir, engine_options(parallel, max_queue, n_ctx), small_bodies(std::move(so))) {}
+
+Served::~Served() {
+  http->stop();
+  thread.join();
+}
+
+httplib::Client Served::client() const {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(std::chrono::seconds(60));
+  return c;
+}
+
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
 }
 
 std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t n_ctx) {

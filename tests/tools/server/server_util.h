@@ -1,18 +1,18 @@
-// Shared by the server tests: the fixture model with a chat template added, node scripts run
-// against a server, and the greedy text the Generator gives a prompt.
+// Shared by the server tests: the fixture model with a chat template added, the server in
+// process on a free port, server-sent events' data lines, node scripts run against a server,
+// and the greedy text the Generator gives a prompt.
 #pragma once
+
+#include <httplib.h>
 
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
-
-#include <memory>
-#include <thread>
-
-#include <httplib.h>
 
 #include "backends/backend.h"
 #include "engine/batch_engine.h"
@@ -28,6 +28,29 @@ std::filesystem::path server_test_model();
 std::filesystem::path server_test_model(const std::string& name, const std::string& chat_template);
 // The template's text for those messages (system, user) with the generation prompt.
 std::string chatml_prompt(const std::string& system, const std::string& user);
+
+// The server over a model on the CPU, on its own thread and a free port of 127.0.0.1; stopped
+// when it goes.
+struct Served {
+  std::unique_ptr<Backend> be;
+  LoadedModel model;
+  std::unique_ptr<BatchEngine> engine;
+  std::unique_ptr<server::HttpServer> http;
+  std::thread thread;
+  int port = 0;
+
+  // The engine's options as given; so's port is replaced by a free one, an empty model name
+  // by "fixture".
+  Served(const std::filesystem::path& model_dir, const BatchEngineOptions& eo, server::ServerOptions so = {});
+  // The fixture's server of most tests: bodies up to 64 KiB, contexts of n_ctx tokens.
+  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
+                  const std::filesystem::path& model_dir = server_test_model(), int64_t n_ctx = 96);
+  ~Served();
+  httplib::Client client() const;  // read timeout 60 s
+};
+
+// The data lines of a server-sent event stream, in order.
+std::vector<std::string> sse_data(const std::string& body);
 
 // The greedy continuation the Generator (`sluice run`) gives the ids, as text.
 std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t n_ctx);
