@@ -47,9 +47,10 @@ if [ -f "$PACK/manifest.json" ]; then
     grep -m1 "latent KV cache" || echo "deepseek_slice.sh: no latent KV cache line from -v" >&2
 fi
 # Full-depth projection from the streamed rows (IO only): bytes a MoE layer and token, times 58.
-python3 - "$ROWS" "$WORK" <<'PY'
+# (EXTRA="--replay-routing traces/..." gives the streamed rows a trained model's locality.)
+python3 - "$ROWS" "$WORK" "$(( LAYERS - 3 ))" <<'PY'
 import glob, json, os, sys
-rows, work = sys.argv[1], sys.argv[2]
+rows, work, moe_layers = sys.argv[1], sys.argv[2], int(sys.argv[3])  # the slice's MoE layers (3 dense first)
 print("| streamed run | GB a MoE layer a token | full depth (58 MoE layers) GB a token | tok/s bound at 7 GB/s | at 14 GB/s |")
 print("|---|---|---|---|---|")
 for f in sorted(glob.glob(os.path.join(work, "c*_*.json"))):
@@ -57,7 +58,7 @@ for f in sorted(glob.glob(os.path.join(work, "c*_*.json"))):
     p = d["phases"]["decode"]
     moved = p["bytes_read_demand"] + p["bytes_read_prefetch"]
     toks = max(1, d.get("decode_tokens", 0) or p.get("steps", 1))
-    per_layer = moved / toks / 8
+    per_layer = moved / toks / moe_layers
     full = per_layer * 58
     name = os.path.basename(f)[:-5]
     t7 = 7e9 / full if full else float("inf")

@@ -619,7 +619,7 @@ TEST(CudaStreaming, CorruptRecordIsAClearErrorNotAHang) {
   EXPECT_NE(again.find("checksum mismatch"), std::string::npos) << again;
 }
 
-// The device's own wait for a phase's tables (docs/streamed-step.md step 3, the default) gives
+// The device's own wait for a phase's tables (docs/streamed-step.md, the handshake kernels) gives
 // up after the wait timeout: the forward fails with an error naming the layer, instead of a
 // hang or an answer computed without the layer's experts.
 TEST(CudaStreaming, LateTablesAreATimedErrorNamingTheLayer) {

@@ -7,10 +7,10 @@
 //
 // Why: attention_decode_gqa_kernel (attention_decode.cu) is bound by its warps' instruction
 // chains, not by the cache's bytes. ncu on an H100 after 8192 positions (32 / 4 heads, 128
-// dims; bench/RESULTS.md, the twenty-fourth session): 22% of DRAM bandwidth, 6.8 cycles a
-// warp between issued instructions at 16 warps an SM, 16.9 us alone against the 5 us its 16.8
-// MB take at the copy bandwidth; the FMA kernel spends ~1000 instructions a warp on each 32
-// keys of 2 heads.
+// dims; docs/history/results-log.md, the measurements before this kernel): 22% of DRAM
+// bandwidth, 6.8 cycles a warp between issued instructions at 16 warps an SM, 16.9 us alone
+// against the 5 us its 16.8 MB take at the copy bandwidth; the FMA kernel spends ~1000
+// instructions a warp on each 32 keys of 2 heads.
 //
 //   grid (hkv, S), block kWarps warps. Stage i of block (kv head, s) is the kStageKeys keys
 //   [lo + kStageKeys (i S + s), +kStageKeys): their K and V rows are copied (cp.async, 16-byte

@@ -26,12 +26,12 @@ void launch_expert_copies(const CopyDesc* descs, const uint32_t* count, Stream s
                           uint32_t clear_bytes = 0);
 
 // One phase of a streamed decode MoE layer's handshake done by the device (docs/streamed-step.md,
-// step 3): one block stores the layer's outgoing signal (router_ready before phase 1,
-// resident_done before phase 2), waits on the incoming one (resident_ready, misses_ready) in
-// host-mapped memory, then takes the phase's list the host published there into device
-// memory: the copy list's length and descriptors, and the expert table's entries of the call's
-// pairs (the only ones the expert kernels read). No stream memory operation and no copy on the
-// stream: the step is kernels only, which a graph can hold. The call's value comes from a
+// "What one MoE layer enqueues"): one block stores the layer's outgoing signal (router_ready
+// before phase 1, resident_done before phase 2), waits on the incoming one (resident_ready,
+// misses_ready) in host-mapped memory, then takes the phase's list the host published there into
+// device memory: the copy list's length and descriptors, and the expert table's entries of the
+// call's pairs (the only ones the expert kernels read). No stream memory operation and no copy on
+// the stream: the step is kernels only, which a graph can hold. The call's value comes from a
 // counter on the device (next_call increments it first), so a replayed graph signals each call
 // with its own value, in step with the host's count of calls.
 struct PhaseHandshake {

@@ -1,12 +1,11 @@
 // Server test helpers (server_util.h).
 #include "tests/tools/server/server_util.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -54,7 +53,7 @@ Served::Served(const fs::path& model_dir, const BatchEngineOptions& eo, server::
   if (so.model_name.empty()) so.model_name = "fixture";
   http = std::make_unique<server::HttpServer>(model, *engine, so);
   std::string err;
-  EXPECT_TRUE(http->bind(&err)) << err;
+  if (!http->bind(&err)) throw std::runtime_error("the test server cannot listen: " + err);
   port = http->port();
   thread = std::thread([this] { http->run(); });
 }
@@ -69,8 +68,9 @@ BatchEngineOptions engine_options(int parallel, size_t max_queue, int64_t n_ctx)
   return eo;
 }
 
+// Bodies up to 64 KiB unless the test asks for another limit.
 server::ServerOptions small_bodies(server::ServerOptions so) {
-  so.max_body_bytes = 64 << 10;
+  if (so.max_body_bytes == server::ServerOptions{}.max_body_bytes) so.max_body_bytes = 64 << 10;
   return so;
 }
 
@@ -114,35 +114,6 @@ std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, i
     return true;
   });
   return out + text.flush();
-}
-
-Served::Served(server::ServerOptions so, int parallel, size_t max_queue, const fs::path& model_dir, int64_t n_ctx)
-    : be(make_cpu_backend()) {
-  model = load_model(model_dir, *be);
-  BatchEngineOptions eo;
-  eo.n_parallel = parallel;
-  eo.n_ctx = n_ctx;
-  eo.max_queue = max_queue;
-  engine = std::make_unique<BatchEngine>(*model.model, eo);
-  so.port = 0;
-  so.model_name = "fixture";
-  if (so.max_body_bytes == server::ServerOptions{}.max_body_bytes) so.max_body_bytes = 64 << 10;
-  http = std::make_unique<server::HttpServer>(model, *engine, so);
-  std::string err;
-  if (!http->bind(&err)) throw std::runtime_error("the test server cannot listen: " + err);
-  port = http->port();
-  thread = std::thread([this] { http->run(); });
-}
-
-Served::~Served() {
-  http->stop();
-  thread.join();
-}
-
-httplib::Client Served::client() const {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(std::chrono::seconds(60));
-  return c;
 }
 
 void expect_closed_requests_cancelled(const Served& s, const std::string& path,

@@ -55,23 +55,6 @@ std::vector<std::string> sse_data(const std::string& body);
 // The greedy continuation the Generator (`sluice run`) gives the ids, as text.
 std::string greedy_text(const LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t n_ctx);
 
-// The server over a model (default: server_test_model(), 4 sequences of 96 tokens, a queue of
-// 64, a body limit of 64 KiB), on its own thread on 127.0.0.1 (a free port); stopped at the
-// end of the test.
-struct Served {
-  std::unique_ptr<Backend> be;
-  LoadedModel model;
-  std::unique_ptr<BatchEngine> engine;
-  std::unique_ptr<server::HttpServer> http;
-  std::thread thread;
-  int port = 0;
-
-  explicit Served(server::ServerOptions so = {}, int parallel = 4, size_t max_queue = 64,
-                  const std::filesystem::path& model_dir = server_test_model(), int64_t n_ctx = 96);
-  ~Served();
-  httplib::Client client() const;
-};
-
 // Sends n requests to `path` (body(i), streamed or not as it says), each on its own
 // connection, closes every connection 200 ms later, and checks that the requests still running
 // or queued then are cancelled: every sequence comes back, all n end, and only a few steps run
