@@ -41,7 +41,7 @@ std::string block_text(const ojson& v, const std::string& where) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
     const ojson& b = v[i];
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
+    if (!has_type(b, "text") || !b.contains("text") || !b["text"].is_string())
       bad(str(where, "[", i, "] must be a text block {type: \"text\", text}"));
     if (!out.empty()) out += "\n";
     out += b["text"].get<std::string>();

@@ -70,7 +70,7 @@ std::string text_content(const json& content, size_t index) {
   if (content.is_array()) {  // content parts: text only
     std::string out;
     for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      if (!has_type(part, "text") || !part.contains("text") || !part["text"].is_string())
         bad(str("messages[", index, "].content: only text parts are supported"), "unsupported");
       out += part["text"].get<std::string>();
     }
@@ -151,7 +151,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
       if (!tools->is_array()) bad("'tools' must be a list", "invalid_type");
       for (size_t t = 0; t < tools->size(); ++t) {
         const json& tool = (*tools)[t];
-        if (!names_a_function(tool) || tool.value("type", "") != "function")
+        if (!names_a_function(tool) || !has_type(tool, "function"))
           bad(str("tools[", t, "] must be {type: \"function\", function: {name, description, parameters}}"),
               "invalid_type");
         const json& fn = tool["function"];
@@ -164,7 +164,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
     if (const json* tc = field(body, "tool_choice")) {
       if (tc->is_object()) {
         const json* fn = field(*tc, "function");
-        if (tc->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+        if (!has_type(*tc, "function") || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
           bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {type: \"function\", function: {name}}",
               "invalid_type");
         r.tool_choice_name = (*fn)["name"].get<std::string>();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,15 @@ struct RequestLimits {
   size_t max_messages = SIZE_MAX;    // chat: the context's tokens (a message renders at least one)
   size_t max_prompt_ids = SIZE_MAX;  // completions: token ids of a prompt given as ids (the context)
 };
+
+// Whether a request's object v has a string "type" equal to `type` (a part, a block, a tool):
+// never json's value("type", ""), which throws when the client sends a type of another kind.
+template <class Json>
+bool has_type(const Json& v, std::string_view type) {
+  if (!v.is_object()) return false;
+  auto it = v.find("type");
+  return it != v.end() && it->is_string() && it->template get_ref<const std::string&>() == type;
+}
 
 // Parses and checks a request body (already valid JSON); sampling values the body leaves out
 // come from `defaults` (the server's command line; OpenAI's are temperature 1, top_p 1).

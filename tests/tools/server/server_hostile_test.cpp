@@ -208,6 +208,28 @@ TEST(ServerHostile, FieldErrorsAndMethodsSpeakOfTheRequest) {
   expect_api_error(raw_exchange(s.port, "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), 404, "no such route");
 }
 
+// A content part, tool, tool choice or Anthropic block whose "type" was a number ended the
+// server (json's value("type", "") throws type_error; found by fuzz_openai_body).
+TEST(ServerHostile, ATypeOfAnotherKindIsA400) {
+  Served s;
+  expect_api_error(raw_exchange(s.port, post_json("/v1/chat/completions",
+                                                  R"({"messages": [{"role": "user", "content": [{"type": 1e-320, "text": "Hi"}]}]})")),
+                   400, "only text parts are supported");
+  expect_api_error(raw_exchange(s.port, post_json("/v1/chat/completions",
+                                                  R"({"messages": [{"role": "user", "content": "Hi"}],
+                                                      "tools": [{"type": 7, "function": {"name": "f"}}]})")),
+                   400, "tools[0] must be");
+  expect_api_error(raw_exchange(s.port, post_json("/v1/chat/completions",
+                                                  R"({"messages": [{"role": "user", "content": "Hi"}],
+                                                      "tool_choice": {"type": [1], "function": {"name": "f"}}})")),
+                   400, "'tool_choice' must be");
+  expect_api_error(raw_exchange(s.port, post_json("/v1/messages",
+                                                  R"({"max_tokens": 4, "system": [{"type": {}, "text": "x"}],
+                                                      "messages": [{"role": "user", "content": "Hi"}]})")),
+                   400, "must be a text block");
+  EXPECT_EQ(raw_exchange(s.port, post_json("/v1/completions", R"({"prompt": "a", "max_tokens": 1})")).status, 200);
+}
+
 // A keyless server answered any Host and parsed text/plain bodies as JSON: a page elsewhere
 // could reach it (cross-site posts, DNS rebinding). Now: Host must name this machine, an
 // Origin must be the server's own, POST bodies must be application/json, unless --api-key is
