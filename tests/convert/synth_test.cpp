@@ -18,6 +18,7 @@
 #include <tuple>
 #include <thread>
 
+#include "tests/models/fixture_util.h"
 #include "tests/tools/cli/cli_util.h"
 #include "convert/synth.h"
 #include "core/quant.h"
@@ -535,7 +536,7 @@ TEST(Synth, UnknownLikeListsTheKnownNames) {
   json dense_only = synth_preset_config("tiny-qwen3-moe");
   dense_only["mlp_only_layers"] = {0, 1, 2};
   expect_error([&] { synth_plan(dense_only, {DType::q4}); }, Status::unsupported, {"no routed experts"});
-  const json ple = read_json_file(fs::path(SLUICE_SOURCE_DIR) / "tests/fixtures/qwen4_exp_ple/config.json");
+  const json ple = read_json_file(sluice::test::source_dir() / "tests/fixtures/qwen4_exp_ple/config.json");
   expect_error([&] { synth_plan(ple, {DType::q4}); }, Status::unsupported, {"ngram_embedding", "ple_layer_ids"});
   json bad = synth_preset_config("tiny-qwen3-moe");
   bad["num_experts_per_tok"] = 99;

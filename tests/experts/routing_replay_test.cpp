@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "tests/models/fixture_util.h"
 #include "tests/models/pack_util.h"
 #include "backends/backend.h"
 #include "convert/synth.h"
@@ -26,7 +27,7 @@ using namespace sluice;
 
 namespace {
 
-fs::path repo() { return fs::path(SLUICE_SOURCE_DIR); }
+fs::path repo() { return sluice::test::source_dir(); }
 
 // A trace of `problems` problems of `tokens` tokens over `layers` layers: row (p, l, t) routes
 // to experts e0 = (7 p + 3 l + t) mod n_expert and the next k - 1 ids, weights k, k - 1, ...

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/models/fixture_util.h"
 #include "core/error.h"
 #include "experts/simulate.h"
 
@@ -20,7 +21,7 @@ using namespace sluice;
 
 namespace {
 
-fs::path reference_trace() { return fs::path(SLUICE_SOURCE_DIR) / ".." / "shared" / "traces" / "mixtral-8x7b-humaneval.jsonl"; }
+fs::path reference_trace() { return sluice::test::source_dir() / ".." / "shared" / "traces" / "mixtral-8x7b-humaneval.jsonl"; }
 
 fs::path write_trace(const std::string& name, const std::string& text) {
   fs::path dir = fs::temp_directory_path() / ("sluice-simulate-test-" + std::to_string(::getpid()));
@@ -195,7 +196,7 @@ TEST(Simulate, CommandOutput) {
 // experts) replayed with step pins: exact counts, so a change to a policy's decisions shows.
 // markov beats lru at 3 and 4 slots per layer and stays below Belady.
 TEST(Simulate, SnippetExactCounts) {
-  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / "mixtral-humaneval-p0-l0-3.jsonl");
+  const Trace t = read_trace(sluice::test::source_dir() / "tests" / "fixtures" / "traces" / "mixtral-humaneval-p0-l0-3.jsonl");
   EXPECT_EQ(t.rows.size(), 332u);
   EXPECT_FALSE(t.has_predictions);
   struct Want {
@@ -231,7 +232,7 @@ TEST(Simulate, ReadsPredictions) {
 // experts. In a shared pool with step pins markov is never below lru or lrfu and stays below
 // Belady; exact counts pin every policy's decisions and when predictions reach markov.
 TEST(Simulate, RoutingModelSnippet) {
-  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / "routing-model-p0-t0-127.jsonl");
+  const Trace t = read_trace(sluice::test::source_dir() / "tests" / "fixtures" / "traces" / "routing-model-p0-t0-127.jsonl");
   ASSERT_EQ(t.rows.size(), 768u);
   EXPECT_TRUE(t.has_predictions);
   EXPECT_EQ(t.top_k, 8);
@@ -278,7 +279,7 @@ TEST(Simulate, MarkovHalfLifeFollowsTheCacheShape) {
   EXPECT_EQ(markov_half_life_for(3, 2, 8), 8);       // Mixtral: 1.5 steps, 3 of 8 experts
   EXPECT_EQ(markov_half_life_for(6, 2, 8), 24);
   EXPECT_EQ(markov_half_life_for(64, 0, 128), 8);    // top-k unknown
-  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-code.jsonl.xz");
+  const Trace t = read_trace(sluice::test::source_dir() / "traces" / "routing-model-code.jsonl.xz");
   ASSERT_EQ(t.rows.size(), 64u * 256 * 6);
   auto hit_rate = [&](PolicyKind p, int32_t slots, double half_life = 0) {
     SimulateOptions o;
@@ -299,7 +300,7 @@ TEST(Simulate, MarkovHalfLifeFollowsTheCacheShape) {
   }
   // Out of sample: the top-4 trace on C headers, made after the rule was fixed (docs/policy.md),
   // at 144 shared slots (24 a layer, 6 steps of top-4: the half-life 24).
-  const Trace o = read_trace(fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-top4-c-headers.jsonl.xz");
+  const Trace o = read_trace(sluice::test::source_dir() / "traces" / "routing-model-top4-c-headers.jsonl.xz");
   ASSERT_EQ(o.top_k, 4);
   SimulateOptions so;
   so.slots = 144;
@@ -319,7 +320,7 @@ TEST(Simulate, MarkovHalfLifeFollowsTheCacheShape) {
 // A .xz trace is read as it is (liblzma); a damaged, truncated or non-xz file named .xz is a
 // one-line error naming it.
 TEST(Simulate, ReadsXzTraces) {
-  const fs::path xz = fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-128e-code.jsonl.xz";
+  const fs::path xz = sluice::test::source_dir() / "traces" / "routing-model-128e-code.jsonl.xz";
   const Trace t = read_trace(xz);
   EXPECT_EQ(t.n_expert, 128);
   EXPECT_EQ(t.top_k, 8);
@@ -403,7 +404,7 @@ TEST(Simulate, PrefetchTurnsPredictionsIntoHits) {
 // slots: 0.862 against 0.718, Belady 0.825), is at or above lru with the same prefetches, and
 // pays for it in reads (more records read a demand access than without prefetches).
 TEST(Simulate, PrefetchOnTheRoutingModelTrace) {
-  const Trace t = read_trace(fs::path(SLUICE_SOURCE_DIR) / "traces" / "routing-model-code.jsonl.xz");
+  const Trace t = read_trace(sluice::test::source_dir() / "traces" / "routing-model-code.jsonl.xz");
   auto replay = [&](PolicyKind p, bool prefetch) {
     SimulateOptions o;
     o.slots = 128;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tests/models/fixture_util.h"
 #include "core/error.h"
 #include "format/jinja/builtins.h"
 #include "format/jinja/template.h"
@@ -85,7 +86,7 @@ bool run_node_script(const std::string& script, const std::vector<std::string>& 
   ScratchDir dir;
   // TZ=UTC: the fixed clock of strftime_now cases is read in UTC on both sides.
   std::string command = "TZ=UTC LC_ALL=C.UTF-8 " + shell_quote(node->string()) + " " +
-                        shell_quote((fs::path(SLUICE_SOURCE_DIR) / "tests" / "format" / script).string());
+                        shell_quote((sluice::test::source_dir() / "tests" / "format" / script).string());
   for (const std::string& a : args) command += " " + shell_quote(a);
   command += " 2> " + shell_quote((dir / "stderr.txt").string());
   const int rc = std::system(command.c_str());

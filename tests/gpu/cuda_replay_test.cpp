@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tests/models/fixture_util.h"
 #include "tests/models/pack_util.h"
 #include "experts/cuda/cuda_streamer.h"
 #include "experts/routing_replay.h"
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path snippet(const std::string& name) { return fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / name; }
+fs::path snippet(const std::string& name) { return sluice::test::source_dir() / "tests" / "fixtures" / "traces" / name; }
 
 float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float d = a.size() == b.size() ? 0.0f : INFINITY;

@@ -22,7 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path snippet(const std::string& name) { return fs::path(SLUICE_SOURCE_DIR) / "tests" / "fixtures" / "traces" / name; }
+fs::path snippet(const std::string& name) { return source_dir() / "tests" / "fixtures" / "traces" / name; }
 const char* kMixtral = "mixtral-humaneval-p0-l0-3.jsonl";       // 8 experts, top-2, 4 layers
 const char* kRoutingModel = "routing-model-p0-t0-127.jsonl";    // 64 experts, top-8, 6 layers, predictions
 
