@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "format/utf8.h"
 
 namespace sluice {
 
@@ -22,6 +23,15 @@ constexpr int kMaxDepth = 64;    // schema nesting the compiler follows
 
 [[noreturn]] void refuse(const std::string& at, const std::string& what) {
   fail(Status::invalid_argument, "json_schema: ", what, " (at ", at.empty() ? "#" : at, ")");
+}
+
+// A count keyword of schema s (minItems, maxLength, ...): 0 to 10000, or dflt when absent.
+int64_t count_keyword(const json& s, const std::string& at, const char* kw, int64_t dflt) {
+  const auto v = s.find(kw);
+  if (v == s.end()) return dflt;
+  if (!v->is_number_integer() || v->get<int64_t>() < 0) refuse(at, str("'", kw, "' must be a non-negative integer"));
+  if (v->get<int64_t>() > 10000) refuse(at, str("'", kw, "' above 10000 is not supported"));
+  return v->get<int64_t>();
 }
 
 GExpr digit() { return g_bytes(byte_range('0', '9')); }
@@ -67,26 +77,6 @@ GExpr json_ascii_chars(const std::array<bool, 128>& in) {
   return g_alt(std::move(alts));
 }
 
-std::string utf8_of(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
 // ---- the pattern subset: a recursive-descent parser straight to grammar expressions ----
 
 struct CharClass {
@@ -98,7 +88,11 @@ struct CharClass {
     if (std::any_of(ascii.begin(), ascii.end(), [](bool b) { return b; })) alts.push_back(json_ascii_chars(ascii));
     if (non_ascii) alts.push_back(utf8_multibyte());
     else
-      for (uint32_t cp : extra) alts.push_back(g_lit(utf8_of(cp)));
+      for (uint32_t cp : extra) {
+        std::string bytes;
+        utf8_append(bytes, cp);
+        alts.push_back(g_lit(std::move(bytes)));
+      }
     SLUICE_CHECK(!alts.empty(), Status::invalid_argument, "json_schema: a pattern's character class matches nothing");
     return g_alt(std::move(alts));
   }
@@ -664,14 +658,7 @@ GExpr JsonGrammar::array(const json& s, const std::string& at, int depth) {
     if (it->is_array()) refuse(at, "'items' as a list (tuples) is not supported");
     item = node(*it, pointer_join(at, "items"), depth + 1);
   }
-  auto count = [&](const char* kw, int64_t dflt) {
-    const auto v = s.find(kw);
-    if (v == s.end()) return dflt;
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) refuse(at, str("'", kw, "' must be a non-negative integer"));
-    if (v->get<int64_t>() > 10000) refuse(at, str("'", kw, "' above 10000 is not supported"));
-    return v->get<int64_t>();
-  };
-  const int64_t min = count("minItems", 0), max = count("maxItems", -1);
+  const int64_t min = count_keyword(s, at, "minItems", 0), max = count_keyword(s, at, "maxItems", -1);
   if (max >= 0 && max < min) refuse(at, "'maxItems' is below 'minItems'");
   if (max == 0) return g_seq({g_lit("["), ws(), g_lit("]")});
   const GExpr sep = g_seq({ws(), g_lit(","), ws()});
@@ -681,14 +668,7 @@ GExpr JsonGrammar::array(const json& s, const std::string& at, int depth) {
 }
 
 GExpr JsonGrammar::string(const json& s, const std::string& at) {
-  auto count = [&](const char* kw, int64_t dflt) {
-    const auto v = s.find(kw);
-    if (v == s.end()) return dflt;
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) refuse(at, str("'", kw, "' must be a non-negative integer"));
-    if (v->get<int64_t>() > 10000) refuse(at, str("'", kw, "' above 10000 is not supported"));
-    return v->get<int64_t>();
-  };
-  const int64_t min = count("minLength", 0), max = count("maxLength", -1);
+  const int64_t min = count_keyword(s, at, "minLength", 0), max = count_keyword(s, at, "maxLength", -1);
   if (max >= 0 && max < min) refuse(at, "'maxLength' is below 'minLength'");
   if (const auto p = s.find("pattern"); p != s.end()) {
     if (!p->is_string()) refuse(at, "'pattern' must be a string");

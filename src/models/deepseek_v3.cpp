@@ -142,11 +142,7 @@ DecoderWeights declare_weights(const DeepseekV3Config& cfg, WeightLoader& wl) {
     lw.mla = load_mla(wl, p + "self_attn.", cfg.mla);
     lw.ffn_norm = wl.take(p + "post_attention_layernorm.weight", {d});
     if (layer_is_moe(cfg, l)) {
-      lw.router = wl.take_matrix(p + "mlp.gate.weight", {E, d});
-      lw.router_score_bias = load_score_bias(wl, p + "mlp.gate.e_score_correction_bias", E);
-      lw.experts = load_experts(wl, p + "mlp.experts.", E, d, cfg.moe_intermediate_size);
-      if (cfg.n_shared_experts > 0)
-        lw.shared = load_mlp(wl, p + "mlp.shared_experts.", d, cfg.moe_intermediate_size * cfg.n_shared_experts);
+      load_grouped_moe(wl, p, E, d, cfg.moe_intermediate_size, cfg.n_shared_experts, lw);
     } else {
       lw.mlp = load_mlp(wl, p + "mlp.", d, cfg.intermediate_size);
     }

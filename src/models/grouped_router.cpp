@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/log.h"
+#include "models/common_weights.h"
 #include "models/hybrid_weights.h"
 #include "models/registry.h"
 
@@ -43,6 +44,14 @@ Tensor load_score_bias(WeightLoader& wl, const std::string& name, int64_t n_expe
   Tensor f32 = host_tensor(DType::f32, {n_expert});
   dtype_row_to_f32(stored.data, stored.dtype, n_expert, f32.ptr<float>());
   return wl.backend().upload(f32);
+}
+
+void load_grouped_moe(WeightLoader& wl, const std::string& p, int64_t n_expert, int64_t n_embd, int64_t moe_ff,
+                      int64_t n_shared, DecoderLayerWeights& lw) {
+  lw.router = wl.take_matrix(p + "mlp.gate.weight", {n_expert, n_embd});
+  lw.router_score_bias = load_score_bias(wl, p + "mlp.gate.e_score_correction_bias", n_expert);
+  lw.experts = load_experts(wl, p + "mlp.experts.", n_expert, n_embd, moe_ff);
+  if (n_shared > 0) lw.shared = load_mlp(wl, p + "mlp.shared_experts.", n_embd, moe_ff * n_shared);
 }
 
 int64_t skip_mtp_layers(WeightLoader& wl, const nlohmann::json& config) {

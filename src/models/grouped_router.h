@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experts/routing.h"
+#include "models/decoder.h"
 #include "models/config_reader.h"
 #include "models/weight_loader.h"
 
@@ -30,10 +31,16 @@ struct GroupedRouterDefaults {
 // the sum, as transformers' DeepSeek-V3 and GLM-4.5 routers do.
 RouterSpec read_grouped_router(const ConfigReader& c, const GroupedRouterDefaults& defaults);
 
-// A layer's correction bias (e_score_correction_bias [n_expert]) as f32 on the backend, taken
-// at its stored precision: a pack keeps it as the checkpoint stores it (WeightSource::
-// note_exact), since rounding it would move the routing choice.
+// A layer's correction bias (e_score_correction_bias [n_expert]) as f32 on the backend, never
+// rounded: a pack stores it in f32 whatever its dense dtype (WeightSource::note_exact), since
+// rounding it would move the routing choice.
 Tensor load_score_bias(WeightLoader& wl, const std::string& name, int64_t n_expert);
+
+// The routed feed-forward of a DeepSeek-V3 / GLM-4.5 layer under prefix p ("model.layers.L."):
+// the router mlp.gate [n_expert, n_embd] with its correction bias, the routed experts of width
+// moe_ff, and n_shared shared experts (one MLP of width moe_ff * n_shared), into lw.
+void load_grouped_moe(WeightLoader& wl, const std::string& p, int64_t n_expert, int64_t n_embd, int64_t moe_ff,
+                      int64_t n_shared, DecoderLayerWeights& lw);
 
 // Marks the multi-token-prediction layers of `config` (Family::mtp_prefixes) used, dense
 // tensors and a pack's expert records alike, and says so once (-v). Returns the tensors skipped.

@@ -54,9 +54,9 @@ class WeightSource {
   // checkpoint and synth's run over a MetaSource read the set afterwards (matrices()).
   void note_matrix(const std::string& name) { matrices_.insert(name); }
   const std::set<std::string>& matrices() const { return matrices_; }
-  // The family needs `name` at the precision the checkpoint stores it (a router's correction
-  // bias, whose rounding would move the routing choice): a pack writer keeps its dtype
-  // instead of converting it to the pack's dense dtype (exact()).
+  // The family needs `name` unrounded (a router's correction bias, whose rounding would move
+  // the routing choice): a pack writer stores it in f32 instead of the pack's dense dtype
+  // (exact()).
   void note_exact(const std::string& name) { exact_.insert(name); }
   const std::set<std::string>& exact() const { return exact_; }
   // A PLE n-gram table stored row-addressable under `table` ("...ple_embedding.ngram_embedding.",
