@@ -37,6 +37,7 @@ struct TableRouting {
   GroupedRouting grouped = {};          // sigmoid_grouped: groups, scaling, normalization
   std::span<const float> score_bias = {};  // sigmoid_grouped: [n_expert] the layer's correction bias
                                         // (e_score_correction_bias), added for the choice only
+  int64_t top_k = 0;                    // experts a token (RouterSpec::n_expert_used); 0: unknown
 };
 
 }  // namespace sluice

@@ -72,7 +72,7 @@ std::vector<std::unique_ptr<ExpertTable>> make_expert_tables(Backend& be, const 
     if (router.n_expert <= 0 || static_cast<int64_t>(layers[l].experts.size()) != router.n_expert) continue;
     std::vector<float> bias;
     if constexpr (requires { layers[l].router_score_bias; }) bias = host_values(be, layers[l].router_score_bias);
-    tables[l] = be.make_expert_table(layers[l].experts, math, TableRouting{router.scoring, {}, router.grouped, bias});
+    tables[l] = be.make_expert_table(layers[l].experts, math, TableRouting{router.scoring, {}, router.grouped, bias, router.n_expert_used});
   }
   return tables;
 }

@@ -117,6 +117,14 @@ void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, 
   }
 }
 
+bool cuda::router_fits_device(RouterScoring scoring, int64_t n_expert, int64_t k, int64_t n_group) {
+  switch (scoring) {
+    case RouterScoring::sigmoid_grouped: return router_group_topk_supported(n_expert, k, n_group);
+    case RouterScoring::sigmoid: return n_expert <= 512 && k <= 32;
+    default: return true;
+  }
+}
+
 std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const ExpertWeights> experts,
                                                           const ExpertMath& math, const TableRouting& routing) {
   // Experts device_experts_ok refuses (the families' math with SLUICE_CUDA_HOST_ROUTED=1) are
@@ -125,10 +133,12 @@ std::unique_ptr<ExpertTable> CudaBackend::make_expert_table(std::span<const Expe
   const std::span<const float> expert_scale = routing.expert_scale;
   SLUICE_CHECK(expert_scale.empty() || expert_scale.size() == experts.size(), Status::internal, "cuda moe: ",
                expert_scale.size(), " expert scales for ", experts.size(), " experts");
-  if (routing.scoring == RouterScoring::sigmoid && experts.size() > 512) return nullptr;  // the device top-k's bound
-  if (routing.scoring == RouterScoring::sigmoid_grouped &&
-      !cuda::router_group_topk_supported(static_cast<int64_t>(experts.size()), 32, routing.grouped.n_group))
-    return nullptr;  // routed on the host
+  // Past the device top-k's bounds: routed on the host. Without the top-k (a table made
+  // outside make_expert_tables) the bound at one expert a token is asked; moe_routed's launch
+  // checks the call's.
+  if (!cuda::router_fits_device(routing.scoring, static_cast<int64_t>(experts.size()),
+                                routing.top_k > 0 ? routing.top_k : 1, routing.grouped.n_group))
+    return nullptr;
   SLUICE_CHECK(routing.score_bias.empty() || routing.score_bias.size() == experts.size(), Status::internal,
                "cuda moe: ", routing.score_bias.size(), " correction biases for ", experts.size(), " experts");
   auto table = std::make_unique<CudaExpertTable>();

@@ -102,6 +102,13 @@ void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_
                    int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
                    RoutingCopy copy = {}, const RouterGroupArgs* group = nullptr);
 
+// Whether launch_router routes `scoring` over n_expert experts, k a token (n_group groups for
+// sigmoid_grouped) on the device: softmax always; sigmoid up to 512 experts and 32 a token;
+// group-limited sigmoid as router_group_topk_supported says. The resident expert table and the
+// streamer ask the same question, so a model routes its experts in one place whether they are
+// resident or streamed (the same weights bit for bit). Defined in cuda_moe.cpp.
+bool router_fits_device(RouterScoring scoring, int64_t n_expert, int64_t k, int64_t n_group);
+
 // A replayed routing on the device (--replay-routing; experts/routing_replay.h): one MoE
 // layer's slice of a replay table, rows of k in token order.
 struct ReplaySource {

@@ -53,6 +53,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
   std::fill(hit_slots(), hit_slots() + n_records, -1);
   d_slot_ref = cuda::DeviceBuffer(sizeof(cuda::ExpertRef), "the slot map's table entry");
   calls.assign(static_cast<size_t>(n_layers), 0);
+  calls_done.assign(static_cast<size_t>(n_layers), 0);
   wave_tables = cuda::MappedHostBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                        "the prefill wave tables");
   d_wave_tables = cuda::DeviceBuffer(kPrefillWaves * static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
@@ -97,11 +98,11 @@ CudaStreamer::Impl::~Impl() {
     for (int64_t L = 0; L < n_layers; ++L) {
       const uint64_t v = calls[static_cast<size_t>(L)];
       if (hs->load(L, cuda::Signal::resident_ready) < v) {
-        clear_phase(layer_view(L).phase1);
+        clear_phase(layer_view(L, v).phase1);
         hs->store(L, cuda::Signal::resident_ready, v);
       }
       if (hs->load(L, cuda::Signal::misses_ready) < v) {
-        clear_phase(layer_view(L).phase2);
+        clear_phase(layer_view(L, v).phase2);
         hs->store(L, cuda::Signal::misses_ready, v);
       }
     }
@@ -199,17 +200,30 @@ void CudaStreamer::Impl::barrier() {
                "within ", std::chrono::duration<double>(limit).count(), " s");
 }
 
-CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L) const {
+// A layer's handshake memory: [predicted ids][predicted weights][phase 1's list][phase 2's
+// list][kRoutingRing x (ids, weights)], each routing array nk bytes (cap_rows * top_k values,
+// 64-byte aligned).
+CudaStreamer::Impl::LayerView CudaStreamer::Impl::layer_view(int64_t L, uint64_t call) const {
   uint8_t* base = layer_mem.data() + static_cast<size_t>(L) * layer_stride;
   const size_t nk = round_up(static_cast<size_t>(cap_rows * top_k) * 4, 64);
   LayerView v;
-  v.ids = reinterpret_cast<int32_t*>(base);
-  v.weights = reinterpret_cast<float*>(base + nk);
-  v.pred_ids = reinterpret_cast<int32_t*>(base + 2 * nk);
-  v.pred_weights = reinterpret_cast<float*>(base + 3 * nk);
-  v.phase1 = phase_list_at(base + 4 * nk);
-  v.phase2 = phase_list_at(base + 4 * nk + phase_list_bytes());
+  v.pred_ids = reinterpret_cast<int32_t*>(base);
+  v.pred_weights = reinterpret_cast<float*>(base + nk);
+  v.phase1 = phase_list_at(base + 2 * nk);
+  v.phase2 = phase_list_at(base + 2 * nk + phase_list_bytes());  // right after phase 1's (next_list_offset)
+  uint8_t* entry = base + 2 * nk + 2 * phase_list_bytes() + static_cast<size_t>(call % kRoutingRing) * 2 * nk;
+  v.ids = reinterpret_cast<int32_t*>(entry);
+  v.weights = reinterpret_cast<float*>(entry + nk);
   return v;
+}
+
+void CudaStreamer::Impl::wait_routing_slot(int64_t L, uint64_t call) {
+  if (call <= kRoutingRing) return;
+  std::unique_lock<std::mutex> lk(q_mu);
+  const auto limit = 2 * opt.wait_timeout + std::chrono::seconds(5);
+  const bool ok = done_cv.wait_for(lk, limit, [&] { return calls_done[static_cast<size_t>(L)] + kRoutingRing >= call; });
+  SLUICE_CHECK(ok, Status::timeout, "cuda expert streamer: MoE layer ", L, "'s call ", call - kRoutingRing,
+               " was not answered by the service thread within ", std::chrono::duration<double>(limit).count(), " s");
 }
 
 CudaStreamer::Impl::ExpertInputs CudaStreamer::Impl::expert_inputs(const MoeLayerCall& c, const cuda::MoeShape& shape,
@@ -230,7 +244,7 @@ void CudaStreamer::Impl::ensure_capacity(int64_t n) {
   const int64_t cap = std::max<int64_t>(n, 16);
   const size_t pairs = static_cast<size_t>(cap * top_k);
   const size_t nk = round_up(pairs * 4, 64);
-  layer_stride = 4 * nk + 2 * phase_list_bytes();
+  layer_stride = (2 + 2 * kRoutingRing) * nk + 2 * phase_list_bytes();  // layer_view's layout
   layer_mem = cuda::MappedHostBuffer(static_cast<size_t>(n_layers) * layer_stride, "the expert handshake tables");
   d_ids = cuda::DeviceBuffer(pairs * 4, "routing ids");
   d_w = cuda::DeviceBuffer(pairs * 4, "routing weights");
@@ -281,15 +295,10 @@ bool CudaStreamer::routes_on_device(const ExpertMath& math, const RouterSpec& ro
                      impl_->kind != DType::mxfp4;
   // gpt-oss's experts (biases, the clamped SwiGLU, MXFP4), Gemma 4's (GeGLU, per-expert
   // routing scales) and Llama 4's (sigmoid routing whose weights scale the inputs) route on the
-  // device too; they take the host-routed path with SLUICE_CUDA_HOST_ROUTED=1, as sigmoid layers
-  // past the device top-k's bounds (512 experts, 32 a token) do.
-  const bool sigmoid_fits = router.scoring != RouterScoring::sigmoid ||
-                            (router.n_expert <= 512 && router.n_expert_used <= 32);
-  // Group-limited sigmoid routing (DeepSeek-V3, GLM-4.5, MiniMax-M2) within the device top-k's
-  // bounds (router_group_topk.h).
-  const bool grouped_fits = router.scoring != RouterScoring::sigmoid_grouped ||
-                            cuda::router_group_topk_supported(router.n_expert, router.n_expert_used, router.grouped.n_group);
-  return plain || (!switches::on(Switch::cuda_host_routed) && sigmoid_fits && grouped_fits);
+  // device too; they take the host-routed path with SLUICE_CUDA_HOST_ROUTED=1, as layers past
+  // the device top-k's bounds do (the resident table's rule: router_fits_device).
+  return plain || (!switches::on(Switch::cuda_host_routed) &&
+                   cuda::router_fits_device(router.scoring, router.n_expert, router.n_expert_used, router.grouped.n_group));
 }
 
 void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
@@ -334,7 +343,11 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   cudaStream_t s = m.stream;
   const bool norm = c.router->norm_topk_prob;
   const RouterScoring scoring = c.router->scoring;
-  const Impl::LayerView lv = m.layer_view(L);
+  // This call's handshake value if it takes the two phases (the grouped path does not count
+  // one and reads its routing from the same entry).
+  const uint64_t call = m.calls[static_cast<size_t>(L)] + 1;
+  m.wait_routing_slot(L, call);
+  const Impl::LayerView lv = m.layer_view(L, call);
   // Group-limited routing's parameters with this layer's (and for lookahead the next layer's)
   // correction bias.
   auto group_of = [&](const Tensor& bias) {
@@ -388,6 +401,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
                           nullptr, {m.layer_mem.dev(lv.pred_ids), m.layer_mem.dev(lv.pred_weights)}, &next_group);
   }
   const uint64_t v = ++m.calls[static_cast<size_t>(L)];
+  SLUICE_ASSERT(v == call);
   // The job goes first: whatever of this call reaches the device gets its signals answered,
   // also when enqueueing the rest fails (the service thread then times out on router_ready).
   const Impl::Job j{Impl::Job::Kind::layer, L, v, n, look, c.phase};

@@ -136,7 +136,7 @@ void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& sh
   const int64_t L = c.moe_layer, n = shape.n_rows, k = shape.k;
   barrier();
   throw_if_failed();
-  const LayerView lv = layer_view(L);
+  const LayerView lv = layer_view(L, calls[static_cast<size_t>(L)] + 1);  // where moe()'s top-k wrote
   const size_t nk = static_cast<size_t>(n * k);
   // The top-k kernel wrote the routing into lv too (moe()): it is there once the stream drained.
   CUDA_CHECK(cudaMemsetAsync(d_done.as(), 0, nk, stream));

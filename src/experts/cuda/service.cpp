@@ -86,13 +86,15 @@ void CudaStreamer::Impl::service_loop() {
     }
     std::lock_guard<std::mutex> lk(q_mu);
     layer_job_running = false;
+    calls_done[static_cast<size_t>(j.layer)] = j.value;  // its routing entry is free (wait_routing_slot)
+    done_cv.notify_all();
   }
 }
 
 // After a failure: answers the call's host-to-device signals with empty tables (no expert is
 // computed), so the stream runs to its end and the model thread sees the error.
 void CudaStreamer::Impl::release_device(const Job& j) {
-  const LayerView lv = layer_view(j.layer);
+  const LayerView lv = layer_view(j.layer, j.value);
   if (!published_resident) {
     clear_phase(lv.phase1);
     hs->store(j.layer, cuda::Signal::resident_ready, j.value);
@@ -147,7 +149,7 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
   // The device reached this layer: the previous steps' copies and experts are done.
   retire();
   release_pins();
-  const LayerView lv = layer_view(L);
+  const LayerView lv = layer_view(L, v);
   const size_t nk = static_cast<size_t>(n * k);
   observe(L, n, lv);
   ++ls.steps;
@@ -162,11 +164,15 @@ void CudaStreamer::Impl::run_layer(const Job& j) {
     // The device took every expert from the slot map and computes the layer without a table
     // from here: the plan only pins, counts and tells the policy. Nothing can be a miss (the
     // map is the cache's resident main-kind records, and only this thread's plans change them
-    // while the device runs), and nothing is listed: the device reads no list of this layer.
+    // while the device runs; the routing read is this call's, in its ring entry, even when the
+    // device has gone on to the layer's next call), and nothing is listed: the device reads no
+    // list of this layer.
     plan.acquire_and_read(fills, ls, pins);
     for (PlannedExpert& w : plan.experts) {
       SLUICE_CHECK(w.status == AcquireStatus::hit, Status::internal, "MoE layer ", L, " (model layer ", model_layer(L),
-                   "): the device took ", describe(w.record, kind), " from the slot map, which the cache does not hold");
+                   "): the device took ", describe(w.record, kind), " from the slot map in call ", v,
+                   ", which the cache does not hold (slot ", residency->find(w.record, kind), ", map ",
+                   hit_slots()[w.record], ")");
       plan.take(w, ReadyCopy::main, ls);
     }
     g_decode_settled.fetch_add(1, std::memory_order_relaxed);

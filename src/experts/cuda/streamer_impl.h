@@ -76,7 +76,13 @@ struct CudaStreamer::Impl : StreamState {
     cuda::CopyDesc* copies;
   };
   // The host-mapped per-layer handshake memory: ids, weights, predicted ids and weights
-  // [cap * k] (written there by the top-k kernels, RoutingCopy), the two phases' lists.
+  // [cap * k] (written there by the top-k kernels, RoutingCopy), the two phases' lists. The
+  // ids and weights are a ring of kRoutingRing calls a layer: a layer whose experts were all
+  // taken from the slot map on the device does not wait for the service thread, so the device
+  // (and the model thread's next forward) may reach the layer's next call before the service
+  // thread has read this one's routing. A call waits (wait_routing_slot) until the service
+  // thread is done with the call kRoutingRing before it, whose entry it reuses.
+  static constexpr uint64_t kRoutingRing = 4;
   struct LayerView {
     int32_t* ids;
     float* weights;
@@ -200,7 +206,8 @@ struct CudaStreamer::Impl : StreamState {
   // job (whose two thread hand-offs cost ~35 us a token, bench/RESULTS.md); else the barrier.
   void end_forward();
   void ensure_capacity(int64_t n);
-  LayerView layer_view(int64_t L) const;
+  LayerView layer_view(int64_t L, uint64_t call) const;  // call: the handshake value (its ring entry)
+  void wait_routing_slot(int64_t L, uint64_t call);      // model thread, before the call's top-k
   void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
   // A call the model routed on the host (host_routed.cpp): grouped()'s rounds, each group's
   // experts computed by expert_pairs_forward on views of their slots as they become
@@ -328,6 +335,7 @@ struct CudaStreamer::Impl : StreamState {
   std::condition_variable q_cv, done_cv;
   std::deque<Job> jobs;
   uint64_t barriers_asked = 0, barriers_done = 0;
+  std::vector<uint64_t> calls_done;  // under q_mu: [n_layers] the latest call the service thread finished
   bool layer_job_running = false;  // under q_mu: the service thread is answering a layer
   std::optional<Error> error;  // under q_mu
   std::atomic<bool> failed{false};
