@@ -79,6 +79,21 @@ def error_message(body):
         return body[:200].decode("utf-8", "replace")
 
 
+# --response-format json_schema: a record an app might ask for (strings, a number, an enum, a
+# bounded array), compiled by the server to a grammar and enforced token by token.
+RESPONSE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "year": {"type": "integer"},
+        "kind": {"enum": ["book", "film", "album"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    },
+    "required": ["name", "year", "kind", "tags"],
+    "additionalProperties": False,
+}
+
+
 def one_request(target, endpoint, payload):
     """Sends one streaming request; returns a dict of its measures (error: None or a reason)."""
     r = {"ttft_s": None, "total_s": None, "decode_s": None, "tokens": 0, "prompt_tokens": None,
@@ -271,6 +286,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128, help="max_tokens of each request (default 128)")
     ap.add_argument("--endpoint", choices=["completions", "chat"], default="completions",
                     help="completions (default: the prompt as sent) or chat (through the model's chat template)")
+    ap.add_argument("--response-format", choices=["text", "json_object", "json_schema"], default="text",
+                    help="text (default), json_object, or json_schema (RESPONSE_SCHEMA below): constrained sampling")
     ap.add_argument("--timeout", type=float, default=300, help="socket timeout of each request in seconds (default 300)")
     ap.add_argument("--api-key", default="", help="sent as Authorization: Bearer KEY")
     ap.add_argument("--title", default="", help="a line printed above the table")
@@ -290,6 +307,10 @@ def main():
 
     payload = {"model": model, "max_tokens": a.max_tokens, "temperature": 0, "stream": True,
                "stream_options": {"include_usage": True}}
+    if a.response_format == "json_object":
+        payload["response_format"] = {"type": "json_object"}
+    elif a.response_format == "json_schema":
+        payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "record", "schema": RESPONSE_SCHEMA}}
     try:  # the calibration requests also warm the server up; none of them is counted
         payload, n_prompt = calibrate_prompt(target, a.endpoint, payload, a.prompt_tokens)
     except RuntimeError as e:
@@ -303,7 +324,8 @@ def main():
         for m in row["error_messages"][:3]:
             print(f"serve_load: {c} clients: {m}", file=sys.stderr)
         print(f"serve_load: {c} clients: {row['requests']} requests in {row['wall_s']:.1f} s", file=sys.stderr)
-    doc = json.dumps({"url": a.url, "model": model, "endpoint": a.endpoint, "max_tokens": a.max_tokens,
+    doc = json.dumps({"url": a.url, "model": model, "endpoint": a.endpoint, "response_format": a.response_format,
+                      "max_tokens": a.max_tokens,
                       "prompt_tokens": n_prompt, "title": a.title, "levels": rows}, indent=1)
     if a.json == "-":
         print(doc)

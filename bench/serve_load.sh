@@ -13,7 +13,9 @@
 #   PARALLEL (64 sequences), CTX (1024 tokens each), HOST_CACHE (16G: the cached run's misses
 #   come from a preloaded host-RAM tier, as side_by_side.sh's "experts in host RAM" row;
 #   0: from the pack on disk), WORK (/tmp/serve_load: checkpoint and pack; a finished pack is
-#   reused), OUT (/tmp/serve_load/out: logs and JSON), DEADLINE (570 s: every step runs under
+#   reused), OUT (/tmp/serve_load/out: logs and JSON), ENDPOINT (completions; chat goes through
+#   the chat template), FORMATS (text; a list of serve_load.py's --response-format values, e.g.
+#   text,json_schema: each run loads the server once per format), RUNS (resident,cache10), DEADLINE (570 s: every step runs under
 #   `timeout` of at most what is left of it, so that a hang cannot outlast the deadline).
 # The server is stopped (SIGTERM, then SIGKILL) after each run.
 set -uo pipefail
@@ -22,6 +24,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL=$1; BIN=$(realpath "$2")
 LAYERS=${LAYERS:-12}; BACKEND=${BACKEND:-cuda}; PORT=${PORT:-18080}
 CLIENTS=${CLIENTS:-1,8,32,64}; REQUESTS=${REQUESTS:-2}; PROMPT_TOKENS=${PROMPT_TOKENS:-128}
+ENDPOINT=${ENDPOINT:-completions}; FORMATS=${FORMATS:-text}; RUNS=${RUNS:-resident,cache10}
 MAX_TOKENS=${MAX_TOKENS:-128}; PARALLEL=${PARALLEL:-64}; CTX=${CTX:-1024}; HOST_CACHE=${HOST_CACHE:-16G}
 W=${WORK:-/tmp/serve_load}; OUTD=${OUT:-$W/out}; mkdir -p "$W" "$OUTD"
 DEADLINE=${DEADLINE:-570}; NAME=serve_load.sh
@@ -70,24 +73,28 @@ bench() {  # NAME TITLE SERVE_OPTIONS...
   say "$name: sluice serve --model $PACK $*"
   serve_up "$BIN" "$OUTD/serve_$name.log" "$PORT" --model "$PACK" --backend "$BACKEND" --parallel "$PARALLEL" \
     --ctx "$CTX" --max-queue 256 "$@" || { say "$name: the server did not come up"; return 1; }
-  say "$name: up; loading it with $CLIENTS clients"
-  local rc=0
-  timeout "$(tmo 300)" python3 "$HERE/serve_load.py" --url "http://127.0.0.1:$PORT" --clients "$CLIENTS" --requests "$REQUESTS" \
-    --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --title "$title" --json "$OUTD/$name.json" \
-    > "$OUTD/$name.md" 2> "$OUTD/load_$name.log" || rc=$?
-  cat "$OUTD/load_$name.log" >&2
+  local rc=0 f
+  for f in ${FORMATS//,/ }; do
+    say "$name: up; loading it with $CLIENTS clients, response_format $f"
+    timeout "$(tmo 300)" python3 "$HERE/serve_load.py" --url "http://127.0.0.1:$PORT" --clients "$CLIENTS" --requests "$REQUESTS" \
+      --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --endpoint "$ENDPOINT" --response-format "$f" \
+      --title "$title, response_format $f" --json "$OUTD/$name-$f.json" > "$OUTD/$name-$f.md" 2> "$OUTD/load_$name-$f.log" || rc=$?
+    cat "$OUTD/load_$name-$f.log" >&2
+    cat "$OUTD/$name-$f.md"; echo
+  done
   serve_down
   tail -1 "$OUTD/serve_$name.log" >&2
-  cat "$OUTD/$name.md"; echo
   return $rc
 }
 
 KINDS=""; [ "$PACK" = "$W/pack" ] && KINDS="q4 experts, bf16 dense; "
 LABEL=$(basename "$(realpath "$MODEL")"); [ "$MODEL" = peer ] && LABEL="${LAYERS}-layer peer checkpoint (Qwen3-30B-A3B shape, random weights)"
-SHAPE="$KINDS$BACKEND; --parallel $PARALLEL; prompt $PROMPT_TOKENS tokens, max_tokens $MAX_TOKENS, greedy; $REQUESTS requests per client"
+SHAPE="$KINDS$BACKEND; --parallel $PARALLEL; $ENDPOINT endpoint; prompt $PROMPT_TOKENS tokens, max_tokens $MAX_TOKENS, greedy; $REQUESTS requests per client"
 status=0
-bench resident "**$LABEL, experts resident** ($SHAPE)" || status=1
-if [ "$HOST_CACHE" = 0 ]; then
+case ",$RUNS," in *,resident,*) bench resident "**$LABEL, experts resident** ($SHAPE)" || status=1 ;; esac
+if [[ ",$RUNS," != *,cache10,* ]]; then
+  :
+elif [ "$HOST_CACHE" = 0 ]; then
   bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
     --expert-cache "$CACHE" || status=1
 else

@@ -184,23 +184,6 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
     unsupported_if(field(body, "functions") != nullptr, "'functions' (use 'tools')");
     if (const json* lp = field(body, "logprobs")) unsupported_if(bool_field(*lp, "logprobs"), "'logprobs'");
     unsupported_if(field(body, "top_logprobs") != nullptr, "'top_logprobs'");
-    if (const json* rf = field(body, "response_format")) {
-      if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-        bad("'response_format' must be an object with a 'type' (text, json_object or json_schema)", "invalid_type");
-      const std::string type = (*rf)["type"].get<std::string>();
-      if (type == "json_schema") {
-        const json* js = field(*rf, "json_schema");
-        if (!js || !js->is_object()) bad("'response_format.json_schema' must be an object {name, schema}", "invalid_type");
-        const json* schema = field(*js, "schema");
-        if (schema && !schema->is_object() && !schema->is_boolean())
-          bad("'response_format.json_schema.schema' must be a JSON schema (an object)", "invalid_type");
-      } else if (type != "text" && type != "json_object") {
-        bad(str("'response_format.type' is '", type, "'; expected text, json_object or json_schema"));
-      }
-      if (type != "text") r.response_format = *rf;
-      if (type != "text" && (r.tool_choice_required || r.tool_choice_name))
-        unsupported_if(true, "'response_format' together with a 'tool_choice' that forces a call");
-    }
     if (const json* rfmt = field(body, "reasoning_format")) {
       if (!rfmt->is_string()) bad("'reasoning_format' must be a string", "invalid_type");
       const std::string v = rfmt->get<std::string>();
@@ -210,6 +193,24 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const SamplingP
     }
     if (const json* mc = field(body, "max_completion_tokens"))
       r.max_tokens = integer_field(*mc, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max());
+  }
+  // Structured output, both endpoints: the reply's text under the format's grammar.
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("'response_format' must be an object with a 'type' (text, json_object or json_schema)", "invalid_type");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object()) bad("'response_format.json_schema' must be an object {name, schema}", "invalid_type");
+      const json* schema = field(*js, "schema");
+      if (schema && !schema->is_object() && !schema->is_boolean())
+        bad("'response_format.json_schema.schema' must be a JSON schema (an object)", "invalid_type");
+    } else if (type != "text" && type != "json_object") {
+      bad(str("'response_format.type' is '", type, "'; expected text, json_object or json_schema"));
+    }
+    if (type != "text") r.response_format = *rf;
+    if (type != "text" && (r.tool_choice_required || r.tool_choice_name))
+      unsupported_if(true, "'response_format' together with a 'tool_choice' that forces a call");
   }
   if (const json* n = field(body, "n")) unsupported_if(integer_field(*n, "n", 1, 1 << 20) != 1, "'n' above 1");
   if (const json* mt = field(body, "max_tokens")) r.max_tokens = integer_field(*mt, "max_tokens", 0, std::numeric_limits<int32_t>::max());

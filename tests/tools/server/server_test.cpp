@@ -94,6 +94,37 @@ TEST(Server, RoutesAndErrors) {
   EXPECT_EQ(s.engine->counters().live_sequences, 0);
 }
 
+// response_format applies to /v1/completions as to chat: the reply is the schema's JSON.
+TEST(Server, CompletionsTakeAResponseFormat) {
+  Served s;
+  auto c = s.client();
+  const json schema = json::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+                                      "required": ["ok", "n"], "additionalProperties": false})");
+  for (const json& format : {json{{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}},
+                             json{{"type", "json_object"}}}) {
+    SCOPED_TRACE(format.dump());
+    auto r = c.Post("/v1/completions",
+                    json{{"prompt", "The answer is"}, {"max_tokens", 48}, {"temperature", 0}, {"response_format", format}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json reply = json::parse(r->body);
+    const std::string text = reply["choices"][0]["text"];
+    const json value = json::parse(text, nullptr, false);
+    if (reply["choices"][0]["finish_reason"] == "stop") {
+      ASSERT_TRUE(value.is_object()) << text;
+      if (format["type"] == "json_schema") {
+        EXPECT_TRUE(value["ok"].is_boolean()) << text;
+        EXPECT_TRUE(value["n"] == 1 || value["n"] == 2 || value["n"] == 3) << text;
+        EXPECT_EQ(value.size(), 2u) << text;
+      }
+    } else {
+      EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+      EXPECT_EQ(text.rfind('{', 0), 0u) << "not the start of a JSON object: " << text;
+    }
+  }
+}
+
 TEST(Server, ApiKey) {
   server::ServerOptions so;
   so.api_key = "sekrit";
