@@ -2,7 +2,7 @@
 // streamer's service thread does between the device's router_ready and its resident_ready
 // signal besides writing the tables (docs/streamed-step.md: the phase-1 wait), on the CPU.
 //
-//   bench_plan [--layers 12] [--experts 128] [--top-k 8] [--slots 153] [--tokens 2000]
+//   bench_plan [--layers 12] [--experts 128] [--top-k 8] [--expert-slots 153] [--tokens 2000]
 //              [--policy markov] [--skew 1.2]
 //
 // Routing: each token's top-k distinct experts of a layer drawn from a Zipf(--skew)
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (a == "--layers") layers = std::atoll(v);
     else if (a == "--experts") n_expert = std::atoll(v);
     else if (a == "--top-k") k = std::atoll(v);
-    else if (a == "--slots") slots = std::atoi(v);
+    else if (a == "--expert-slots") slots = std::atoi(v);
     else if (a == "--tokens") tokens = std::atoll(v);
     else if (a == "--policy") policy = v;
     else if (a == "--skew") skew = std::atof(v);

@@ -5,7 +5,7 @@
 # pins (the engine's shape), at 12.5% and 25% of the trace's experts (Mixtral: 25% and 50%,
 # its smallest pool being 25%), and prints one markdown row per trace and size: the demand hit
 # rate of lru, lrfu and markov (the default), markov with lookahead's reads replayed
-# (`--prefetch on`; in brackets the records read a demand access), Belady's (the offline
+# (`--lookahead on`; in brackets the records read a demand access), Belady's (the offline
 # optimum), and markov's share of Belady's.
 #   BIN_DIR: holds sluice. Runs on the CPU in about a minute; needs nothing but the repository.
 set -euo pipefail
@@ -17,11 +17,11 @@ cd "$(dirname "$0")/.."
 # row NAME SHAPE TRACE SLOTS SHARE PREFETCH(0|1)
 row() {
   local all markov_pf lru lrfu markov belady pf="-"
-  all=$("$S" simulate --trace "$3" --slots "$4" --pin step --policy all 2>/dev/null)
+  all=$("$S" simulate --trace "$3" --expert-slots "$4" --pin step --policy all 2>/dev/null)
   lru=$(awk '$1 == "lru" {print $2}' <<< "$all"); lrfu=$(awk '$1 == "lrfu" {print $2}' <<< "$all")
   markov=$(awk '$1 == "markov" {print $2}' <<< "$all"); belady=$(awk '$1 == "belady" {print $2}' <<< "$all")
   if [ "$6" = 1 ]; then
-    markov_pf=$("$S" simulate --trace "$3" --slots "$4" --pin step --policy markov --prefetch on 2>/dev/null)
+    markov_pf=$("$S" simulate --trace "$3" --expert-slots "$4" --pin step --policy markov --lookahead on 2>/dev/null)
     pf=$(awk '{printf "%s (%s)", $2, $3}' <<< "$markov_pf")
   fi
   echo "| $1 | $2 | $4 ($5) | $lru | $lrfu | $markov | $pf | $belady | $(awk -v m="$markov" -v b="$belady" 'BEGIN {printf "%.2f", m / b}') |"

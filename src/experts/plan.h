@@ -42,7 +42,7 @@ struct CacheLayout {
 // minimum (as slots and as bytes). With lookahead, the speculative share is speculative_share's.
 CacheLayout plan_cache_layout(const Pack& pack, int64_t top_k, uint64_t slot_bytes, const StreamerOptions& opt);
 // Lookahead's speculative share of a cache of n_slots (plan_cache_layout's, and sluice
-// simulate --prefetch's): two steps' predictions (2 top_k) but at most a quarter of the cache,
+// simulate --lookahead's): two steps' predictions (2 top_k) but at most a quarter of the cache,
 // at least one slot, always leaving top_k slots beside it; 0 when the cache holds no more than
 // top_k. Chosen on the trained models' traces (docs/policy.md, "The speculative share"): a
 // larger share keeps stale predictions in room the demand needs (a quarter at every size was

@@ -244,11 +244,11 @@ int32_t simulate_speculative_slots(const SimulateOptions& opt, int32_t n_slots, 
 SimulateResult simulate_trace(const Trace& trace, const SimulateOptions& opt) {
   const bool per_layer = opt.slots_per_layer > 0;
   SLUICE_CHECK(per_layer != (opt.slots > 0), Status::invalid_argument,
-               "simulate: give exactly one of --slots-per-layer N and --slots N");
+               "simulate: give exactly one of --expert-slots-per-layer N and --expert-slots N");
   SLUICE_CHECK(!opt.prefetch || !per_layer, Status::invalid_argument,
-               "simulate: --prefetch needs one shared pool (--slots N): a prediction is for the next layer's cache");
+               "simulate: --lookahead needs one shared pool (--expert-slots N): a prediction is for the next layer's cache");
   SLUICE_CHECK(!opt.prefetch || trace.has_predictions, Status::invalid_argument,
-               "simulate: --prefetch needs a trace with lookahead predictions (predicted_next: sluice run "
+               "simulate: --lookahead needs a trace with lookahead predictions (predicted_next: sluice run "
                "--trace-routing with --lookahead on)");
   const int32_t asked = per_layer ? opt.slots_per_layer : opt.slots;
   SLUICE_CHECK(asked >= trace.top_k, Status::invalid_argument, "simulate: ", asked, " slots",

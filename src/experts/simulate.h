@@ -103,7 +103,7 @@ int32_t simulate_speculative_slots(const SimulateOptions& opt, int32_t n_slots, 
 // The most slots a replay can fill: per layer, the distinct experts of the trace's busiest
 // layer; for a shared pool, the trace's distinct (layer, expert) pairs (at most layers x
 // experts). More slots never evict, so the hit rates are the same at any larger size, and
-// simulate_trace caps the slot count here (--slots 100000000 would otherwise allocate
+// simulate_trace caps the slot count here (--expert-slots 100000000 would otherwise allocate
 // gigabytes of slot state for nothing).
 int64_t simulate_slot_cap(const Trace& trace, bool per_layer);
 

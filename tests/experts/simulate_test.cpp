@@ -171,7 +171,7 @@ TEST(Simulate, CommandOutput) {
   if (!fs::exists(reference_trace())) GTEST_SKIP() << "no " << reference_trace();
   fs::path out = write_trace("cli.out", "");
   std::string cmd = std::string(SLUICE_BINARY) + " simulate --trace " + reference_trace().string() +
-                    " --slots-per-layer 4 >" + out.string() + " 2>/dev/null";
+                    " --expert-slots-per-layer 4 >" + out.string() + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream f(out);
   std::stringstream ss;
@@ -184,7 +184,7 @@ TEST(Simulate, CommandOutput) {
   EXPECT_NE(ss.str().find("\nmarkov 0.637\n"), std::string::npos) << ss.str();
 
   cmd = std::string(SLUICE_BINARY) + " simulate --trace " + reference_trace().string() +
-        " --slots-per-layer 4 --policy arc >/dev/null 2>" + out.string();
+        " --expert-slots-per-layer 4 --policy arc >/dev/null 2>" + out.string();
   int raw = std::system(cmd.c_str());
   EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) != 0);
   std::ifstream g(out);
@@ -348,7 +348,7 @@ TEST(Simulate, ReadsXzTraces) {
   }
 }
 
-// --prefetch: lookahead's reads into the speculative share (plan_prefetch's rule), landing
+// --lookahead: lookahead's reads into the speculative share (plan_prefetch's rule), landing
 // before the next layer's step. By hand: a prediction that comes true is a demand hit there
 // (and the read counts), a wrong one a read and no hit; the share is the engine's
 // (speculative_share: 2 top-k capped at a quarter of 4 slots, 1).
@@ -389,7 +389,7 @@ TEST(Simulate, PrefetchTurnsPredictionsIntoHits) {
   per_layer.prefetch = true;
   auto [s1, m1] = status_and_message([&] { simulate_trace(t, per_layer); });
   EXPECT_EQ(s1, Status::invalid_argument);
-  EXPECT_NE(m1.find("--prefetch needs one shared pool"), std::string::npos) << m1;
+  EXPECT_NE(m1.find("--lookahead needs one shared pool"), std::string::npos) << m1;
   const Trace bare = read_trace(write_trace("bare.jsonl", row(0, 0, 0, {1}) + row(0, 1, 0, {2})));
   SimulateOptions shared;
   shared.slots = 4;

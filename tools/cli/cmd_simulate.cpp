@@ -26,10 +26,10 @@ void register_simulate(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("simulate", "replay a routing trace through the expert cache");
   cmd->add_option("--trace", opt->trace, "routing trace (JSON lines, docs/trace-format.md)")->required();
-  auto* spl = add_integer(*cmd, "--slots-per-layer", opt->slots_per_layer, IntRange::at_least(1),
+  auto* spl = add_integer(*cmd, "--expert-slots-per-layer", opt->slots_per_layer, IntRange::at_least(1),
                           "one cache of N slots per layer");
   auto* sl =
-      add_integer(*cmd, "--slots", opt->slots, IntRange::at_least(1), "one shared pool of N slots over all layers");
+      add_integer(*cmd, "--expert-slots", opt->slots, IntRange::at_least(1), "one shared pool of N slots over all layers");
   spl->excludes(sl);
   cmd->add_option("--policy", opt->policy, str("eviction policy: ", policy_names_text(), ", or all (default)"));
   cmd->add_option("--pin", opt->pin,
@@ -38,12 +38,12 @@ void register_simulate(CLI::App& app) {
   cmd->add_option("--predictions", opt->predictions,
                   "a shared pool with a trace's lookahead predictions: hand each row's prediction to the policy "
                   "after its step (default, as the engine's lookahead runs now), before it, or never");
-  cmd->add_option("--prefetch", opt->prefetch,
+  cmd->add_option("--lookahead", opt->prefetch,
                   "on: lookahead's prefetches too (a shared pool, a trace with predictions): each row's "
                   "prediction read into the speculative share after its step, landing before the next layer's; "
                   "prints the demand hit rate and the reads a demand access (misses and prefetches); off (default)");
   add_integer(*cmd, "--speculative", opt->speculative, IntRange::at_least(0),
-              "with --prefetch on: the speculative share in slots (default: the engine's, a quarter of the pool)");
+              "with --lookahead on: the speculative share in slots (default: the engine's, a quarter of the pool)");
   cmd->add_option("--map", opt->map,
                   "LAYERS,EXPERTS,TOPK: replay the routing --replay-routing gives a pack of LAYERS MoE layers of "
                   "EXPERTS experts, top-TOPK (one stream from a cold cache; docs/streaming.md)");
@@ -59,7 +59,7 @@ void register_simulate(CLI::App& app) {
   cmd->callback([opt] {
     expect_input_file(opt->trace, "--trace", "a routing trace (JSON lines)");
     SLUICE_CHECK(opt->slots_per_layer > 0 || opt->slots > 0, Status::invalid_argument,
-                 "simulate needs --slots-per-layer N or --slots N");
+                 "simulate needs --expert-slots-per-layer N or --expert-slots N");
     SimulateOptions so;
     so.slots_per_layer = opt->slots_per_layer;
     so.slots = opt->slots;
@@ -79,7 +79,7 @@ void register_simulate(CLI::App& app) {
       so.predictions = PredictionTime::never;
     else
       fail(Status::invalid_argument, "--predictions: '", opt->predictions, "' is not after, before or never");
-    SLUICE_CHECK(opt->prefetch == "on" || opt->prefetch == "off", Status::invalid_argument, "--prefetch: '",
+    SLUICE_CHECK(opt->prefetch == "on" || opt->prefetch == "off", Status::invalid_argument, "--lookahead: '",
                  opt->prefetch, "' is not on or off");
     so.prefetch = opt->prefetch == "on";
     so.speculative_slots = opt->speculative;

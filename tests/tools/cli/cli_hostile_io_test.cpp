@@ -100,8 +100,8 @@ TEST(CliHostileIo, SimulateCapsHugeSlotCounts) {
   const std::string trace = (source_dir() / "models/demo/routing.jsonl").string();  // 6 layers x 16 experts
   ChildOptions limited;
   limited.address_space_bytes = kAddressLimit;
-  for (const auto& [option, fits, huge] : {std::tuple{"--slots-per-layer", "16", "1000000000"},
-                                           std::tuple{"--slots", "96", "100000000"}}) {
+  for (const auto& [option, fits, huge] : {std::tuple{"--expert-slots-per-layer", "16", "1000000000"},
+                                           std::tuple{"--expert-slots", "96", "100000000"}}) {
     ChildResult want = run_sluice_child({"simulate", "--trace", trace, option, fits}, limited);
     ChildResult got = run_sluice_child({"simulate", "--trace", trace, option, huge}, limited);
     ASSERT_EQ(want.status, 0) << want.err;
@@ -187,7 +187,7 @@ TEST(CliHostileIo, StdoutWriteErrorsFailTheCommand) {
            {"run", "--model", model, "--tokens", "1,2,3", "-n", "4", "--temperature", "0"},
            {"run", "--model", model, "--tokens", "1,2,3", "-n", "0", "--print-ids", "--temperature", "0"},
            {"perplexity", "--model", model, "--file", small_text().string(), "--ctx", "64"},
-           {"simulate", "--trace", (source_dir() / "models/demo/routing.jsonl").string(), "--slots-per-layer", "4"},
+           {"simulate", "--trace", (source_dir() / "models/demo/routing.jsonl").string(), "--expert-slots-per-layer", "4"},
            // bench's rows, markdown and JSON (they were lost with exit 0)
            {"bench", "--model", model, "-p", "4", "-n", "2", "-r", "1"},
            {"bench", "--model", model, "-p", "4", "-n", "2", "-r", "1", "-o", "json"}}) {
@@ -261,7 +261,7 @@ TEST(CliHostileIo, InterruptedRunWritesWholeTraceSummaryAndStats) {
   EXPECT_EQ(lines.back(), '\n');
   std::istringstream in(lines);
   for (std::string line; std::getline(in, line);) EXPECT_TRUE(json::accept(line)) << line;
-  ChildResult replay = run_sluice_child({"simulate", "--trace", trace.string(), "--slots-per-layer", "4"});
+  ChildResult replay = run_sluice_child({"simulate", "--trace", trace.string(), "--expert-slots-per-layer", "4"});
   EXPECT_EQ(replay.status, 0) << replay.err;
 }
 

@@ -149,7 +149,7 @@ TEST(ReplayCli, BenchLabelsItsRowsWithTheRoutingAndTheBound) {
 TEST(ReplayCli, SimulateMapsAsTheRunWould) {
   const fs::path dir = child_scratch("replay-simulate");
   ChildResult r = run_sluice_child({"simulate", "--trace", snippet(kRoutingModel).string(), "--map", "3,64,4",
-                                    "--tokens", "100", "--slots", "40", "--pin", "step", "--policy", "lru",
+                                    "--tokens", "100", "--expert-slots", "40", "--pin", "step", "--policy", "lru",
                                     "--write-trace", (dir / "mapped.jsonl").string()});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.rfind("lru 0.", 0), 0u) << r.out;
