@@ -144,7 +144,11 @@ TEST(ServerConnections, AStopEndsEveryStreamWithItsFinalChunk) {
       ASSERT_EQ(r.status, 200) << r.head;
       EXPECT_NE(got.find("\r\n0\r\n\r\n"), std::string::npos) << "round " << round << ": no chunked end";
       EXPECT_TRUE(r.body.ends_with("data: [DONE]\n\n")) << "round " << round << ": " << r.body.substr(r.body.size() - std::min<size_t>(r.body.size(), 300));
-      EXPECT_NE(r.body.find("\"finish_reason\":\"stop\""), std::string::npos) << "round " << round;
+      // "stop" for a stream the stop ended, "length" for one that reached max_tokens first (a
+      // fast machine generates the 400 tokens within the later rounds' wait).
+      EXPECT_TRUE(r.body.find("\"finish_reason\":\"stop\"") != std::string::npos ||
+                  r.body.find("\"finish_reason\":\"length\"") != std::string::npos)
+          << "round " << round << ": no final chunk with a finish_reason";
     }
     stopper.join();
     EXPECT_LT(stop_seconds, 1.5) << "round " << round;
