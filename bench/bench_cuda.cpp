@@ -229,7 +229,7 @@ int run_attention_decode(double copy_bw) {
       CUDA_CHECK(cudaMemcpy(q, host.data(), q_floats * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(k, kv_host, kv_floats * elem, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(v, kv_host, kv_floats * elem, cudaMemcpyHostToDevice));
-      cuda::AttentionDecodeArgs a;
+      cuda::AttentionDecodeParams a;
       a.q = q, a.k = k, a.v = v, a.kv_bf16 = bf16, a.out = out, a.partials = partials;
       a.hq = c.hq, a.hkv = c.hkv, a.d = c.d, a.n_ctx = ctx, a.n_past = ctx - 1;
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));

@@ -7,7 +7,7 @@
 //
 // Routing: each token's top-k distinct experts of a layer drawn from a Zipf(--skew)
 // distribution over a per-layer permutation (so the cache hits at about the side by side's
-// rate); every miss lands at once (the host-RAM tier). Prints a table of microseconds a layer
+// rate); every miss lands at once (the host tier). Prints a table of microseconds a layer
 // for the union (step_union), the residency's acquire_step (the policy's on_step and
 // eviction choice included) and the pins' release, and the hit rate.
 #include <algorithm>

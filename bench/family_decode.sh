@@ -9,7 +9,7 @@
 #     over HBM_GBPS: the roofline, and the share of it reached;
 #   - streamed with device caches of CACHES percent of the expert bytes, experts from the disk
 #     (page cache dropped; bytes read / the disk's O_DIRECT bandwidth measured here) and from a
-#     preloaded host-RAM tier (bytes copied / H2D_GBPS): decode tok/s, hit rate, GB moved in
+#     preloaded host tier (bytes copied / H2D_GBPS): decode tok/s, hit rate, GB moved in
 #     the decode, the IO bound and the run's decode time over it.
 # Prints a markdown table. Environment (defaults): LIKE (gpt-oss-120b), KIND (mxfp4), LAYERS
 #   (12), BACKEND (cuda), PROMPT (16), DECODE (64; DISK_DECODE 24 for the disk rows), CACHES

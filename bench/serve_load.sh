@@ -11,7 +11,7 @@
 #   tokenizer_config.json), LAYERS (12), BACKEND (cuda), PORT (18080),
 #   CLIENTS (1,8,32,64), REQUESTS (2 per client), PROMPT_TOKENS (128), MAX_TOKENS (128),
 #   PARALLEL (64 sequences), CTX (1024 tokens each), HOST_CACHE (16G: the cached run's misses
-#   come from a preloaded host-RAM tier, as side_by_side.sh's "experts in host RAM" row;
+#   come from a preloaded host tier, as side_by_side.sh's "experts in host RAM" row;
 #   0: from the pack on disk), WORK (/tmp/serve_load: checkpoint and pack; a finished pack is
 #   reused), OUT (/tmp/serve_load/out: logs and JSON), ENDPOINT (completions; chat goes through
 #   the chat template), FORMATS (text; a list of serve_load.py's --response-format values, e.g.
@@ -98,7 +98,7 @@ elif [ "$HOST_CACHE" = 0 ]; then
   bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
     --expert-cache "$CACHE" || status=1
 else
-  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host-RAM tier, preloaded** ($SHAPE)" \
+  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host tier, preloaded** ($SHAPE)" \
     --expert-cache "$CACHE" --host-cache "$HOST_CACHE" --host-cache-preload || status=1
 fi
 say "done (status $status; logs and JSON in $OUTD)"

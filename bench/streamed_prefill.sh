@@ -2,7 +2,7 @@
 # streamed_prefill.sh BIN_DIR [PACK]: the streamed prefill against its bounds. A prompt of
 # TOKENS random ids through `sluice run -n 1`, resident and streamed with device caches of
 # CACHES percent of the pack's expert bytes, experts from the disk and from a preloaded
-# host-RAM tier; prints a markdown table: prefill tok/s, sub-batches a layer, GB moved, the
+# host tier; prints a markdown table: prefill tok/s, sub-batches a layer, GB moved, the
 # IO bound (bytes read / the disk's O_DIRECT bandwidth measured here; host tier: bytes copied /
 # H2D_GBPS), the compute bound (the resident prefill's time) and the run's time over the larger.
 #   BIN_DIR: holds sluice (LD_LIBRARY_PATH set for its libraries).

@@ -2,7 +2,7 @@
 # compare.sh OLD_BIN NEW_BIN [REPS]: on a machine with a GPU, two builds of sluice side by side on
 # the same full-size synthetic qwen3-30b-a3b q4 pack (48 layers, written to /tmp/q3 unless
 # present): resident decode (bench_cuda), streamed decode at a 10% expert cache from disk and
-# from a preloaded host-RAM tier (sluice run, sampled tokens so that routing varies). The runs
+# from a preloaded host tier (sluice run, sampled tokens so that routing varies). The runs
 # are interleaved (old, new, old, new, ...) REPS times (default 3) so that drift of the machine
 # hits both alike; prints one markdown row per measure: mean ± standard deviation of each
 # build, and new / old. Also the disk's O_DIRECT read rate, measured in the same run.

@@ -6,7 +6,7 @@
 #   - resident decode tok/s against the slice's memory roofline (the dense tensors and top-8
 #     expert records of every MoE layer a token, over HBM_GBPS);
 #   - streamed with device caches of 5% and 10% of the expert bytes, experts from the disk
-#     (page cache dropped) and from a preloaded host-RAM tier: tok/s, hit rate, GB moved, the
+#     (page cache dropped) and from a preloaded host tier: tok/s, hit rate, GB moved, the
 #     IO bound and the run's time over it;
 # then the latent KV cache's bytes a token (from -v), and the full-depth projection: the 58 MoE
 # layers' reads at the streamed rows' measured bytes a MoE layer, over this machine's disk and

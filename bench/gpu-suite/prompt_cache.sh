@@ -2,7 +2,7 @@
 # prompt_cache.sh BIN_DIR: time to first token of turn 10 of a chat whose every turn resends
 # the history (~8k tokens of it by turn 10), `sluice serve` with and without the prompt cache
 # (--prompt-cache 0), experts resident and with a device expert cache of 10% of the pack's
-# expert bytes whose misses come from a preloaded host-RAM tier. Prints a markdown table.
+# expert bytes whose misses come from a preloaded host tier. Prints a markdown table.
 #   The model: MODEL (a pack with a tokenizer.json, or a checkpoint, converted to a q4 pack
 #   first), else a synthetic pack
 #   (`sluice synth --like LIKE --kinds q4 --layers LAYERS`) with models/demo's tokenizer copied

@@ -6,7 +6,7 @@
 # trace, traces/routing-model-128e-code.jsonl.xz: its ids on qwen3's 128 experts, the first 4
 # of each row on gpt-oss's top-4), at device caches of CACHES percent of the expert bytes,
 # experts from the disk (page cache dropped before each row; the engine reads O_DIRECT either
-# way) and from a preloaded host-RAM tier, `--profile exact` and `fast`, `--lookahead off`
+# way) and from a preloaded host tier, `--profile exact` and `fast`, `--lookahead off`
 # and `on`. One markdown row each: hit rate, MB read a token, decode tok/s, the IO bound (the
 # disk's O_DIRECT rate, measured by the same bench at the engine's queue depth, over the bytes a
 # token), the compute bound (the same steps with --fake-experts) and the row's ratio to the

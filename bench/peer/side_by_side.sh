@@ -10,7 +10,7 @@
 # attention, embeddings and output head. Rows (ROWS, default "resident ram same disk"):
 #   resident  prefill 512 and 8192 tokens, decode 128 tokens, decode after an 8192-token prompt
 #   ram       experts in host RAM: sluice's device cache of CACHE_PCT% (default 10) of the expert
-#             bytes + its host-RAM tier, against the peer's `-ot exps=CPU` (experts on the CPU)
+#             bytes + its host tier, against the peer's `-ot exps=CPU` (experts on the CPU)
 #   same      the same GPU memory: the peer with the experts of as many layers on the GPU as fit
 #             sluice's device cache (the rest on the CPU), against sluice's cache of those bytes
 #   disk      both from disk with RAM capped below the expert bytes (a cgroup, CAP, default 2G):

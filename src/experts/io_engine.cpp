@@ -245,15 +245,15 @@ struct IoEngine::Impl {
   }
 
   // The next read of an op: descriptor, destination, length, offset.
-  struct ReadArgs {
+  struct ReadParams {
     int fd;
     uint8_t* buf;
     uint64_t len;
     uint64_t offset;
   };
-  static ReadArgs read_args(const Op& op) {
+  static ReadParams read_args(const Op& op) {
     const uint64_t rest = op.prog.want - op.prog.done;
-    ReadArgs a;
+    ReadParams a;
     a.fd = op.prog.direct ? op.fd_direct : op.fd_buffered;
     a.buf = static_cast<uint8_t*>(op.req.dest) + op.prog.done;
     a.len = std::min(op.prog.direct ? io_align_up(rest) : rest, kMaxReadChunk);
@@ -280,7 +280,7 @@ struct IoEngine::Impl {
   }
 
   void prep_read(Op* op) {
-    ReadArgs a = read_args(*op);
+    ReadParams a = read_args(*op);
     io_uring_sqe* sqe = get_sqe();
     io_uring_prep_read(sqe, a.fd, a.buf, static_cast<unsigned>(a.len), a.offset);
     io_uring_sqe_set_data(sqe, op);
@@ -430,7 +430,7 @@ struct IoEngine::Impl {
         start_locked(*op);
       }
       while (op) {
-        ReadArgs a = read_args(*op);
+        ReadParams a = read_args(*op);
         ssize_t n = ::pread(a.fd, a.buf, a.len, static_cast<off_t>(a.offset));
         int64_t res = n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n);
         if (opt.fault_injection) res = opt.fault_injection(op->req, res);

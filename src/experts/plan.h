@@ -35,7 +35,7 @@ uint64_t streaming_slot_bytes(const Pack& pack, DType kind, std::optional<DType>
 struct CacheLayout {
   int32_t n_slots = 0;
   int32_t speculative_slots = 0;  // lookahead's share (0 without lookahead)
-  int32_t host_slots = 0;         // records the host-RAM tier holds (0: no tier)
+  int32_t host_slots = 0;         // records the host tier holds (0: no tier)
 };
 // Slots from --expert-slots, else as many whole slots as --expert-cache holds; capped at the
 // records of the kinds in use; fewer than top_k is an invalid_argument error that states the
@@ -84,7 +84,7 @@ class StepFills {
  public:
   virtual ~StepFills() = default;
   // Slot a.slot, reserved for (record, kind) and loading, gets its bytes: true when they are
-  // there at once (the host-RAM tier held them), false when a read went out.
+  // there at once (the host tier held them), false when a read went out.
   virtual bool start_fill(const AcquireResult& a, int64_t record, DType kind, IoPriority priority) = 0;
   // Lands the fills that arrived, waiting a short while for one; returns how many landed.
   virtual size_t make_progress() = 0;

@@ -76,7 +76,7 @@ struct ResidencyOptions {
   PolicyOptions policy_options;          // n_slots and n_keys are filled in by the residency
   // Called when a resident record leaves its slot to make room (an eviction; not for
   // fail_load), before anything can reuse the slot: its memory still holds the record (the
-  // streamer keeps it in the host-RAM tier). Must not throw.
+  // streamer keeps it in the host tier). Must not throw.
   std::function<void(int32_t slot, int64_t record, DType kind)> on_evict;
 };
 

@@ -13,7 +13,7 @@
 //   hits     unique experts found in the cache, resident or already loading (pending_hits
 //            counts the loading ones; they cost a wait but no read)
 //   misses   unique experts that had to be read: hits + misses = unique
-//   host_hits     misses the host-RAM tier answered (no disk read; still counted in bytes)
+//   host_hits     misses the host tier answered (no disk read; still counted in bytes)
 //   low_bit_reads reads of low-bit copies (--miss-kind) issued beside the misses
 //   bytes_demand  bytes read for misses (misses x the record stride of their kind, plus
 //                 low_bit_reads x the low-bit kind's stride)

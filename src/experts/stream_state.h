@@ -1,5 +1,5 @@
 // StreamState: what every streamer holds, whatever memory its slots live in: the pack and
-// the kinds in use, the cache's layout, the residency of the slots and of the host-RAM tier,
+// the kinds in use, the cache's layout, the residency of the slots and of the host tier,
 // the IO engine over the pack's expert files, and the per-layer statistics. The CPU streamer
 // (streamer.h) and the CUDA streamer (cuda/streamer_impl.h) each own one and add their
 // memory; neither sets any of this up on its own.
@@ -51,7 +51,7 @@ struct StreamState {
   uint64_t slot_bytes = 0;                 // the largest record stride of the kinds in use
   CacheLayout layout;
   std::unique_ptr<Residency> residency;    // the slots
-  std::unique_ptr<Residency> host;         // the host-RAM tier (LRU), or null
+  std::unique_ptr<Residency> host;         // the host tier (LRU), or null
   std::unique_ptr<IoEngine> io;
   std::map<DType, int32_t> files;     // IO engine file index per kind in use
   std::vector<LayerStats> layers[2];       // [phase][n_layers]: StreamPhase order (prefill, decode)

@@ -1,5 +1,5 @@
 // ExpertStreamer: the streamed MoE step (plan, acquire, read, phase 1, deadline, phase 2),
-// lookahead prefetch, the host-RAM tier and the statistics.
+// lookahead prefetch, the host tier and the statistics.
 #include "experts/streamer.h"
 
 #include <algorithm>

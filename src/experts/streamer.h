@@ -2,7 +2,7 @@
 // "The streamed decode step"). It owns the slots (4096-aligned host memory for the CPU
 // backend, each as large as the largest record stride of the kinds in use), the residency
 // (which record each slot holds, pins, eviction policy), the IO engine reading records from
-// the pack's experts.<kind>.bin files, an optional host-RAM tier, and the statistics.
+// the pack's experts.<kind>.bin files, an optional host tier, and the statistics.
 //
 // One MoE layer call (moe()), for each group of rows whose expert union fits the cache (the
 // whole batch when it fits; a decode step is one row):
@@ -102,7 +102,7 @@ class ExpertStreamer final : public StreamingProvider {
 
   // The memory comes first: it outlives the IO engine (in st_), whose reads write into it.
   std::unique_ptr<AlignedBuffer> slot_mem_;  // [n_slots * slot_bytes]
-  std::unique_ptr<AlignedBuffer> host_mem_;  // the host-RAM tier: records evicted from the slots
+  std::unique_ptr<AlignedBuffer> host_mem_;  // the host tier: records evicted from the slots
   StreamState st_;
   std::unordered_map<uint64_t, Read> reads_;  // in flight, by tag
   uint64_t next_tag_ = 1;

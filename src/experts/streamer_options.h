@@ -41,7 +41,7 @@ struct StreamerOptions {
   // Developer option (--fake-experts): misses are not read; their slots are used with
   // whatever bytes they hold, to measure the compute-only bound. Results are meaningless.
   bool fake_experts = false;
-  // Benchmarks (--host-cache-preload, CUDA streamer): fill the host-RAM tier from the pack at
+  // Benchmarks (--host-cache-preload, CUDA streamer): fill the host tier from the pack at
   // start-up (the first records up to its size), so a run measures experts served from RAM.
   bool host_cache_preload = false;
   // Measurement only: every miss counts as late at the deadline and every low-bit copy as

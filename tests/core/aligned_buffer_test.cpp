@@ -1,4 +1,4 @@
-// AlignedBuffer takes memory as its pages are written: a host-RAM tier of 648 MB of which a run
+// AlignedBuffer takes memory as its pages are written: a host tier of 648 MB of which a run
 // read 0.05 GB held 818 MB resident (the whole tier zero-filled at start). And --host-cache
 // beyond the memory available is a one-line error before anything is allocated.
 #include <gtest/gtest.h>

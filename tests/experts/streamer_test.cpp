@@ -8,7 +8,7 @@
 //  - the statistics of those runs are consistent (hits + misses = unique, bytes read =
 //    misses x stride, the IO engine's reads = misses + prefetches), the residency's
 //    invariants hold and no pin outlives a step;
-//  - the host-RAM tier answers misses without changing a bit;
+//  - the host tier answers misses without changing a bit;
 //  - errors: too few slots (the message states the minimum), a corrupted record with
 //    verification on, EIO (retried once, then an error naming the record), a truncated
 //    expert file, a wrong miss kind.

@@ -9,7 +9,7 @@
 //    absorbed decode kernel), within the CUDA decoder bound of 1e-3, the greedy continuation
 //    equal; a q4 pack against the CPU's run of it; routed on the host behind
 //    SLUICE_CUDA_HOST_ROUTED=1; the decode step replayed from a graph equal to the eager one;
-//    streamed from a preloaded host-RAM tier through top_k slots as the resident model.
+//    streamed from a preloaded host tier through top_k slots as the resident model.
 // Streaming against the CPU streamer: cuda_streaming_test.cpp's GiantFamiliesSameRoutingAndTokensAsTheCpu
 // (and GroupedPrefillIsTheResidentPrefillBitForBit, which cuda_expert_fixtures() feeds them to).
 #include <gtest/gtest.h>
@@ -95,7 +95,7 @@ TEST(CudaGiant, GroupRouterTopkIsRouteTopkBitForBit) {
       const Routing want = route_topk(spec, logits, c.n, with_bias ? std::span<const float>(bias) : std::span<const float>());
       Tensor dl = upload(*gpu, logits, {c.n, c.E}), db = upload(*gpu, bias, {c.E});
       Tensor ids = gpu->alloc(DType::i32, {c.n * c.k}), w = gpu->alloc(DType::f32, {c.n * c.k});
-      const cuda::RouterGroupArgs g{c.groups, c.keep, 2.5f, 1e-20f, with_bias ? db.ptr<float>() : nullptr};
+      const cuda::RouterGroupParams g{c.groups, c.keep, 2.5f, 1e-20f, with_bias ? db.ptr<float>() : nullptr};
       // On the backend's stream, which its to_host orders after (the legacy default stream is not).
       cuda::launch_router_group_topk(dl.ptr<float>(), c.n, c.E, c.k, c.norm, g, ids.ptr<int32_t>(), w.ptr<float>(),
                                      dynamic_cast<CudaBackend&>(*gpu).stream());
@@ -217,7 +217,7 @@ TEST_P(CudaGiantFamily, GraphReplayEqualsEagerDecode) {
   EXPECT_EQ(floats_differing(runs[0], runs[1]), 0u) << GetParam();
 }
 
-// Streamed through top_k slots from a preloaded host-RAM tier: the resident model's greedy
+// Streamed through top_k slots from a preloaded host tier: the resident model's greedy
 // tokens and its logits within the bound.
 TEST_P(CudaGiantFamily, StreamedFromTheHostTierAsResident) {
   auto gpu = make_cuda_backend(0);

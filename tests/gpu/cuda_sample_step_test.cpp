@@ -141,7 +141,7 @@ TEST_P(CudaSampleStep, GreedyStepsAheadAreTheStepByStepOnes) {
 
 // The same with the experts streamed (the CUDA streamer: each step enqueued eagerly, the greedy
 // step ahead behind it, its MoE layers' jobs queued behind the step's own), at top_k + 1 slots
-// read from disk and from a preloaded host-RAM tier. A swapped token drops the step ahead,
+// read from disk and from a preloaded host tier. A swapped token drops the step ahead,
 // which the streamer still ran: more layer steps with the steps ahead than without shows
 // they were enqueued. A generation (Generator) enqueues none after its last token. Sampled
 // steps ahead draw the step-by-step run's tokens.

@@ -9,7 +9,7 @@
 //    logits bit for bit;
 //  - the fixtures saved in bf16 (qwen3_moe_yarn, olmoe) streamed at the bf16 kind give
 //    transformers' logits within 1e-3 (f32 activations, reordered sums);
-//  - a host-RAM tier, blocking waits, --miss-kind with the worst-case deadline, and
+//  - a host tier, blocking waits, --miss-kind with the worst-case deadline, and
 //    --fake-experts run to the end (the last with the slots' bytes as they are);
 //  - errors: a corrupted record (verification on) is an error naming the record, raised on
 //    the model thread within seconds (no hang), and the streamer stays failed; tables the
@@ -526,7 +526,7 @@ TEST(CudaStreaming, MissKindWithTheWorstCaseDeadline) {
 // token. That settles the cache between tokens only: within a token, a layer's background
 // reads may still be in flight at the next layer's plan (3 slots for all layers), and with a
 // faster streamed step (~100 -> ~47 us of handshake a layer) the lossy tokens parted between
-// runs of one binary at the fifth token in 5 of 10 runs. So the lossy runs read from a preloaded host-RAM tier: every fill lands at
+// runs of one binary at the fifth token in 5 of 10 runs. So the lossy runs read from a preloaded host tier: every fill lands at
 // its plan, and the lossy step is a function of the routing alone.
 TEST(CudaStreaming, KlCheckAgainstASecondStreamer) {
   MixtralThreeSlots t;

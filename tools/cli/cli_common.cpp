@@ -42,7 +42,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opt) {
   cmd.add_option("--policy", opt.policy, str("expert cache eviction policy: lru, lfu, lrfu, fifo, markov (default ", policy_name(kDefaultPolicy), ")"));
   cmd.add_option("--io", opt.io, "expert reads: direct (O_DIRECT, default) or buffered (page cache)");
   add_integer(cmd, "--io-depth", opt.io_depth, IntRange::from(1, 256), "expert reads in flight (default 8)");
-  cmd.add_option("--host-cache", opt.host_cache, "a host-RAM tier of this size between the expert cache and the pack");
+  cmd.add_option("--host-cache", opt.host_cache,
+                 "a host tier (records in this machine's RAM) of this size between the expert cache and the pack");
   cmd.add_option("--lookahead", opt.lookahead, "prefetch the next layer's predicted experts: on or off (default off)");
   opt.cut_option = add_real(cmd, "--cut", opt.cut, RealRange::from(0, 1, "0: off"),
            "deadline: cut late misses whose routing weight is below W (default 0: off)");
@@ -306,7 +307,7 @@ Session open_session(const ModelOptions& opt) {
   }
   Session s;
   s.backend = make_backend(opt.backend);
-  // The host-RAM tier lives in this machine's memory whatever the backend: it must fit what is
+  // The host tier lives in this machine's memory whatever the backend: it must fit what is
   // available (the CPU backend's measure: MemAvailable within any cgroup limit).
   if (lo.streaming && lo.streaming->host_cache_bytes > 0) {
     const std::optional<uint64_t> avail =

@@ -32,7 +32,7 @@ void sample(std::string& out, const std::string& name, double v) {
   out += buf;
 }
 
-// Bytes the host-RAM tier served: a record's stride each (slot_bytes, the largest stride).
+// Bytes the host tier served: a record's stride each (slot_bytes, the largest stride).
 uint64_t host_tier_bytes(const RunStats& s) { return s.totals().host_hits * s.slot_bytes; }
 
 }  // namespace

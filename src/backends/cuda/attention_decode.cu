@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(256)
 
 // The merge of S > 1 partial rows a head, after either kernel.
 template <int D>
-void launch_merge(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
+void launch_merge(const AttentionDecodeParams& a, int S, cudaStream_t st) {
   launch_chained(attention_decode_merge_kernel<D>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(a.n_rows)),
                  dim3(D), 0, st, static_cast<const float*>(a.partials), a.out, static_cast<int>(a.hq), S, a.sinks);
 }
@@ -485,7 +485,7 @@ GqaShape gqa_shape(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx, int64_t kv
 }
 
 template <int DPL, int HPW, bool kPerRow, typename KV>
-void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+void launch_gqa_rows(const AttentionDecodeParams& a, const GqaShape& g, cudaStream_t st) {
   static const bool smem_set = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_decode_gqa_kernel<DPL, HPW, kPerRow, KV>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kGqaMaxSmem));
@@ -501,14 +501,14 @@ void launch_gqa_rows(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream
 }
 
 template <int DPL, int HPW, typename KV>
-void launch_gqa(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+void launch_gqa(const AttentionDecodeParams& a, const GqaShape& g, cudaStream_t st) {
   if (a.rows) launch_gqa_rows<DPL, HPW, true, KV>(a, g, st);
   else launch_gqa_rows<DPL, HPW, false, KV>(a, g, st);
   if (g.S > 1) launch_merge<32 * DPL>(a, g.S, st);
 }
 
 template <int DPL, typename KV>
-void launch_gqa_d(const AttentionDecodeArgs& a, const GqaShape& g, cudaStream_t st) {
+void launch_gqa_d(const AttentionDecodeParams& a, const GqaShape& g, cudaStream_t st) {
   switch (g.HPW) {
     case 1: launch_gqa<DPL, 1, KV>(a, g, st); break;
     case 2: launch_gqa<DPL, 2, KV>(a, g, st); break;
@@ -526,7 +526,7 @@ bool gqa_applies(int64_t hq, int64_t hkv, int64_t d) {
 }
 
 template <int DPL, typename KV>
-void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
+void launch_d(const AttentionDecodeParams& a, int S, cudaStream_t st) {
   constexpr int d = 32 * DPL;
   const size_t smem = (static_cast<size_t>(d) + kWarps * 32 + kWarps * (d + 2)) * sizeof(float);
   launch_chained(attention_decode_kernel<DPL, KV>, dim3(static_cast<unsigned>(a.hq), static_cast<unsigned>(S)),
@@ -536,13 +536,13 @@ void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
 }
 
 // Whether the launch takes the tensor-core kernel.
-bool takes_mma(const AttentionDecodeArgs& a) {
+bool takes_mma(const AttentionDecodeParams& a) {
   return gqa_applies(a.hq, a.hkv, a.d) && attention_decode_mma_applies(a.hq, a.hkv, a.d, a.kv_bf16);
 }
 
 // Either kernel for the cache's element type.
 template <typename KV>
-void launch_kv(const AttentionDecodeArgs& a, cudaStream_t st) {
+void launch_kv(const AttentionDecodeParams& a, cudaStream_t st) {
   if (takes_mma(a)) {
     const int S = attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
     SLUICE_CHECK(S <= attention_decode_splits(a.hq, a.hkv, a.d, a.n_ctx), Status::internal,
@@ -591,7 +591,7 @@ int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx) {
   return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
 }
 
-int attention_decode_launch_splits(const AttentionDecodeArgs& a) {
+int attention_decode_launch_splits(const AttentionDecodeParams& a) {
   if (takes_mma(a)) return attention_decode_mma_splits(a.hkv, a.n_ctx, kMaxSplits);
   if (a.rows || gqa_applies(a.hq, a.hkv, a.d))
     return gqa_shape(a.hq, a.hkv, a.d, a.n_ctx, a.kv_bf16 ? sizeof(__nv_bfloat16) : sizeof(float)).S;
@@ -607,7 +607,7 @@ bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t
          n_rows * hkv <= kAttentionDecodeMaxHeads && (d == 64 || d == 128 || d == 256);
 }
 
-void launch_attention_decode(const AttentionDecodeArgs& a, Stream s) {
+void launch_attention_decode(const AttentionDecodeParams& a, Stream s) {
   SLUICE_CHECK(a.rows ? attention_decode_rows_supported(a.hq, a.hkv, a.d, a.n_rows) && a.n_past_dev
                       : a.n_rows == 1 && attention_decode_supported(a.hq, a.hkv, a.d, a.q, a.k, a.v),
                Status::internal, "cuda attention_decode: unsupported shape (hq ", a.hq, ", hkv ", a.hkv, ", d ", a.d,

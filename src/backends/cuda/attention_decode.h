@@ -11,7 +11,7 @@ namespace sluice::cuda {
 
 constexpr int64_t kAttentionDecodeMaxHeads = 1024;  // query heads (times batch rows) a launch serves
 
-struct AttentionDecodeArgs {
+struct AttentionDecodeParams {
   const float* q = nullptr;  // [1, hq, d]
   const void* k = nullptr;   // [n_ctx, hkv, d] f32, or bf16 when kv_bf16
   const void* v = nullptr;   // [n_ctx, hkv, d]
@@ -47,9 +47,9 @@ bool attention_decode_rows_supported(int64_t hq, int64_t hkv, int64_t d, int64_t
 int attention_decode_splits(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
 // The splits launch_attention_decode(a) uses: the kernel it takes for a, that kernel's count
 // (for benchmarks' tables).
-int attention_decode_launch_splits(const AttentionDecodeArgs& a);
+int attention_decode_launch_splits(const AttentionDecodeParams& a);
 int64_t attention_decode_partial_floats(int64_t hq, int64_t hkv, int64_t d, int64_t n_ctx);
-void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
+void launch_attention_decode(const AttentionDecodeParams& a, Stream s);
 
 // The tensor-core kernel (attention_decode_mma.cu), which launch_attention_decode takes (one
 // sequence or a batch step's rows) when it applies: a bf16 cache, 2 to 16 query heads a kv head, 64 or 128 dims
@@ -59,6 +59,6 @@ void launch_attention_decode(const AttentionDecodeArgs& a, Stream s);
 // the launch writing S partial rows a head (S > 1: the merge follows) or the output.
 bool attention_decode_mma_applies(int64_t hq, int64_t hkv, int64_t d, bool kv_bf16);
 int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits);
-void launch_attention_decode_mma(const AttentionDecodeArgs& a, int S, cudaStream_t st);
+void launch_attention_decode_mma(const AttentionDecodeParams& a, int S, cudaStream_t st);
 
 }  // namespace sluice::cuda

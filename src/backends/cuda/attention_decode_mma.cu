@@ -273,7 +273,7 @@ template <int D> int stage_buffers() {
 }
 
 template <int D, bool kPerRow>
-void launch_d(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
+void launch_d(const AttentionDecodeParams& a, int S, cudaStream_t st) {
   const int NST = stage_buffers<D>();
   const size_t smem = 4 * (fixed_words<D>() + static_cast<size_t>(NST) * stage_words<D>());
   static const bool smem_set = [] {
@@ -312,7 +312,7 @@ int attention_decode_mma_splits(int64_t hkv, int64_t n_ctx, int max_splits) {
   return static_cast<int>(std::max<int64_t>(1, std::min(stages, s_max)));
 }
 
-void launch_attention_decode_mma(const AttentionDecodeArgs& a, int S, cudaStream_t st) {
+void launch_attention_decode_mma(const AttentionDecodeParams& a, int S, cudaStream_t st) {
   if (a.rows) {
     if (a.d == 64) launch_d<64, true>(a, S, st);
     else launch_d<128, true>(a, S, st);

@@ -30,8 +30,8 @@ __device__ __forceinline__ float cache_at(const void* c, bool bf16, int64_t i) {
   return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(c)[i]) : static_cast<const float*>(c)[i];
 }
 
-// The position of row b (LatentAttentionArgs).
-__device__ __forceinline__ int64_t row_position(const LatentAttentionArgs& a, bool own_caches, int64_t b) {
+// The position of row b (LatentAttentionParams).
+__device__ __forceinline__ int64_t row_position(const LatentAttentionParams& a, bool own_caches, int64_t b) {
   if (own_caches) return a.n_past_dev[b];
   return (a.n_past_dev != nullptr ? a.n_past_dev[0] : a.n_past) + b;
 }
@@ -39,7 +39,7 @@ __device__ __forceinline__ int64_t row_position(const LatentAttentionArgs& a, bo
 // DVL: output dims a lane holds (dv <= 32 DVL).
 template <int DVL>
 __global__ void __launch_bounds__(kHeads * 32)
-    latent_attention_kernel(const LatentAttentionArgs a, const RowCachePtrs rows, bool own_caches) {
+    latent_attention_kernel(const LatentAttentionParams a, const RowCachePtrs rows, bool own_caches) {
   chained_kernel_entry();
   extern __shared__ float smem[];
   const int64_t dk = a.dk, dv = a.dv, ks_stride = dk + 1;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(128)
 }
 
 template <int DVL>
-void launch_dvl(const LatentAttentionArgs& a, int S, cudaStream_t st) {
+void launch_dvl(const LatentAttentionParams& a, int S, cudaStream_t st) {
   const size_t smem = (static_cast<size_t>(kHeads) * a.dk + static_cast<size_t>(kChunk) * (a.dk + 1)) * sizeof(float);
   static bool opted = false;  // the largest dynamic shared memory this kernel asks for
   if (!opted) {
@@ -193,7 +193,7 @@ int64_t latent_attention_partial_floats(int64_t n_rows, int64_t H, int64_t dv, i
   return n_rows * H * latent_attention_splits(n_ctx) * (dv + 2);
 }
 
-void launch_latent_attention(const LatentAttentionArgs& a, Stream s) {
+void launch_latent_attention(const LatentAttentionParams& a, Stream s) {
   SLUICE_CHECK(latent_attention_supported(a.dk, a.dv, a.n_rows, a.rows != nullptr) &&
                    (a.rows == nullptr || a.n_past_dev != nullptr),
                Status::unsupported, "cuda latent attention: keys of ", a.dk, " values, values of ", a.dv, ", ",

@@ -15,7 +15,7 @@ namespace sluice::cuda {
 // position n_past + b (one sequence; n_past_dev[0] + b when n_past_dev is set) or, with rows,
 // n_past_dev[b]; out [rows, H, dv] = softmax over keys j <= position of scale q . cache[j],
 // times cache[j, :dv].
-struct LatentAttentionArgs {
+struct LatentAttentionParams {
   const float* q = nullptr;
   const void* cache = nullptr;
   const RowCachePtrs* rows = nullptr;  // a batch step's caches, or null
@@ -35,7 +35,7 @@ bool latent_attention_supported(int64_t dk, int64_t dv, int64_t n_rows, bool own
 // Splits of the context for a cache of n_ctx positions, and the partial rows' scratch.
 int latent_attention_splits(int64_t n_ctx);
 int64_t latent_attention_partial_floats(int64_t n_rows, int64_t H, int64_t dv, int64_t n_ctx);
-void launch_latent_attention(const LatentAttentionArgs& a, Stream s);
+void launch_latent_attention(const LatentAttentionParams& a, Stream s);
 
 // Backend::write_rows: dst rows positions[i] (device i32, or null: row0 + i) = src rows
 // [n, c] f32, stored as f32 or (bf16) rounded to nearest even.

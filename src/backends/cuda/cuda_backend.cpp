@@ -422,7 +422,7 @@ void CudaBackend::attention_rows(const Tensor& q, const Tensor& out, const RowCa
                     .window = sliding_window, .sinks = sinks_of(sinks, hq), .n_rows = n, .rows = &ptrs});
 }
 
-void CudaBackend::decode_attention(cuda::AttentionDecodeArgs a) {
+void CudaBackend::decode_attention(cuda::AttentionDecodeParams a) {
   const int64_t rows = a.rows ? a.n_rows : 1;
   Tensor partials = alloc(DType::f32, {rows * cuda::attention_decode_partial_floats(a.hq, a.hkv, a.d, a.n_ctx)});
   a.partials = partials.ptr<float>();

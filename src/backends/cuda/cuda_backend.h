@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
   // (the returned owner; eagerly only).
   std::shared_ptr<void> row_positions(const RowCaches& caches, int64_t n, const int32_t** dev);
   // The split decode attention (attention_decode.h) with its partials and counters.
-  void decode_attention(cuda::AttentionDecodeArgs a);
+  void decode_attention(cuda::AttentionDecodeParams a);
   // attention_inputs, with rows: a batch step's rows into caches of their own.
   void attention_inputs_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                                const Tensor& k_norm, float eps, const Tensor& cos, const Tensor& sin, int64_t rot_dim,

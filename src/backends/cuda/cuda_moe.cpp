@@ -22,7 +22,7 @@ struct CudaExpertTable final : ExpertTable {
   Tensor refs;  // [n_expert] ExpertRef in device memory (as bytes)
   Tensor expert_scale;  // [n_expert] f32 multiplying the chosen experts' weights, or empty
   RouterScoring scoring = RouterScoring::softmax;
-  cuda::RouterGroupArgs group;  // sigmoid_grouped: groups, scaling and the layer's correction bias
+  cuda::RouterGroupParams group;  // sigmoid_grouped: groups, scaling and the layer's correction bias
   Tensor score_bias;            // [n_expert] f32 behind group.score_bias, or empty
   bool scale_input = false;  // the weights scale the experts' inputs; their outputs are summed (Llama 4)
   int64_t n_expert = 0, n_embd = 0, n_ff = 0;
@@ -106,7 +106,7 @@ cuda::ExpertAct cuda::expert_act_of(const ExpertMath& math) {
 
 void cuda::launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k,
                          bool norm_topk, int32_t* ids, float* weights, Stream s, const float* expert_scale,
-                         RoutingCopy copy, const RouterGroupArgs* group) {
+                         RoutingCopy copy, const RouterGroupParams* group) {
   if (scoring == RouterScoring::sigmoid_grouped) {
     SLUICE_CHECK(group != nullptr, Status::internal, "cuda router: group-limited routing without its parameters");
     launch_router_group_topk(logits, n, n_expert, k, norm_topk, *group, ids, weights, s, copy);

@@ -38,7 +38,7 @@ void CudaBackend::attention_latent(const Tensor& q, const Tensor& cache, const T
     return;
   }
   Tensor partials = alloc(DType::f32, {cuda::latent_attention_partial_floats(n, H, dv, cache.shape[0])});
-  cuda::LatentAttentionArgs a;
+  cuda::LatentAttentionParams a;
   a.q = q.ptr<float>();
   a.cache = cache.data;
   a.bf16 = cache.dtype == DType::bf16;
@@ -76,7 +76,7 @@ void CudaBackend::attention_latent_rows(const Tensor& q, const Tensor& out, cons
   const int32_t* pos = nullptr;
   auto staged = row_positions(caches, n, &pos);
   Tensor partials = alloc(DType::f32, {cuda::latent_attention_partial_floats(n, q.shape[1], out.shape[2], n_ctx)});
-  cuda::LatentAttentionArgs a;
+  cuda::LatentAttentionParams a;
   a.q = q.ptr<float>();
   a.rows = &ptrs;
   a.bf16 = caches.k[0].dtype == DType::bf16;

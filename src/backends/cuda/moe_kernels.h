@@ -97,10 +97,10 @@ void launch_router_topk_sigmoid(const float* logits, int64_t n, int64_t n_expert
 // The device top-k of `scoring` (route_topk's): launch_router_topk (softmax; norm_topk and
 // expert_scale apply), launch_router_topk_sigmoid, or launch_router_group_topk
 // (sigmoid_grouped, with `group`: router_group_topk.h). Host code; defined in cuda_moe.cpp.
-struct RouterGroupArgs;
+struct RouterGroupParams;
 void launch_router(RouterScoring scoring, const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm_topk,
                    int32_t* ids, float* weights, Stream s, const float* expert_scale = nullptr,
-                   RoutingCopy copy = {}, const RouterGroupArgs* group = nullptr);
+                   RoutingCopy copy = {}, const RouterGroupParams* group = nullptr);
 
 // Whether launch_router routes `scoring` over n_expert experts, k a token (n_group groups for
 // sigmoid_grouped) on the device: softmax always; sigmoid up to 512 experts and 32 a token;

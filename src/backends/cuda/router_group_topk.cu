@@ -36,7 +36,7 @@ __device__ __forceinline__ void warp_best(float& v, int32_t& id, float& s) {
 template <int NV>
 __global__ void __launch_bounds__(kRowsABlock * 32)
     router_group_topk_kernel(const float* __restrict__ logits, int64_t n, int64_t E, int64_t k, bool norm,
-                             RouterGroupArgs g, int32_t* __restrict__ ids, float* __restrict__ weights,
+                             RouterGroupParams g, int32_t* __restrict__ ids, float* __restrict__ weights,
                              RoutingCopy copy) {
   namespace rg = router_group;
   chained_kernel_entry();
@@ -135,7 +135,7 @@ bool router_group_topk_supported(int64_t n_expert, int64_t k, int64_t n_group) {
 }
 
 void launch_router_group_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm,
-                              const RouterGroupArgs& g, int32_t* ids, float* weights, Stream s, RoutingCopy copy) {
+                              const RouterGroupParams& g, int32_t* ids, float* weights, Stream s, RoutingCopy copy) {
   SLUICE_CHECK(router_group_topk_supported(n_expert, k, g.n_group) && g.topk_group >= 1 && g.topk_group <= g.n_group,
                Status::unsupported, "cuda router_group_topk: ", n_expert, " experts in ", g.n_group, " groups (keep ",
                g.topk_group, "), top-", k, " (at most ", kMaxExperts, " experts, ", kMaxGroups,

@@ -11,7 +11,7 @@ namespace sluice::cuda {
 
 // The group routing's parameters (core/router_scoring.h's GroupedRouting, which the .cu files
 // cannot include) and one layer's correction bias.
-struct RouterGroupArgs {
+struct RouterGroupParams {
   int64_t n_group = 1, topk_group = 1;
   float routed_scaling_factor = 1.0f;
   float norm_eps = 0.0f;
@@ -27,6 +27,7 @@ bool router_group_topk_supported(int64_t n_expert, int64_t k, int64_t n_group);
 // row, core/router_group.h's arithmetic in the CPU's order. norm: renormalize (norm_topk_prob).
 // copy: as launch_router_topk's.
 void launch_router_group_topk(const float* logits, int64_t n, int64_t n_expert, int64_t k, bool norm,
-                              const RouterGroupArgs& g, int32_t* ids, float* weights, Stream s, RoutingCopy copy = {});
+                              const RouterGroupParams& g, int32_t* ids, float* weights, Stream s,
+                              RoutingCopy copy = {});
 
 }  // namespace sluice::cuda

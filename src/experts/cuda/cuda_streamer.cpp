@@ -39,7 +39,7 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
                                  "; ask for a smaller --expert-cache)")
                                  .c_str());
   if (host)
-    host_mem = cuda::RegisteredHostBuffer(static_cast<size_t>(layout.host_slots) * slot_bytes, "the host-RAM expert tier");
+    host_mem = cuda::RegisteredHostBuffer(static_cast<size_t>(layout.host_slots) * slot_bytes, "the host expert tier");
   // Staging: a buffer per device slot (a slot's record waits in it until the device copied
   // it), fewer with a host tier, where reads land in the tier.
   const int32_t n_staging = host ? std::max(4, 2 * opt.io_depth) : layout.n_slots;
@@ -352,10 +352,10 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   // correction bias.
   auto group_of = [&](const Tensor& bias) {
     const GroupedRouting& g = c.router->grouped;
-    return cuda::RouterGroupArgs{g.n_group, g.topk_group, g.routed_scaling_factor, g.norm_eps,
+    return cuda::RouterGroupParams{g.n_group, g.topk_group, g.routed_scaling_factor, g.norm_eps,
                                  bias.empty() ? nullptr : bias.ptr<float>()};
   };
-  const cuda::RouterGroupArgs group = group_of(c.score_bias), next_group = group_of(c.next_score_bias);
+  const cuda::RouterGroupParams group = group_of(c.score_bias), next_group = group_of(c.next_score_bias);
   // The routing goes to the host-mapped handshake memory too, where the service thread reads it.
   // A replayed routing (benchmarks) is stored where the top-k stores the router's.
   const RoutingReplayTable* replay = c.replay ? c.replay.replay->device(be) : nullptr;

@@ -1,4 +1,4 @@
-// CudaStreamer fills: a reserved device slot gets its record from the host-RAM tier or by a
+// CudaStreamer fills: a reserved device slot gets its record from the host tier or by a
 // direct read into page-locked memory, then by a copy the device runs (a copy kernel over a
 // published list, or a cudaMemcpyAsync on the model thread); the tier's preload.
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The inside of CudaStreamer (cuda_streamer.h), shared by its files, one concern each:
 //   cuda_streamer.cpp  construction, the model thread's enqueue of a MoE layer, statistics
 //   fills.cpp          fills: reads into page-locked memory, copies into device slots, the
-//                      host-RAM tier and its preload
+//                      host tier and its preload
 //   service.cpp        the service thread: the handshake's host side and each layer's plan
 //   grouped.cpp        the synchronous path for batches whose union may exceed the cache
 //   host_routed.cpp    the synchronous path for experts the device kernels do not compute
