@@ -16,6 +16,9 @@
 #   deepseek   the DeepSeek-V3 slice (deepseek_slice.sh)
 #   prompt     time to first token of turn 10 of a chat (~8k tokens of history) with and
 #              without the prompt cache, resident and from a 10% expert cache (prompt_cache.sh)
+#   json       `sluice serve` under 1, 8 and 32 clients, plain against JSON-schema requests
+#              (bench/serve_load.sh FORMATS=text,json_schema on a 12-layer synthetic
+#              qwen3-30b-a3b pack with models/demo's tokenizer)
 # Output goes to stdout as markdown rows, logs to ${OUT:-/tmp/gpu-suite}. LIMIT (seconds,
 # default 560) is the whole run's budget: a part that would start after it is skipped and said so.
 set -uo pipefail
@@ -47,7 +50,13 @@ for part in "${PARTS[@]}"; do
       done ;;
     deepseek) LIMIT=$left timeout "$left" bench/gpu-suite/deepseek_slice.sh "$BIN" ;;
     prompt) LIMIT=$left timeout "$left" bench/gpu-suite/prompt_cache.sh "$BIN" ;;
-    *) echo "unknown part '$part' (tests sbs roofline streamed families deepseek prompt)"; exit 2 ;;
+    json)
+      P=/tmp/json-q12
+      [ -e $P/manifest.json ] || timeout 100 "$BIN/sluice" synth --like qwen3-30b-a3b --kinds q4 --layers 12 $P -q --force
+      cp models/demo/tokenizer.json models/demo/tokenizer_config.json $P/
+      DEADLINE=$left RUNS=resident FORMATS=text,json_schema CLIENTS=1,8,32 PARALLEL=32 OUT="$OUT/json" \
+        timeout "$left" bench/serve_load.sh $P "$BIN" ;;
+    *) echo "unknown part '$part' (tests sbs roofline streamed families deepseek prompt json)"; exit 2 ;;
   esac
 done
 echo "== done at $(el) s"
