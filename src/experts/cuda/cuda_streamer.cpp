@@ -60,13 +60,16 @@ CudaStreamer::Impl::Impl(std::shared_ptr<const Pack> p, DType k, int64_t topk, C
                                      "the prefill wave tables");
   d_phase = cuda::DeviceBuffer(settled_table_offset() + static_cast<size_t>(n_expert) * sizeof(cuda::ExpertRef),
                                "the expert table and copy list");
-  CUDA_CHECK(cudaMemset(d_phase.as(), 0, settled_table_offset()));
+  // The device's header and call counters are zeroed on the streamer's stream (a non-blocking
+  // one, which a plain cudaMemset's legacy stream is not ordered with): the first handshake
+  // kernel reads them after the zeroing, not a freed buffer's old counts.
+  CUDA_CHECK(cudaMemsetAsync(d_phase.as(), 0, settled_table_offset(), stream));
   d_calls = cuda::DeviceBuffer(static_cast<size_t>(n_layers) * sizeof(uint64_t), "the device's call counters");
-  CUDA_CHECK(cudaMemset(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t)));
+  CUDA_CHECK(cudaMemsetAsync(d_calls.as(), 0, static_cast<size_t>(n_layers) * sizeof(uint64_t), stream));
   if (switches::on(Switch::cuda_handshake_times)) {
     const size_t bytes = (1 + static_cast<size_t>(n_layers) * cuda::kTimelinePoints * cuda::kTimelineSums) * sizeof(uint64_t);
     d_times = cuda::DeviceBuffer(bytes, "the handshake timeline");
-    CUDA_CHECK(cudaMemset(d_times.as(), 0, bytes));
+    CUDA_CHECK(cudaMemsetAsync(d_times.as(), 0, bytes, stream));
   }
   device_failed = cuda::MappedHostBuffer(64, "the device-side wait's failure flag");
   *reinterpret_cast<volatile uint32_t*>(device_failed.data()) = 0;
