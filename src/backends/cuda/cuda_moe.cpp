@@ -65,11 +65,13 @@ std::unique_ptr<RoutingReplayTable> CudaBackend::make_routing_replay(int64_t n_l
   t->k = k;
   t->ids = cuda::DeviceBuffer(n * sizeof(int32_t), "the replayed routing's ids");
   t->weights = cuda::DeviceBuffer(n * sizeof(float), "the replayed routing's weights");
-  CUDA_CHECK(cudaMemcpy(t->ids.as(), ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(t->weights.as(), weights.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  // On the backend's stream (a plain cudaMemcpy from pageable memory may still be in flight on
+  // the legacy stream when the first kernel of this non-blocking one reads the table).
+  copy_from_host(t->ids.as(), ids.data(), n * sizeof(int32_t));
+  copy_from_host(t->weights.as(), weights.data(), n * sizeof(float));
   if (!predicted.empty()) {
     t->predicted = cuda::DeviceBuffer(n * sizeof(int32_t), "the replayed routing's predictions");
-    CUDA_CHECK(cudaMemcpy(t->predicted.as(), predicted.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    copy_from_host(t->predicted.as(), predicted.data(), n * sizeof(int32_t));
   }
   return t;
 }
