@@ -15,7 +15,8 @@
 #   0: from the pack on disk), WORK (/tmp/serve_load: checkpoint and pack; a finished pack is
 #   reused), OUT (/tmp/serve_load/out: logs and JSON), ENDPOINT (completions; chat goes through
 #   the chat template), FORMATS (text; a list of serve_load.py's --response-format values, e.g.
-#   text,json_schema: each run loads the server once per format), RUNS (resident,cache10), DEADLINE (570 s: every step runs under
+#   text,json_schema: each run loads the server once per format), RUNS (resident,cache10),
+#   DEADLINE (570 s: every step runs under
 #   `timeout` of at most what is left of it, so that a hang cannot outlast the deadline).
 # The server is stopped (SIGTERM, then SIGKILL) after each run.
 set -uo pipefail
@@ -91,15 +92,15 @@ KINDS=""; [ "$PACK" = "$W/pack" ] && KINDS="q4 experts, bf16 dense; "
 LABEL=$(basename "$(realpath "$MODEL")"); [ "$MODEL" = peer ] && LABEL="${LAYERS}-layer peer checkpoint (Qwen3-30B-A3B shape, random weights)"
 SHAPE="$KINDS$BACKEND; --parallel $PARALLEL; $ENDPOINT endpoint; prompt $PROMPT_TOKENS tokens, max_tokens $MAX_TOKENS, greedy; $REQUESTS requests per client"
 status=0
-case ",$RUNS," in *,resident,*) bench resident "**$LABEL, experts resident** ($SHAPE)" || status=1 ;; esac
-if [[ ",$RUNS," != *,cache10,* ]]; then
-  :
-elif [ "$HOST_CACHE" = 0 ]; then
-  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
-    --expert-cache "$CACHE" || status=1
-else
-  bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host tier, preloaded** ($SHAPE)" \
-    --expert-cache "$CACHE" --host-cache "$HOST_CACHE" --host-cache-preload || status=1
+if [[ ",$RUNS," == *,resident,* ]]; then bench resident "**$LABEL, experts resident** ($SHAPE)" || status=1; fi
+if [[ ",$RUNS," == *,cache10,* ]]; then
+  if [ "$HOST_CACHE" = 0 ]; then
+    bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes), misses read from the pack** ($SHAPE)" \
+      --expert-cache "$CACHE" || status=1
+  else
+    bench cache10 "**$LABEL, expert cache of 10% ($CACHE bytes) + $HOST_CACHE host tier, preloaded** ($SHAPE)" \
+      --expert-cache "$CACHE" --host-cache "$HOST_CACHE" --host-cache-preload || status=1
+  fi
 fi
 say "done (status $status; logs and JSON in $OUTD)"
 exit $status

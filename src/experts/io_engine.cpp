@@ -251,7 +251,7 @@ struct IoEngine::Impl {
     uint64_t len;
     uint64_t offset;
   };
-  static ReadParams read_args(const Op& op) {
+  static ReadParams read_params(const Op& op) {
     const uint64_t rest = op.prog.want - op.prog.done;
     ReadParams a;
     a.fd = op.prog.direct ? op.fd_direct : op.fd_buffered;
@@ -280,7 +280,7 @@ struct IoEngine::Impl {
   }
 
   void prep_read(Op* op) {
-    ReadParams a = read_args(*op);
+    ReadParams a = read_params(*op);
     io_uring_sqe* sqe = get_sqe();
     io_uring_prep_read(sqe, a.fd, a.buf, static_cast<unsigned>(a.len), a.offset);
     io_uring_sqe_set_data(sqe, op);
@@ -430,7 +430,7 @@ struct IoEngine::Impl {
         start_locked(*op);
       }
       while (op) {
-        ReadParams a = read_args(*op);
+        ReadParams a = read_params(*op);
         ssize_t n = ::pread(a.fd, a.buf, a.len, static_cast<off_t>(a.offset));
         int64_t res = n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n);
         if (opt.fault_injection) res = opt.fault_injection(op->req, res);

@@ -16,7 +16,7 @@ namespace sluice::cli {
 
 void register_simulate(CLI::App& app) {
   struct Options {
-    std::string trace, policy = "all", pin = "access", predictions = "after", prefetch = "off";
+    std::string trace, policy = "all", pin = "access", predictions = "after", lookahead = "off";
     std::string map, replay_map = "auto", write_trace;
     int64_t tokens = 0;
     int32_t slots_per_layer = 0, slots = 0, speculative = -1;
@@ -38,7 +38,7 @@ void register_simulate(CLI::App& app) {
   cmd->add_option("--predictions", opt->predictions,
                   "a shared pool with a trace's lookahead predictions: hand each row's prediction to the policy "
                   "after its step (default, as the engine's lookahead runs now), before it, or never");
-  cmd->add_option("--lookahead", opt->prefetch,
+  cmd->add_option("--lookahead", opt->lookahead,
                   "on: lookahead's prefetches too (a shared pool, a trace with predictions): each row's "
                   "prediction read into the speculative share after its step, landing before the next layer's; "
                   "prints the demand hit rate and the reads a demand access (misses and prefetches); off (default)");
@@ -79,9 +79,9 @@ void register_simulate(CLI::App& app) {
       so.predictions = PredictionTime::never;
     else
       fail(Status::invalid_argument, "--predictions: '", opt->predictions, "' is not after, before or never");
-    SLUICE_CHECK(opt->prefetch == "on" || opt->prefetch == "off", Status::invalid_argument, "--lookahead: '",
-                 opt->prefetch, "' is not on or off");
-    so.prefetch = opt->prefetch == "on";
+    SLUICE_CHECK(opt->lookahead == "on" || opt->lookahead == "off", Status::invalid_argument, "--lookahead: '",
+                 opt->lookahead, "' is not on or off");
+    so.prefetch = opt->lookahead == "on";
     so.speculative_slots = opt->speculative;
     std::vector<PolicyKind> policies;
     if (opt->policy == "all") {

@@ -384,7 +384,7 @@ void CudaStreamer::moe(Backend& be, const MoeLayerCall& c) {
   const int64_t slots = m.residency->n_slots();
   if ((n * k > slots && E > slots) ||
       (c.phase == StreamPhase::prefill && Impl::grouped_kernels_apply(shape) && !m.opt.lossy())) {
-    m.grouped(c, shape);
+    m.grouped(c, shape, lv);
     return;
   }
   const size_t nk = static_cast<size_t>(n * k);

@@ -132,11 +132,10 @@ void CudaStreamer::Impl::compute_in_waves(const StepPlan& plan, const cuda::MoeG
   cuda::launch_moe_grouped_combine(rows, stream);
 }
 
-void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& shape) {
+void CudaStreamer::Impl::grouped(const MoeLayerCall& c, const cuda::MoeShape& shape, const LayerView& lv) {
   const int64_t L = c.moe_layer, n = shape.n_rows, k = shape.k;
   barrier();
   throw_if_failed();
-  const LayerView lv = layer_view(L, calls[static_cast<size_t>(L)] + 1);  // where moe()'s top-k wrote
   const size_t nk = static_cast<size_t>(n * k);
   // The top-k kernel wrote the routing into lv too (moe()): it is there once the stream drained.
   CUDA_CHECK(cudaMemsetAsync(d_done.as(), 0, nk, stream));

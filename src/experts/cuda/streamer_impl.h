@@ -208,7 +208,7 @@ struct CudaStreamer::Impl : StreamState {
   void ensure_capacity(int64_t n);
   LayerView layer_view(int64_t L, uint64_t call) const;  // call: the handshake value (its ring entry)
   void wait_routing_slot(int64_t L, uint64_t call);      // model thread, before the call's top-k
-  void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape);
+  void grouped(const MoeLayerCall& c, const cuda::MoeShape& shape, const LayerView& lv);  // lv: moe()'s
   // A call the model routed on the host (host_routed.cpp): grouped()'s rounds, each group's
   // experts computed by expert_pairs_forward on views of their slots as they become
   // resident (land_group), then one combine.
